@@ -51,7 +51,11 @@ fn main() {
         "RDMA_CORE_LIB_DIR",
         "DOCS_RS",
         "MLX5DV_PREGENERATED",
+        "LIBCLANG_PATH",
+        "PKG_CONFIG",
         "PKG_CONFIG_PATH",
+        "PKG_CONFIG_LIBDIR",
+        "PKG_CONFIG_SYSROOT_DIR",
     ] {
         println!("cargo:rerun-if-env-changed={var}");
     }
@@ -148,8 +152,16 @@ fn probe_pkg_config() -> Result<(Vec<PathBuf>, u32), String> {
             .probe(lib)
             .map_err(|e| {
                 let why = e.to_string();
-                let first = why.lines().next().unwrap_or("not found").trim();
-                format!("rdma-core not found: pkg-config could not find `{lib}` ({first}); {INSTALL_HINT}")
+                // pkg-config's own words ("Package 'x' ... not found") when
+                // it said any, else the first line of the error.
+                let lines = why.lines().map(str::trim).filter(|l| !l.is_empty());
+                let said: Vec<&str> = lines.clone().filter(|l| l.starts_with("Package ")).collect();
+                let detail = if said.is_empty() {
+                    lines.take(1).collect::<Vec<_>>().join("")
+                } else {
+                    said.join("; ")
+                };
+                format!("rdma-core not found: pkg-config could not find `{lib}` ({detail}); {INSTALL_HINT}")
             })?;
         // The last component of the library version is the rdma-core
         // release: libmlx5 1.24.44.0 belongs to rdma-core 44.
@@ -249,7 +261,7 @@ fn copy_pregenerated(out_dir: &Path) {
 fn generate(rdma: &RdmaCore, out_dir: &Path) {
     let rust_target = bindgen::RustTarget::stable(77, 0)
         .unwrap_or_else(|e| fail(&format!("bindgen rust target: {e}")));
-    let bindings = bindgen::Builder::default()
+    let builder = bindgen::Builder::default()
         // Relative on purpose: the generated shims.c then says
         // `#include "wrapper.h"`, the same on every machine, and the
         // committed copy of it stays byte-identical.
@@ -275,19 +287,34 @@ fn generate(rdma: &RdmaCore, out_dir: &Path) {
         .wrap_static_fns_path(out_dir.join("shims"))
         .parse_callbacks(Box::new(
             bindgen::CargoCallbacks::new().rerun_on_header_files(true),
-        ))
-        .generate()
-        .unwrap_or_else(|e| {
-            fail(&format!(
-                "bindgen could not generate the bindings from wrapper.h ({e}); \
-                 is libclang installed (Debian/Ubuntu `libclang-dev`)? \
-                 Without libclang, build with `--no-default-features` or \
-                 MLX5DV_PREGENERATED=1 to use the committed bindings"
-            ))
-        });
-    bindings
-        .write_to_file(out_dir.join("bindings.rs"))
-        .unwrap_or_else(|e| fail(&format!("cannot write bindings.rs: {e}")));
+        ));
+    // bindgen panics when it cannot load libclang: turn that into the same
+    // one-line error as any other generation failure.
+    let default_hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(|_| {}));
+    let generated =
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || builder.generate()));
+    std::panic::set_hook(default_hook);
+    let why = match generated {
+        Ok(Ok(bindings)) => {
+            bindings
+                .write_to_file(out_dir.join("bindings.rs"))
+                .unwrap_or_else(|e| fail(&format!("cannot write bindings.rs: {e}")));
+            return;
+        }
+        Ok(Err(e)) => e.to_string(),
+        Err(panic) => panic
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_else(|| "bindgen panicked".into()),
+    };
+    fail(&format!(
+        "bindgen could not generate the bindings from wrapper.h: {why}; \
+         is libclang installed (Debian/Ubuntu `libclang-dev`, Fedora/RHEL `clang-devel`)? \
+         Without libclang, build with `--no-default-features` or set \
+         MLX5DV_PREGENERATED=1 to use the committed bindings"
+    ));
 }
 
 #[cfg(not(feature = "bindgen"))]
