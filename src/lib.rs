@@ -50,3 +50,8 @@
 
 #[path = "sys/mod.rs"]
 pub mod ffi;
+
+/// The README's code, compiled as doctests so it stays true.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
