@@ -51,6 +51,38 @@
 #[path = "sys/mod.rs"]
 pub mod ffi;
 
+mod ah;
+mod cq;
+mod device;
+mod error;
+mod mr;
+mod pd;
+mod port;
+mod qp;
+pub mod wr;
+
+pub use ah::{AddressHandle, AhAttr, Grh};
+pub use cq::{CompletionQueue, WcOpcode, WcStatus, WorkCompletion};
+pub use device::{Context, Device, DeviceAttr, DeviceList};
+pub use error::{Error, Result};
+pub use mr::{AccessFlags, MemoryRegion, RemoteBuf, Sge};
+pub use pd::ProtectionDomain;
+pub use port::{Gid, GidEntry, GidType, LinkLayer, Mtu, PortAttr, PortState};
+pub use qp::{ConnectOptions, Endpoint, QpBuilder, QpCaps, QpEx, QpState, Rc, SendOps, Transport};
+pub use wr::{SendFlags, WrBatch};
+
+/// Reports a destroy call that failed in `Drop`, where it cannot be
+/// returned: one line on standard error naming the call, the errno and the
+/// device. The object is forgotten either way (see the crate docs).
+pub(crate) fn report_destroy_failure(call: &str, rc: i32, device: &str) {
+    if rc != 0 {
+        eprintln!(
+            "mlx5dv: {call} on {device} failed in drop: {}",
+            std::io::Error::from_raw_os_error(rc.abs())
+        );
+    }
+}
+
 /// The README's code, compiled as doctests so it stays true.
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]

@@ -1,0 +1,131 @@
+//! Address handles: the path to a remote port, for UD and DC work requests.
+
+use crate::error::{Error, Result};
+use crate::ffi;
+use crate::pd::ProtectionDomain;
+use crate::port::Gid;
+use std::fmt;
+use std::ptr::NonNull;
+use std::sync::Arc;
+
+/// Where packets go: what `ibv_create_ah(3)` and the RTR transition of a
+/// connected QP need to reach a remote port.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AhAttr {
+    /// The local port (from 1).
+    pub port: u8,
+    /// The remote LID (InfiniBand; 0 on RoCE).
+    pub dlid: u16,
+    /// Service level.
+    pub sl: u8,
+    /// The remote GID and the local GID index to send from. Required on
+    /// RoCE; `None` on InfiniBand within a subnet.
+    pub grh: Option<Grh>,
+}
+
+/// The global route header: RoCE and routed InfiniBand.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Grh {
+    /// The remote GID.
+    pub dgid: Gid,
+    /// The local GID table index (pick a RoCE v2 entry of
+    /// [`Context::gid_table`](crate::Context::gid_table) on RoCE).
+    pub sgid_index: u8,
+    /// Hop limit (1 stays on the local subnet; 64 is common).
+    pub hop_limit: u8,
+    /// Traffic class.
+    pub traffic_class: u8,
+    /// Flow label.
+    pub flow_label: u32,
+}
+
+impl AhAttr {
+    pub(crate) fn to_raw(self) -> ffi::ibv_ah_attr {
+        let mut a = ffi::ibv_ah_attr {
+            dlid: self.dlid,
+            sl: self.sl,
+            port_num: self.port,
+            ..Default::default()
+        };
+        if let Some(g) = self.grh {
+            a.is_global = 1;
+            a.grh = ffi::ibv_global_route {
+                dgid: g.dgid.to_raw(),
+                flow_label: g.flow_label,
+                sgid_index: g.sgid_index,
+                hop_limit: g.hop_limit,
+                traffic_class: g.traffic_class,
+            };
+        }
+        a
+    }
+}
+
+/// An address handle (`ibv_create_ah(3)`), destroyed on drop.
+#[derive(Clone)]
+pub struct AddressHandle(Arc<AhInner>);
+
+struct AhInner {
+    ah: NonNull<ffi::ibv_ah>,
+    attr: AhAttr,
+    // Dropped after the AH is destroyed.
+    pd: ProtectionDomain,
+}
+
+// SAFETY: an ibv_ah is immutable after creation; the provider reads it
+// when posting, from any thread.
+unsafe impl Send for AhInner {}
+// SAFETY: as above.
+unsafe impl Sync for AhInner {}
+
+impl Drop for AhInner {
+    fn drop(&mut self) {
+        // SAFETY: created by this crate; destroyed once, when no handle is
+        // left.
+        let rc = unsafe { ffi::ibv_destroy_ah(self.ah.as_ptr()) };
+        crate::report_destroy_failure("ibv_destroy_ah", rc, self.pd.context().name());
+    }
+}
+
+impl AddressHandle {
+    /// Creates an address handle in `pd`.
+    pub fn new(pd: &ProtectionDomain, attr: &AhAttr) -> Result<Self> {
+        if attr.port == 0 {
+            return Err(Error::OutOfRange {
+                what: "port number",
+                value: 0,
+                limit: "ports are numbered from 1".into(),
+            });
+        }
+        let mut raw = attr.to_raw();
+        // SAFETY: the PD is live and `raw` initialised; NULL is handled.
+        let ah = unsafe { ffi::ibv_create_ah(pd.as_ptr(), &mut raw) };
+        let ah = NonNull::new(ah).ok_or_else(|| {
+            Error::last_os(
+                "ibv_create_ah",
+                format!("{attr:?} on {}", pd.context().name()),
+            )
+        })?;
+        Ok(AddressHandle(Arc::new(AhInner {
+            ah,
+            attr: *attr,
+            pd: pd.clone(),
+        })))
+    }
+
+    /// The raw handle, valid while this handle lives.
+    pub fn as_ptr(&self) -> *mut ffi::ibv_ah {
+        self.0.ah.as_ptr()
+    }
+
+    /// What it was created with.
+    pub fn attr(&self) -> &AhAttr {
+        &self.0.attr
+    }
+}
+
+impl fmt::Debug for AddressHandle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("AddressHandle").field(&self.0.attr).finish()
+    }
+}

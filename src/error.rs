@@ -1,0 +1,160 @@
+//! The crate's one error type.
+
+use std::io;
+
+/// Everything that can go wrong in this crate.
+///
+/// A failing C call is [`Error::Verbs`], naming the call, with the `errno`
+/// it left as an [`io::Error`] and what it was doing; `EOPNOTSUPP` and
+/// `EPROTONOSUPPORT` become [`Error::Unsupported`]. Input that breaks a rule
+/// of the man pages is refused before any C call, as
+/// [`Error::OutOfRange`] or [`Error::InvalidArgument`].
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A verbs or direct-verbs call failed.
+    #[error("{call} failed ({context}): {source}")]
+    Verbs {
+        /// The C function, e.g. `ibv_create_qp_ex`.
+        call: &'static str,
+        /// What it was asked to do: which device, QP, size.
+        context: String,
+        /// The `errno` the call reported.
+        #[source]
+        source: io::Error,
+    },
+
+    /// The device or provider does not support what was asked
+    /// (`EOPNOTSUPP` / `EPROTONOSUPPORT`, or a capability that reads 0).
+    #[error("not supported: {what}")]
+    Unsupported {
+        /// What was asked, e.g. `mlx5dv_create_qp on rxe0`.
+        what: String,
+    },
+
+    /// No RDMA device has this name.
+    #[error("no RDMA device named {name:?} (found: {found})")]
+    DeviceNotFound {
+        /// The name asked for.
+        name: String,
+        /// The devices that exist, comma-separated.
+        found: String,
+    },
+
+    /// A numeric input is outside what the man page or the object allows.
+    #[error("{what} = {value} is out of range: {limit}")]
+    OutOfRange {
+        /// The input, e.g. `SGE range end`.
+        what: &'static str,
+        /// The value given.
+        value: u64,
+        /// The rule it broke, e.g. `at most 4096 (the MR's length)`.
+        limit: String,
+    },
+
+    /// An input that is wrong in a way other than its size.
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+
+    /// A wait for completions ran out of time.
+    #[error("timed out after {waited_ms} ms waiting for {what}")]
+    Timeout {
+        /// What was awaited.
+        what: String,
+        /// How long it waited.
+        waited_ms: u64,
+    },
+
+    /// A work request completed with an error status.
+    #[error("work request {wr_id} completed with {status}")]
+    WorkCompletion {
+        /// The failed work request.
+        wr_id: u64,
+        /// Its status.
+        status: crate::cq::WcStatus,
+    },
+}
+
+/// `Result` with this crate's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    /// The error of a failed C call, from an errno value (positive or
+    /// negative, as providers differ).
+    pub(crate) fn verbs(call: &'static str, errno: i32, context: impl Into<String>) -> Self {
+        let errno = errno.abs();
+        let context = context.into();
+        if errno == libc::EOPNOTSUPP || errno == libc::EPROTONOSUPPORT {
+            return Error::Unsupported {
+                what: format!(
+                    "{call} ({context}): {}",
+                    io::Error::from_raw_os_error(errno)
+                ),
+            };
+        }
+        Error::Verbs {
+            call,
+            context,
+            source: io::Error::from_raw_os_error(errno),
+        }
+    }
+
+    /// The error of a failed C call that reports through `errno`.
+    pub(crate) fn last_os(call: &'static str, context: impl Into<String>) -> Self {
+        let errno = io::Error::last_os_error()
+            .raw_os_error()
+            .unwrap_or(libc::EIO);
+        // A NULL return without errno set happens with some providers:
+        // report it as an I/O error rather than "success".
+        Self::verbs(call, if errno == 0 { libc::EIO } else { errno }, context)
+    }
+
+    /// The `errno` behind this error, if it came from a C call.
+    pub fn errno(&self) -> Option<i32> {
+        match self {
+            Error::Verbs { source, .. } => source.raw_os_error(),
+            _ => None,
+        }
+    }
+}
+
+/// Turns a C return code (0 = success, else an errno) into a `Result`.
+pub(crate) fn check(rc: i32, call: &'static str, context: impl FnOnce() -> String) -> Result<()> {
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(Error::verbs(call, rc, context()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn eopnotsupp_and_eprotonosupport_are_unsupported() {
+        for errno in [libc::EOPNOTSUPP, libc::EPROTONOSUPPORT, -libc::EOPNOTSUPP] {
+            let e = Error::verbs("mlx5dv_create_qp", errno, "rxe0");
+            assert!(matches!(e, Error::Unsupported { .. }), "{e:?}");
+            assert!(e.to_string().contains("mlx5dv_create_qp"), "{e}");
+        }
+    }
+
+    #[test]
+    fn other_errnos_name_the_call_and_context() {
+        let e = Error::verbs("ibv_create_qp_ex", libc::ENOMEM, "RC QP on rxe0");
+        assert_eq!(e.errno(), Some(libc::ENOMEM));
+        let text = e.to_string();
+        assert!(
+            text.starts_with("ibv_create_qp_ex failed (RC QP on rxe0): "),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn check_maps_zero_to_ok() {
+        assert!(check(0, "ibv_modify_qp", || unreachable!()).is_ok());
+        let e = check(libc::EINVAL, "ibv_modify_qp", || "to RTR".into()).unwrap_err();
+        assert_eq!(e.errno(), Some(libc::EINVAL));
+    }
+}

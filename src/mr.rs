@@ -1,0 +1,388 @@
+//! Memory regions: registered memory the device may read and write.
+
+use crate::error::{Error, Result};
+use crate::ffi;
+use crate::pd::ProtectionDomain;
+use std::alloc::{self, Layout};
+use std::fmt;
+use std::marker::PhantomData;
+use std::ops::{Bound, RangeBounds};
+use std::ptr::NonNull;
+
+bitflags::bitflags! {
+    /// What the device may do with a memory region (`enum ibv_access_flags`).
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+    pub struct AccessFlags: u32 {
+        /// The local device may write (needed for receives, reads and
+        /// atomics landing here, and for any remote write access).
+        const LOCAL_WRITE = ffi::IBV_ACCESS_LOCAL_WRITE;
+        /// Remote peers may RDMA-write here.
+        const REMOTE_WRITE = ffi::IBV_ACCESS_REMOTE_WRITE;
+        /// Remote peers may RDMA-read from here.
+        const REMOTE_READ = ffi::IBV_ACCESS_REMOTE_READ;
+        /// Remote peers may run atomics here.
+        const REMOTE_ATOMIC = ffi::IBV_ACCESS_REMOTE_ATOMIC;
+        /// Memory windows may be bound to the region.
+        const MW_BIND = ffi::IBV_ACCESS_MW_BIND;
+        /// Addresses are offsets from the region's start.
+        const ZERO_BASED = ffi::IBV_ACCESS_ZERO_BASED;
+        /// On-demand paging.
+        const ON_DEMAND = ffi::IBV_ACCESS_ON_DEMAND;
+        /// Relaxed ordering of the device's PCI writes.
+        const RELAXED_ORDERING = ffi::IBV_ACCESS_RELAXED_ORDERING;
+    }
+}
+
+/// The alignment of buffers this crate allocates: a page.
+const BUF_ALIGN: usize = 4096;
+
+/// A registered memory region (`ibv_reg_mr(3)`), deregistered on drop.
+///
+/// [`MemoryRegion::new`] allocates and owns a zeroed, page-aligned buffer;
+/// [`MemoryRegion::register_raw`] registers memory the caller owns.
+/// The region keeps its protection domain alive.
+///
+/// Work requests name local memory as a region plus a byte range, checked
+/// against the region ([`MemoryRegion::sge`]); [`MemoryRegion::remote`]
+/// describes a range for a peer's RDMA read, write or atomic.
+///
+/// Memory registered with remote access can be changed by a peer at any
+/// moment, exactly as in C; read it once the protocol says the peer is done.
+pub struct MemoryRegion {
+    mr: NonNull<ffi::ibv_mr>,
+    addr: NonNull<u8>,
+    len: usize,
+    /// Allocated by this region (freed after deregistration).
+    owned_buf: Option<Layout>,
+    access: AccessFlags,
+    // Dropped after the region is deregistered.
+    pd: ProtectionDomain,
+}
+
+// SAFETY: the region's memory is owned by it (or promised to it by the
+// caller of `register_raw`); ibv_mr may be used and deregistered from any
+// thread.
+unsafe impl Send for MemoryRegion {}
+// SAFETY: `&self` gives only shared reads of the buffer and of the keys;
+// writes need `&mut self`.
+unsafe impl Sync for MemoryRegion {}
+
+impl MemoryRegion {
+    /// Allocates a zeroed, page-aligned buffer of `len` bytes and registers
+    /// it with `access`.
+    pub fn new(pd: &ProtectionDomain, len: usize, access: AccessFlags) -> Result<Self> {
+        if len == 0 {
+            return Err(Error::OutOfRange {
+                what: "memory region length",
+                value: 0,
+                limit: "at least 1 byte".into(),
+            });
+        }
+        let layout = Layout::from_size_align(len, BUF_ALIGN).map_err(|_| Error::OutOfRange {
+            what: "memory region length",
+            value: len as u64,
+            limit: format!("at most {} bytes", isize::MAX as usize - BUF_ALIGN),
+        })?;
+        // SAFETY: the layout has a non-zero size.
+        let buf = unsafe { alloc::alloc_zeroed(layout) };
+        let Some(addr) = NonNull::new(buf) else {
+            return Err(Error::Verbs {
+                call: "alloc_zeroed",
+                context: format!("{len}-byte buffer for a memory region"),
+                source: std::io::Error::from_raw_os_error(libc::ENOMEM),
+            });
+        };
+        // SAFETY: `addr` points to `len` bytes allocated above.
+        match unsafe { Self::register(pd, addr, len, access, Some(layout)) } {
+            Ok(mr) => Ok(mr),
+            Err(e) => {
+                // SAFETY: allocated above with `layout`, not registered.
+                unsafe { alloc::dealloc(buf, layout) };
+                Err(e)
+            }
+        }
+    }
+
+    /// Registers `len` bytes at `addr`, which the caller owns.
+    ///
+    /// # Safety
+    ///
+    /// `addr..addr + len` must be valid for reads and writes and stay
+    /// allocated, and not be accessed through other references in conflict
+    /// with [`as_slice`](Self::as_slice) / [`as_mut_slice`](Self::as_mut_slice)
+    /// or with the device, until the region is dropped.
+    pub unsafe fn register_raw(
+        pd: &ProtectionDomain,
+        addr: NonNull<u8>,
+        len: usize,
+        access: AccessFlags,
+    ) -> Result<Self> {
+        if len == 0 {
+            return Err(Error::OutOfRange {
+                what: "memory region length",
+                value: 0,
+                limit: "at least 1 byte".into(),
+            });
+        }
+        // SAFETY: forwarded from the caller.
+        unsafe { Self::register(pd, addr, len, access, None) }
+    }
+
+    /// # Safety
+    /// `addr..addr + len` is valid memory that outlives the region.
+    unsafe fn register(
+        pd: &ProtectionDomain,
+        addr: NonNull<u8>,
+        len: usize,
+        access: AccessFlags,
+        owned_buf: Option<Layout>,
+    ) -> Result<Self> {
+        // SAFETY: the PD is live; the memory is valid (caller's promise);
+        // NULL is handled.
+        let mr = unsafe {
+            ffi::ibv_reg_mr(pd.as_ptr(), addr.as_ptr().cast(), len, access.bits() as i32)
+        };
+        let mr = NonNull::new(mr).ok_or_else(|| {
+            Error::last_os(
+                "ibv_reg_mr",
+                format!("{len} bytes, access {access:?}, on {}", pd.context().name()),
+            )
+        })?;
+        Ok(MemoryRegion {
+            mr,
+            addr,
+            len,
+            owned_buf,
+            access,
+            pd: pd.clone(),
+        })
+    }
+
+    /// The local key, for SGEs.
+    pub fn lkey(&self) -> u32 {
+        // SAFETY: the region is registered while `self` lives.
+        unsafe { (*self.mr.as_ptr()).lkey }
+    }
+
+    /// The remote key, for peers' RDMA and atomics.
+    pub fn rkey(&self) -> u32 {
+        // SAFETY: as above.
+        unsafe { (*self.mr.as_ptr()).rkey }
+    }
+
+    /// The address of the first byte, as the device sees it.
+    pub fn addr(&self) -> u64 {
+        self.addr.as_ptr() as u64
+    }
+
+    /// The length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Always false: regions are at least one byte long.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The access the region was registered with.
+    pub fn access(&self) -> AccessFlags {
+        self.access
+    }
+
+    /// The protection domain.
+    pub fn pd(&self) -> &ProtectionDomain {
+        &self.pd
+    }
+
+    /// The raw `ibv_mr`, valid while the region lives.
+    pub fn as_ptr(&self) -> *mut ffi::ibv_mr {
+        self.mr.as_ptr()
+    }
+
+    /// The memory.
+    pub fn as_slice(&self) -> &[u8] {
+        // SAFETY: `addr..addr + len` is valid for the region's life;
+        // writers need `&mut self`.
+        unsafe { std::slice::from_raw_parts(self.addr.as_ptr(), self.len) }
+    }
+
+    /// The memory, writable.
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        // SAFETY: as above, and `&mut self` makes this the only reference.
+        unsafe { std::slice::from_raw_parts_mut(self.addr.as_ptr(), self.len) }
+    }
+
+    /// Checks `range` against the region and returns its (offset, length).
+    pub(crate) fn check_range(&self, range: impl RangeBounds<usize>) -> Result<(usize, usize)> {
+        let start = match range.start_bound() {
+            Bound::Included(&s) => s,
+            Bound::Excluded(&s) => s.saturating_add(1),
+            Bound::Unbounded => 0,
+        };
+        let end = match range.end_bound() {
+            Bound::Included(&e) => e.saturating_add(1),
+            Bound::Excluded(&e) => e,
+            Bound::Unbounded => self.len,
+        };
+        if end > self.len {
+            return Err(Error::OutOfRange {
+                what: "range end",
+                value: end as u64,
+                limit: format!("at most {} (the memory region's length)", self.len),
+            });
+        }
+        if start > end {
+            return Err(Error::OutOfRange {
+                what: "range start",
+                value: start as u64,
+                limit: format!("at most the range end {end}"),
+            });
+        }
+        Ok((start, end - start))
+    }
+
+    /// A scatter/gather entry for `range` of this region: its address,
+    /// length and lkey. The range must lie inside the region and be at most
+    /// 4 GiB - 1 long (the SGE's 32-bit length).
+    pub fn sge(&self, range: impl RangeBounds<usize>) -> Result<Sge<'_>> {
+        let (offset, len) = self.check_range(range)?;
+        let length = u32::try_from(len).map_err(|_| Error::OutOfRange {
+            what: "SGE length",
+            value: len as u64,
+            limit: format!("at most {} (32-bit length)", u32::MAX),
+        })?;
+        Ok(Sge {
+            raw: ffi::ibv_sge {
+                addr: self.addr() + offset as u64,
+                length,
+                lkey: self.lkey(),
+            },
+            _mr: PhantomData,
+        })
+    }
+
+    /// What a peer needs to reach `range` of this region with RDMA: its
+    /// address, length and rkey. Send it to the peer out of band.
+    pub fn remote(&self, range: impl RangeBounds<usize>) -> Result<RemoteBuf> {
+        let (offset, len) = self.check_range(range)?;
+        Ok(RemoteBuf {
+            addr: self.addr() + offset as u64,
+            len: len as u64,
+            rkey: self.rkey(),
+        })
+    }
+}
+
+impl Drop for MemoryRegion {
+    fn drop(&mut self) {
+        // SAFETY: registered by this value and deregistered once.
+        let rc = unsafe { ffi::ibv_dereg_mr(self.mr.as_ptr()) };
+        crate::report_destroy_failure("ibv_dereg_mr", rc, self.pd.context().name());
+        if let Some(layout) = self.owned_buf {
+            if rc == 0 {
+                // SAFETY: allocated in `new` with `layout`; the device can no
+                // longer reach it.
+                unsafe { alloc::dealloc(self.addr.as_ptr(), layout) };
+            }
+            // When deregistration failed the device may still reach the
+            // buffer: it is leaked rather than freed under the device.
+        }
+    }
+}
+
+impl fmt::Debug for MemoryRegion {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MemoryRegion")
+            .field("addr", &format_args!("{:#x}", self.addr()))
+            .field("len", &self.len)
+            .field("lkey", &format_args!("{:#x}", self.lkey()))
+            .field("rkey", &format_args!("{:#x}", self.rkey()))
+            .field("access", &self.access)
+            .finish()
+    }
+}
+
+/// A scatter/gather entry (`struct ibv_sge`): `length` bytes at `addr` of
+/// the region whose local key is `lkey`, borrowed from that region for `'m`.
+///
+/// Made by [`MemoryRegion::sge`], which checks the range; the borrow keeps
+/// the region alive and unchanged while a scoped post uses it. Same layout
+/// as `struct ibv_sge`, so a slice of them is handed to C as is.
+#[derive(Clone, Copy)]
+#[repr(transparent)]
+pub struct Sge<'m> {
+    raw: ffi::ibv_sge,
+    _mr: PhantomData<&'m MemoryRegion>,
+}
+
+impl Sge<'_> {
+    /// Start address.
+    pub fn addr(&self) -> u64 {
+        self.raw.addr
+    }
+
+    /// Length in bytes.
+    pub fn length(&self) -> u32 {
+        self.raw.length
+    }
+
+    /// The region's local key.
+    pub fn lkey(&self) -> u32 {
+        self.raw.lkey
+    }
+
+    /// The entries as C sees them.
+    pub(crate) fn as_raw_slice<'a>(sges: &'a [Sge<'_>]) -> &'a [ffi::ibv_sge] {
+        // SAFETY: Sge is repr(transparent) over ibv_sge.
+        unsafe { std::slice::from_raw_parts(sges.as_ptr().cast(), sges.len()) }
+    }
+}
+
+impl fmt::Debug for Sge<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Sge")
+            .field("addr", &format_args!("{:#x}", self.raw.addr))
+            .field("length", &self.raw.length)
+            .field("lkey", &format_args!("{:#x}", self.raw.lkey))
+            .finish()
+    }
+}
+
+impl PartialEq for Sge<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        (self.raw.addr, self.raw.length, self.raw.lkey)
+            == (other.raw.addr, other.raw.length, other.raw.lkey)
+    }
+}
+
+impl Eq for Sge<'_> {}
+
+/// A peer's memory: what an RDMA read, write or atomic targets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct RemoteBuf {
+    /// Remote address.
+    pub addr: u64,
+    /// Length in bytes.
+    pub len: u64,
+    /// The remote region's rkey.
+    pub rkey: u32,
+}
+
+impl RemoteBuf {
+    /// `len` bytes of this buffer starting at `offset`, checked.
+    pub fn slice(&self, offset: u64, len: u64) -> Result<RemoteBuf> {
+        match offset.checked_add(len) {
+            Some(end) if end <= self.len => Ok(RemoteBuf {
+                addr: self.addr + offset,
+                len,
+                rkey: self.rkey,
+            }),
+            _ => Err(Error::OutOfRange {
+                what: "remote range end",
+                value: offset.saturating_add(len),
+                limit: format!("at most {} (the remote buffer's length)", self.len),
+            }),
+        }
+    }
+}

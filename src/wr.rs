@@ -1,0 +1,585 @@
+//! The work-request batch: `ibv_wr_start` → per WR: attributes, one
+//! builder, its data → `ibv_wr_complete`, as in `ibv_wr_post(3)`.
+//!
+//! ```no_run
+//! # use mlx5dv::*;
+//! # fn demo(qp: &mut QpEx<Rc>, mr: &MemoryRegion, remote: RemoteBuf) -> Result<()> {
+//! let mut batch = qp.batch();
+//! batch.wr(1).signaled().rdma_write(remote).sge(mr.sge(0..64)?)?;
+//! batch.wr(2).send().inline(b"done")?;
+//! // SAFETY: `mr` stays registered and untouched until the write's
+//! // completion has been polled.
+//! unsafe { batch.complete()? };
+//! # Ok(()) }
+//! ```
+//!
+//! Each work request is handed to the provider whole, in its last step
+//! (`sge`, `sge_list`, `inline`): the builder and the setters are called
+//! together, after every check has passed, so no half-built work request
+//! ever reaches C. The rules of the man page are types:
+//!
+//! Data cannot be given before a builder:
+//!
+//! ```compile_fail,E0599
+//! # use mlx5dv::*;
+//! # fn f(qp: &mut QpEx<Rc>, mr: &MemoryRegion) -> Result<()> {
+//! let mut batch = qp.batch();
+//! batch.wr(1).sge(mr.sge(..)?)?; // no builder chosen: no `sge` here
+//! # Ok(()) }
+//! ```
+//!
+//! A work request cannot be left half-built across `complete`:
+//!
+//! ```compile_fail,E0505
+//! # use mlx5dv::*;
+//! # fn f(qp: &mut QpEx<Rc>, mr: &MemoryRegion, remote: RemoteBuf) -> Result<()> {
+//! let mut batch = qp.batch();
+//! let half = batch.wr(1).rdma_write(remote);
+//! unsafe { batch.complete()? }; // `half` still borrows the batch
+//! half.sge(mr.sge(..)?)?;
+//! # Ok(()) }
+//! ```
+//!
+//! A batch completes once:
+//!
+//! ```compile_fail,E0382
+//! # use mlx5dv::*;
+//! # fn f(qp: &mut QpEx<Rc>) -> Result<()> {
+//! let batch = qp.batch();
+//! unsafe { batch.complete()? };
+//! unsafe { batch.complete()? }; // moved by the first complete
+//! # Ok(()) }
+//! ```
+//!
+//! Two batches cannot be open on one QP:
+//!
+//! ```compile_fail,E0499
+//! # use mlx5dv::*;
+//! # fn f(qp: &mut QpEx<Rc>) {
+//! let a = qp.batch();
+//! let b = qp.batch(); // the QP is already borrowed by `a`
+//! drop((a, b));
+//! # }
+//! ```
+//!
+//! Inline data cannot be given to an RDMA read (it has a destination, not
+//! a source):
+//!
+//! ```compile_fail,E0599
+//! # use mlx5dv::*;
+//! # fn f(qp: &mut QpEx<Rc>, remote: RemoteBuf) -> Result<()> {
+//! let mut batch = qp.batch();
+//! batch.wr(1).rdma_read(remote).inline(b"x")?;
+//! # Ok(()) }
+//! ```
+//!
+//! In the scoped form, memory a work request uses stays borrowed until its
+//! completion has arrived, so it cannot be changed or freed meanwhile:
+//!
+//! ```compile_fail,E0502
+//! # use mlx5dv::*;
+//! # use std::time::Duration;
+//! # fn f(qp: &mut QpEx<Rc>, mut mr: MemoryRegion, remote: RemoteBuf) -> Result<()> {
+//! let sge = mr.sge(0..8)?;
+//! mr.as_mut_slice()[0] = 1; // `sge` still borrows `mr`
+//! qp.post_and_wait(Duration::from_secs(1), |b| b.wr(1).rdma_write(remote).sge(sge))?;
+//! # Ok(()) }
+//! ```
+//!
+//! Dropping a batch without completing it aborts it (`ibv_wr_abort`):
+//! nothing of it is posted.
+
+use crate::cq::WorkCompletion;
+use crate::error::{Error, Result};
+use crate::ffi;
+use crate::mr::{RemoteBuf, Sge};
+use crate::qp::{QpCaps, QpEx, SendOps, Transport};
+use std::marker::PhantomData;
+use std::mem::ManuallyDrop;
+use std::ptr::NonNull;
+use std::time::{Duration, Instant};
+
+bitflags::bitflags! {
+    /// Per-WR flags (`ibv_qp_ex.wr_flags`, `enum ibv_send_flags`).
+    /// `INLINE` is set by [`Op::inline`] itself.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+    pub struct SendFlags: u32 {
+        /// Wait for earlier RDMA reads and atomics before this WR
+        /// (`IBV_SEND_FENCE`).
+        const FENCE = ffi::IBV_SEND_FENCE;
+        /// Generate a completion (`IBV_SEND_SIGNALED`).
+        const SIGNALED = ffi::IBV_SEND_SIGNALED;
+        /// Solicited event at the receiver (`IBV_SEND_SOLICITED`).
+        const SOLICITED = ffi::IBV_SEND_SOLICITED;
+        /// The data is copied into the WQE (`IBV_SEND_INLINE`).
+        const INLINE = ffi::IBV_SEND_INLINE;
+    }
+}
+
+/// Makes `'m` invariant: a batch's memory lifetime can be neither shortened
+/// nor lengthened by subtyping.
+type Invariant<'m> = fn(&'m ()) -> &'m ();
+
+/// What a batch needs of its QP, copied at `batch()`.
+struct BatchState {
+    qpx: NonNull<ffi::ibv_qp_ex>,
+    caps: QpCaps,
+    send_ops: SendOps,
+    /// Every WR signalled (the scoped form counts completions).
+    force_signaled: bool,
+    /// WRs handed to the provider so far.
+    posted: u32,
+}
+
+/// An open batch of work requests on one QP (`ibv_wr_start`).
+///
+/// Add work requests with [`wr`](Self::wr); post them all with
+/// [`complete`](Self::complete). Dropped without `complete`, the batch is
+/// aborted (`ibv_wr_abort`) and nothing of it is posted.
+///
+/// `'m` is how long the memory named by the batch's SGEs is borrowed: in
+/// [`QpEx::post_and_wait`] it outlives the wait for the completions.
+#[must_use = "a batch is aborted when dropped: call complete() to post it"]
+pub struct WrBatch<'q, 'm, T: Transport> {
+    state: BatchState,
+    _qp: PhantomData<&'q mut QpEx<T>>,
+    _mem: PhantomData<Invariant<'m>>,
+}
+
+impl<T: Transport> QpEx<T> {
+    /// Opens a batch (`ibv_wr_start`). The QP stays mutably borrowed until
+    /// the batch is completed or dropped.
+    pub fn batch<'m>(&mut self) -> WrBatch<'_, 'm, T> {
+        self.open_batch(false)
+    }
+
+    fn open_batch<'m>(&mut self, force_signaled: bool) -> WrBatch<'_, 'm, T> {
+        let qpx = self.qpx;
+        // SAFETY: the QP is live; its wr_start entry was checked non-NULL at
+        // creation; `&mut self` excludes any other batch on it.
+        unsafe { ffi::ibv_wr_start(qpx.as_ptr()) };
+        WrBatch {
+            state: BatchState {
+                qpx,
+                caps: self.caps(),
+                send_ops: self.send_ops(),
+                force_signaled,
+                posted: 0,
+            },
+            _qp: PhantomData,
+            _mem: PhantomData,
+        }
+    }
+
+    /// Posts a batch and waits for all of its completions, keeping the
+    /// memory its SGEs borrow (`'m`) borrowed until they have arrived: the
+    /// safe way to post.
+    ///
+    /// `build` adds the work requests; every one is signalled. Returns their
+    /// completions (successful or not) in completion order. If `build`
+    /// fails, the batch is aborted and its error returned.
+    ///
+    /// The send CQ must not be polled by anyone else meanwhile; completions
+    /// of other QPs that share it and arrive meanwhile are returned too.
+    ///
+    /// On timeout the QP is moved to ERR and the flushed completions are
+    /// drained before [`Error::Timeout`] is returned, so the borrows end only
+    /// when the device is done with the memory. If the device does not
+    /// flush within 30 s after that, the process aborts: returning would let
+    /// the caller free memory the device may still write.
+    pub fn post_and_wait<'m, F>(
+        &mut self,
+        timeout: Duration,
+        build: F,
+    ) -> Result<Vec<WorkCompletion>>
+    where
+        F: FnOnce(&mut WrBatch<'_, 'm, T>) -> Result<()>,
+    {
+        let qp_num = self.qp_num();
+        let cq = self.send_cq().clone();
+        let mut batch = self.open_batch(true);
+        build(&mut batch)?;
+        let n = batch.state.posted as usize;
+        // SAFETY: the memory of every SGE is borrowed for 'm, which outlives
+        // this call; the call returns only after every WR of the batch has
+        // completed or been flushed (below).
+        unsafe { batch.complete()? };
+
+        let mut out = Vec::with_capacity(n);
+        let mut ours = 0usize;
+        let start = Instant::now();
+        let count_ours = |out: &[WorkCompletion], from: usize| {
+            out[from..].iter().filter(|c| c.qp_num == qp_num).count()
+        };
+        while ours < n {
+            let before = out.len();
+            cq.poll_into(&mut out, n - ours)?;
+            ours += count_ours(&out, before);
+            if ours < n && start.elapsed() >= timeout {
+                return Err(self.flush_after_timeout(&cq, n, ours, start));
+            }
+            if out.len() == before {
+                std::thread::yield_now();
+            }
+        }
+        Ok(out)
+    }
+
+    /// Moves the QP to ERR and waits for the rest of a scoped batch's
+    /// completions (flushed), aborting the process if they never come.
+    fn flush_after_timeout(
+        &self,
+        cq: &crate::cq::CompletionQueue,
+        n: usize,
+        mut ours: usize,
+        start: Instant,
+    ) -> Error {
+        let arrived = ours;
+        let qp_num = self.qp_num();
+        let moved = self.to_error();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let mut sink = Vec::new();
+        while ours < n {
+            sink.clear();
+            match cq.poll_into(&mut sink, n - ours) {
+                Ok(_) => ours += sink.iter().filter(|c| c.qp_num == qp_num).count(),
+                Err(_) if Instant::now() < deadline => {}
+                Err(_) => break,
+            }
+            if Instant::now() >= deadline {
+                break;
+            }
+            std::thread::yield_now();
+        }
+        if ours < n {
+            eprintln!(
+                "mlx5dv: QP {qp_num:#x}: {} of {n} work requests neither completed nor \
+                 flushed 30 s after the move to ERR ({moved:?}); aborting, since their \
+                 memory cannot be released safely",
+                n - ours
+            );
+            std::process::abort();
+        }
+        Error::Timeout {
+            what: format!(
+                "{n} completions of QP {qp_num:#x} ({arrived} arrived; the rest were flushed)"
+            ),
+            waited_ms: start.elapsed().as_millis() as u64,
+        }
+    }
+}
+
+impl<'q, 'm, T: Transport> WrBatch<'q, 'm, T> {
+    /// How many work requests were added so far.
+    pub fn len(&self) -> u32 {
+        self.state.posted
+    }
+
+    /// Whether none were.
+    pub fn is_empty(&self) -> bool {
+        self.state.posted == 0
+    }
+
+    /// Posts the batch (`ibv_wr_complete`) and returns how many work
+    /// requests it held. On error nothing of the batch is posted.
+    ///
+    /// # Safety
+    ///
+    /// The device reads and writes the memory of the batch's SGEs after
+    /// this returns: every region must stay registered and its memory must
+    /// not be freed, nor accessed in conflict with the device (written while
+    /// the device reads it, read or written while the device writes it),
+    /// until the work request's completion — or that of a later signalled
+    /// one on the same QP — has been polled, or the QP has been moved to
+    /// ERR and the flush completion polled. [`QpEx::post_and_wait`] keeps
+    /// these rules for you.
+    pub unsafe fn complete(self) -> Result<u32> {
+        // Disarm the abort of Drop before finalising: never both.
+        let this = ManuallyDrop::new(self);
+        let qpx = this.state.qpx.as_ptr();
+        // SAFETY: the batch was started on this live QP and not finalised;
+        // the memory rules are the caller's promise.
+        let rc = unsafe { ffi::ibv_wr_complete(qpx) };
+        if rc != 0 {
+            return Err(Error::verbs(
+                "ibv_wr_complete",
+                rc,
+                format!(
+                    "batch of {} WRs (send queue depth {})",
+                    this.state.posted, this.state.caps.max_send_wr
+                ),
+            ));
+        }
+        Ok(this.state.posted)
+    }
+
+    /// Adds a work request whose completion carries `wr_id`. Choose its
+    /// flags, then one builder, then its data.
+    pub fn wr(&mut self, wr_id: u64) -> Wr<'_, 'm, T> {
+        let flags = if self.state.force_signaled {
+            SendFlags::SIGNALED
+        } else {
+            SendFlags::empty()
+        };
+        Wr {
+            state: &mut self.state,
+            wr_id,
+            flags,
+            _p: PhantomData,
+        }
+    }
+}
+
+impl<T: Transport> Drop for WrBatch<'_, '_, T> {
+    fn drop(&mut self) {
+        // SAFETY: the batch was started and not completed (complete() does
+        // not run Drop); abort discards every WR added since wr_start.
+        unsafe { ffi::ibv_wr_abort(self.state.qpx.as_ptr()) };
+    }
+}
+
+/// One work request being built: flags, then a builder.
+#[must_use = "a work request is added only when its data is given"]
+pub struct Wr<'b, 'm, T: Transport> {
+    state: &'b mut BatchState,
+    wr_id: u64,
+    flags: SendFlags,
+    _p: PhantomData<(Invariant<'m>, T)>,
+}
+
+impl<'b, 'm, T: Transport> Wr<'b, 'm, T> {
+    /// Adds `flags` (`INLINE` is managed by [`Op::inline`]).
+    pub fn flags(mut self, flags: SendFlags) -> Self {
+        self.flags |= flags;
+        self
+    }
+
+    /// Requests a completion for this work request.
+    pub fn signaled(self) -> Self {
+        self.flags(SendFlags::SIGNALED)
+    }
+
+    /// Waits for earlier reads and atomics first (`IBV_SEND_FENCE`).
+    pub fn fence(self) -> Self {
+        self.flags(SendFlags::FENCE)
+    }
+
+    /// Solicited event at the receiver.
+    pub fn solicited(self) -> Self {
+        self.flags(SendFlags::SOLICITED)
+    }
+
+    fn op<K>(self, kind: OpKind, remote: Option<RemoteBuf>) -> Op<'b, 'm, T, K> {
+        Op {
+            wr: self,
+            kind,
+            remote,
+            _k: PhantomData,
+        }
+    }
+
+    /// A send (`ibv_wr_send`): consumes a receive at the peer.
+    pub fn send(self) -> Op<'b, 'm, T, Source> {
+        self.op(OpKind::Send, None)
+    }
+
+    /// A send with 32-bit immediate data (`ibv_wr_send_imm`), given in host
+    /// byte order.
+    pub fn send_imm(self, imm: u32) -> Op<'b, 'm, T, Source> {
+        self.op(OpKind::SendImm(imm.to_be()), None)
+    }
+
+    /// An RDMA write into the peer's `remote` memory (`ibv_wr_rdma_write`).
+    pub fn rdma_write(self, remote: RemoteBuf) -> Op<'b, 'm, T, Source> {
+        self.op(OpKind::Write, Some(remote))
+    }
+
+    /// An RDMA write with immediate data (`ibv_wr_rdma_write_imm`): also
+    /// consumes a receive at the peer, whose completion carries `imm`
+    /// (host byte order here and there).
+    pub fn rdma_write_imm(self, remote: RemoteBuf, imm: u32) -> Op<'b, 'm, T, Source> {
+        self.op(OpKind::WriteImm(imm.to_be()), Some(remote))
+    }
+
+    /// An RDMA read of the peer's `remote` memory into the SGEs
+    /// (`ibv_wr_rdma_read`).
+    pub fn rdma_read(self, remote: RemoteBuf) -> Op<'b, 'm, T, Destination> {
+        self.op(OpKind::Read, Some(remote))
+    }
+
+    /// Atomic compare-and-swap of the 8 bytes at `remote`
+    /// (`ibv_wr_atomic_cmp_swp`): if they equal `compare` they become
+    /// `swap`; the old value lands in the 8-byte SGE.
+    pub fn atomic_cmp_swp(
+        self,
+        remote: RemoteBuf,
+        compare: u64,
+        swap: u64,
+    ) -> Op<'b, 'm, T, Atomic> {
+        self.op(OpKind::CmpSwp { compare, swap }, Some(remote))
+    }
+
+    /// Atomic fetch-and-add on the 8 bytes at `remote`
+    /// (`ibv_wr_atomic_fetch_add`); the old value lands in the 8-byte SGE.
+    pub fn atomic_fetch_add(self, remote: RemoteBuf, add: u64) -> Op<'b, 'm, T, Atomic> {
+        self.op(OpKind::FetchAdd { add }, Some(remote))
+    }
+}
+
+/// Marks ops whose data is a source: SGEs or inline data.
+#[derive(Debug)]
+pub enum Source {}
+/// Marks ops whose data is a destination: SGEs only (RDMA read).
+#[derive(Debug)]
+pub enum Destination {}
+/// Marks atomics: one 8-byte SGE for the old value.
+#[derive(Debug)]
+pub enum Atomic {}
+
+#[derive(Clone, Copy)]
+enum OpKind {
+    Send,
+    SendImm(u32),
+    Write,
+    WriteImm(u32),
+    Read,
+    CmpSwp { compare: u64, swap: u64 },
+    FetchAdd { add: u64 },
+}
+
+impl OpKind {
+    fn needs(self) -> (SendOps, &'static str) {
+        match self {
+            OpKind::Send => (SendOps::SEND, "send"),
+            OpKind::SendImm(_) => (SendOps::SEND_WITH_IMM, "send with immediate"),
+            OpKind::Write => (SendOps::RDMA_WRITE, "RDMA write"),
+            OpKind::WriteImm(_) => (SendOps::RDMA_WRITE_WITH_IMM, "RDMA write with immediate"),
+            OpKind::Read => (SendOps::RDMA_READ, "RDMA read"),
+            OpKind::CmpSwp { .. } => (SendOps::ATOMIC_CMP_AND_SWP, "atomic compare-and-swap"),
+            OpKind::FetchAdd { .. } => (SendOps::ATOMIC_FETCH_AND_ADD, "atomic fetch-and-add"),
+        }
+    }
+}
+
+/// The local data of a work request, as handed to C.
+enum Data<'a> {
+    Sge(&'a ffi::ibv_sge),
+    List(&'a [ffi::ibv_sge]),
+    Inline(&'a [u8]),
+}
+
+/// A work request with its builder chosen; its data comes next, and adds
+/// it to the batch. `K` ([`Source`], [`Destination`], [`Atomic`]) decides
+/// which data it takes.
+#[must_use = "a work request is added only when its data is given"]
+pub struct Op<'b, 'm, T: Transport, K> {
+    wr: Wr<'b, 'm, T>,
+    kind: OpKind,
+    remote: Option<RemoteBuf>,
+    _k: PhantomData<K>,
+}
+
+impl<'m, T: Transport, K> Op<'_, 'm, T, K> {
+    /// One SGE of local memory.
+    pub fn sge(self, sge: Sge<'m>) -> Result<()> {
+        let raw = &Sge::as_raw_slice(std::slice::from_ref(&sge))[0];
+        self.post(Data::Sge(raw), u64::from(sge.length()))
+    }
+
+    /// Several SGEs, gathered (sources) or scattered (destinations) in
+    /// order; at most the QP's `max_send_sge`.
+    pub fn sge_list(self, sges: &[Sge<'m>]) -> Result<()> {
+        let max = self.wr.state.caps.max_send_sge;
+        if sges.len() > max as usize {
+            return Err(Error::OutOfRange {
+                what: "SGE count",
+                value: sges.len() as u64,
+                limit: format!("at most {max} (the QP's max_send_sge)"),
+            });
+        }
+        let total = sges.iter().map(|s| u64::from(s.length())).sum();
+        self.post(Data::List(Sge::as_raw_slice(sges)), total)
+    }
+
+    /// Checks and hands the whole work request to the provider.
+    fn post(self, data: Data<'_>, len: u64) -> Result<()> {
+        let Op {
+            wr, kind, remote, ..
+        } = self;
+        let (op, name) = kind.needs();
+        if !wr.state.send_ops.contains(op) {
+            return Err(Error::Unsupported {
+                what: format!("{name}: the QP was not created with it in its send ops"),
+            });
+        }
+        if let Some(r) = remote {
+            if len > r.len {
+                return Err(Error::OutOfRange {
+                    what: "work request length",
+                    value: len,
+                    limit: format!("at most {} (the remote buffer's length)", r.len),
+                });
+            }
+        }
+        if let (OpKind::CmpSwp { .. } | OpKind::FetchAdd { .. }, Some(r)) = (kind, remote) {
+            if len != 8 || r.addr % 8 != 0 {
+                return Err(Error::InvalidArgument(format!(
+                    "atomics take one 8-byte SGE and an 8-byte aligned remote address \
+                     (got {len} bytes, remote address {:#x})",
+                    r.addr
+                )));
+            }
+        }
+        let mut flags = wr.flags;
+        if let Data::Inline(_) = data {
+            flags |= SendFlags::INLINE;
+        }
+        let q = wr.state.qpx.as_ptr();
+        let (rkey, raddr) = remote.map_or((0, 0), |r| (r.rkey, r.addr));
+        // SAFETY: `q` is the live extended QP of an open batch, borrowed
+        // mutably through `wr.state`; the builder's entry is non-NULL
+        // (checked at creation for every op in send_ops, and `op` is in
+        // send_ops); the setters were checked at creation; the SGE list
+        // and inline data are valid for the calls (the provider copies
+        // inline data and the SGE entries during them).
+        unsafe {
+            (*q).wr_id = wr.wr_id;
+            (*q).wr_flags = flags.bits();
+            match kind {
+                OpKind::Send => ffi::ibv_wr_send(q),
+                OpKind::SendImm(imm) => ffi::ibv_wr_send_imm(q, imm),
+                OpKind::Write => ffi::ibv_wr_rdma_write(q, rkey, raddr),
+                OpKind::WriteImm(imm) => ffi::ibv_wr_rdma_write_imm(q, rkey, raddr, imm),
+                OpKind::Read => ffi::ibv_wr_rdma_read(q, rkey, raddr),
+                OpKind::CmpSwp { compare, swap } => {
+                    ffi::ibv_wr_atomic_cmp_swp(q, rkey, raddr, compare, swap)
+                }
+                OpKind::FetchAdd { add } => ffi::ibv_wr_atomic_fetch_add(q, rkey, raddr, add),
+            }
+            match data {
+                Data::Sge(s) => ffi::ibv_wr_set_sge(q, s.lkey, s.addr, s.length),
+                Data::List(l) => ffi::ibv_wr_set_sge_list(q, l.len(), l.as_ptr()),
+                Data::Inline(d) => ffi::ibv_wr_set_inline_data(q, d.as_ptr() as *mut _, d.len()),
+            }
+        }
+        wr.state.posted += 1;
+        Ok(())
+    }
+}
+
+impl<T: Transport> Op<'_, '_, T, Source> {
+    /// Inline data: copied into the work request while it is built, so it
+    /// need not stay alive. At most the QP's `max_inline_data` bytes; sets
+    /// `IBV_SEND_INLINE` (which soft-RoCE requires for inline data).
+    pub fn inline(self, data: &[u8]) -> Result<()> {
+        let max = self.wr.state.caps.max_inline_data;
+        if data.len() > max as usize {
+            return Err(Error::OutOfRange {
+                what: "inline data length",
+                value: data.len() as u64,
+                limit: format!("at most {max} (the QP's max_inline_data)"),
+            });
+        }
+        self.post(Data::Inline(data), data.len() as u64)
+    }
+}
