@@ -512,15 +512,6 @@ impl<'m, T: Transport, K> Op<'_, 'm, T, K> {
                 what: format!("{name}: the QP was not created with it in its send ops"),
             });
         }
-        if let Some(r) = remote {
-            if len > r.len {
-                return Err(Error::OutOfRange {
-                    what: "work request length",
-                    value: len,
-                    limit: format!("at most {} (the remote buffer's length)", r.len),
-                });
-            }
-        }
         if let (OpKind::CmpSwp { .. } | OpKind::FetchAdd { .. }, Some(r)) = (kind, remote) {
             if len != 8 || r.addr % 8 != 0 {
                 return Err(Error::InvalidArgument(format!(
@@ -528,6 +519,15 @@ impl<'m, T: Transport, K> Op<'_, 'm, T, K> {
                      (got {len} bytes, remote address {:#x})",
                     r.addr
                 )));
+            }
+        }
+        if let Some(r) = remote {
+            if len > r.len {
+                return Err(Error::OutOfRange {
+                    what: "work request length",
+                    value: len,
+                    limit: format!("at most {} (the remote buffer's length)", r.len),
+                });
             }
         }
         let mut flags = wr.flags;

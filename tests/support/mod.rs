@@ -1,3 +1,4 @@
 //! Test support shared by the integration tests.
 
 pub mod recorder;
+pub mod rig;

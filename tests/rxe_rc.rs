@@ -1,0 +1,485 @@
+//! RC traffic through the safe layer on a real RDMA device (soft-RoCE in the
+//! test guest): two QPs on one device connected to each other. Every test
+//! checks the data byte for byte and each completion's status and opcode.
+//!
+//! Run by `scripts/test` in the guest with `MLX5DV_TEST_DEVICE=rxe0`;
+//! without that variable the tests are ignored, and fail if forced to run.
+
+#![allow(clippy::undocumented_unsafe_blocks)]
+
+mod support;
+
+use mlx5dv::*;
+use std::time::Duration;
+use support::rig::*;
+
+#[test]
+#[ignore = "needs an RDMA device: set MLX5DV_TEST_DEVICE"]
+fn device_port_and_gid_table() {
+    let ctx = open();
+    let list = DeviceList::new().unwrap();
+    assert!(list.iter().any(|d| d.name() == ctx.name()));
+    let attr = ctx.query_device().unwrap();
+    assert!(attr.phys_port_cnt >= 1, "{attr:?}");
+    assert!(attr.max_qp_wr > 0 && attr.max_sge > 0, "{attr:?}");
+    let port = ctx.query_port(1).unwrap();
+    assert_eq!(port.state, PortState::Active);
+    let table = ctx.gid_table().unwrap();
+    assert!(!table.is_empty());
+    for e in &table {
+        assert_eq!(ctx.gid(e.port as u8, e.index).unwrap(), e.gid, "{e:?}");
+    }
+    if port.link_layer == LinkLayer::Ethernet {
+        assert!(
+            table.iter().any(|e| e.gid_type == GidType::RoceV2),
+            "{table:?}"
+        );
+    }
+    assert!(matches!(
+        Context::open("no-such-device"),
+        Err(Error::DeviceNotFound { .. })
+    ));
+    assert!(ctx.query_port(0).is_err());
+}
+
+#[test]
+#[ignore = "needs an RDMA device: set MLX5DV_TEST_DEVICE"]
+fn rdma_write_lands_byte_for_byte() {
+    let mut p = Pair::new();
+    let data = pattern(4096, 3);
+    p.a.mr.as_mut_slice()[..4096].copy_from_slice(&data);
+    let remote = p.b.mr.remote(1024..1024 + 4096).unwrap();
+    let wcs =
+        p.a.qp
+            .post_and_wait(WAIT, |b| {
+                b.wr(7).rdma_write(remote).sge(p.a.mr.sge(0..4096)?)
+            })
+            .unwrap();
+    assert_eq!(wcs.len(), 1);
+    assert_wc(&wcs[0], 7, WcOpcode::RdmaWrite);
+    let b = p.b.mr.as_slice();
+    assert_eq!(&b[1024..1024 + 4096], &data[..]);
+    assert!(
+        b[..1024].iter().all(|&x| x == 0),
+        "bytes before the target changed"
+    );
+    assert!(
+        b[1024 + 4096..].iter().all(|&x| x == 0),
+        "bytes after the target changed"
+    );
+}
+
+#[test]
+#[ignore = "needs an RDMA device: set MLX5DV_TEST_DEVICE"]
+fn rdma_write_with_immediate_reaches_the_peer_with_its_immediate() {
+    let mut p = Pair::new();
+    let data = pattern(512, 9);
+    p.a.mr.as_mut_slice()[..512].copy_from_slice(&data);
+    // The immediate consumes a receive at B (its SGE list may be empty).
+    unsafe { p.b.qp.post_recv(99, &[]).unwrap() };
+    let remote = p.b.mr.remote(0..512).unwrap();
+    let wcs =
+        p.a.qp
+            .post_and_wait(WAIT, |b| {
+                b.wr(8)
+                    .rdma_write_imm(remote, 0xDEAD_BEEF)
+                    .sge(p.a.mr.sge(0..512)?)
+            })
+            .unwrap();
+    assert_wc(&wcs[0], 8, WcOpcode::RdmaWrite);
+    let rx = p.b.recv_cq.wait(1, WAIT).unwrap();
+    assert_wc(&rx[0], 99, WcOpcode::RecvRdmaWithImm);
+    assert_eq!(rx[0].imm, Some(0xDEAD_BEEF));
+    assert_eq!(rx[0].byte_len, 512);
+    assert_eq!(&p.b.mr.as_slice()[..512], &data[..]);
+}
+
+#[test]
+#[ignore = "needs an RDMA device: set MLX5DV_TEST_DEVICE"]
+fn send_fills_a_posted_receive() {
+    let mut p = Pair::new();
+    let data = pattern(1000, 1);
+    p.a.mr.as_mut_slice()[..1000].copy_from_slice(&data);
+    unsafe {
+        p.b.qp
+            .post_recv(5, &[p.b.mr.sge(2048..4096).unwrap()])
+            .unwrap()
+    };
+    let wcs =
+        p.a.qp
+            .post_and_wait(WAIT, |b| b.wr(6).send_imm(42).sge(p.a.mr.sge(0..1000)?))
+            .unwrap();
+    assert_wc(&wcs[0], 6, WcOpcode::Send);
+    let rx = p.b.recv_cq.wait(1, WAIT).unwrap();
+    assert_wc(&rx[0], 5, WcOpcode::Recv);
+    assert_eq!(rx[0].byte_len, 1000);
+    assert_eq!(rx[0].imm, Some(42));
+    assert_eq!(rx[0].qp_num, p.b.qp.qp_num());
+    assert_eq!(&p.b.mr.as_slice()[2048..3048], &data[..]);
+    assert!(p.b.mr.as_slice()[3048..].iter().all(|&x| x == 0));
+}
+
+#[test]
+#[ignore = "needs an RDMA device: set MLX5DV_TEST_DEVICE"]
+fn rdma_read_fetches_the_peers_bytes() {
+    let mut p = Pair::new();
+    let data = pattern(8192, 5);
+    p.b.mr.as_mut_slice()[..8192].copy_from_slice(&data);
+    let remote = p.b.mr.remote(0..8192).unwrap();
+    let wcs =
+        p.a.qp
+            .post_and_wait(WAIT, |b| {
+                b.wr(11).rdma_read(remote).sge(p.a.mr.sge(100..100 + 8192)?)
+            })
+            .unwrap();
+    assert_wc(&wcs[0], 11, WcOpcode::RdmaRead);
+    assert_eq!(wcs[0].byte_len, 8192);
+    assert_eq!(&p.a.mr.as_slice()[100..100 + 8192], &data[..]);
+    assert!(p.a.mr.as_slice()[..100].iter().all(|&x| x == 0));
+}
+
+#[test]
+#[ignore = "needs an RDMA device: set MLX5DV_TEST_DEVICE"]
+fn inline_send_needs_no_registered_source() {
+    let mut p = Pair::new();
+    let max = p.a.qp.caps().max_inline_data as usize;
+    assert!(max >= 16, "max_inline_data {max}");
+    let msg = pattern(max, 77);
+    unsafe {
+        p.b.qp
+            .post_recv(1, &[p.b.mr.sge(0..4096).unwrap()])
+            .unwrap()
+    };
+    let wcs =
+        p.a.qp
+            .post_and_wait(WAIT, |b| b.wr(2).send().inline(&msg))
+            .unwrap();
+    assert_wc(&wcs[0], 2, WcOpcode::Send);
+    let rx = p.b.recv_cq.wait(1, WAIT).unwrap();
+    assert_wc(&rx[0], 1, WcOpcode::Recv);
+    assert_eq!(rx[0].byte_len as usize, max);
+    assert_eq!(&p.b.mr.as_slice()[..max], &msg[..]);
+
+    // One byte over the QP's inline limit is refused before any C call.
+    let too_long = vec![0u8; max + 1];
+    let err =
+        p.a.qp
+            .post_and_wait(WAIT, |b| b.wr(3).send().inline(&too_long))
+            .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::OutOfRange {
+                what: "inline data length",
+                ..
+            }
+        ),
+        "{err}"
+    );
+}
+
+#[test]
+#[ignore = "needs an RDMA device: set MLX5DV_TEST_DEVICE"]
+fn atomics_compare_swap_and_fetch_add() {
+    let mut p = Pair::new();
+    p.b.mr.as_mut_slice()[64..72].copy_from_slice(&100u64.to_ne_bytes());
+    let target = p.b.mr.remote(64..72).unwrap();
+    let wcs =
+        p.a.qp
+            .post_and_wait(WAIT, |b| {
+                b.wr(1)
+                    .atomic_cmp_swp(target, 100, 500)
+                    .sge(p.a.mr.sge(0..8)?)?;
+                b.wr(2).atomic_fetch_add(target, 25).sge(p.a.mr.sge(8..16)?)
+            })
+            .unwrap();
+    assert_eq!(wcs.len(), 2);
+    assert_wc(&wcs[0], 1, WcOpcode::CompSwap);
+    assert_wc(&wcs[1], 2, WcOpcode::FetchAdd);
+    let a = p.a.mr.as_slice();
+    assert_eq!(
+        u64::from_ne_bytes(a[0..8].try_into().unwrap()),
+        100,
+        "old value of the swap"
+    );
+    assert_eq!(
+        u64::from_ne_bytes(a[8..16].try_into().unwrap()),
+        500,
+        "old value of the add"
+    );
+    let b = p.b.mr.as_slice();
+    assert_eq!(u64::from_ne_bytes(b[64..72].try_into().unwrap()), 525);
+
+    // An atomic needs exactly 8 bytes and an aligned target.
+    let err =
+        p.a.qp
+            .post_and_wait(WAIT, |b| {
+                b.wr(3).atomic_fetch_add(target, 1).sge(p.a.mr.sge(0..16)?)
+            })
+            .unwrap_err();
+    assert!(matches!(err, Error::InvalidArgument(_)), "{err}");
+}
+
+#[test]
+#[ignore = "needs an RDMA device: set MLX5DV_TEST_DEVICE"]
+fn a_batch_of_64_mixed_work_requests_in_one_complete() {
+    let caps = QpCaps {
+        max_send_wr: 128,
+        ..QpCaps::default()
+    };
+    let mut p = Pair::with(caps, SendOps::rc_default());
+    let src = pattern(MR_LEN, 11);
+    p.a.mr.as_mut_slice().copy_from_slice(&src);
+    let peer = pattern(MR_LEN, 200);
+    p.b.mr.as_mut_slice()[32 * 1024..].copy_from_slice(&peer[32 * 1024..]);
+    // 16 sends need 16 receives at B.
+    for i in 0..16u64 {
+        let at = 16 * 1024 + i as usize * 256;
+        unsafe {
+            p.b.qp
+                .post_recv(1000 + i, &[p.b.mr.sge(at..at + 256).unwrap()])
+                .unwrap()
+        };
+    }
+    let remote = p.b.mr.remote(..).unwrap();
+    // wr_id i: 0..32 writes of 256 B into B[0..8K); 32..48 sends;
+    // 48..64 reads of B[32K..] into A[48K..].
+    let wcs =
+        p.a.qp
+            .post_and_wait(WAIT, |b| {
+                for i in 0..64u64 {
+                    let i_ = i as usize;
+                    match i {
+                        0..=31 => {
+                            let r = remote.slice(i * 256, 256)?;
+                            b.wr(i)
+                                .rdma_write(r)
+                                .sge(p.a.mr.sge(i_ * 256..i_ * 256 + 256)?)?
+                        }
+                        32..=47 => {
+                            let at = 8192 + (i_ - 32) * 256;
+                            b.wr(i).send().sge(p.a.mr.sge(at..at + 256)?)?
+                        }
+                        _ => {
+                            let k = i_ - 48;
+                            let r = remote.slice(32 * 1024 + k as u64 * 512, 512)?;
+                            let at = 48 * 1024 + k * 512;
+                            b.wr(i).rdma_read(r).sge(p.a.mr.sge(at..at + 512)?)?
+                        }
+                    }
+                }
+                assert_eq!(b.len(), 64);
+                Ok(())
+            })
+            .unwrap();
+    assert_eq!(wcs.len(), 64);
+    let mut ids: Vec<u64> = wcs.iter().map(|c| c.wr_id).collect();
+    ids.sort_unstable();
+    assert_eq!(ids, (0..64).collect::<Vec<_>>());
+    for wc in &wcs {
+        let want = match wc.wr_id {
+            0..=31 => WcOpcode::RdmaWrite,
+            32..=47 => WcOpcode::Send,
+            _ => WcOpcode::RdmaRead,
+        };
+        assert_wc(wc, wc.wr_id, want);
+    }
+    let rx = p.b.recv_cq.wait(16, WAIT).unwrap();
+    for (k, wc) in rx.iter().enumerate() {
+        assert_wc(wc, 1000 + k as u64, WcOpcode::Recv);
+        assert_eq!(wc.byte_len, 256);
+    }
+    let b = p.b.mr.as_slice();
+    assert_eq!(&b[..8192], &src[..8192], "writes");
+    assert_eq!(
+        &b[16 * 1024..16 * 1024 + 4096],
+        &src[8192..8192 + 4096],
+        "sends"
+    );
+    let a = p.a.mr.as_slice();
+    assert_eq!(
+        &a[48 * 1024..56 * 1024],
+        &peer[32 * 1024..40 * 1024],
+        "reads"
+    );
+}
+
+#[test]
+#[ignore = "needs an RDMA device: set MLX5DV_TEST_DEVICE"]
+fn sge_list_gathers_in_order() {
+    let mut p = Pair::new();
+    p.a.mr.as_mut_slice()[..300].copy_from_slice(&pattern(300, 4));
+    let src = p.a.mr.as_slice()[..300].to_vec();
+    let remote = p.b.mr.remote(0..300).unwrap();
+    let wcs =
+        p.a.qp
+            .post_and_wait(WAIT, |b| {
+                let sges = [
+                    p.a.mr.sge(200..300)?,
+                    p.a.mr.sge(0..100)?,
+                    p.a.mr.sge(100..200)?,
+                ];
+                b.wr(1).rdma_write(remote).sge_list(&sges)
+            })
+            .unwrap();
+    assert_wc(&wcs[0], 1, WcOpcode::RdmaWrite);
+    let want: Vec<u8> = [&src[200..300], &src[0..100], &src[100..200]].concat();
+    assert_eq!(&p.b.mr.as_slice()[..300], &want[..]);
+}
+
+#[test]
+#[ignore = "needs an RDMA device: set MLX5DV_TEST_DEVICE"]
+fn unsafe_complete_then_poll_and_a_dropped_batch_posts_nothing() {
+    let mut p = Pair::new();
+    p.a.mr.as_mut_slice()[..64].copy_from_slice(&[0xAB; 64]);
+    let remote = p.b.mr.remote(0..64).unwrap();
+    {
+        // Built, then dropped: aborted, nothing reaches the wire.
+        let mut batch = p.a.qp.batch();
+        batch
+            .wr(1)
+            .signaled()
+            .rdma_write(remote)
+            .sge(p.a.mr.sge(0..64).unwrap())
+            .unwrap();
+        assert_eq!(batch.len(), 1);
+    }
+    let mut none = Vec::new();
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(p.a.send_cq.poll_into(&mut none, 16).unwrap(), 0, "{none:?}");
+    assert!(
+        p.b.mr.as_slice()[..64].iter().all(|&x| x == 0),
+        "an aborted write landed"
+    );
+
+    // The QP is still usable: post with the unsafe complete and poll.
+    let mut batch = p.a.qp.batch();
+    batch
+        .wr(2)
+        .signaled()
+        .rdma_write(remote)
+        .sge(p.a.mr.sge(0..64).unwrap())
+        .unwrap();
+    // Unsignalled WRs complete silently.
+    batch
+        .wr(3)
+        .rdma_write(remote)
+        .sge(p.a.mr.sge(0..64).unwrap())
+        .unwrap();
+    // SAFETY: the MRs outlive the wait below.
+    assert_eq!(unsafe { batch.complete() }.unwrap(), 2);
+    let wcs = p.a.send_cq.wait(1, WAIT).unwrap();
+    assert_wc(&wcs[0], 2, WcOpcode::RdmaWrite);
+    std::thread::sleep(Duration::from_millis(100));
+    assert_eq!(p.a.send_cq.poll_into(&mut none, 16).unwrap(), 0, "{none:?}");
+    assert_eq!(&p.b.mr.as_slice()[..64], &[0xAB; 64]);
+}
+
+#[test]
+#[ignore = "needs an RDMA device: set MLX5DV_TEST_DEVICE"]
+fn error_state_flushes_and_reset_reconnects() {
+    let mut p = Pair::new();
+    unsafe { p.b.qp.post_recv(40, &[p.b.mr.sge(0..64).unwrap()]).unwrap() };
+    p.b.qp.to_error().unwrap();
+    assert_eq!(p.b.qp.state().unwrap(), QpState::Err);
+    let flushed = p.b.recv_cq.wait(1, WAIT).unwrap();
+    assert_eq!(flushed[0].wr_id, 40);
+    assert_eq!(flushed[0].status, WcStatus::WrFlushErr);
+    assert_eq!(flushed[0].status.to_string(), "Work Request Flushed Error");
+
+    p.a.qp.reset().unwrap();
+    p.b.qp.reset().unwrap();
+    assert_eq!(p.a.qp.state().unwrap(), QpState::Reset);
+    p.connect();
+    p.a.mr.as_mut_slice()[..8].copy_from_slice(b"again!!!");
+    let remote = p.b.mr.remote(0..8).unwrap();
+    let wcs =
+        p.a.qp
+            .post_and_wait(WAIT, |b| b.wr(41).rdma_write(remote).sge(p.a.mr.sge(0..8)?))
+            .unwrap();
+    assert_wc(&wcs[0], 41, WcOpcode::RdmaWrite);
+    assert_eq!(&p.b.mr.as_slice()[..8], b"again!!!");
+}
+
+#[test]
+#[ignore = "needs an RDMA device: set MLX5DV_TEST_DEVICE"]
+fn wrong_rkey_is_a_remote_access_error() {
+    let mut p = Pair::new();
+    let mut remote = p.b.mr.remote(0..64).unwrap();
+    remote.rkey ^= 0x00FF_0000;
+    let wcs =
+        p.a.qp
+            .post_and_wait(WAIT, |b| {
+                b.wr(50).rdma_write(remote).sge(p.a.mr.sge(0..64)?)
+            })
+            .unwrap();
+    assert_eq!(wcs.len(), 1);
+    assert_eq!(wcs[0].wr_id, 50);
+    assert_eq!(wcs[0].status, WcStatus::RemAccessErr, "{:?}", wcs[0]);
+    assert!(wcs[0].ok().is_err());
+    assert_eq!(p.a.qp.state().unwrap(), QpState::Err);
+}
+
+#[test]
+#[ignore = "needs an RDMA device: set MLX5DV_TEST_DEVICE"]
+fn checks_fail_before_any_c_call() {
+    let ops = SendOps::RDMA_WRITE;
+    let mut p = Pair::with(QpCaps::default(), ops);
+    // An op the QP was not created with.
+    let err =
+        p.a.qp
+            .post_and_wait(WAIT, |b| b.wr(1).send().sge(p.a.mr.sge(0..8)?))
+            .unwrap_err();
+    assert!(matches!(err, Error::Unsupported { .. }), "{err}");
+    // A range outside the region, at the limit and one past it.
+    assert!(p.a.mr.sge(0..MR_LEN).is_ok());
+    let err = p.a.mr.sge(0..MR_LEN + 1).unwrap_err();
+    assert!(
+        matches!(err, Error::OutOfRange { what: "range end", value, .. } if value == MR_LEN as u64 + 1)
+    );
+    // A write longer than the remote buffer.
+    let remote = p.b.mr.remote(0..16).unwrap();
+    let err =
+        p.a.qp
+            .post_and_wait(WAIT, |b| b.wr(2).rdma_write(remote).sge(p.a.mr.sge(0..17)?))
+            .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::OutOfRange {
+                what: "work request length",
+                ..
+            }
+        ),
+        "{err}"
+    );
+    // More SGEs than the QP takes.
+    let max = p.a.qp.caps().max_send_sge as usize;
+    let err =
+        p.a.qp
+            .post_and_wait(WAIT, |b| {
+                let sges: Vec<Sge> = (0..=max).map(|i| p.a.mr.sge(i..i + 1).unwrap()).collect();
+                b.wr(3).rdma_write(p.b.mr.remote(..)?).sge_list(&sges)
+            })
+            .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::OutOfRange {
+                what: "SGE count",
+                ..
+            }
+        ),
+        "{err}"
+    );
+    // None of it reached the device, and the QP still works.
+    let mut none = Vec::new();
+    assert_eq!(p.a.send_cq.poll_into(&mut none, 8).unwrap(), 0);
+    p.a.mr.as_mut_slice()[..4].copy_from_slice(b"fine");
+    let wcs =
+        p.a.qp
+            .post_and_wait(WAIT, |b| b.wr(4).rdma_write(remote).sge(p.a.mr.sge(0..4)?))
+            .unwrap();
+    assert_wc(&wcs[0], 4, WcOpcode::RdmaWrite);
+    assert_eq!(&p.b.mr.as_slice()[..4], b"fine");
+}
