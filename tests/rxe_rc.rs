@@ -160,6 +160,16 @@ fn inline_send_needs_no_registered_source() {
     assert_eq!(rx[0].byte_len as usize, max);
     assert_eq!(&p.b.mr.as_slice()[..max], &msg[..]);
 
+    // An inline RDMA write: the bytes come from the WQE, not from an MR.
+    let remote = p.b.mr.remote(8192..8192 + max).unwrap();
+    let wcs =
+        p.a.qp
+            .post_and_wait(WAIT, |b| b.wr(4).rdma_write(remote).inline(&msg))
+            .unwrap();
+    assert_wc(&wcs[0], 4, WcOpcode::RdmaWrite);
+    assert_eq!(&p.b.mr.as_slice()[8192..8192 + max], &msg[..]);
+    assert!(p.b.mr.as_slice()[8192 + max..].iter().all(|&x| x == 0));
+
     // One byte over the QP's inline limit is refused before any C call.
     let too_long = vec![0u8; max + 1];
     let err =
@@ -306,25 +316,43 @@ fn a_batch_of_64_mixed_work_requests_in_one_complete() {
 
 #[test]
 #[ignore = "needs an RDMA device: set MLX5DV_TEST_DEVICE"]
-fn sge_list_gathers_in_order() {
+fn sge_lists_gather_and_scatter_across_two_regions() {
     let mut p = Pair::new();
-    p.a.mr.as_mut_slice()[..300].copy_from_slice(&pattern(300, 4));
-    let src = p.a.mr.as_slice()[..300].to_vec();
+    let mut second = MemoryRegion::new(&p.pd, 4096, access_all()).unwrap();
+    p.a.mr.as_mut_slice()[..200].copy_from_slice(&pattern(200, 4));
+    second.as_mut_slice()[..100].copy_from_slice(&pattern(100, 90));
+    let first = p.a.mr.as_slice()[..200].to_vec();
+    let other = second.as_slice()[..100].to_vec();
+    // Gather: A[100..200], second[0..100], A[0..100] → B[0..300).
     let remote = p.b.mr.remote(0..300).unwrap();
     let wcs =
         p.a.qp
             .post_and_wait(WAIT, |b| {
                 let sges = [
-                    p.a.mr.sge(200..300)?,
-                    p.a.mr.sge(0..100)?,
                     p.a.mr.sge(100..200)?,
+                    second.sge(0..100)?,
+                    p.a.mr.sge(0..100)?,
                 ];
                 b.wr(1).rdma_write(remote).sge_list(&sges)
             })
             .unwrap();
     assert_wc(&wcs[0], 1, WcOpcode::RdmaWrite);
-    let want: Vec<u8> = [&src[200..300], &src[0..100], &src[100..200]].concat();
+    let want: Vec<u8> = [&first[100..200], &other[..], &first[0..100]].concat();
     assert_eq!(&p.b.mr.as_slice()[..300], &want[..]);
+    assert!(p.b.mr.as_slice()[300..].iter().all(|&x| x == 0));
+
+    // Scatter: an RDMA read of B[0..300) into second[1000..1150) and
+    // A[5000..5150).
+    let wcs =
+        p.a.qp
+            .post_and_wait(WAIT, |b| {
+                let sges = [second.sge(1000..1150)?, p.a.mr.sge(5000..5150)?];
+                b.wr(2).rdma_read(remote).sge_list(&sges)
+            })
+            .unwrap();
+    assert_wc(&wcs[0], 2, WcOpcode::RdmaRead);
+    assert_eq!(&second.as_slice()[1000..1150], &want[..150]);
+    assert_eq!(&p.a.mr.as_slice()[5000..5150], &want[150..]);
 }
 
 #[test]
@@ -403,21 +431,47 @@ fn error_state_flushes_and_reset_reconnects() {
 
 #[test]
 #[ignore = "needs an RDMA device: set MLX5DV_TEST_DEVICE"]
-fn wrong_rkey_is_a_remote_access_error() {
+fn wrong_rkey_is_a_remote_access_error_then_flush_then_recovery() {
     let mut p = Pair::new();
-    let mut remote = p.b.mr.remote(0..64).unwrap();
-    remote.rkey ^= 0x00FF_0000;
+    p.a.mr.as_mut_slice()[..64].copy_from_slice(&[0x5A; 64]);
+    let good = p.b.mr.remote(0..64).unwrap();
+    let mut bad = good;
+    bad.rkey ^= 0x00FF_0000;
     let wcs =
         p.a.qp
             .post_and_wait(WAIT, |b| {
-                b.wr(50).rdma_write(remote).sge(p.a.mr.sge(0..64)?)
+                b.wr(50).rdma_write(bad).sge(p.a.mr.sge(0..64)?)?;
+                b.wr(51).rdma_write(good).sge(p.a.mr.sge(0..64)?)?;
+                b.wr(52).rdma_write(good).sge(p.a.mr.sge(0..64)?)
             })
             .unwrap();
-    assert_eq!(wcs.len(), 1);
+    assert_eq!(wcs.len(), 3, "{wcs:?}");
     assert_eq!(wcs[0].wr_id, 50);
     assert_eq!(wcs[0].status, WcStatus::RemAccessErr, "{:?}", wcs[0]);
-    assert!(wcs[0].ok().is_err());
+    assert_eq!(wcs[0].status.to_string(), "remote access error");
+    assert!(matches!(
+        wcs[0].ok(),
+        Err(Error::WorkCompletion { wr_id: 50, .. })
+    ));
+    for (wc, id) in wcs[1..].iter().zip([51, 52]) {
+        assert_eq!((wc.wr_id, wc.status), (id, WcStatus::WrFlushErr), "{wc:?}");
+    }
     assert_eq!(p.a.qp.state().unwrap(), QpState::Err);
+    assert!(
+        p.b.mr.as_slice()[..64].iter().all(|&x| x == 0),
+        "a flushed write landed"
+    );
+
+    // Recovery: RESET, then INIT → RTR → RTS again, and traffic.
+    p.a.qp.reset().unwrap();
+    p.b.qp.reset().unwrap();
+    p.connect();
+    let wcs =
+        p.a.qp
+            .post_and_wait(WAIT, |b| b.wr(53).rdma_write(good).sge(p.a.mr.sge(0..64)?))
+            .unwrap();
+    assert_wc(&wcs[0], 53, WcOpcode::RdmaWrite);
+    assert_eq!(&p.b.mr.as_slice()[..64], &[0x5A; 64]);
 }
 
 #[test]
@@ -482,4 +536,63 @@ fn checks_fail_before_any_c_call() {
             .unwrap();
     assert_wc(&wcs[0], 4, WcOpcode::RdmaWrite);
     assert_eq!(&p.b.mr.as_slice()[..4], b"fine");
+}
+
+#[test]
+#[ignore = "needs an RDMA device: set MLX5DV_TEST_DEVICE"]
+fn a_qp_created_through_the_raw_api_is_driven_by_from_raw() {
+    let mut p = Pair::new();
+    let cq = CompletionQueue::new(&p.ctx, 64).unwrap();
+    let raw_cq = unsafe { ffi::ibv_cq_ex_to_cq(cq.as_ptr()) };
+    let mut attr = ffi::ibv_qp_init_attr_ex {
+        send_cq: raw_cq,
+        recv_cq: raw_cq,
+        cap: ffi::ibv_qp_cap {
+            max_send_wr: 16,
+            max_recv_wr: 16,
+            max_send_sge: 1,
+            max_recv_sge: 1,
+            max_inline_data: 0,
+        },
+        qp_type: ffi::IBV_QPT_RC,
+        comp_mask: ffi::IBV_QP_INIT_ATTR_PD | ffi::IBV_QP_INIT_ATTR_SEND_OPS_FLAGS,
+        pd: p.pd.as_ptr(),
+        send_ops_flags: u64::from(ffi::IBV_QP_EX_WITH_RDMA_WRITE),
+        ..Default::default()
+    };
+    let raw = unsafe { ffi::ibv_create_qp_ex(p.ctx.as_ptr(), &mut attr) };
+    let raw = std::ptr::NonNull::new(raw).expect("ibv_create_qp_ex");
+    let caps = QpCaps {
+        max_send_wr: attr.cap.max_send_wr,
+        max_recv_wr: attr.cap.max_recv_wr,
+        max_send_sge: attr.cap.max_send_sge,
+        max_recv_sge: attr.cap.max_recv_sge,
+        max_inline_data: attr.cap.max_inline_data,
+    };
+    let mut qp =
+        unsafe { QpEx::<Rc>::from_raw(raw, &p.pd, &cq, &cq, caps, SendOps::RDMA_WRITE) }.unwrap();
+    // Connect it to B in place of A.
+    p.b.qp.reset().unwrap();
+    let mine = qp.endpoint(0x77, &p.opts).unwrap();
+    let theirs = p.b.qp.endpoint(0x88, &p.opts).unwrap();
+    qp.connect(&theirs, 0x77, &p.opts).unwrap();
+    p.b.qp.connect(&mine, 0x88, &p.opts).unwrap();
+    p.a.mr.as_mut_slice()[..32].copy_from_slice(&pattern(32, 61));
+    let remote = p.b.mr.remote(100..132).unwrap();
+    let wcs = qp
+        .post_and_wait(WAIT, |b| {
+            b.wr(70).rdma_write(remote).sge(p.a.mr.sge(0..32)?)
+        })
+        .unwrap();
+    assert_wc(&wcs[0], 70, WcOpcode::RdmaWrite);
+    assert_eq!(wcs[0].qp_num, raw_qp_num(raw));
+    assert_eq!(&p.b.mr.as_slice()[100..132], &pattern(32, 61)[..]);
+    // The handle does not destroy what it did not create: the raw QP is
+    // still alive and is destroyed here, once.
+    drop(qp);
+    assert_eq!(unsafe { ffi::ibv_destroy_qp(raw.as_ptr()) }, 0);
+}
+
+fn raw_qp_num(qp: std::ptr::NonNull<ffi::ibv_qp>) -> u32 {
+    unsafe { (*qp.as_ptr()).qp_num }
 }
