@@ -215,31 +215,7 @@ impl MemoryRegion {
 
     /// Checks `range` against the region and returns its (offset, length).
     pub(crate) fn check_range(&self, range: impl RangeBounds<usize>) -> Result<(usize, usize)> {
-        let start = match range.start_bound() {
-            Bound::Included(&s) => s,
-            Bound::Excluded(&s) => s.saturating_add(1),
-            Bound::Unbounded => 0,
-        };
-        let end = match range.end_bound() {
-            Bound::Included(&e) => e.saturating_add(1),
-            Bound::Excluded(&e) => e,
-            Bound::Unbounded => self.len,
-        };
-        if end > self.len {
-            return Err(Error::OutOfRange {
-                what: "range end",
-                value: end as u64,
-                limit: format!("at most {} (the memory region's length)", self.len),
-            });
-        }
-        if start > end {
-            return Err(Error::OutOfRange {
-                what: "range start",
-                value: start as u64,
-                limit: format!("at most the range end {end}"),
-            });
-        }
-        Ok((start, end - start))
+        range_within(self.len, range)
     }
 
     /// A scatter/gather entry for `range` of this region: its address,
@@ -272,6 +248,43 @@ impl MemoryRegion {
             rkey: self.rkey(),
         })
     }
+}
+
+/// Checks that `range` lies within `0..len` and returns its (offset,
+/// length). Unbounded ends mean the region's start and end.
+pub(crate) fn range_within(len: usize, range: impl RangeBounds<usize>) -> Result<(usize, usize)> {
+    // An inclusive end (or exclusive start) of usize::MAX names a byte
+    // past any possible region.
+    let past_any = |v: usize| Error::OutOfRange {
+        what: "range bound",
+        value: v as u64,
+        limit: format!("below {} (the memory region's length)", len),
+    };
+    let start = match range.start_bound() {
+        Bound::Included(&s) => s,
+        Bound::Excluded(&s) => s.checked_add(1).ok_or_else(|| past_any(s))?,
+        Bound::Unbounded => 0,
+    };
+    let end = match range.end_bound() {
+        Bound::Included(&e) => e.checked_add(1).ok_or_else(|| past_any(e))?,
+        Bound::Excluded(&e) => e,
+        Bound::Unbounded => len,
+    };
+    if end > len {
+        return Err(Error::OutOfRange {
+            what: "range end",
+            value: end as u64,
+            limit: format!("at most {len} (the memory region's length)"),
+        });
+    }
+    if start > end {
+        return Err(Error::OutOfRange {
+            what: "range start",
+            value: start as u64,
+            limit: format!("at most the range end {end}"),
+        });
+    }
+    Ok((start, end - start))
 }
 
 impl Drop for MemoryRegion {
@@ -384,5 +397,102 @@ impl RemoteBuf {
                 limit: format!("at most {} (the remote buffer's length)", self.len),
             }),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranges_are_checked_at_the_boundaries() {
+        let len = 4096;
+        assert_eq!(range_within(len, ..).unwrap(), (0, 4096));
+        assert_eq!(range_within(len, 0..4096).unwrap(), (0, 4096));
+        assert_eq!(range_within(len, 4096..4096).unwrap(), (4096, 0));
+        assert_eq!(range_within(len, 0..=4095).unwrap(), (0, 4096));
+        assert_eq!(range_within(len, 100..).unwrap(), (100, 3996));
+        assert_eq!(range_within(len, 0..0).unwrap(), (0, 0));
+        // limit + 1
+        assert!(matches!(
+            range_within(len, 0..4097),
+            Err(Error::OutOfRange {
+                what: "range end",
+                value: 4097,
+                ..
+            })
+        ));
+        assert!(matches!(
+            range_within(len, 0..=4096),
+            Err(Error::OutOfRange {
+                what: "range end",
+                value: 4097,
+                ..
+            })
+        ));
+        assert!(matches!(
+            range_within(len, 4097..),
+            Err(Error::OutOfRange {
+                what: "range start",
+                value: 4097,
+                ..
+            })
+        ));
+        // the type's maximum, without overflow
+        assert!(range_within(len, usize::MAX..).is_err());
+        assert!(range_within(len, ..=usize::MAX).is_err());
+        assert!(range_within(usize::MAX, ..=usize::MAX).is_err());
+        #[allow(clippy::reversed_empty_ranges)]
+        let backwards = 10..5;
+        assert!(matches!(
+            range_within(len, backwards),
+            Err(Error::OutOfRange {
+                what: "range start",
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn remote_slices_stay_inside_the_buffer() {
+        let r = RemoteBuf {
+            addr: 0x1000,
+            len: 64,
+            rkey: 7,
+        };
+        assert_eq!(r.slice(0, 64).unwrap(), r);
+        assert_eq!(
+            r.slice(8, 8).unwrap(),
+            RemoteBuf {
+                addr: 0x1008,
+                len: 8,
+                rkey: 7
+            }
+        );
+        assert_eq!(r.slice(64, 0).unwrap().len, 0);
+        assert!(matches!(
+            r.slice(1, 64),
+            Err(Error::OutOfRange { value: 65, .. })
+        ));
+        assert!(matches!(r.slice(65, 0), Err(Error::OutOfRange { .. })));
+        assert!(matches!(
+            r.slice(u64::MAX, 1),
+            Err(Error::OutOfRange {
+                value: u64::MAX,
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn sge_has_the_layout_of_ibv_sge() {
+        assert_eq!(
+            std::mem::size_of::<Sge<'_>>(),
+            std::mem::size_of::<ffi::ibv_sge>()
+        );
+        assert_eq!(
+            std::mem::align_of::<Sge<'_>>(),
+            std::mem::align_of::<ffi::ibv_sge>()
+        );
     }
 }

@@ -743,3 +743,42 @@ impl<T: Transport> fmt::Debug for QpEx<T> {
             .finish()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn psn_is_24_bits() {
+        assert!(check_psn(0).is_ok());
+        assert!(check_psn(0x00FF_FFFF).is_ok());
+        assert!(matches!(
+            check_psn(0x0100_0000),
+            Err(Error::OutOfRange {
+                what: "PSN",
+                value: 0x0100_0000,
+                ..
+            })
+        ));
+        assert!(check_psn(u32::MAX).is_err());
+    }
+
+    #[test]
+    fn qp_states_map_from_the_c_values() {
+        assert_eq!(QpState::from_raw(ffi::IBV_QPS_RESET), QpState::Reset);
+        assert_eq!(QpState::from_raw(ffi::IBV_QPS_RTS), QpState::Rts);
+        assert_eq!(QpState::from_raw(ffi::IBV_QPS_ERR), QpState::Err);
+        assert_eq!(QpState::from_raw(99), QpState::Other(99));
+    }
+
+    #[test]
+    fn default_send_ops_are_the_rc_set() {
+        let ops = SendOps::rc_default();
+        assert!(ops.contains(SendOps::RDMA_WRITE | SendOps::RDMA_READ | SendOps::SEND));
+        assert!(!ops.contains(SendOps::BIND_MW));
+        assert_eq!(
+            SendOps::RDMA_WRITE.bits(),
+            u64::from(ffi::IBV_QP_EX_WITH_RDMA_WRITE)
+        );
+    }
+}
