@@ -151,21 +151,28 @@ mod ah;
 mod cq;
 mod device;
 mod error;
+mod mkey;
+pub mod mlx5;
 mod mr;
 mod pd;
 mod port;
 mod qp;
+pub mod wqe;
 pub mod wr;
 
 pub use ah::{AddressHandle, AhAttr, Grh};
 pub use cq::{CompletionQueue, WcOpcode, WcStatus, WorkCompletion};
 pub use device::{Context, Device, DeviceAttr, DeviceList};
 pub use error::{Error, Result};
+pub use mkey::Mkey;
 pub use mr::{AccessFlags, MemoryRegion, RemoteBuf, Sge};
 pub use pd::ProtectionDomain;
 pub use port::{Gid, GidEntry, GidType, LinkLayer, Mtu, PortAttr, PortState};
-pub use qp::{ConnectOptions, Endpoint, QpBuilder, QpCaps, QpEx, QpState, Rc, SendOps, Transport};
-pub use wr::{SendFlags, WrBatch};
+pub use qp::{
+    ConnectOptions, DcAddr, Dci, DciStreams, Endpoint, Mlx5SendOps, QpBuilder, QpCaps, QpEx,
+    QpState, Rc, SendOps, Transport,
+};
+pub use wr::{MrInterleaved, SendFlags, WrBatch};
 
 /// Reports a destroy call that failed in `Drop`, where it cannot be
 /// returned: one line on standard error naming the call, the errno and the

@@ -345,6 +345,14 @@ impl Sge<'_> {
         self.raw.lkey
     }
 
+    /// An entry from raw parts (zero-based mkey entries).
+    pub(crate) fn from_raw(raw: ffi::ibv_sge) -> Self {
+        Sge {
+            raw,
+            _mr: PhantomData,
+        }
+    }
+
     /// The entries as C sees them.
     pub(crate) fn as_raw_slice<'a>(sges: &'a [Sge<'_>]) -> &'a [ffi::ibv_sge] {
         // SAFETY: Sge is repr(transparent) over ibv_sge.

@@ -93,7 +93,11 @@ use crate::cq::WorkCompletion;
 use crate::error::{Error, Result};
 use crate::ffi;
 use crate::mr::{RemoteBuf, Sge};
-use crate::qp::{QpCaps, QpEx, SendOps, Transport};
+use crate::qp::{check_stream_id, DcAddr, Dci, Mlx5Info, QpCaps, QpEx, Rc, SendOps, Transport};
+
+mod mlx5;
+
+pub use mlx5::MrInterleaved;
 use std::marker::PhantomData;
 use std::mem::ManuallyDrop;
 use std::ptr::NonNull;
@@ -125,6 +129,8 @@ struct BatchState {
     qpx: NonNull<ffi::ibv_qp_ex>,
     caps: QpCaps,
     send_ops: SendOps,
+    /// What an mlx5 QP was created with (mlx5 extension, ops, limits).
+    mlx5: Mlx5Info,
     /// Every WR signalled (the scoped form counts completions).
     force_signaled: bool,
     /// WRs handed to the provider so far.
@@ -163,6 +169,7 @@ impl<T: Transport> QpEx<T> {
                 qpx,
                 caps: self.caps(),
                 send_ops: self.send_ops(),
+                mlx5: self.mlx5,
                 force_signaled,
                 posted: 0,
             },
@@ -313,9 +320,7 @@ impl<'q, 'm, T: Transport> WrBatch<'q, 'm, T> {
         Ok(this.state.posted)
     }
 
-    /// Adds a work request whose completion carries `wr_id`. Choose its
-    /// flags, then one builder, then its data.
-    pub fn wr(&mut self, wr_id: u64) -> Wr<'_, 'm, T> {
+    fn start_wr(&mut self, wr_id: u64, dc: Option<RawDc>) -> Wr<'_, 'm, T> {
         let flags = if self.state.force_signaled {
             SendFlags::SIGNALED
         } else {
@@ -325,7 +330,60 @@ impl<'q, 'm, T: Transport> WrBatch<'q, 'm, T> {
             state: &mut self.state,
             wr_id,
             flags,
+            dc,
             _p: PhantomData,
+        }
+    }
+}
+
+impl<'m> WrBatch<'_, 'm, Rc> {
+    /// Adds a work request whose completion carries `wr_id`. Choose its
+    /// flags, then one builder, then its data.
+    pub fn wr(&mut self, wr_id: u64) -> Wr<'_, 'm, Rc> {
+        self.start_wr(wr_id, None)
+    }
+}
+
+impl<'m> WrBatch<'_, 'm, Dci> {
+    /// Adds a work request whose completion carries `wr_id`, going to the
+    /// DCT at `addr` (`mlx5dv_wr_set_dc_addr`, called after the builder and
+    /// its data, as mlx5dv_wr_post(3) orders it). A DCI work request cannot
+    /// be built without an address.
+    pub fn wr<'s>(&'s mut self, wr_id: u64, addr: DcAddr<'s>) -> Wr<'s, 'm, Dci> {
+        self.start_wr(wr_id, Some(RawDc::new(addr, None)))
+    }
+
+    /// Like [`wr`](Self::wr), on DCI stream `stream_id`
+    /// (`mlx5dv_wr_set_dc_addr_stream`), for a DCI created with
+    /// [`dci_streams`](crate::QpBuilder::dci_streams). The id must be below
+    /// 2^`log_num_concurent` (checked when the work request is added).
+    pub fn wr_stream<'s>(
+        &'s mut self,
+        wr_id: u64,
+        addr: DcAddr<'s>,
+        stream_id: u16,
+    ) -> Wr<'s, 'm, Dci> {
+        self.start_wr(wr_id, Some(RawDc::new(addr, Some(stream_id))))
+    }
+}
+
+/// A DC address as handed to C; the borrow of the address handle lives in
+/// the `Wr`'s lifetime.
+#[derive(Clone, Copy)]
+struct RawDc {
+    ah: *mut ffi::ibv_ah,
+    remote_dctn: u32,
+    remote_dc_key: u64,
+    stream_id: Option<u16>,
+}
+
+impl RawDc {
+    fn new(addr: DcAddr<'_>, stream_id: Option<u16>) -> Self {
+        RawDc {
+            ah: addr.ah.as_ptr(),
+            remote_dctn: addr.remote_dctn,
+            remote_dc_key: addr.remote_dc_key,
+            stream_id,
         }
     }
 }
@@ -344,6 +402,8 @@ pub struct Wr<'b, 'm, T: Transport> {
     state: &'b mut BatchState,
     wr_id: u64,
     flags: SendFlags,
+    /// The DC address (DCI batches only).
+    dc: Option<RawDc>,
     _p: PhantomData<(Invariant<'m>, T)>,
 }
 
@@ -530,39 +590,99 @@ impl<'m, T: Transport, K> Op<'_, 'm, T, K> {
                 });
             }
         }
-        let mut flags = wr.flags;
-        if let Data::Inline(_) = data {
-            flags |= SendFlags::INLINE;
-        }
-        let q = wr.state.qpx.as_ptr();
+        let extra = match data {
+            Data::Inline(_) => SendFlags::INLINE,
+            _ => SendFlags::empty(),
+        };
         let (rkey, raddr) = remote.map_or((0, 0), |r| (r.rkey, r.addr));
-        // SAFETY: `q` is the live extended QP of an open batch, borrowed
-        // mutably through `wr.state`; the builder's entry is non-NULL
-        // (checked at creation for every op in send_ops, and `op` is in
-        // send_ops); the setters were checked at creation; the SGE list
-        // and inline data are valid for the calls (the provider copies
-        // inline data and the SGE entries during them).
-        unsafe {
-            (*q).wr_id = wr.wr_id;
-            (*q).wr_flags = flags.bits();
-            match kind {
-                OpKind::Send => ffi::ibv_wr_send(q),
-                OpKind::SendImm(imm) => ffi::ibv_wr_send_imm(q, imm),
-                OpKind::Write => ffi::ibv_wr_rdma_write(q, rkey, raddr),
-                OpKind::WriteImm(imm) => ffi::ibv_wr_rdma_write_imm(q, rkey, raddr, imm),
-                OpKind::Read => ffi::ibv_wr_rdma_read(q, rkey, raddr),
-                OpKind::CmpSwp { compare, swap } => {
-                    ffi::ibv_wr_atomic_cmp_swp(q, rkey, raddr, compare, swap)
+        wr.commit(extra, |q, _| {
+            // SAFETY: `q` is the live extended QP of an open batch; the
+            // builder's entry is non-NULL (checked at creation for every op
+            // in send_ops, and `op` is in send_ops); the setters were
+            // checked at creation; the SGE list and inline data are valid
+            // for the calls (the provider copies inline data and the SGE
+            // entries during them).
+            unsafe {
+                match kind {
+                    OpKind::Send => ffi::ibv_wr_send(q),
+                    OpKind::SendImm(imm) => ffi::ibv_wr_send_imm(q, imm),
+                    OpKind::Write => ffi::ibv_wr_rdma_write(q, rkey, raddr),
+                    OpKind::WriteImm(imm) => ffi::ibv_wr_rdma_write_imm(q, rkey, raddr, imm),
+                    OpKind::Read => ffi::ibv_wr_rdma_read(q, rkey, raddr),
+                    OpKind::CmpSwp { compare, swap } => {
+                        ffi::ibv_wr_atomic_cmp_swp(q, rkey, raddr, compare, swap)
+                    }
+                    OpKind::FetchAdd { add } => ffi::ibv_wr_atomic_fetch_add(q, rkey, raddr, add),
                 }
-                OpKind::FetchAdd { add } => ffi::ibv_wr_atomic_fetch_add(q, rkey, raddr, add),
+                match data {
+                    Data::Sge(s) => ffi::ibv_wr_set_sge(q, s.lkey, s.addr, s.length),
+                    Data::List(l) => ffi::ibv_wr_set_sge_list(q, l.len(), l.as_ptr()),
+                    Data::Inline(d) => {
+                        ffi::ibv_wr_set_inline_data(q, d.as_ptr() as *mut _, d.len())
+                    }
+                }
             }
-            match data {
-                Data::Sge(s) => ffi::ibv_wr_set_sge(q, s.lkey, s.addr, s.length),
-                Data::List(l) => ffi::ibv_wr_set_sge_list(q, l.len(), l.as_ptr()),
-                Data::Inline(d) => ffi::ibv_wr_set_inline_data(q, d.as_ptr() as *mut _, d.len()),
+        })
+    }
+}
+
+impl<T: Transport> Wr<'_, '_, T> {
+    /// Hands one whole work request to the provider: its wr_id and flags
+    /// (plus `extra`), then `build` (the builder and its setters), then the
+    /// DC address on a DCI. Every check has passed before this is called,
+    /// except the stream id, checked here first.
+    #[inline]
+    fn commit(
+        self,
+        extra: SendFlags,
+        build: impl FnOnce(*mut ffi::ibv_qp_ex, Option<NonNull<ffi::mlx5dv_qp_ex>>),
+    ) -> Result<()> {
+        let mqpx = self.state.mlx5.mqpx;
+        if let Some(RawDc {
+            stream_id: Some(id),
+            ..
+        }) = self.dc
+        {
+            let Some(streams) = self.state.mlx5.streams else {
+                return Err(Error::Unsupported {
+                    what: "mlx5dv_wr_set_dc_addr_stream: the DCI was created without DCI streams"
+                        .into(),
+                });
+            };
+            check_stream_id(id, streams.num_streams())?;
+        }
+        let q = self.state.qpx.as_ptr();
+        // SAFETY: `q` is the live extended QP of an open batch, borrowed
+        // mutably through `self.state`.
+        unsafe {
+            (*q).wr_id = self.wr_id;
+            (*q).wr_flags = (self.flags | extra).bits();
+        }
+        build(q, mqpx);
+        if let (Some(dc), Some(m)) = (self.dc, mqpx) {
+            // SAFETY: a DCI has its mlx5 extension, whose DC setters were
+            // checked non-NULL at creation (the stream setter when it has
+            // streams, and only then can `stream_id` be Some here); the
+            // address handle is borrowed for the Wr's lifetime.
+            unsafe {
+                match dc.stream_id {
+                    None => ffi::mlx5dv_wr_set_dc_addr(
+                        m.as_ptr(),
+                        dc.ah,
+                        dc.remote_dctn,
+                        dc.remote_dc_key,
+                    ),
+                    Some(id) => ffi::mlx5dv_wr_set_dc_addr_stream(
+                        m.as_ptr(),
+                        dc.ah,
+                        dc.remote_dctn,
+                        dc.remote_dc_key,
+                        id,
+                    ),
+                }
             }
         }
-        wr.state.posted += 1;
+        self.state.posted += 1;
         Ok(())
     }
 }

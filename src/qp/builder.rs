@@ -1,0 +1,294 @@
+//! Creating QPs: `ibv_create_qp_ex(3)` for plain RC QPs, and
+//! `mlx5dv_create_qp(3)` for DCIs and for RC QPs with mlx5 send ops.
+
+use super::{ffi_cq, DciStreams, Mlx5Info, Mlx5SendOps, QpCaps, QpEx, QpParts, SendOps, Transport};
+use super::{Dci, Rc};
+use crate::cq::CompletionQueue;
+use crate::device::Context;
+use crate::error::{Error, Result};
+use crate::ffi;
+use crate::pd::ProtectionDomain;
+use std::marker::PhantomData;
+use std::ptr::NonNull;
+
+/// Creates a [`QpEx`]: choose the transport ([`QpBuilder::rc`],
+/// [`QpBuilder::dci`]), set sizes and send ops, then [`build`](Self::build).
+#[must_use = "a builder does nothing until build() is called"]
+pub struct QpBuilder<'a, T: Transport> {
+    pd: &'a ProtectionDomain,
+    send_cq: &'a CompletionQueue,
+    recv_cq: &'a CompletionQueue,
+    caps: QpCaps,
+    send_ops: SendOps,
+    mlx5_ops: Mlx5SendOps,
+    streams: Option<DciStreams>,
+    sq_sig_all: bool,
+    _t: PhantomData<T>,
+}
+
+impl<'a, T: Transport> QpBuilder<'a, T> {
+    fn new(
+        pd: &'a ProtectionDomain,
+        send_cq: &'a CompletionQueue,
+        recv_cq: &'a CompletionQueue,
+        caps: QpCaps,
+    ) -> Self {
+        QpBuilder {
+            pd,
+            send_cq,
+            recv_cq,
+            caps,
+            send_ops: SendOps::rc_default(),
+            mlx5_ops: Mlx5SendOps::empty(),
+            streams: None,
+            sq_sig_all: false,
+            _t: PhantomData,
+        }
+    }
+}
+
+impl<'a> QpBuilder<'a, Rc> {
+    /// An RC QP in `pd` whose sends complete on `send_cq` and receives on
+    /// `recv_cq` (which may be the same CQ), with [`QpCaps::default`] and
+    /// [`SendOps::rc_default`].
+    pub fn rc(
+        pd: &'a ProtectionDomain,
+        send_cq: &'a CompletionQueue,
+        recv_cq: &'a CompletionQueue,
+    ) -> Self {
+        Self::new(pd, send_cq, recv_cq, QpCaps::default())
+    }
+}
+
+impl<'a> QpBuilder<'a, Dci> {
+    /// An mlx5 DCI (`IBV_QPT_DRIVER`, `MLX5DV_DCTYPE_DCI`) in `pd`: a send
+    /// queue that reaches any DCT, each work request addressed with a
+    /// [`DcAddr`](crate::DcAddr). It has no receive queue.
+    pub fn dci(pd: &'a ProtectionDomain, send_cq: &'a CompletionQueue) -> Self {
+        let caps = QpCaps {
+            max_recv_wr: 0,
+            max_recv_sge: 0,
+            ..QpCaps::default()
+        };
+        Self::new(pd, send_cq, send_cq, caps)
+    }
+
+    /// Creates the DCI with DCI streams
+    /// (`MLX5DV_QP_INIT_ATTR_MASK_DCI_STREAMS`): 2^`log_num_concurent`
+    /// concurrent streams, 2^`log_num_errored` of which may be in error.
+    /// Bounded by the device's `dci_streams_caps`.
+    pub fn dci_streams(&mut self, log_num_concurent: u8, log_num_errored: u8) -> &mut Self {
+        self.streams = Some(DciStreams {
+            log_num_concurent,
+            log_num_errored,
+        });
+        self
+    }
+}
+
+impl<T: Transport> QpBuilder<'_, T> {
+    /// Queue sizes to ask for. For more than 4 list entries or 3
+    /// interleaved entries per mkey registration, raise `max_inline_data`
+    /// (the WQE size follows it): `16 × entries - 4` bytes for a list,
+    /// `16 × (entries + 1) - 4` for an interleaved layout.
+    pub fn caps(&mut self, caps: QpCaps) -> &mut Self {
+        self.caps = caps;
+        self
+    }
+
+    /// The generic builders the QP must support.
+    pub fn send_ops(&mut self, ops: SendOps) -> &mut Self {
+        self.send_ops = ops;
+        self
+    }
+
+    /// The mlx5 builders the QP must support; any makes the QP with
+    /// `mlx5dv_create_qp`, on mlx5 devices only.
+    pub fn mlx5_send_ops(&mut self, ops: Mlx5SendOps) -> &mut Self {
+        self.mlx5_ops = ops;
+        self
+    }
+
+    /// Signal a completion for every send WR, whatever its flags.
+    pub fn sq_sig_all(&mut self, on: bool) -> &mut Self {
+        self.sq_sig_all = on;
+        self
+    }
+
+    fn describe(&self) -> String {
+        let mut s = format!(
+            "{} QP, {:?}, send ops {:?}",
+            T::NAME,
+            self.caps,
+            self.send_ops
+        );
+        if !self.mlx5_ops.is_empty() {
+            s += &format!(", mlx5 send ops {:?}", self.mlx5_ops);
+        }
+        if let Some(st) = self.streams {
+            s += &format!(", {st:?}");
+        }
+        s + &format!(", on {}", self.pd.context().name())
+    }
+
+    /// Checks what can be checked before any C call.
+    fn check(&self, ctx: &Context) -> Result<()> {
+        for (what, cq) in [("send CQ", self.send_cq), ("receive CQ", self.recv_cq)] {
+            if cq.context().as_ptr() != ctx.as_ptr() {
+                return Err(Error::InvalidArgument(format!(
+                    "the {what} belongs to {}, the PD to {}",
+                    cq.context().name(),
+                    ctx.name()
+                )));
+            }
+        }
+        let rc_only = Mlx5SendOps::MR_LIST | Mlx5SendOps::MR_INTERLEAVED;
+        if T::DC && self.mlx5_ops.intersects(rc_only) {
+            return Err(Error::InvalidArgument(format!(
+                "{:?} are RC-only builders (mlx5dv_wr_post(3)); a {} cannot have them",
+                self.mlx5_ops & rc_only,
+                T::NAME
+            )));
+        }
+        if let Some(st) = self.streams {
+            if st.log_num_concurent > 15 || st.log_num_errored > st.log_num_concurent {
+                return Err(Error::OutOfRange {
+                    what: "DCI streams log_num_errored / log_num_concurent",
+                    value: u64::from(st.log_num_errored.max(st.log_num_concurent)),
+                    limit: "log_num_concurent at most 15 (16-bit stream ids), \
+                            log_num_errored at most log_num_concurent"
+                        .into(),
+                });
+            }
+        }
+        if (T::DC || !self.mlx5_ops.is_empty()) && !ctx.is_mlx5() {
+            return Err(Error::Unsupported {
+                what: format!(
+                    "mlx5dv_create_qp ({}): {} is not an mlx5 device",
+                    self.describe(),
+                    ctx.name()
+                ),
+            });
+        }
+        Ok(())
+    }
+
+    /// Creates the QP, in the RESET state: with `mlx5dv_create_qp` for a
+    /// DCI or when mlx5 send ops were asked for, else with
+    /// `ibv_create_qp_ex`. A QP that does not support a requested op fails
+    /// with [`Error::Unsupported`] naming what was asked.
+    pub fn build(&self) -> Result<QpEx<T>> {
+        let ctx = self.pd.context();
+        self.check(ctx)?;
+        let max_memcpy = if self.mlx5_ops.contains(Mlx5SendOps::MEMCPY) {
+            let max = ctx.mlx5_caps()?.max_wr_memcpy_length.unwrap_or(0);
+            if max == 0 {
+                return Err(Error::Unsupported {
+                    what: format!(
+                        "memcpy on {}: max_wr_memcpy_length is 0 (mlx5dv_wr_post(3): \
+                         the device doesn't support memcpy operations)",
+                        ctx.name()
+                    ),
+                });
+            }
+            max
+        } else {
+            0
+        };
+        let c = self.caps;
+        let mut attr = ffi::ibv_qp_init_attr_ex {
+            send_cq: ffi_cq(self.send_cq),
+            recv_cq: ffi_cq(self.recv_cq),
+            cap: ffi::ibv_qp_cap {
+                max_send_wr: c.max_send_wr,
+                max_recv_wr: c.max_recv_wr,
+                max_send_sge: c.max_send_sge,
+                max_recv_sge: c.max_recv_sge,
+                max_inline_data: c.max_inline_data,
+            },
+            qp_type: if T::DC {
+                ffi::IBV_QPT_DRIVER
+            } else {
+                ffi::IBV_QPT_RC
+            },
+            sq_sig_all: i32::from(self.sq_sig_all),
+            comp_mask: ffi::IBV_QP_INIT_ATTR_PD | ffi::IBV_QP_INIT_ATTR_SEND_OPS_FLAGS,
+            pd: self.pd.as_ptr(),
+            send_ops_flags: self.send_ops.bits(),
+            ..Default::default()
+        };
+        let mlx5_path = T::DC || !self.mlx5_ops.is_empty();
+        let (call, qp) = if mlx5_path {
+            let mut dv = self.dv_attr();
+            // SAFETY: the context, PD and CQs are live (held by `self`); both
+            // attribute structs are initialised; NULL is handled.
+            let qp = unsafe { ffi::mlx5dv_create_qp(ctx.as_ptr(), &mut attr, &mut dv) };
+            ("mlx5dv_create_qp", qp)
+        } else {
+            // SAFETY: as above.
+            let qp = unsafe { ffi::ibv_create_qp_ex(ctx.as_ptr(), &mut attr) };
+            ("ibv_create_qp_ex", qp)
+        };
+        let qp = NonNull::new(qp).ok_or_else(|| Error::last_os(call, self.describe()))?;
+        // SAFETY: the QP was created with IBV_QP_INIT_ATTR_SEND_OPS_FLAGS, so
+        // it has an extended QP.
+        let qpx = NonNull::new(unsafe { ffi::ibv_qp_to_qp_ex(qp.as_ptr()) });
+        let mqpx = match qpx {
+            Some(q) if mlx5_path => {
+                // SAFETY: a live extended QP made by mlx5dv_create_qp.
+                NonNull::new(unsafe { ffi::mlx5dv_qp_ex_from_ibv_qp_ex(q.as_ptr()) })
+            }
+            _ => None,
+        };
+        let Some(qpx) = qpx.filter(|_| !mlx5_path || mqpx.is_some()) else {
+            // SAFETY: created above, not shared; destroyed once.
+            unsafe { ffi::ibv_destroy_qp(qp.as_ptr()) };
+            return Err(Error::Unsupported {
+                what: format!("{call} gave no extended QP for {}", self.describe()),
+            });
+        };
+        QpEx::assemble(QpParts {
+            qp,
+            qpx,
+            mlx5: Mlx5Info {
+                mqpx,
+                ops: self.mlx5_ops,
+                max_memcpy,
+                streams: self.streams,
+            },
+            caps: QpCaps {
+                max_send_wr: attr.cap.max_send_wr,
+                max_recv_wr: attr.cap.max_recv_wr,
+                max_send_sge: attr.cap.max_send_sge,
+                max_recv_sge: attr.cap.max_recv_sge,
+                max_inline_data: attr.cap.max_inline_data,
+            },
+            send_ops: self.send_ops,
+            owned: true,
+            pd: self.pd,
+            send_cq: self.send_cq,
+            recv_cq: self.recv_cq,
+        })
+    }
+
+    /// The `struct mlx5dv_qp_init_attr` for this QP.
+    fn dv_attr(&self) -> ffi::mlx5dv_qp_init_attr {
+        let mut dv = ffi::mlx5dv_qp_init_attr::default();
+        if !self.mlx5_ops.is_empty() {
+            dv.comp_mask |= u64::from(ffi::MLX5DV_QP_INIT_ATTR_MASK_SEND_OPS_FLAGS);
+            dv.send_ops_flags = self.mlx5_ops.bits();
+        }
+        if T::DC {
+            dv.comp_mask |= u64::from(ffi::MLX5DV_QP_INIT_ATTR_MASK_DC);
+            dv.dc_init_attr.dc_type = ffi::MLX5DV_DCTYPE_DCI;
+            if let Some(st) = self.streams {
+                dv.comp_mask |= u64::from(ffi::MLX5DV_QP_INIT_ATTR_MASK_DCI_STREAMS);
+                dv.dc_init_attr.__bindgen_anon_1.dci_streams = ffi::mlx5dv_dci_streams {
+                    log_num_concurent: st.log_num_concurent,
+                    log_num_errored: st.log_num_errored,
+                };
+            }
+        }
+        dv
+    }
+}

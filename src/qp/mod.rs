@@ -1,0 +1,435 @@
+//! Queue pairs with the extended work-request API: RC QPs made with
+//! `ibv_create_qp_ex(3)`, and mlx5 QPs (RC with mlx5 send ops, DCI) made
+//! with `mlx5dv_create_qp(3)`; state transitions and receives.
+
+mod builder;
+mod dci;
+mod rc;
+mod types;
+
+pub use builder::QpBuilder;
+pub use dci::DcAddr;
+pub use types::{ConnectOptions, DciStreams, Endpoint, Mlx5SendOps, QpCaps, QpState, SendOps};
+
+use crate::cq::CompletionQueue;
+use crate::error::{check, Error, Result};
+use crate::ffi;
+use crate::pd::ProtectionDomain;
+use std::fmt;
+use std::marker::PhantomData;
+use std::ptr::NonNull;
+
+pub(crate) use dci::check_stream_id;
+pub(crate) use rc::check_psn;
+
+mod sealed {
+    pub trait Sealed {}
+}
+
+/// A QP transport: the type parameter of [`QpEx`] that decides which
+/// builders and setters a work request has.
+pub trait Transport: sealed::Sealed + 'static {
+    /// The man page's name, e.g. `RC`.
+    const NAME: &'static str;
+    /// Whether every work request needs a DC address (`mlx5dv_wr_set_dc_addr`).
+    #[doc(hidden)]
+    const DC: bool;
+}
+
+/// Reliable connected (`IBV_QPT_RC`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rc {}
+impl sealed::Sealed for Rc {}
+impl Transport for Rc {
+    const NAME: &'static str = "RC";
+    const DC: bool = false;
+}
+
+/// mlx5 dynamically connected initiator (`MLX5DV_DCTYPE_DCI`): one QP that
+/// reaches many DC targets, each work request addressed with
+/// `mlx5dv_wr_set_dc_addr` (or `mlx5dv_wr_set_dc_addr_stream`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dci {}
+impl sealed::Sealed for Dci {}
+impl Transport for Dci {
+    const NAME: &'static str = "DCI";
+    const DC: bool = true;
+}
+
+pub(crate) fn ffi_cq(cq: &CompletionQueue) -> *mut ffi::ibv_cq {
+    // SAFETY: a pure pointer cast of a live extended CQ.
+    unsafe { ffi::ibv_cq_ex_to_cq(cq.as_ptr()) }
+}
+
+/// What an mlx5 QP was created with.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Mlx5Info {
+    /// The mlx5 extension of the QP (`mlx5dv_qp_ex_from_ibv_qp_ex`), for
+    /// QPs made with `mlx5dv_create_qp`.
+    pub(crate) mqpx: Option<NonNull<ffi::mlx5dv_qp_ex>>,
+    /// The mlx5 builders it was created with.
+    pub(crate) ops: Mlx5SendOps,
+    /// The device's `max_wr_memcpy_length` (0: memcpy not supported).
+    pub(crate) max_memcpy: u64,
+    /// DCI streams it was created with.
+    pub(crate) streams: Option<DciStreams>,
+}
+
+/// A queue pair with the extended work-request API. `T` is its transport
+/// ([`Rc`], [`Dci`]); posting goes through [`QpEx::batch`].
+///
+/// Owned by one value (not cloneable): posting needs `&mut self`, so two
+/// threads cannot interleave batches on one QP. It keeps its PD and CQs
+/// alive, and is destroyed on drop.
+pub struct QpEx<T: Transport> {
+    pub(crate) qp: NonNull<ffi::ibv_qp>,
+    pub(crate) qpx: NonNull<ffi::ibv_qp_ex>,
+    pub(crate) mlx5: Mlx5Info,
+    caps: QpCaps,
+    send_ops: SendOps,
+    owned: bool,
+    // Dropped after the QP is destroyed (fields drop after Drop::drop).
+    pd: ProtectionDomain,
+    send_cq: CompletionQueue,
+    recv_cq: CompletionQueue,
+    _t: PhantomData<T>,
+}
+
+// SAFETY: the QP is used through verbs calls that are safe from any thread;
+// posting needs `&mut self`, so one thread at a time builds a batch.
+unsafe impl<T: Transport> Send for QpEx<T> {}
+// SAFETY: `&self` methods are state transitions and queries, which the
+// provider and kernel serialise.
+unsafe impl<T: Transport> Sync for QpEx<T> {}
+
+impl<T: Transport> Drop for QpEx<T> {
+    fn drop(&mut self) {
+        if self.owned {
+            // SAFETY: created by this value and destroyed once; no batch is
+            // alive (a batch borrows the QP mutably).
+            let rc = unsafe { ffi::ibv_destroy_qp(self.qp.as_ptr()) };
+            crate::report_destroy_failure("ibv_destroy_qp", rc, self.pd.context().name());
+        }
+    }
+}
+
+/// The parts a [`QpEx`] is assembled from.
+pub(crate) struct QpParts<'a> {
+    pub(crate) qp: NonNull<ffi::ibv_qp>,
+    pub(crate) qpx: NonNull<ffi::ibv_qp_ex>,
+    pub(crate) mlx5: Mlx5Info,
+    pub(crate) caps: QpCaps,
+    pub(crate) send_ops: SendOps,
+    pub(crate) owned: bool,
+    pub(crate) pd: &'a ProtectionDomain,
+    pub(crate) send_cq: &'a CompletionQueue,
+    pub(crate) recv_cq: &'a CompletionQueue,
+}
+
+impl<T: Transport> QpEx<T> {
+    /// Assembles a QP and checks, once, that the provider filled every
+    /// function-table entry a batch may call for what it was created with.
+    /// On failure an owned QP is destroyed (by Drop).
+    pub(crate) fn assemble(p: QpParts<'_>) -> Result<Self> {
+        let qp = QpEx {
+            qp: p.qp,
+            qpx: p.qpx,
+            mlx5: p.mlx5,
+            caps: p.caps,
+            send_ops: p.send_ops,
+            owned: p.owned,
+            pd: p.pd.clone(),
+            send_cq: p.send_cq.clone(),
+            recv_cq: p.recv_cq.clone(),
+            _t: PhantomData,
+        };
+        qp.check_entries()?;
+        Ok(qp)
+    }
+
+    /// Checks, once, that the provider filled the function-table entries
+    /// the batch calls: start/complete/abort, the data setters, and the
+    /// builder of every op in `send_ops`. The batch then never calls a
+    /// NULL entry.
+    fn check_entries(&self) -> Result<()> {
+        // SAFETY: `qpx` is the live extended QP.
+        let q = unsafe { self.qpx.as_ref() };
+        let mut missing = Vec::new();
+        let mut need = |present: bool, name: &'static str| {
+            if !present {
+                missing.push(name);
+            }
+        };
+        need(q.wr_start.is_some(), "wr_start");
+        need(q.wr_complete.is_some(), "wr_complete");
+        need(q.wr_abort.is_some(), "wr_abort");
+        need(q.wr_set_sge.is_some(), "wr_set_sge");
+        need(q.wr_set_sge_list.is_some(), "wr_set_sge_list");
+        need(q.wr_set_inline_data.is_some(), "wr_set_inline_data");
+        let ops = self.send_ops;
+        let checks = [
+            (
+                SendOps::RDMA_WRITE,
+                q.wr_rdma_write.is_some(),
+                "wr_rdma_write",
+            ),
+            (
+                SendOps::RDMA_WRITE_WITH_IMM,
+                q.wr_rdma_write_imm.is_some(),
+                "wr_rdma_write_imm",
+            ),
+            (SendOps::SEND, q.wr_send.is_some(), "wr_send"),
+            (
+                SendOps::SEND_WITH_IMM,
+                q.wr_send_imm.is_some(),
+                "wr_send_imm",
+            ),
+            (SendOps::RDMA_READ, q.wr_rdma_read.is_some(), "wr_rdma_read"),
+            (
+                SendOps::ATOMIC_CMP_AND_SWP,
+                q.wr_atomic_cmp_swp.is_some(),
+                "wr_atomic_cmp_swp",
+            ),
+            (
+                SendOps::ATOMIC_FETCH_AND_ADD,
+                q.wr_atomic_fetch_add.is_some(),
+                "wr_atomic_fetch_add",
+            ),
+            (SendOps::LOCAL_INV, q.wr_local_inv.is_some(), "wr_local_inv"),
+            (SendOps::BIND_MW, q.wr_bind_mw.is_some(), "wr_bind_mw"),
+            (
+                SendOps::SEND_WITH_INV,
+                q.wr_send_inv.is_some(),
+                "wr_send_inv",
+            ),
+        ];
+        for (op, present, name) in checks {
+            if ops.contains(op) {
+                need(present, name);
+            }
+        }
+        if let Some(mqpx) = self.mlx5.mqpx {
+            // SAFETY: the mlx5 extension of this live QP. Its entries are
+            // read only for what the QP was created with (the struct grew
+            // over releases).
+            let d = unsafe { mqpx.as_ref() };
+            let m = self.mlx5.ops;
+            need(
+                !m.contains(Mlx5SendOps::MEMCPY) || d.wr_memcpy.is_some(),
+                "wr_memcpy",
+            );
+            need(
+                !m.contains(Mlx5SendOps::RAW_WQE) || d.wr_raw_wqe.is_some(),
+                "wr_raw_wqe",
+            );
+            need(
+                !m.contains(Mlx5SendOps::MR_LIST) || d.wr_mr_list.is_some(),
+                "wr_mr_list",
+            );
+            need(
+                !m.contains(Mlx5SendOps::MR_INTERLEAVED) || d.wr_mr_interleaved.is_some(),
+                "wr_mr_interleaved",
+            );
+            if T::DC {
+                need(d.wr_set_dc_addr.is_some(), "wr_set_dc_addr");
+                if self.mlx5.streams.is_some() {
+                    need(d.wr_set_dc_addr_stream.is_some(), "wr_set_dc_addr_stream");
+                }
+            }
+        } else if T::DC || !self.mlx5.ops.is_empty() {
+            missing.push("the mlx5dv_qp_ex extension");
+        }
+        if missing.is_empty() {
+            Ok(())
+        } else {
+            Err(Error::Unsupported {
+                what: format!(
+                    "the provider of {} left these entries NULL: {}",
+                    self.pd.context().name(),
+                    missing.join(", ")
+                ),
+            })
+        }
+    }
+
+    /// The QP number (on a DCI too; a DCT's is its DCT number).
+    pub fn qp_num(&self) -> u32 {
+        // SAFETY: the QP is live.
+        unsafe { (*self.qp.as_ptr()).qp_num }
+    }
+
+    /// The mlx5 builders it was created with (empty for a QP made with
+    /// `ibv_create_qp_ex`).
+    pub fn mlx5_send_ops(&self) -> Mlx5SendOps {
+        self.mlx5.ops
+    }
+
+    /// The sizes the QP got (at least what was asked).
+    pub fn caps(&self) -> QpCaps {
+        self.caps
+    }
+
+    /// The builders it was created with.
+    pub fn send_ops(&self) -> SendOps {
+        self.send_ops
+    }
+
+    /// The raw QP, valid while this handle lives.
+    pub fn as_ptr(&self) -> *mut ffi::ibv_qp {
+        self.qp.as_ptr()
+    }
+
+    /// The raw extended QP, valid while this handle lives.
+    pub fn as_qp_ex_ptr(&self) -> *mut ffi::ibv_qp_ex {
+        self.qpx.as_ptr()
+    }
+
+    /// The protection domain.
+    pub fn pd(&self) -> &ProtectionDomain {
+        &self.pd
+    }
+
+    /// The CQ sends complete on.
+    pub fn send_cq(&self) -> &CompletionQueue {
+        &self.send_cq
+    }
+
+    /// The CQ receives complete on.
+    pub fn recv_cq(&self) -> &CompletionQueue {
+        &self.recv_cq
+    }
+
+    /// The current state (`ibv_query_qp(3)`).
+    pub fn state(&self) -> Result<QpState> {
+        let mut attr = ffi::ibv_qp_attr::default();
+        let mut init = ffi::ibv_qp_init_attr::default();
+        // SAFETY: the QP is live; both out-structs are writable.
+        let rc = unsafe {
+            ffi::ibv_query_qp(
+                self.as_ptr(),
+                &mut attr,
+                ffi::IBV_QP_STATE as i32,
+                &mut init,
+            )
+        };
+        check(rc, "ibv_query_qp", || self.describe())?;
+        Ok(QpState::from_raw(attr.qp_state))
+    }
+
+    pub(crate) fn describe(&self) -> String {
+        format!(
+            "{} QP {:#x} on {}",
+            T::NAME,
+            self.qp_num(),
+            self.pd.context().name()
+        )
+    }
+
+    pub(crate) fn modify(&self, attr: &mut ffi::ibv_qp_attr, mask: u32, to: &str) -> Result<()> {
+        // SAFETY: the QP is live; `attr` is initialised for every bit of
+        // `mask`.
+        let rc = unsafe { ffi::ibv_modify_qp(self.as_ptr(), attr, mask as i32) };
+        check(rc, "ibv_modify_qp", || {
+            format!("{} to {to}", self.describe())
+        })
+    }
+
+    /// RTR → RTS, sending from packet sequence number `sq_psn` (the same
+    /// attributes for RC and DCI).
+    pub(crate) fn rts_from_rtr(&self, sq_psn: u32, opts: &ConnectOptions) -> Result<()> {
+        check_psn(sq_psn)?;
+        if opts.retry_cnt > 7 || opts.rnr_retry > 7 {
+            return Err(Error::OutOfRange {
+                what: "retry_cnt / rnr_retry",
+                value: u64::from(opts.retry_cnt.max(opts.rnr_retry)),
+                limit: "at most 7 (3-bit fields)".into(),
+            });
+        }
+        let mut a = ffi::ibv_qp_attr {
+            qp_state: ffi::IBV_QPS_RTS,
+            timeout: opts.timeout,
+            retry_cnt: opts.retry_cnt,
+            rnr_retry: opts.rnr_retry,
+            sq_psn,
+            max_rd_atomic: opts.max_rd_atomic,
+            ..Default::default()
+        };
+        let mask = ffi::IBV_QP_STATE
+            | ffi::IBV_QP_TIMEOUT
+            | ffi::IBV_QP_RETRY_CNT
+            | ffi::IBV_QP_RNR_RETRY
+            | ffi::IBV_QP_SQ_PSN
+            | ffi::IBV_QP_MAX_QP_RD_ATOMIC;
+        self.modify(&mut a, mask, "RTS")
+    }
+
+    /// Moves the QP to ERR: outstanding work requests complete with
+    /// `WrFlushErr`.
+    pub fn to_error(&self) -> Result<()> {
+        let mut a = ffi::ibv_qp_attr {
+            qp_state: ffi::IBV_QPS_ERR,
+            ..Default::default()
+        };
+        self.modify(&mut a, ffi::IBV_QP_STATE, "ERR")
+    }
+
+    /// Moves the QP to RESET, from which it can be connected again.
+    pub fn reset(&self) -> Result<()> {
+        let mut a = ffi::ibv_qp_attr {
+            qp_state: ffi::IBV_QPS_RESET,
+            ..Default::default()
+        };
+        self.modify(&mut a, ffi::IBV_QP_STATE, "RESET")
+    }
+}
+
+impl<T: Transport> fmt::Debug for QpEx<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("QpEx")
+            .field("transport", &T::NAME)
+            .field("qp_num", &format_args!("{:#x}", self.qp_num()))
+            .field("caps", &self.caps)
+            .field("send_ops", &self.send_ops)
+            .field("mlx5_send_ops", &self.mlx5.ops)
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn psn_is_24_bits() {
+        assert!(check_psn(0).is_ok());
+        assert!(check_psn(0x00FF_FFFF).is_ok());
+        assert!(matches!(
+            check_psn(0x0100_0000),
+            Err(Error::OutOfRange {
+                what: "PSN",
+                value: 0x0100_0000,
+                ..
+            })
+        ));
+        assert!(check_psn(u32::MAX).is_err());
+    }
+
+    #[test]
+    fn qp_states_map_from_the_c_values() {
+        assert_eq!(QpState::from_raw(ffi::IBV_QPS_RESET), QpState::Reset);
+        assert_eq!(QpState::from_raw(ffi::IBV_QPS_RTS), QpState::Rts);
+        assert_eq!(QpState::from_raw(ffi::IBV_QPS_ERR), QpState::Err);
+        assert_eq!(QpState::from_raw(99), QpState::Other(99));
+    }
+
+    #[test]
+    fn default_send_ops_are_the_rc_set() {
+        let ops = SendOps::rc_default();
+        assert!(ops.contains(SendOps::RDMA_WRITE | SendOps::RDMA_READ | SendOps::SEND));
+        assert!(!ops.contains(SendOps::BIND_MW));
+        assert_eq!(
+            SendOps::RDMA_WRITE.bits(),
+            u64::from(ffi::IBV_QP_EX_WITH_RDMA_WRITE)
+        );
+    }
+}

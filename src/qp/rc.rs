@@ -1,0 +1,177 @@
+//! RC QPs: interop, the RESET → INIT → RTR → RTS path, receives.
+
+use super::{ConnectOptions, Endpoint, Mlx5Info, QpCaps, QpEx, QpParts, Rc, SendOps};
+use crate::ah::{AhAttr, Grh};
+use crate::cq::CompletionQueue;
+use crate::error::{check, Error, Result};
+use crate::ffi;
+use crate::mr::{AccessFlags, Sge};
+use crate::pd::ProtectionDomain;
+use crate::port::Gid;
+use std::ptr::NonNull;
+
+impl QpEx<Rc> {
+    /// Wraps an RC QP created elsewhere (e.g. by another crate) so that
+    /// this crate's batches can post on it. The handle does not destroy it.
+    ///
+    /// # Safety
+    ///
+    /// `qp` must be a live RC QP created with `ibv_create_qp_ex` and
+    /// `IBV_QP_INIT_ATTR_SEND_OPS_FLAGS` including `send_ops`, in `pd`, with
+    /// `send_cq`/`recv_cq` as its CQs and `caps` no larger than what it got;
+    /// nothing else may post on it while this handle lives; it must stay
+    /// alive until this handle is dropped.
+    pub unsafe fn from_raw(
+        qp: NonNull<ffi::ibv_qp>,
+        pd: &ProtectionDomain,
+        send_cq: &CompletionQueue,
+        recv_cq: &CompletionQueue,
+        caps: QpCaps,
+        send_ops: SendOps,
+    ) -> Result<Self> {
+        // SAFETY: the caller promises a live extended QP.
+        let qpx = unsafe { ffi::ibv_qp_to_qp_ex(qp.as_ptr()) };
+        let qpx = NonNull::new(qpx).ok_or_else(|| {
+            Error::InvalidArgument(
+                "ibv_qp_to_qp_ex returned NULL: the QP was not created with send ops".into(),
+            )
+        })?;
+        QpEx::assemble(QpParts {
+            qp,
+            qpx,
+            mlx5: Mlx5Info::default(),
+            caps,
+            send_ops,
+            owned: false,
+            pd,
+            send_cq,
+            recv_cq,
+        })
+    }
+
+    /// RESET → INIT on `port`, allowing `access` from remote peers.
+    pub fn to_init(&self, port: u8, access: AccessFlags) -> Result<()> {
+        let mut a = ffi::ibv_qp_attr {
+            qp_state: ffi::IBV_QPS_INIT,
+            pkey_index: 0,
+            port_num: port,
+            qp_access_flags: access.bits(),
+            ..Default::default()
+        };
+        let mask = ffi::IBV_QP_STATE
+            | ffi::IBV_QP_PKEY_INDEX
+            | ffi::IBV_QP_PORT
+            | ffi::IBV_QP_ACCESS_FLAGS;
+        self.modify(&mut a, mask, "INIT")
+    }
+
+    /// INIT → RTR towards `remote`.
+    pub fn to_rtr(&self, remote: &Endpoint, opts: &ConnectOptions) -> Result<()> {
+        check_psn(remote.psn)?;
+        let av = AhAttr {
+            port: opts.port,
+            dlid: remote.lid,
+            sl: opts.sl,
+            grh: opts.gid_index.map(|sgid_index| Grh {
+                dgid: remote.gid,
+                sgid_index,
+                hop_limit: 64,
+                traffic_class: 0,
+                flow_label: 0,
+            }),
+        };
+        let mut a = ffi::ibv_qp_attr {
+            qp_state: ffi::IBV_QPS_RTR,
+            path_mtu: opts.mtu as u32,
+            dest_qp_num: remote.qpn,
+            rq_psn: remote.psn,
+            max_dest_rd_atomic: opts.max_dest_rd_atomic,
+            min_rnr_timer: opts.min_rnr_timer,
+            ah_attr: av.to_raw(),
+            ..Default::default()
+        };
+        let mask = ffi::IBV_QP_STATE
+            | ffi::IBV_QP_AV
+            | ffi::IBV_QP_PATH_MTU
+            | ffi::IBV_QP_DEST_QPN
+            | ffi::IBV_QP_RQ_PSN
+            | ffi::IBV_QP_MAX_DEST_RD_ATOMIC
+            | ffi::IBV_QP_MIN_RNR_TIMER;
+        self.modify(&mut a, mask, "RTR")
+    }
+
+    /// RTR → RTS, sending from packet sequence number `sq_psn`.
+    pub fn to_rts(&self, sq_psn: u32, opts: &ConnectOptions) -> Result<()> {
+        self.rts_from_rtr(sq_psn, opts)
+    }
+
+    /// RESET → INIT → RTR → RTS: connects to `remote`, sending from
+    /// `local_psn` (the PSN this side gave the peer in its [`Endpoint`]).
+    pub fn connect(&self, remote: &Endpoint, local_psn: u32, opts: &ConnectOptions) -> Result<()> {
+        self.to_init(opts.port, opts.access)?;
+        self.to_rtr(remote, opts)?;
+        self.to_rts(local_psn, opts)
+    }
+
+    /// This QP's side of the exchange: its number, `psn`, and the port's
+    /// LID and GID at `opts.gid_index`.
+    pub fn endpoint(&self, psn: u32, opts: &ConnectOptions) -> Result<Endpoint> {
+        check_psn(psn)?;
+        let ctx = self.pd.context();
+        let port = ctx.query_port(opts.port)?;
+        let gid = match opts.gid_index {
+            Some(i) => ctx.gid(opts.port, u32::from(i))?,
+            None => Gid::default(),
+        };
+        Ok(Endpoint {
+            qpn: self.qp_num(),
+            psn,
+            lid: port.lid,
+            gid,
+        })
+    }
+
+    /// Posts one receive of the given SGEs (`ibv_post_recv(3)`); its
+    /// completion carries `wr_id`.
+    ///
+    /// # Safety
+    ///
+    /// The device writes the received data into the SGEs' memory after this
+    /// returns: the regions must stay registered and their memory must not
+    /// be read or written through other references until the receive's
+    /// completion (or its flush) has been polled.
+    pub unsafe fn post_recv(&mut self, wr_id: u64, sges: &[Sge<'_>]) -> Result<()> {
+        if sges.len() > self.caps.max_recv_sge as usize {
+            return Err(Error::OutOfRange {
+                what: "receive SGE count",
+                value: sges.len() as u64,
+                limit: format!("at most {} (the QP's max_recv_sge)", self.caps.max_recv_sge),
+            });
+        }
+        let mut wr = ffi::ibv_recv_wr {
+            wr_id,
+            next: std::ptr::null_mut(),
+            sg_list: Sge::as_raw_slice(sges).as_ptr() as *mut ffi::ibv_sge,
+            num_sge: sges.len() as i32,
+        };
+        let mut bad = std::ptr::null_mut();
+        // SAFETY: the QP is live; `wr` and its SGE list are valid for the
+        // call; the memory's lifetime is the caller's promise.
+        let rc = unsafe { ffi::ibv_post_recv(self.as_ptr(), &mut wr, &mut bad) };
+        check(rc, "ibv_post_recv", || {
+            format!("{} wr_id {wr_id}", self.describe())
+        })
+    }
+}
+
+/// A packet sequence number has 24 bits.
+pub(crate) fn check_psn(psn: u32) -> Result<()> {
+    if psn > 0x00FF_FFFF {
+        return Err(Error::OutOfRange {
+            what: "PSN",
+            value: u64::from(psn),
+            limit: "at most 0xffffff (24 bits)".into(),
+        });
+    }
+    Ok(())
+}

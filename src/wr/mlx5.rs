@@ -1,0 +1,303 @@
+//! The builders of mlx5dv_wr_post(3) on top of the batch: DMA memcpy,
+//! list and interleaved mkey registration, raw WQEs; and the local
+//! invalidate that makes an mkey registrable again.
+
+use super::{SendFlags, Wr};
+use crate::error::{Error, Result};
+use crate::ffi;
+use crate::mkey::Mkey;
+use crate::mr::{AccessFlags, MemoryRegion, Sge};
+use crate::qp::{Mlx5SendOps, Rc, SendOps, Transport};
+use crate::wqe::Wqe;
+use std::marker::PhantomData;
+use std::ptr::NonNull;
+
+/// Bytes of the inline-data segment header a UMR's entries share the WQE
+/// with (`struct mlx5_wqe_inl_data_seg`).
+const INL_HDR: u32 = 4;
+/// Bytes of one list entry (`struct mlx5_wqe_data_seg`) or one interleaved
+/// entry (`struct mlx5_wqe_umr_repeat_ent_seg`) in a UMR WQE.
+const ENTRY: u32 = 16;
+
+/// One entry of an interleaved layout (`struct mlx5dv_mr_interleaved`):
+/// `bytes_count` bytes of real data at an offset of a memory region, then
+/// `bytes_skip` bytes of padding, repeated by the registration's
+/// `repeat_count`.
+#[derive(Debug, Clone, Copy)]
+pub struct MrInterleaved<'m> {
+    raw: ffi::mlx5dv_mr_interleaved,
+    /// Where the region ends, to bound the repeated pattern.
+    region_end: u64,
+    _mr: PhantomData<&'m MemoryRegion>,
+}
+
+impl<'m> MrInterleaved<'m> {
+    /// `bytes_count` bytes at `offset` of `mr`, then `bytes_skip` skipped.
+    /// The first block must lie in the region; the repeated ones are
+    /// checked when the layout is registered.
+    pub fn new(
+        mr: &'m MemoryRegion,
+        offset: usize,
+        bytes_count: u32,
+        bytes_skip: u32,
+    ) -> Result<Self> {
+        let end = (offset as u64).checked_add(u64::from(bytes_count));
+        if bytes_count == 0 || end.map_or(true, |e| e > mr.len() as u64) {
+            return Err(Error::OutOfRange {
+                what: "interleaved entry end",
+                value: end.unwrap_or(u64::MAX),
+                limit: format!(
+                    "1 to {} bytes from the entry's offset (the memory region's length)",
+                    mr.len()
+                ),
+            });
+        }
+        Ok(MrInterleaved {
+            raw: ffi::mlx5dv_mr_interleaved {
+                addr: mr.addr() + offset as u64,
+                bytes_count,
+                bytes_skip,
+                lkey: mr.lkey(),
+            },
+            region_end: mr.addr() + mr.len() as u64,
+            _mr: PhantomData,
+        })
+    }
+
+    /// The last byte the pattern touches after `repeat_count` repeats,
+    /// plus one; None on overflow.
+    fn span_end(&self, repeat_count: u32) -> Option<u64> {
+        let stride = u64::from(self.raw.bytes_count) + u64::from(self.raw.bytes_skip);
+        stride
+            .checked_mul(u64::from(repeat_count) - 1)?
+            .checked_add(u64::from(self.raw.bytes_count))?
+            .checked_add(self.raw.addr)
+    }
+}
+
+impl<'m, T: Transport> Wr<'_, 'm, T> {
+    /// The mlx5 extension, if the QP was created with `op`.
+    fn mlx5_op(&self, op: Mlx5SendOps, name: &str) -> Result<NonNull<ffi::mlx5dv_qp_ex>> {
+        match self.state.mlx5.mqpx {
+            Some(m) if self.state.mlx5.ops.contains(op) => Ok(m),
+            _ => Err(Error::Unsupported {
+                what: format!("{name}: the QP was not created with {op:?} in its mlx5 send ops"),
+            }),
+        }
+    }
+
+    /// A DMA memcpy of `src` to `dest` on the device (`mlx5dv_wr_memcpy`),
+    /// for RC and DCI QPs created with [`Mlx5SendOps::MEMCPY`]. Both ranges
+    /// have the same length, from 1 to the device's `max_wr_memcpy_length`.
+    /// Signalled, it completes with [`WcOpcode::Memcpy`](crate::WcOpcode).
+    ///
+    /// A later work request that depends on `dest` must be fenced
+    /// ([`Wr::fence`]), as mlx5dv_wr_post(3) says.
+    pub fn memcpy(self, dest: Sge<'m>, src: Sge<'m>) -> Result<()> {
+        let mqpx = self.mlx5_op(Mlx5SendOps::MEMCPY, "memcpy")?;
+        if dest.length() != src.length() {
+            return Err(Error::InvalidArgument(format!(
+                "memcpy: destination is {} bytes, source {} bytes",
+                dest.length(),
+                src.length()
+            )));
+        }
+        let len = u64::from(dest.length());
+        let max = self.state.mlx5.max_memcpy;
+        if len == 0 || len > max {
+            return Err(Error::OutOfRange {
+                what: "memcpy length",
+                value: len,
+                limit: format!("1 to {max} (the device's max_wr_memcpy_length)"),
+            });
+        }
+        self.commit(SendFlags::empty(), |_, _| {
+            // SAFETY: the mlx5 extension of a QP created with MEMCPY, whose
+            // wr_memcpy entry was checked non-NULL at creation.
+            unsafe {
+                ffi::mlx5dv_wr_memcpy(
+                    mqpx.as_ptr(),
+                    dest.lkey(),
+                    dest.addr(),
+                    src.lkey(),
+                    src.addr(),
+                    len as usize,
+                )
+            }
+        })
+    }
+
+    /// A local invalidate of `rkey` (`ibv_wr_local_inv`): after it
+    /// completes, an mkey's layout is gone and another can be registered.
+    /// Needs [`SendOps::LOCAL_INV`].
+    pub fn local_inv(self, rkey: u32) -> Result<()> {
+        if !self.state.send_ops.contains(SendOps::LOCAL_INV) {
+            return Err(Error::Unsupported {
+                what: "local invalidate: the QP was not created with LOCAL_INV in its send ops"
+                    .into(),
+            });
+        }
+        self.commit(SendFlags::empty(), |q, _| {
+            // SAFETY: the live extended QP; wr_local_inv was checked non-NULL
+            // at creation since LOCAL_INV is in its send ops.
+            unsafe { ffi::ibv_wr_local_inv(q, rkey) }
+        })
+    }
+}
+
+impl<'m> Wr<'_, 'm, Rc> {
+    /// Registers a list layout on `mkey` (`mlx5dv_wr_mr_list`): the mkey
+    /// then covers the SGEs one after another, addressed zero-based. RC
+    /// only. Sets `IBV_SEND_INLINE` itself (the man page requires it).
+    ///
+    /// At most the mkey's `max_entries` SGEs, and at most what the QP's WQE
+    /// holds: `(max_inline_data + 4) / 16` (4 with the default 64).
+    /// Signalled, it completes with [`WcOpcode::Umr`](crate::WcOpcode).
+    pub fn mr_list(self, mkey: &Mkey, access: AccessFlags, sges: &[Sge<'m>]) -> Result<()> {
+        let mqpx = self.mlx5_op(Mlx5SendOps::MR_LIST, "mr_list")?;
+        let wqe_max = (self.state.caps.max_inline_data + INL_HDR) / ENTRY;
+        check_entries(
+            "mr_list entries",
+            sges.len(),
+            u32::from(mkey.max_entries()),
+            "the mkey's max_entries",
+        )?;
+        check_entries("mr_list entries", sges.len(), wqe_max, WQE_LIMIT)?;
+        let total: u64 = sges.iter().map(|s| u64::from(s.length())).sum();
+        let raw = Sge::as_raw_slice(sges);
+        self.commit(SendFlags::INLINE, |_, _| {
+            // SAFETY: the mlx5 extension of an RC QP created with MR_LIST,
+            // whose wr_mr_list entry was checked non-NULL; the mkey and the
+            // SGE array are valid for the call (the provider copies them
+            // into the WQE); the count fits u16 (checked above).
+            unsafe {
+                ffi::mlx5dv_wr_mr_list(
+                    mqpx.as_ptr(),
+                    mkey.as_ptr(),
+                    access.bits(),
+                    raw.len() as u16,
+                    raw.as_ptr() as *mut ffi::ibv_sge,
+                )
+            }
+        })?;
+        mkey.set_layout_len(total);
+        Ok(())
+    }
+
+    /// Registers an interleaved layout on `mkey`
+    /// (`mlx5dv_wr_mr_interleaved`): the entries' data, one after another,
+    /// repeated `repeat_count` times, addressed zero-based. RC only. Sets
+    /// `IBV_SEND_INLINE` itself.
+    ///
+    /// The mkey needs one more entry than `entries.len()` (one holds the
+    /// repeat header), and the QP's WQE must hold them:
+    /// `(max_inline_data + 4) / 16 - 1` entries (3 with the default 64).
+    /// Every repeat of every entry must stay inside its region.
+    /// Signalled, it completes with [`WcOpcode::Umr`](crate::WcOpcode).
+    pub fn mr_interleaved(
+        self,
+        mkey: &Mkey,
+        access: AccessFlags,
+        repeat_count: u32,
+        entries: &[MrInterleaved<'m>],
+    ) -> Result<()> {
+        let mqpx = self.mlx5_op(Mlx5SendOps::MR_INTERLEAVED, "mr_interleaved")?;
+        let mkey_max = u32::from(mkey.max_entries()).saturating_sub(1);
+        let wqe_max = ((self.state.caps.max_inline_data + INL_HDR) / ENTRY).saturating_sub(1);
+        check_entries(
+            "num_interleaved",
+            entries.len(),
+            mkey_max,
+            "the mkey's max_entries - 1 (one entry holds the repeat header)",
+        )?;
+        check_entries("num_interleaved", entries.len(), wqe_max, WQE_LIMIT)?;
+        if repeat_count == 0 {
+            return Err(Error::OutOfRange {
+                what: "repeat_count",
+                value: 0,
+                limit: "at least 1".into(),
+            });
+        }
+        let mut per_repeat = 0u64;
+        for e in entries {
+            match e.span_end(repeat_count) {
+                Some(end) if end <= e.region_end => {}
+                end => {
+                    return Err(Error::OutOfRange {
+                        what: "interleaved pattern end",
+                        value: end.unwrap_or(u64::MAX),
+                        limit: format!("at most {:#x} (its memory region's end)", e.region_end),
+                    })
+                }
+            }
+            per_repeat += u64::from(e.raw.bytes_count);
+        }
+        let total = per_repeat.saturating_mul(u64::from(repeat_count));
+        // The C array, on the stack for the usual sizes.
+        let mut stack = [ffi::mlx5dv_mr_interleaved::default(); 16];
+        let mut heap = Vec::new();
+        let raw: &mut [ffi::mlx5dv_mr_interleaved] = if entries.len() <= stack.len() {
+            &mut stack[..entries.len()]
+        } else {
+            heap.extend(entries.iter().map(|e| e.raw));
+            &mut heap
+        };
+        for (r, e) in raw.iter_mut().zip(entries) {
+            *r = e.raw;
+        }
+        self.commit(SendFlags::INLINE, |_, _| {
+            // SAFETY: the mlx5 extension of an RC QP created with
+            // MR_INTERLEAVED, whose entry was checked non-NULL; the mkey and
+            // the array are valid for the call (copied into the WQE); the
+            // count fits u16 (checked above).
+            unsafe {
+                ffi::mlx5dv_wr_mr_interleaved(
+                    mqpx.as_ptr(),
+                    mkey.as_ptr(),
+                    access.bits(),
+                    repeat_count,
+                    raw.len() as u16,
+                    raw.as_mut_ptr(),
+                )
+            }
+        })?;
+        mkey.set_layout_len(total);
+        Ok(())
+    }
+
+    /// Posts a raw WQE built by the caller (`mlx5dv_wr_raw_wqe`), for a QP
+    /// created with [`Mlx5SendOps::RAW_WQE`]. The driver sets the WQE index
+    /// and signature; the flags of this [`Wr`] are ignored (the WQE's own
+    /// control segment has them); its completion, whatever the opcode, is
+    /// [`WcOpcode::RawWqe`](crate::WcOpcode).
+    ///
+    /// # Safety
+    ///
+    /// The device executes the WQE as written: every key and address in it
+    /// must name registered memory that follows the rules of
+    /// [`WrBatch::complete`](crate::WrBatch::complete), and its opcode and
+    /// segments must be valid for this QP.
+    pub unsafe fn raw_wqe(self, wqe: &Wqe) -> Result<()> {
+        let mqpx = self.mlx5_op(Mlx5SendOps::RAW_WQE, "raw_wqe")?;
+        self.commit(SendFlags::empty(), |_, _| {
+            // SAFETY: the mlx5 extension of a QP created with RAW_WQE, whose
+            // entry was checked non-NULL; the WQE's bytes are valid for the
+            // call and as long as its DS count says (Wqe keeps them in step);
+            // what it asks of the device is the caller's promise.
+            unsafe { ffi::mlx5dv_wr_raw_wqe(mqpx.as_ptr(), wqe.as_ptr()) }
+        })
+    }
+}
+
+const WQE_LIMIT: &str = "what the QP's WQE holds: create it with a larger max_inline_data";
+
+fn check_entries(what: &'static str, n: usize, max: u32, why: &str) -> Result<()> {
+    if n == 0 || n > max as usize {
+        return Err(Error::OutOfRange {
+            what,
+            value: n as u64,
+            limit: format!("1 to {max} ({why})"),
+        });
+    }
+    Ok(())
+}
