@@ -68,6 +68,8 @@ pub struct AddressHandle(Arc<AhInner>);
 struct AhInner {
     ah: NonNull<ffi::ibv_ah>,
     attr: AhAttr,
+    /// Created by this crate (destroyed on drop).
+    owned: bool,
     // Dropped after the AH is destroyed.
     pd: ProtectionDomain,
 }
@@ -80,6 +82,9 @@ unsafe impl Sync for AhInner {}
 
 impl Drop for AhInner {
     fn drop(&mut self) {
+        if !self.owned {
+            return;
+        }
         // SAFETY: created by this crate; destroyed once, when no handle is
         // left.
         let rc = unsafe { ffi::ibv_destroy_ah(self.ah.as_ptr()) };
@@ -109,8 +114,25 @@ impl AddressHandle {
         Ok(AddressHandle(Arc::new(AhInner {
             ah,
             attr: *attr,
+            owned: true,
             pd: pd.clone(),
         })))
+    }
+
+    /// A handle over a fake `ibv_ah`, for the recording-provider tests.
+    #[cfg(test)]
+    pub(crate) unsafe fn fake(pd: &ProtectionDomain, ah: NonNull<ffi::ibv_ah>) -> Self {
+        AddressHandle(Arc::new(AhInner {
+            ah,
+            attr: AhAttr {
+                port: 1,
+                dlid: 0,
+                sl: 0,
+                grh: None,
+            },
+            owned: false,
+            pd: pd.clone(),
+        }))
     }
 
     /// The raw handle, valid while this handle lives.

@@ -228,6 +228,18 @@ impl Context {
         }))
     }
 
+    /// A context over a fake `ibv_context`, for the recording-provider
+    /// tests: nothing is read from it or closed.
+    #[cfg(test)]
+    pub(crate) fn fake(ctx: NonNull<ffi::ibv_context>, name: &str, mlx5: bool) -> Self {
+        Context(Arc::new(ContextInner {
+            ctx,
+            name: name.into(),
+            mlx5,
+            owned: false,
+        }))
+    }
+
     /// The raw context, for calls this crate does not wrap. It stays valid
     /// while this handle lives.
     pub fn as_ptr(&self) -> *mut ffi::ibv_context {

@@ -147,6 +147,11 @@
 #[path = "sys/mod.rs"]
 pub mod ffi;
 
+// Lets the unit tests share the integration tests' recording provider,
+// which names the crate `mlx5dv`.
+#[cfg(test)]
+extern crate self as mlx5dv;
+
 mod ah;
 mod cq;
 mod device;

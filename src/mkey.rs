@@ -25,6 +25,8 @@ pub struct Mkey {
     remote_invalidate: bool,
     /// Bytes covered by the layout of the last registration posted.
     layout_len: AtomicU64,
+    /// Created by this value (destroyed on drop).
+    owned: bool,
     // Dropped after the mkey is destroyed.
     pd: ProtectionDomain,
 }
@@ -79,8 +81,32 @@ impl Mkey {
             max_entries,
             remote_invalidate,
             layout_len: AtomicU64::new(0),
+            owned: true,
             pd: pd.clone(),
         })
+    }
+
+    /// Wraps an indirect mkey created elsewhere with room for
+    /// `max_entries` entries; the handle does not destroy it.
+    ///
+    /// # Safety
+    ///
+    /// `mkey` must be a live indirect mkey of `pd` created with at least
+    /// `max_entries` entries, that stays alive until this handle is dropped.
+    pub unsafe fn from_raw(
+        pd: &ProtectionDomain,
+        mkey: NonNull<ffi::mlx5dv_mkey>,
+        max_entries: u16,
+        remote_invalidate: bool,
+    ) -> Self {
+        Mkey {
+            mkey,
+            max_entries,
+            remote_invalidate,
+            layout_len: AtomicU64::new(0),
+            owned: false,
+            pd: pd.clone(),
+        }
     }
 
     /// The local key.
@@ -166,6 +192,9 @@ impl Mkey {
 
 impl Drop for Mkey {
     fn drop(&mut self) {
+        if !self.owned {
+            return;
+        }
         // SAFETY: created by this value and destroyed once.
         let rc = unsafe { ffi::mlx5dv_destroy_mkey(self.mkey.as_ptr()) };
         crate::report_destroy_failure("mlx5dv_destroy_mkey", rc, self.pd.context().name());

@@ -54,6 +54,8 @@ pub struct MemoryRegion {
     len: usize,
     /// Allocated by this region (freed after deregistration).
     owned_buf: Option<Layout>,
+    /// Registered by this value (deregistered on drop).
+    owned: bool,
     access: AccessFlags,
     // Dropped after the region is deregistered.
     pd: ProtectionDomain,
@@ -153,6 +155,43 @@ impl MemoryRegion {
             addr,
             len,
             owned_buf,
+            owned: true,
+            access,
+            pd: pd.clone(),
+        })
+    }
+
+    /// Wraps a region registered elsewhere; the handle does not
+    /// deregister it. Its address, length and keys are read from `mr`.
+    ///
+    /// # Safety
+    ///
+    /// `mr` must be a live region of `pd` registered with `access`, whose
+    /// memory is valid for reads and writes and is not accessed through
+    /// other references in conflict with this handle, and which stays
+    /// registered until this handle is dropped.
+    pub unsafe fn from_raw(
+        pd: &ProtectionDomain,
+        mr: NonNull<ffi::ibv_mr>,
+        access: AccessFlags,
+    ) -> Result<Self> {
+        // SAFETY: the caller promises a live region.
+        let (addr, len) = unsafe { ((*mr.as_ptr()).addr, (*mr.as_ptr()).length) };
+        let addr = NonNull::new(addr.cast::<u8>())
+            .ok_or_else(|| Error::InvalidArgument("ibv_mr with a NULL address".into()))?;
+        if len == 0 {
+            return Err(Error::OutOfRange {
+                what: "memory region length",
+                value: 0,
+                limit: "at least 1 byte".into(),
+            });
+        }
+        Ok(MemoryRegion {
+            mr,
+            addr,
+            len,
+            owned_buf: None,
+            owned: false,
             access,
             pd: pd.clone(),
         })
@@ -289,6 +328,9 @@ pub(crate) fn range_within(len: usize, range: impl RangeBounds<usize>) -> Result
 
 impl Drop for MemoryRegion {
     fn drop(&mut self) {
+        if !self.owned {
+            return;
+        }
         // SAFETY: registered by this value and deregistered once.
         let rc = unsafe { ffi::ibv_dereg_mr(self.mr.as_ptr()) };
         crate::report_destroy_failure("ibv_dereg_mr", rc, self.pd.context().name());

@@ -96,6 +96,8 @@ use crate::mr::{RemoteBuf, Sge};
 use crate::qp::{check_stream_id, DcAddr, Dci, Mlx5Info, QpCaps, QpEx, Rc, SendOps, Transport};
 
 mod mlx5;
+#[cfg(test)]
+mod tests;
 
 pub use mlx5::MrInterleaved;
 use std::marker::PhantomData;

@@ -1,0 +1,549 @@
+//! The safe layer against the recording provider: for each builder and
+//! setter, the exact sequence of C calls and arguments that reaches the
+//! provider, including the flags the wrapper adds, and that a refused work
+//! request reaches it not at all.
+
+#![allow(clippy::undocumented_unsafe_blocks)]
+
+#[path = "../../tests/support/recorder.rs"]
+mod recorder;
+
+use crate::ffi;
+use crate::qp::{Mlx5Info, QpParts};
+use crate::wqe::{Opcode, WqeBuilder};
+use crate::*;
+use recorder::*;
+use std::ptr::NonNull;
+use std::time::Duration;
+
+const SIG: u32 = ffi::IBV_SEND_SIGNALED;
+const INL: u32 = ffi::IBV_SEND_INLINE;
+const LEN: usize = 1 << 16;
+
+/// Fake objects under real handles (none of them owned, so nothing is
+/// destroyed on drop).
+struct Fx {
+    fq: Box<FakeQp>,
+    qp: Box<ffi::ibv_qp>,
+    _ctx: Box<ffi::ibv_context>,
+    _pd: Box<ffi::ibv_pd>,
+    fcq: Box<FakeCq>,
+    mr_raw: Box<ffi::ibv_mr>,
+    mkey_raw: Box<ffi::mlx5dv_mkey>,
+    ah_raw: Box<ffi::ibv_ah>,
+    buf: Vec<u8>,
+    pd: ProtectionDomain,
+    cq: CompletionQueue,
+}
+
+impl Fx {
+    fn new() -> Box<Fx> {
+        let mut ctx: Box<ffi::ibv_context> = Box::default();
+        let mut pd_raw: Box<ffi::ibv_pd> = Box::default();
+        let mut fcq = FakeCq::new();
+        let context = Context::fake(NonNull::from(&mut *ctx), "fake0", true);
+        // SAFETY (test): fake objects that outlive the handles.
+        let pd = unsafe { ProtectionDomain::from_raw(&context, NonNull::from(&mut *pd_raw)) };
+        let cq = unsafe { CompletionQueue::from_raw(&context, NonNull::new(fcq.cq()).unwrap()) };
+        let mut buf = vec![0u8; LEN];
+        let mr_raw = Box::new(ffi::ibv_mr {
+            addr: buf.as_mut_ptr().cast(),
+            length: LEN,
+            lkey: 0x1111_2222,
+            rkey: 0x3333_4444,
+            ..Default::default()
+        });
+        let mkey_raw = Box::new(ffi::mlx5dv_mkey {
+            lkey: 0x5555_6666,
+            rkey: 0x7777_8888,
+        });
+        let mut qp: Box<ffi::ibv_qp> = Box::default();
+        qp.qp_num = wc::QP_NUM;
+        Box::new(Fx {
+            fq: FakeQp::new(),
+            qp,
+            _ctx: ctx,
+            _pd: pd_raw,
+            fcq,
+            mr_raw,
+            mkey_raw,
+            ah_raw: Box::default(),
+            buf,
+            pd,
+            cq,
+        })
+    }
+
+    fn qp<T: Transport>(
+        &mut self,
+        ops: SendOps,
+        mlx5: Mlx5SendOps,
+        streams: Option<DciStreams>,
+    ) -> QpEx<T> {
+        QpEx::assemble(QpParts {
+            qp: NonNull::from(&mut *self.qp),
+            qpx: NonNull::new(self.fq.ibv()).unwrap(),
+            mlx5: Mlx5Info {
+                mqpx: NonNull::new(self.fq.dv()),
+                ops: mlx5,
+                max_memcpy: 1 << 20,
+                streams,
+            },
+            caps: QpCaps::default(),
+            send_ops: ops,
+            owned: false,
+            pd: &self.pd,
+            send_cq: &self.cq,
+            recv_cq: &self.cq,
+        })
+        .expect("every fake entry is filled")
+    }
+
+    fn rc(&mut self) -> QpEx<Rc> {
+        self.qp(
+            SendOps::rc_default() | SendOps::LOCAL_INV,
+            Mlx5SendOps::all(),
+            None,
+        )
+    }
+
+    fn mr(&self) -> MemoryRegion {
+        unsafe {
+            MemoryRegion::from_raw(&self.pd, NonNull::from(&*self.mr_raw), AccessFlags::all())
+        }
+        .unwrap()
+    }
+
+    fn mkey(&self, max_entries: u16) -> Mkey {
+        let p = NonNull::from(&*self.mkey_raw);
+        unsafe { Mkey::from_raw(&self.pd, p, max_entries, false) }
+    }
+
+    fn base(&self) -> u64 {
+        self.buf.as_ptr() as u64
+    }
+
+    /// The calls made on the fake QP (not the CQ's), taken.
+    fn qp_calls(&self) -> Vec<Call> {
+        let cq = &self.fcq.cq as *const _ as usize;
+        take().into_iter().filter(|c| c.obj != cq).collect()
+    }
+}
+
+fn remote(len: u64) -> RemoteBuf {
+    RemoteBuf {
+        addr: 0xFFEE_0000_1234_5000,
+        len,
+        rkey: 0xABCD_EF01,
+    }
+}
+
+#[test]
+fn rc_write_sge_batch_makes_exactly_the_c_calls_of_ibv_wr_post() {
+    let mut fx = Fx::new();
+    let mr = fx.mr();
+    let mut qp = fx.rc();
+    let mut b = qp.batch();
+    b.wr(7)
+        .signaled()
+        .rdma_write(remote(64))
+        .sge(mr.sge(16..80).unwrap())
+        .unwrap();
+    b.wr(8)
+        .fence()
+        .send_imm(0x0102_0304)
+        .sge(mr.sge(0..4).unwrap())
+        .unwrap();
+    assert_eq!(unsafe { b.complete() }.unwrap(), 2);
+    let (f, base) = (&fx.fq, fx.base());
+    let r = remote(64);
+    assert_eq!(
+        fx.qp_calls(),
+        [
+            qp_call("wr_start", f, (0, 0), vec![]),
+            qp_call(
+                "wr_rdma_write",
+                f,
+                (7, SIG),
+                vec![Arg::U32(r.rkey), Arg::U64(r.addr)]
+            ),
+            qp_call(
+                "wr_set_sge",
+                f,
+                (7, SIG),
+                vec![Arg::U32(0x1111_2222), Arg::U64(base + 16), Arg::U32(64)]
+            ),
+            qp_call(
+                "wr_send_imm",
+                f,
+                (8, ffi::IBV_SEND_FENCE),
+                vec![Arg::U32(0x0102_0304u32.to_be())]
+            ),
+            qp_call(
+                "wr_set_sge",
+                f,
+                (8, ffi::IBV_SEND_FENCE),
+                vec![Arg::U32(0x1111_2222), Arg::U64(base), Arg::U32(4)]
+            ),
+            qp_call("wr_complete", f, (8, ffi::IBV_SEND_FENCE), vec![]),
+        ]
+    );
+}
+
+#[test]
+fn inline_data_gets_ibv_send_inline_from_the_wrapper() {
+    let mut fx = Fx::new();
+    let mut qp = fx.rc();
+    let mut b = qp.batch();
+    b.wr(1).send().inline(b"hello").unwrap();
+    drop(b);
+    let f = &fx.fq;
+    let calls = fx.qp_calls();
+    assert_eq!(calls[1], qp_call("wr_send", f, (1, INL), vec![]));
+    assert_eq!(calls[2].entry, "wr_set_inline_data");
+    assert_eq!(
+        calls[2].args[1..],
+        [Arg::Usize(5), Arg::Bytes(b"hello".to_vec())]
+    );
+    // Dropped without complete: aborted, never completed.
+    assert_eq!(calls[3], qp_call("wr_abort", f, (1, INL), vec![]));
+    assert_eq!(calls.len(), 4);
+}
+
+#[test]
+fn refused_work_requests_never_reach_the_provider() {
+    let mut fx = Fx::new();
+    let mr = fx.mr();
+    let mut qp = fx.qp::<Rc>(SendOps::RDMA_WRITE, Mlx5SendOps::empty(), None);
+    let mut b = qp.batch();
+    assert!(matches!(
+        b.wr(1).send().sge(mr.sge(0..8).unwrap()),
+        Err(Error::Unsupported { .. })
+    ));
+    let too_long = b.wr(2).rdma_write(remote(8)).sge(mr.sge(0..9).unwrap());
+    assert!(matches!(too_long, Err(Error::OutOfRange { value: 9, .. })));
+    assert!(b.wr(3).rdma_write(remote(65)).inline(&[0; 65]).is_err());
+    assert!(matches!(
+        b.wr(4)
+            .memcpy(mr.sge(0..8).unwrap(), mr.sge(8..16).unwrap()),
+        Err(Error::Unsupported { .. })
+    ));
+    assert_eq!(b.len(), 0);
+    drop(b);
+    let names: Vec<_> = fx.qp_calls().iter().map(|c| c.entry).collect();
+    assert_eq!(names, ["wr_start", "wr_abort"]);
+}
+
+#[test]
+fn post_and_wait_signals_every_work_request() {
+    let mut fx = Fx::new();
+    let mr = fx.mr();
+    let mut qp = fx.rc();
+    let wcs = qp
+        .post_and_wait(Duration::from_secs(1), |b| {
+            b.wr(1).rdma_write(remote(8)).sge(mr.sge(0..8)?)?;
+            b.wr(2).rdma_read(remote(8)).sge(mr.sge(8..16)?)
+        })
+        .unwrap();
+    assert_eq!(wcs.len(), 2);
+    let calls = fx.qp_calls();
+    let builders: Vec<_> = calls
+        .iter()
+        .filter(|c| c.entry.starts_with("wr_rdma"))
+        .map(|c| c.wr)
+        .collect();
+    assert_eq!(builders, [Some((1, SIG)), Some((2, SIG))]);
+    assert_eq!(calls.last().unwrap().entry, "wr_complete");
+}
+
+#[test]
+fn dci_work_requests_end_with_their_dc_address() {
+    let mut fx = Fx::new();
+    let mr = fx.mr();
+    let ah_ptr = &mut *fx.ah_raw as *mut ffi::ibv_ah;
+    let streams = DciStreams {
+        log_num_concurent: 4,
+        log_num_errored: 2,
+    };
+    let mut qp = fx.qp::<Dci>(SendOps::rc_default(), Mlx5SendOps::MEMCPY, Some(streams));
+    let ah = unsafe { crate::ah::AddressHandle::fake(&fx.pd, NonNull::new(ah_ptr).unwrap()) };
+    let addr = DcAddr {
+        ah: &ah,
+        remote_dctn: 0x00AB_CDEF,
+        remote_dc_key: 0xFEED_0000_DEAD_BEEF,
+    };
+    let mut b = qp.batch();
+    b.wr(1, addr)
+        .signaled()
+        .rdma_write(remote(64))
+        .sge(mr.sge(0..64).unwrap())
+        .unwrap();
+    b.wr_stream(2, addr, 15)
+        .send()
+        .sge(mr.sge(0..8).unwrap())
+        .unwrap();
+    // Stream 16 is past 2^4 streams: refused, nothing reaches C.
+    let err = b
+        .wr_stream(3, addr, 16)
+        .send()
+        .sge(mr.sge(0..8).unwrap())
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::OutOfRange {
+                what: "DCI stream id",
+                value: 16,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    b.wr(4, addr)
+        .memcpy(mr.sge(0..32).unwrap(), mr.sge(32..64).unwrap())
+        .unwrap();
+    assert_eq!(unsafe { b.complete() }.unwrap(), 3);
+    let f = &fx.fq;
+    let base = fx.base();
+    let dc = |stream: Option<u16>| {
+        let mut a = vec![
+            ptr(ah_ptr),
+            Arg::U32(0x00AB_CDEF),
+            Arg::U64(0xFEED_0000_DEAD_BEEF),
+        ];
+        a.extend(stream.map(Arg::U16));
+        a
+    };
+    let sge = |addr: u64, len: u32| vec![Arg::U32(0x1111_2222), Arg::U64(addr), Arg::U32(len)];
+    assert_eq!(
+        fx.qp_calls(),
+        [
+            qp_call("wr_start", f, (0, 0), vec![]),
+            qp_call(
+                "wr_rdma_write",
+                f,
+                (1, SIG),
+                vec![Arg::U32(remote(0).rkey), Arg::U64(remote(0).addr)]
+            ),
+            qp_call("wr_set_sge", f, (1, SIG), sge(base, 64)),
+            dv_call("wr_set_dc_addr", f, (1, SIG), dc(None)),
+            qp_call("wr_send", f, (2, 0), vec![]),
+            qp_call("wr_set_sge", f, (2, 0), sge(base, 8)),
+            dv_call("wr_set_dc_addr_stream", f, (2, 0), dc(Some(15))),
+            dv_call(
+                "wr_memcpy",
+                f,
+                (4, 0),
+                vec![
+                    Arg::U32(0x1111_2222),
+                    Arg::U64(base),
+                    Arg::U32(0x1111_2222),
+                    Arg::U64(base + 32),
+                    Arg::Usize(32),
+                ],
+            ),
+            dv_call("wr_set_dc_addr", f, (4, 0), dc(None)),
+            qp_call("wr_complete", f, (4, 0), vec![]),
+        ]
+    );
+}
+
+#[test]
+fn memcpy_length_is_checked_at_its_boundaries() {
+    let mut fx = Fx::new();
+    let mr = fx.mr();
+    let mut qp = fx.rc();
+    qp.mlx5.max_memcpy = 4096;
+    let mut b = qp.batch();
+    let s = |r: std::ops::Range<usize>| mr.sge(r).unwrap();
+    let zero = b.wr(1).memcpy(s(0..0), s(8..8)).unwrap_err();
+    assert!(
+        matches!(
+            zero,
+            Error::OutOfRange {
+                what: "memcpy length",
+                value: 0,
+                ..
+            }
+        ),
+        "{zero}"
+    );
+    assert!(b.wr(2).memcpy(s(0..4096), s(8192..12288)).is_ok());
+    let over = b.wr(3).memcpy(s(0..4097), s(8192..12289)).unwrap_err();
+    assert!(
+        matches!(
+            over,
+            Error::OutOfRange {
+                what: "memcpy length",
+                value: 4097,
+                ..
+            }
+        ),
+        "{over}"
+    );
+    let uneven = b.wr(4).memcpy(s(0..8), s(8..24)).unwrap_err();
+    assert!(matches!(uneven, Error::InvalidArgument(_)), "{uneven}");
+    assert_eq!(b.len(), 1);
+}
+
+#[test]
+fn mr_list_sets_inline_and_checks_entries_against_mkey_and_wqe() {
+    let mut fx = Fx::new();
+    let mr = fx.mr();
+    let mkey = fx.mkey(8);
+    let mut qp = fx.rc();
+    let mut b = qp.batch();
+    let sges: Vec<Sge> = (0..5)
+        .map(|i| mr.sge(i * 100..i * 100 + 10).unwrap())
+        .collect();
+    let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ;
+    // 4 entries fit the default WQE (max_inline_data 64); 5 do not.
+    b.wr(9)
+        .signaled()
+        .mr_list(&mkey, access, &sges[..4])
+        .unwrap();
+    let err = b.wr(10).mr_list(&mkey, access, &sges).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::OutOfRange {
+                what: "mr_list entries",
+                value: 5,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    let err = b.wr(11).mr_list(&mkey, access, &[]).unwrap_err();
+    assert!(matches!(err, Error::OutOfRange { value: 0, .. }), "{err}");
+    b.wr(12).local_inv(mkey.rkey()).unwrap();
+    drop(b);
+    assert_eq!(mkey.layout_len(), 40);
+    let base = fx.base();
+    let f = &fx.fq;
+    let calls = fx.qp_calls();
+    let mkey_ptr = &*fx.mkey_raw as *const ffi::mlx5dv_mkey;
+    let list: Vec<_> = (0..4u64)
+        .map(|i| (base + i * 100, 10, 0x1111_2222))
+        .collect();
+    assert_eq!(calls[1].entry, "wr_mr_list");
+    assert_eq!(
+        calls[1].wr,
+        Some((9, SIG | INL)),
+        "the wrapper sets IBV_SEND_INLINE"
+    );
+    assert_eq!(
+        calls[1].args[..3],
+        [ptr(mkey_ptr), Arg::U32(access.bits()), Arg::U16(4)]
+    );
+    assert_eq!(calls[1].args[4], Arg::Sges(list));
+    assert_eq!(
+        calls[2],
+        qp_call("wr_local_inv", f, (12, 0), vec![Arg::U32(0x7777_8888)])
+    );
+    // A 2-entry mkey refuses 3 entries: its max_entries is the limit.
+    let small = fx.mkey(2);
+    let mut qp = fx.rc();
+    let mut b = qp.batch();
+    let err = b.wr(1).mr_list(&small, access, &sges[..3]).unwrap_err();
+    assert!(
+        matches!(err, Error::OutOfRange { value: 3, ref limit, .. } if limit.contains("max_entries")),
+        "{err}"
+    );
+}
+
+#[test]
+fn mr_interleaved_needs_one_more_mkey_entry_and_stays_in_its_region() {
+    let mut fx = Fx::new();
+    let mr = fx.mr();
+    let mut qp = fx.rc();
+    let access = AccessFlags::LOCAL_WRITE;
+    let e = |off: usize| MrInterleaved::new(&mr, off, 64, 192).unwrap();
+    let entries = [e(0), e(64), e(128)];
+    // 3 entries need an mkey of 4; 3 is one short.
+    let mkey3 = fx.mkey(3);
+    let mkey4 = fx.mkey(4);
+    let mut b = qp.batch();
+    let err = b
+        .wr(1)
+        .mr_interleaved(&mkey3, access, 4, &entries)
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::OutOfRange {
+                what: "num_interleaved",
+                value: 3,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    b.wr(2).mr_interleaved(&mkey4, access, 4, &entries).unwrap();
+    // repeat_count 0, and a pattern that runs past the region.
+    assert!(matches!(
+        b.wr(3).mr_interleaved(&mkey4, access, 0, &entries),
+        Err(Error::OutOfRange {
+            what: "repeat_count",
+            ..
+        })
+    ));
+    let last = MrInterleaved::new(&mr, LEN - 64, 64, 0).unwrap();
+    assert!(b.wr(4).mr_interleaved(&mkey4, access, 1, &[last]).is_ok());
+    assert!(matches!(
+        b.wr(5).mr_interleaved(&mkey4, access, 2, &[last]),
+        Err(Error::OutOfRange {
+            what: "interleaved pattern end",
+            ..
+        })
+    ));
+    assert!(MrInterleaved::new(&mr, LEN - 63, 64, 0).is_err());
+    assert!(MrInterleaved::new(&mr, 0, 0, 0).is_err());
+    drop(b);
+    assert_eq!(
+        mkey4.layout_len(),
+        64,
+        "the last registration posted: 1 × 64 bytes"
+    );
+    let calls = fx.qp_calls();
+    let base = fx.base();
+    let first = calls
+        .iter()
+        .find(|c| c.entry == "wr_mr_interleaved")
+        .unwrap();
+    assert_eq!(first.wr, Some((2, INL)));
+    let mkey_ptr = &*fx.mkey_raw as *const ffi::mlx5dv_mkey;
+    assert_eq!(
+        first.args[..4],
+        [
+            ptr(mkey_ptr),
+            Arg::U32(access.bits()),
+            Arg::U32(4),
+            Arg::U16(3)
+        ]
+    );
+    let want: Vec<_> = (0..3u64)
+        .map(|i| (base + i * 64, 64, 192, 0x1111_2222))
+        .collect();
+    assert_eq!(first.args[5], Arg::Interleaved(want));
+}
+
+#[test]
+fn raw_wqe_hands_the_wqe_bytes_to_the_provider() {
+    let mut fx = Fx::new();
+    let mut qp = fx.rc();
+    let wqe = WqeBuilder::new(Opcode::Send, 0x12_3456)
+        .signaled()
+        .data_seg(16, 0x1111_2222, 0x1000)
+        .build()
+        .unwrap();
+    let mut b = qp.batch();
+    unsafe { b.wr(5).raw_wqe(&wqe) }.unwrap();
+    assert_eq!(unsafe { b.complete() }.unwrap(), 1);
+    let calls = fx.qp_calls();
+    assert_eq!(calls[1].entry, "wr_raw_wqe");
+    assert_eq!(
+        calls[1].args,
+        [ptr(wqe.as_ptr()), Arg::Bytes(wqe.as_bytes()[..16].to_vec())]
+    );
+}
