@@ -162,6 +162,7 @@ mod mr;
 mod pd;
 mod port;
 mod qp;
+mod srq;
 pub mod wqe;
 pub mod wr;
 
@@ -174,9 +175,10 @@ pub use mr::{AccessFlags, MemoryRegion, RemoteBuf, Sge};
 pub use pd::ProtectionDomain;
 pub use port::{Gid, GidEntry, GidType, LinkLayer, Mtu, PortAttr, PortState};
 pub use qp::{
-    ConnectOptions, DcAddr, Dci, DciStreams, Endpoint, Mlx5SendOps, QpBuilder, QpCaps, QpEx,
+    ConnectOptions, DcAddr, Dci, DciStreams, Dct, Endpoint, Mlx5SendOps, QpBuilder, QpCaps, QpEx,
     QpState, Rc, SendOps, Transport,
 };
+pub use srq::SharedReceiveQueue;
 pub use wr::{MrInterleaved, SendFlags, WrBatch};
 
 /// Reports a destroy call that failed in `Drop`, where it cannot be

@@ -4,11 +4,13 @@
 
 mod builder;
 mod dci;
+mod dct;
 mod rc;
 mod types;
 
 pub use builder::QpBuilder;
 pub use dci::DcAddr;
+pub use dct::Dct;
 pub use types::{ConnectOptions, DciStreams, Endpoint, Mlx5SendOps, QpCaps, QpState, SendOps};
 
 use crate::cq::CompletionQueue;

@@ -89,7 +89,7 @@ impl DciStreams {
 }
 
 /// Queue sizes (`struct ibv_qp_cap`): asked for at creation, and what the
-/// QP actually got ([`QpEx::caps`]).
+/// QP actually got ([`QpEx::caps`](crate::QpEx::caps)).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct QpCaps {
     /// Send queue depth.

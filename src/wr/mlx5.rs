@@ -279,6 +279,24 @@ impl<'m> Wr<'_, 'm, Rc> {
     /// segments must be valid for this QP.
     pub unsafe fn raw_wqe(self, wqe: &Wqe) -> Result<()> {
         let mqpx = self.mlx5_op(Mlx5SendOps::RAW_WQE, "raw_wqe")?;
+        // The provider copies the WQE whole and advances the send queue by
+        // its 64-byte blocks without checking them against the QP's WQE
+        // size: a larger WQE would overwrite the next ones. The QP's WQE
+        // holds at least a control segment plus the larger of its inline
+        // data (with its 4-byte header) and its SGEs.
+        let caps = self.state.caps;
+        let body = (caps.max_inline_data + INL_HDR).max(caps.max_send_sge * ENTRY);
+        let blocks = (16 + body).div_ceil(64);
+        if u32::from(wqe.basic_blocks()) > blocks {
+            return Err(Error::OutOfRange {
+                what: "raw WQE size in 64-byte blocks",
+                value: u64::from(wqe.basic_blocks()),
+                limit: format!(
+                    "at most {blocks} (the QP's WQE size: create it with a larger \
+                     max_inline_data or max_send_sge)"
+                ),
+            });
+        }
         self.commit(SendFlags::empty(), |_, _| {
             // SAFETY: the mlx5 extension of a QP created with RAW_WQE, whose
             // entry was checked non-NULL; the WQE's bytes are valid for the

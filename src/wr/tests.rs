@@ -547,3 +547,24 @@ fn raw_wqe_hands_the_wqe_bytes_to_the_provider() {
         [ptr(wqe.as_ptr()), Arg::Bytes(wqe.as_bytes()[..16].to_vec())]
     );
 }
+
+#[test]
+fn raw_wqe_larger_than_the_qps_wqe_is_refused() {
+    let mut fx = Fx::new();
+    let mut qp = fx.rc();
+    // Default caps: 64 bytes inline, 4 SGEs → the WQE holds 2 blocks.
+    let wqe = |segs: usize| {
+        let mut b = WqeBuilder::new(Opcode::Send, 1);
+        for i in 0..segs {
+            b = b.data_seg(8, 1, i as u64 * 8);
+        }
+        b.build().unwrap()
+    };
+    let mut b = qp.batch();
+    assert_eq!(wqe(7).basic_blocks(), 2);
+    assert!(unsafe { b.wr(1).raw_wqe(&wqe(7)) }.is_ok());
+    assert_eq!(wqe(8).basic_blocks(), 3);
+    let err = unsafe { b.wr(2).raw_wqe(&wqe(8)) }.unwrap_err();
+    assert!(matches!(err, Error::OutOfRange { value: 3, .. }), "{err}");
+    assert_eq!(b.len(), 1);
+}

@@ -1,0 +1,126 @@
+//! Shared receive queues (`ibv_create_srq(3)`): the receive side of DCTs.
+
+use crate::error::{check, Error, Result};
+use crate::ffi;
+use crate::mr::Sge;
+use crate::pd::ProtectionDomain;
+use std::fmt;
+use std::ptr::NonNull;
+use std::sync::Arc;
+
+/// A shared receive queue, destroyed when its last handle goes. A cheap,
+/// cloneable handle; DCTs made on it keep it alive.
+#[derive(Clone)]
+pub struct SharedReceiveQueue(Arc<SrqInner>);
+
+struct SrqInner {
+    srq: NonNull<ffi::ibv_srq>,
+    max_wr: u32,
+    max_sge: u32,
+    // Dropped after the SRQ is destroyed.
+    pd: ProtectionDomain,
+}
+
+// SAFETY: SRQ calls (posting, destruction) are thread-safe in rdma-core's
+// providers, which lock the SRQ.
+unsafe impl Send for SrqInner {}
+// SAFETY: as above.
+unsafe impl Sync for SrqInner {}
+
+impl Drop for SrqInner {
+    fn drop(&mut self) {
+        // SAFETY: created by this crate, destroyed once when no handle (and
+        // so no DCT) is left.
+        let rc = unsafe { ffi::ibv_destroy_srq(self.srq.as_ptr()) };
+        crate::report_destroy_failure("ibv_destroy_srq", rc, self.pd.context().name());
+    }
+}
+
+impl SharedReceiveQueue {
+    /// Creates an SRQ in `pd` holding `max_wr` receives of up to `max_sge`
+    /// SGEs each.
+    pub fn new(pd: &ProtectionDomain, max_wr: u32, max_sge: u32) -> Result<Self> {
+        if max_wr == 0 || max_sge == 0 {
+            return Err(Error::OutOfRange {
+                what: "SRQ max_wr / max_sge",
+                value: 0,
+                limit: "at least 1 each".into(),
+            });
+        }
+        let mut attr = ffi::ibv_srq_init_attr {
+            attr: ffi::ibv_srq_attr {
+                max_wr,
+                max_sge,
+                srq_limit: 0,
+            },
+            ..Default::default()
+        };
+        // SAFETY: the PD is live and `attr` initialised; NULL is handled.
+        let srq = unsafe { ffi::ibv_create_srq(pd.as_ptr(), &mut attr) };
+        let srq = NonNull::new(srq).ok_or_else(|| {
+            Error::last_os(
+                "ibv_create_srq",
+                format!("{max_wr} WRs × {max_sge} SGEs on {}", pd.context().name()),
+            )
+        })?;
+        Ok(SharedReceiveQueue(Arc::new(SrqInner {
+            srq,
+            max_wr: attr.attr.max_wr,
+            max_sge: attr.attr.max_sge,
+            pd: pd.clone(),
+        })))
+    }
+
+    /// The raw SRQ, valid while this handle lives.
+    pub fn as_ptr(&self) -> *mut ffi::ibv_srq {
+        self.0.srq.as_ptr()
+    }
+
+    /// Receives it holds.
+    pub fn max_wr(&self) -> u32 {
+        self.0.max_wr
+    }
+
+    /// The protection domain.
+    pub fn pd(&self) -> &ProtectionDomain {
+        &self.0.pd
+    }
+
+    /// Posts one receive (`ibv_post_srq_recv(3)`); its completion carries
+    /// `wr_id`.
+    ///
+    /// # Safety
+    ///
+    /// As [`QpEx::post_recv`](crate::QpEx::post_recv): the SGEs' memory
+    /// must stay registered and unaccessed by other references until the
+    /// receive's completion (or flush) has been polled.
+    pub unsafe fn post_recv(&self, wr_id: u64, sges: &[Sge<'_>]) -> Result<()> {
+        if sges.len() > self.0.max_sge as usize {
+            return Err(Error::OutOfRange {
+                what: "receive SGE count",
+                value: sges.len() as u64,
+                limit: format!("at most {} (the SRQ's max_sge)", self.0.max_sge),
+            });
+        }
+        let mut wr = ffi::ibv_recv_wr {
+            wr_id,
+            next: std::ptr::null_mut(),
+            sg_list: Sge::as_raw_slice(sges).as_ptr() as *mut ffi::ibv_sge,
+            num_sge: sges.len() as i32,
+        };
+        let mut bad = std::ptr::null_mut();
+        // SAFETY: the SRQ is live; `wr` and its SGE list are valid for the
+        // call; the memory's lifetime is the caller's promise.
+        let rc = unsafe { ffi::ibv_post_srq_recv(self.as_ptr(), &mut wr, &mut bad) };
+        check(rc, "ibv_post_srq_recv", || format!("wr_id {wr_id}"))
+    }
+}
+
+impl fmt::Debug for SharedReceiveQueue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SharedReceiveQueue")
+            .field("max_wr", &self.0.max_wr)
+            .field("max_sge", &self.0.max_sge)
+            .finish()
+    }
+}

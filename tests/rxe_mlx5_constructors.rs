@@ -1,0 +1,99 @@
+//! On a device without mlx5 direct verbs (soft-RoCE), every mlx5
+//! constructor refuses with `Error::Unsupported` naming the device, before
+//! calling into the mlx5 provider, and nothing crashes; the generic objects
+//! made beside them keep working.
+//!
+//! Run by `scripts/test` in the guest with `MLX5DV_TEST_DEVICE=rxe0`.
+
+mod support;
+
+use mlx5dv::*;
+use support::rig::*;
+
+fn non_mlx5() -> (Context, ProtectionDomain, CompletionQueue) {
+    let ctx = open();
+    assert!(
+        !ctx.is_mlx5(),
+        "{} is an mlx5 device: this suite is for others",
+        ctx.name()
+    );
+    let pd = ProtectionDomain::new(&ctx).unwrap();
+    let cq = CompletionQueue::new(&ctx, 16).unwrap();
+    (ctx, pd, cq)
+}
+
+#[track_caller]
+fn assert_refused<T: std::fmt::Debug>(r: Result<T>, device: &str, call: &str) {
+    match r {
+        Err(Error::Unsupported { what }) => {
+            assert!(
+                what.contains(device),
+                "message does not name {device}: {what}"
+            );
+            assert!(what.contains(call), "message does not name {call}: {what}");
+        }
+        other => panic!("expected Unsupported from {call}, got {other:?}"),
+    }
+}
+
+#[test]
+#[ignore = "needs an RDMA device: set MLX5DV_TEST_DEVICE"]
+fn dci_rc_with_mlx5_ops_dct_and_mkey_are_refused_with_the_device_named() {
+    let (ctx, pd, cq) = non_mlx5();
+    let dev = ctx.name().to_string();
+    assert_refused(QpBuilder::dci(&pd, &cq).build(), &dev, "mlx5dv_create_qp");
+    assert_refused(
+        QpBuilder::dci(&pd, &cq).dci_streams(2, 1).build(),
+        &dev,
+        "mlx5dv_create_qp",
+    );
+    for ops in [
+        Mlx5SendOps::MEMCPY,
+        Mlx5SendOps::RAW_WQE,
+        Mlx5SendOps::MR_LIST,
+        Mlx5SendOps::MR_INTERLEAVED,
+    ] {
+        let r = QpBuilder::rc(&pd, &cq, &cq).mlx5_send_ops(ops).build();
+        assert_refused(r, &dev, "mlx5dv_create_qp");
+    }
+    let srq = SharedReceiveQueue::new(&pd, 16, 1).unwrap();
+    assert_refused(Dct::new(&pd, &cq, &srq, 0xC0FFEE), &dev, "mlx5dv_create_qp");
+    assert_refused(Mkey::new(&pd, 4, false), &dev, "mlx5dv_create_mkey");
+    assert_refused(ctx.mlx5_caps(), &dev, "mlx5dv_query_device");
+
+    // The plain objects still work: an RC QP comes up on the same PD.
+    let qp = QpBuilder::rc(&pd, &cq, &cq).build().unwrap();
+    assert_eq!(qp.state().unwrap(), QpState::Reset);
+    assert!(qp.mlx5_send_ops().is_empty());
+}
+
+#[test]
+#[ignore = "needs an RDMA device: set MLX5DV_TEST_DEVICE"]
+fn rc_only_and_out_of_range_requests_are_refused_before_the_device_is_asked() {
+    let (_ctx, pd, cq) = non_mlx5();
+    // RC-only builders on a DCI: a typed error, whatever the device.
+    let err = QpBuilder::dci(&pd, &cq)
+        .mlx5_send_ops(Mlx5SendOps::MR_LIST)
+        .build()
+        .unwrap_err();
+    assert!(matches!(err, Error::InvalidArgument(_)), "{err}");
+    // log_num_errored above log_num_concurent, and 16 concurrent-stream bits.
+    let err = QpBuilder::dci(&pd, &cq)
+        .dci_streams(2, 3)
+        .build()
+        .unwrap_err();
+    assert!(matches!(err, Error::OutOfRange { .. }), "{err}");
+    let err = QpBuilder::dci(&pd, &cq)
+        .dci_streams(16, 0)
+        .build()
+        .unwrap_err();
+    assert!(matches!(err, Error::OutOfRange { .. }), "{err}");
+    assert!(matches!(
+        Mkey::new(&pd, 0, false),
+        Err(Error::OutOfRange { .. })
+    ));
+    assert!(matches!(
+        SharedReceiveQueue::new(&pd, 0, 1),
+        Err(Error::OutOfRange { .. })
+    ));
+}
