@@ -73,6 +73,42 @@
 //! # Ok(()) }
 //! ```
 //!
+//! On a DCI every work request needs its DC address
+//! (`mlx5dv_wr_set_dc_addr`): there is no `wr` without one.
+//!
+//! ```compile_fail,E0061
+//! # use mlx5dv::*;
+//! # fn f(qp: &mut QpEx<Dci>, mr: &MemoryRegion, remote: RemoteBuf) -> Result<()> {
+//! let mut batch = qp.batch();
+//! batch.wr(1).rdma_write(remote).sge(mr.sge(..)?)?; // no DcAddr
+//! # Ok(()) }
+//! ```
+//!
+//! The RC-only builders (`mr_list`, `mr_interleaved`, `raw_wqe`) do not
+//! exist on a DCI work request:
+//!
+//! ```compile_fail,E0599
+//! # use mlx5dv::*;
+//! # fn f(qp: &mut QpEx<Dci>, addr: DcAddr<'_>, mkey: &Mkey, mr: &MemoryRegion) -> Result<()> {
+//! let mut batch = qp.batch();
+//! batch.wr(1, addr).mr_list(mkey, AccessFlags::LOCAL_WRITE, &[mr.sge(..)?])?;
+//! # Ok(()) }
+//! ```
+//!
+//! A DCI work request with its address compiles:
+//!
+//! ```no_run
+//! # use mlx5dv::*;
+//! # fn f(qp: &mut QpEx<Dci>, ah: &AddressHandle, mr: &MemoryRegion, remote: RemoteBuf) -> Result<()> {
+//! let addr = DcAddr { ah, remote_dctn: 0x1234, remote_dc_key: 0xC0FFEE };
+//! let mut batch = qp.batch();
+//! batch.wr(1, addr).signaled().rdma_write(remote).sge(mr.sge(..)?)?;
+//! batch.wr_stream(2, addr, 1).send().inline(b"hi")?;
+//! // SAFETY: `mr` outlives the completions, polled later.
+//! unsafe { batch.complete()? };
+//! # Ok(()) }
+//! ```
+//!
 //! In the scoped form, memory a work request uses stays borrowed until its
 //! completion has arrived, so it cannot be changed or freed meanwhile:
 //!
