@@ -5,6 +5,7 @@
 mod builder;
 mod dci;
 mod dct;
+mod ops;
 mod rc;
 mod types;
 
@@ -22,6 +23,7 @@ use std::marker::PhantomData;
 use std::ptr::NonNull;
 
 pub(crate) use dci::check_stream_id;
+pub(crate) use ops::WrOps;
 pub(crate) use rc::check_psn;
 
 mod sealed {
@@ -87,6 +89,8 @@ pub struct QpEx<T: Transport> {
     pub(crate) qp: NonNull<ffi::ibv_qp>,
     pub(crate) qpx: NonNull<ffi::ibv_qp_ex>,
     pub(crate) mlx5: Mlx5Info,
+    /// The provider entries the batch calls, resolved at creation.
+    pub(crate) ops: WrOps,
     caps: QpCaps,
     send_ops: SendOps,
     owned: bool,
@@ -133,7 +137,19 @@ impl<T: Transport> QpEx<T> {
     /// function-table entry a batch may call for what it was created with.
     /// On failure an owned QP is destroyed (by Drop).
     pub(crate) fn assemble(p: QpParts<'_>) -> Result<Self> {
+        let ops = match Self::resolve_ops(p.qpx, &p.mlx5, p.send_ops, p.pd.context().name()) {
+            Ok(ops) => ops,
+            Err(e) => {
+                if p.owned {
+                    // SAFETY: created by our caller for this QpEx, never
+                    // shared; destroyed once.
+                    unsafe { ffi::ibv_destroy_qp(p.qp.as_ptr()) };
+                }
+                return Err(e);
+            }
+        };
         let qp = QpEx {
+            ops,
             qp: p.qp,
             qpx: p.qpx,
             mlx5: p.mlx5,
@@ -145,113 +161,33 @@ impl<T: Transport> QpEx<T> {
             recv_cq: p.recv_cq.clone(),
             _t: PhantomData,
         };
-        qp.check_entries()?;
         Ok(qp)
     }
 
-    /// Checks, once, that the provider filled the function-table entries
-    /// the batch calls: start/complete/abort, the data setters, and the
-    /// builder of every op in `send_ops`. The batch then never calls a
-    /// NULL entry.
-    fn check_entries(&self) -> Result<()> {
-        // SAFETY: `qpx` is the live extended QP.
-        let q = unsafe { self.qpx.as_ref() };
-        let mut missing = Vec::new();
-        let mut need = |present: bool, name: &'static str| {
-            if !present {
-                missing.push(name);
-            }
+    /// Resolves, once, the provider's function-table entries a batch may
+    /// call for what the QP was created with (see [`ops`]).
+    fn resolve_ops(
+        qpx: NonNull<ffi::ibv_qp_ex>,
+        mlx5: &Mlx5Info,
+        send_ops: SendOps,
+        device: &str,
+    ) -> Result<WrOps> {
+        let want = ops::Wanted {
+            send_ops,
+            mlx5_ops: mlx5.ops,
+            dc: T::DC,
+            streams: mlx5.streams.is_some(),
         };
-        need(q.wr_start.is_some(), "wr_start");
-        need(q.wr_complete.is_some(), "wr_complete");
-        need(q.wr_abort.is_some(), "wr_abort");
-        need(q.wr_set_sge.is_some(), "wr_set_sge");
-        need(q.wr_set_sge_list.is_some(), "wr_set_sge_list");
-        need(q.wr_set_inline_data.is_some(), "wr_set_inline_data");
-        let ops = self.send_ops;
-        let checks = [
-            (
-                SendOps::RDMA_WRITE,
-                q.wr_rdma_write.is_some(),
-                "wr_rdma_write",
-            ),
-            (
-                SendOps::RDMA_WRITE_WITH_IMM,
-                q.wr_rdma_write_imm.is_some(),
-                "wr_rdma_write_imm",
-            ),
-            (SendOps::SEND, q.wr_send.is_some(), "wr_send"),
-            (
-                SendOps::SEND_WITH_IMM,
-                q.wr_send_imm.is_some(),
-                "wr_send_imm",
-            ),
-            (SendOps::RDMA_READ, q.wr_rdma_read.is_some(), "wr_rdma_read"),
-            (
-                SendOps::ATOMIC_CMP_AND_SWP,
-                q.wr_atomic_cmp_swp.is_some(),
-                "wr_atomic_cmp_swp",
-            ),
-            (
-                SendOps::ATOMIC_FETCH_AND_ADD,
-                q.wr_atomic_fetch_add.is_some(),
-                "wr_atomic_fetch_add",
-            ),
-            (SendOps::LOCAL_INV, q.wr_local_inv.is_some(), "wr_local_inv"),
-            (SendOps::BIND_MW, q.wr_bind_mw.is_some(), "wr_bind_mw"),
-            (
-                SendOps::SEND_WITH_INV,
-                q.wr_send_inv.is_some(),
-                "wr_send_inv",
-            ),
-        ];
-        for (op, present, name) in checks {
-            if ops.contains(op) {
-                need(present, name);
-            }
-        }
-        if let Some(mqpx) = self.mlx5.mqpx {
-            // SAFETY: the mlx5 extension of this live QP. Its entries are
-            // read only for what the QP was created with (the struct grew
-            // over releases).
-            let d = unsafe { mqpx.as_ref() };
-            let m = self.mlx5.ops;
-            need(
-                !m.contains(Mlx5SendOps::MEMCPY) || d.wr_memcpy.is_some(),
-                "wr_memcpy",
-            );
-            need(
-                !m.contains(Mlx5SendOps::RAW_WQE) || d.wr_raw_wqe.is_some(),
-                "wr_raw_wqe",
-            );
-            need(
-                !m.contains(Mlx5SendOps::MR_LIST) || d.wr_mr_list.is_some(),
-                "wr_mr_list",
-            );
-            need(
-                !m.contains(Mlx5SendOps::MR_INTERLEAVED) || d.wr_mr_interleaved.is_some(),
-                "wr_mr_interleaved",
-            );
-            if T::DC {
-                need(d.wr_set_dc_addr.is_some(), "wr_set_dc_addr");
-                if self.mlx5.streams.is_some() {
-                    need(d.wr_set_dc_addr_stream.is_some(), "wr_set_dc_addr_stream");
-                }
-            }
-        } else if T::DC || !self.mlx5.ops.is_empty() {
-            missing.push("the mlx5dv_qp_ex extension");
-        }
-        if missing.is_empty() {
-            Ok(())
-        } else {
-            Err(Error::Unsupported {
+        // SAFETY: `qpx` is the live extended QP and `mqpx` its mlx5
+        // extension, made with the flags `want` describes.
+        unsafe { WrOps::resolve(qpx.as_ref(), mlx5.mqpx.map(|m| &*m.as_ptr()), &want) }.map_err(
+            |missing| Error::Unsupported {
                 what: format!(
-                    "the provider of {} left these entries NULL: {}",
-                    self.pd.context().name(),
+                    "the provider of {device} left these entries NULL: {}",
                     missing.join(", ")
                 ),
-            })
-        }
+            },
+        )
     }
 
     /// The QP number (on a DCI too; a DCT's is its DCT number).

@@ -111,11 +111,11 @@ impl<'m, T: Transport> Wr<'_, 'm, T> {
                 limit: format!("1 to {max} (the device's max_wr_memcpy_length)"),
             });
         }
-        self.commit(SendFlags::empty(), |_, _| {
+        self.commit(SendFlags::empty(), |_, ops, _| {
             // SAFETY: the mlx5 extension of a QP created with MEMCPY, whose
-            // wr_memcpy entry was checked non-NULL at creation.
+            // wr_memcpy entry was resolved non-NULL at creation.
             unsafe {
-                ffi::mlx5dv_wr_memcpy(
+                (ops.memcpy)(
                     mqpx.as_ptr(),
                     dest.lkey(),
                     dest.addr(),
@@ -137,10 +137,10 @@ impl<'m, T: Transport> Wr<'_, 'm, T> {
                     .into(),
             });
         }
-        self.commit(SendFlags::empty(), |q, _| {
-            // SAFETY: the live extended QP; wr_local_inv was checked non-NULL
+        self.commit(SendFlags::empty(), |q, ops, _| {
+            // SAFETY: the live extended QP; wr_local_inv was resolved non-NULL
             // at creation since LOCAL_INV is in its send ops.
-            unsafe { ffi::ibv_wr_local_inv(q, rkey) }
+            unsafe { (ops.local_inv)(q, rkey) }
         })
     }
 }
@@ -165,13 +165,13 @@ impl<'m> Wr<'_, 'm, Rc> {
         check_entries("mr_list entries", sges.len(), wqe_max, WQE_LIMIT)?;
         let total: u64 = sges.iter().map(|s| u64::from(s.length())).sum();
         let raw = Sge::as_raw_slice(sges);
-        self.commit(SendFlags::INLINE, |_, _| {
+        self.commit(SendFlags::INLINE, |_, ops, _| {
             // SAFETY: the mlx5 extension of an RC QP created with MR_LIST,
             // whose wr_mr_list entry was checked non-NULL; the mkey and the
             // SGE array are valid for the call (the provider copies them
             // into the WQE); the count fits u16 (checked above).
             unsafe {
-                ffi::mlx5dv_wr_mr_list(
+                (ops.mr_list)(
                     mqpx.as_ptr(),
                     mkey.as_ptr(),
                     access.bits(),
@@ -245,13 +245,13 @@ impl<'m> Wr<'_, 'm, Rc> {
         for (r, e) in raw.iter_mut().zip(entries) {
             *r = e.raw;
         }
-        self.commit(SendFlags::INLINE, |_, _| {
+        self.commit(SendFlags::INLINE, |_, ops, _| {
             // SAFETY: the mlx5 extension of an RC QP created with
             // MR_INTERLEAVED, whose entry was checked non-NULL; the mkey and
             // the array are valid for the call (copied into the WQE); the
             // count fits u16 (checked above).
             unsafe {
-                ffi::mlx5dv_wr_mr_interleaved(
+                (ops.mr_interleaved)(
                     mqpx.as_ptr(),
                     mkey.as_ptr(),
                     access.bits(),
@@ -297,12 +297,12 @@ impl<'m> Wr<'_, 'm, Rc> {
                 ),
             });
         }
-        self.commit(SendFlags::empty(), |_, _| {
+        self.commit(SendFlags::empty(), |_, ops, _| {
             // SAFETY: the mlx5 extension of a QP created with RAW_WQE, whose
             // entry was checked non-NULL; the WQE's bytes are valid for the
             // call and as long as its DS count says (Wqe keeps them in step);
             // what it asks of the device is the caller's promise.
-            unsafe { ffi::mlx5dv_wr_raw_wqe(mqpx.as_ptr(), wqe.as_ptr()) }
+            unsafe { (ops.raw_wqe)(mqpx.as_ptr(), wqe.as_ptr()) }
         })
     }
 }

@@ -129,7 +129,9 @@ use crate::cq::WorkCompletion;
 use crate::error::{Error, Result};
 use crate::ffi;
 use crate::mr::{RemoteBuf, Sge};
-use crate::qp::{check_stream_id, DcAddr, Dci, Mlx5Info, QpCaps, QpEx, Rc, SendOps, Transport};
+use crate::qp::{
+    check_stream_id, DcAddr, Dci, Mlx5Info, QpCaps, QpEx, Rc, SendOps, Transport, WrOps,
+};
 
 mod mlx5;
 #[cfg(test)]
@@ -169,10 +171,23 @@ struct BatchState {
     send_ops: SendOps,
     /// What an mlx5 QP was created with (mlx5 extension, ops, limits).
     mlx5: Mlx5Info,
+    /// The provider's entries, resolved at QP creation; they live in the
+    /// QP, which the batch borrows mutably for its whole life.
+    ops: NonNull<WrOps>,
     /// Every WR signalled (the scoped form counts completions).
     force_signaled: bool,
     /// WRs handed to the provider so far.
     posted: u32,
+}
+
+impl BatchState {
+    /// The provider's entries.
+    #[inline]
+    fn ops(&self) -> &WrOps {
+        // SAFETY: `ops` points into the QP the batch borrows mutably for its
+        // whole life, and nothing writes to it meanwhile.
+        unsafe { self.ops.as_ref() }
+    }
 }
 
 /// An open batch of work requests on one QP (`ibv_wr_start`).
@@ -199,15 +214,17 @@ impl<T: Transport> QpEx<T> {
 
     fn open_batch<'m>(&mut self, force_signaled: bool) -> WrBatch<'_, 'm, T> {
         let qpx = self.qpx;
-        // SAFETY: the QP is live; its wr_start entry was checked non-NULL at
-        // creation; `&mut self` excludes any other batch on it.
-        unsafe { ffi::ibv_wr_start(qpx.as_ptr()) };
+        // SAFETY: the QP is live; `start` is its provider's wr_start entry
+        // (resolved non-NULL at creation); `&mut self` excludes any other
+        // batch on it.
+        unsafe { (self.ops.start)(qpx.as_ptr()) };
         WrBatch {
             state: BatchState {
                 qpx,
                 caps: self.caps(),
                 send_ops: self.send_ops(),
                 mlx5: self.mlx5,
+                ops: NonNull::from(&self.ops),
                 force_signaled,
                 posted: 0,
             },
@@ -344,7 +361,7 @@ impl<'q, 'm, T: Transport> WrBatch<'q, 'm, T> {
         let qpx = this.state.qpx.as_ptr();
         // SAFETY: the batch was started on this live QP and not finalised;
         // the memory rules are the caller's promise.
-        let rc = unsafe { ffi::ibv_wr_complete(qpx) };
+        let rc = unsafe { (this.state.ops().complete)(qpx) };
         if rc != 0 {
             return Err(Error::verbs(
                 "ibv_wr_complete",
@@ -430,7 +447,7 @@ impl<T: Transport> Drop for WrBatch<'_, '_, T> {
     fn drop(&mut self) {
         // SAFETY: the batch was started and not completed (complete() does
         // not run Drop); abort discards every WR added since wr_start.
-        unsafe { ffi::ibv_wr_abort(self.state.qpx.as_ptr()) };
+        unsafe { (self.state.ops().abort)(self.state.qpx.as_ptr()) };
     }
 }
 
@@ -633,31 +650,29 @@ impl<'m, T: Transport, K> Op<'_, 'm, T, K> {
             _ => SendFlags::empty(),
         };
         let (rkey, raddr) = remote.map_or((0, 0), |r| (r.rkey, r.addr));
-        wr.commit(extra, |q, _| {
-            // SAFETY: `q` is the live extended QP of an open batch; the
-            // builder's entry is non-NULL (checked at creation for every op
-            // in send_ops, and `op` is in send_ops); the setters were
-            // checked at creation; the SGE list and inline data are valid
+        wr.commit(extra, |q, ops, _| {
+            // SAFETY: `q` is the live extended QP of an open batch; `ops`
+            // are its provider's entries, and the builder's is a real one
+            // (resolved non-NULL at creation for every op in send_ops, and
+            // `op` is in send_ops); the SGE list and inline data are valid
             // for the calls (the provider copies inline data and the SGE
             // entries during them).
             unsafe {
                 match kind {
-                    OpKind::Send => ffi::ibv_wr_send(q),
-                    OpKind::SendImm(imm) => ffi::ibv_wr_send_imm(q, imm),
-                    OpKind::Write => ffi::ibv_wr_rdma_write(q, rkey, raddr),
-                    OpKind::WriteImm(imm) => ffi::ibv_wr_rdma_write_imm(q, rkey, raddr, imm),
-                    OpKind::Read => ffi::ibv_wr_rdma_read(q, rkey, raddr),
+                    OpKind::Send => (ops.send)(q),
+                    OpKind::SendImm(imm) => (ops.send_imm)(q, imm),
+                    OpKind::Write => (ops.rdma_write)(q, rkey, raddr),
+                    OpKind::WriteImm(imm) => (ops.rdma_write_imm)(q, rkey, raddr, imm),
+                    OpKind::Read => (ops.rdma_read)(q, rkey, raddr),
                     OpKind::CmpSwp { compare, swap } => {
-                        ffi::ibv_wr_atomic_cmp_swp(q, rkey, raddr, compare, swap)
+                        (ops.atomic_cmp_swp)(q, rkey, raddr, compare, swap)
                     }
-                    OpKind::FetchAdd { add } => ffi::ibv_wr_atomic_fetch_add(q, rkey, raddr, add),
+                    OpKind::FetchAdd { add } => (ops.atomic_fetch_add)(q, rkey, raddr, add),
                 }
                 match data {
-                    Data::Sge(s) => ffi::ibv_wr_set_sge(q, s.lkey, s.addr, s.length),
-                    Data::List(l) => ffi::ibv_wr_set_sge_list(q, l.len(), l.as_ptr()),
-                    Data::Inline(d) => {
-                        ffi::ibv_wr_set_inline_data(q, d.as_ptr() as *mut _, d.len())
-                    }
+                    Data::Sge(s) => (ops.set_sge)(q, s.lkey, s.addr, s.length),
+                    Data::List(l) => (ops.set_sge_list)(q, l.len(), l.as_ptr()),
+                    Data::Inline(d) => (ops.set_inline_data)(q, d.as_ptr() as *mut _, d.len()),
                 }
             }
         })
@@ -673,7 +688,7 @@ impl<T: Transport> Wr<'_, '_, T> {
     fn commit(
         self,
         extra: SendFlags,
-        build: impl FnOnce(*mut ffi::ibv_qp_ex, Option<NonNull<ffi::mlx5dv_qp_ex>>),
+        build: impl FnOnce(*mut ffi::ibv_qp_ex, &WrOps, Option<NonNull<ffi::mlx5dv_qp_ex>>),
     ) -> Result<()> {
         let mqpx = self.state.mlx5.mqpx;
         if let Some(RawDc {
@@ -696,21 +711,17 @@ impl<T: Transport> Wr<'_, '_, T> {
             (*q).wr_id = self.wr_id;
             (*q).wr_flags = (self.flags | extra).bits();
         }
-        build(q, mqpx);
+        let ops = self.state.ops();
+        build(q, ops, mqpx);
         if let (Some(dc), Some(m)) = (self.dc, mqpx) {
             // SAFETY: a DCI has its mlx5 extension, whose DC setters were
-            // checked non-NULL at creation (the stream setter when it has
+            // resolved non-NULL at creation (the stream setter when it has
             // streams, and only then can `stream_id` be Some here); the
             // address handle is borrowed for the Wr's lifetime.
             unsafe {
                 match dc.stream_id {
-                    None => ffi::mlx5dv_wr_set_dc_addr(
-                        m.as_ptr(),
-                        dc.ah,
-                        dc.remote_dctn,
-                        dc.remote_dc_key,
-                    ),
-                    Some(id) => ffi::mlx5dv_wr_set_dc_addr_stream(
+                    None => (ops.set_dc_addr)(m.as_ptr(), dc.ah, dc.remote_dctn, dc.remote_dc_key),
+                    Some(id) => (ops.set_dc_addr_stream)(
                         m.as_ptr(),
                         dc.ah,
                         dc.remote_dctn,
