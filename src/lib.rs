@@ -176,7 +176,7 @@ pub use pd::ProtectionDomain;
 pub use port::{Gid, GidEntry, GidType, LinkLayer, Mtu, PortAttr, PortState};
 pub use qp::{
     ConnectOptions, DcAddr, Dci, DciStreams, Dct, Endpoint, Mlx5SendOps, QpBuilder, QpCaps, QpEx,
-    QpState, Rc, SendOps, Transport,
+    QpState, RawMlx5, RawQp, Rc, SendOps, Transport,
 };
 pub use srq::SharedReceiveQueue;
 pub use wr::{MrInterleaved, SendFlags, WrBatch};

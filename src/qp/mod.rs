@@ -6,12 +6,14 @@ mod builder;
 mod dci;
 mod dct;
 mod ops;
+mod raw;
 mod rc;
 mod types;
 
 pub use builder::QpBuilder;
 pub use dci::DcAddr;
 pub use dct::Dct;
+pub use raw::{RawMlx5, RawQp};
 pub use types::{ConnectOptions, DciStreams, Endpoint, Mlx5SendOps, QpCaps, QpState, SendOps};
 
 use crate::cq::CompletionQueue;
