@@ -231,7 +231,9 @@ impl WorkCompletion {
         } else {
             Err(Error::WorkCompletion {
                 wr_id: self.wr_id,
+                qp_num: self.qp_num,
                 status: self.status,
+                vendor_err: self.vendor_err,
             })
         }
     }

@@ -66,12 +66,27 @@ pub enum Error {
     },
 
     /// A work request completed with an error status.
-    #[error("work request {wr_id} completed with {status}")]
+    #[error("work request {wr_id} on QP {qp_num:#x} completed with {status} (vendor error {vendor_err:#x})")]
     WorkCompletion {
         /// The failed work request.
         wr_id: u64,
+        /// The QP it was posted on.
+        qp_num: u32,
         /// Its status.
         status: crate::cq::WcStatus,
+        /// The provider's vendor error code.
+        vendor_err: u32,
+    },
+
+    /// A batch held more work requests than the send queue had room for
+    /// (`ibv_wr_complete` returned `ENOMEM` or `ENOSPC`): none of the batch
+    /// was posted.
+    #[error("send queue full: a batch of {batch} work requests did not fit the send queue of depth {depth}; none was posted")]
+    SendQueueFull {
+        /// Work requests in the batch.
+        batch: u32,
+        /// The QP's send queue depth (`max_send_wr`).
+        depth: u32,
     },
 }
 

@@ -362,6 +362,12 @@ impl<'q, 'm, T: Transport> WrBatch<'q, 'm, T> {
         // SAFETY: the batch was started on this live QP and not finalised;
         // the memory rules are the caller's promise.
         let rc = unsafe { (this.state.ops().complete)(qpx) };
+        if rc == libc::ENOMEM || rc == libc::ENOSPC {
+            return Err(Error::SendQueueFull {
+                batch: this.state.posted,
+                depth: this.state.caps.max_send_wr,
+            });
+        }
         if rc != 0 {
             return Err(Error::verbs(
                 "ibv_wr_complete",

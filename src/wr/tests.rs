@@ -568,3 +568,34 @@ fn raw_wqe_larger_than_the_qps_wqe_is_refused() {
     assert!(matches!(err, Error::OutOfRange { value: 3, .. }), "{err}");
     assert_eq!(b.len(), 1);
 }
+
+#[test]
+fn a_full_send_queue_is_a_typed_error() {
+    let mut fx = Fx::new();
+    let mr = fx.mr();
+    let mut qp = fx.rc();
+    for errno in [libc::ENOMEM, libc::ENOSPC] {
+        fx.fq.complete_ret = errno;
+        let mut b = qp.batch();
+        b.wr(1)
+            .rdma_write(remote(8))
+            .sge(mr.sge(0..8).unwrap())
+            .unwrap();
+        let err = unsafe { b.complete() }.unwrap_err();
+        assert!(
+            matches!(
+                err,
+                Error::SendQueueFull {
+                    batch: 1,
+                    depth: 128
+                }
+            ),
+            "{err}"
+        );
+        assert!(err.to_string().contains("none was posted"), "{err}");
+    }
+    fx.fq.complete_ret = libc::EINVAL;
+    let b = qp.batch();
+    let err = unsafe { b.complete() }.unwrap_err();
+    assert_eq!(err.errno(), Some(libc::EINVAL));
+}

@@ -109,9 +109,15 @@ impl Pair {
     }
 
     pub fn with(caps: QpCaps, ops: SendOps) -> Pair {
+        Self::tuned(caps, ops, |_| {})
+    }
+
+    /// A pair whose connection options `tweak` adjusts (timeouts, retries).
+    pub fn tuned(caps: QpCaps, ops: SendOps, tweak: impl FnOnce(&mut ConnectOptions)) -> Pair {
         let ctx = open();
         let pd = ProtectionDomain::new(&ctx).expect("alloc PD");
-        let opts = connect_options(&ctx);
+        let mut opts = connect_options(&ctx);
+        tweak(&mut opts);
         let a = side(&ctx, &pd, caps, ops);
         let b = side(&ctx, &pd, caps, ops);
         let mut pair = Pair {

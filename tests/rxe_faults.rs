@@ -1,0 +1,269 @@
+//! Faults on a real device (soft-RoCE in the test guest): what the crate
+//! reports when the peer vanishes, the send queue is full, no receive is
+//! posted, a scoped post times out, and several threads share a CQ. Each
+//! case asserts which completions arrived, with which status, and that no
+//! data outside the target range changed.
+//!
+//! Run by `scripts/test` in the guest with `MLX5DV_TEST_DEVICE=rxe0`.
+
+#![allow(clippy::undocumented_unsafe_blocks)]
+
+mod support;
+
+use mlx5dv::*;
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use support::rig::*;
+
+/// Short transport timeouts: 4.096 µs × 2^12 ≈ 17 ms per try, one retry.
+fn impatient(o: &mut ConnectOptions) {
+    o.timeout = 12;
+    o.retry_cnt = 1;
+    o.rnr_retry = 1;
+    o.min_rnr_timer = 1;
+}
+
+#[test]
+#[ignore = "needs an RDMA device: set MLX5DV_TEST_DEVICE"]
+fn a_vanished_peer_gives_retry_exceeded_with_the_qp_named() {
+    let mut p = Pair::tuned(QpCaps::default(), SendOps::rc_default(), impatient);
+    let remote = p.b.mr.remote(0..64).unwrap();
+    // The peer QP goes away: nothing answers A's packets any more.
+    p.b.qp.to_error().unwrap();
+    p.b.qp.reset().unwrap();
+    p.a.mr.as_mut_slice()[..64].copy_from_slice(&[7; 64]);
+    let wcs =
+        p.a.qp
+            .post_and_wait(WAIT, |b| {
+                b.wr(1).rdma_write(remote).sge(p.a.mr.sge(0..64)?)?;
+                b.wr(2).rdma_write(remote).sge(p.a.mr.sge(0..64)?)
+            })
+            .unwrap();
+    assert_eq!(wcs.len(), 2, "{wcs:?}");
+    assert_eq!(
+        (wcs[0].wr_id, wcs[0].status),
+        (1, WcStatus::RetryExcErr),
+        "{wcs:?}"
+    );
+    assert_eq!(
+        (wcs[1].wr_id, wcs[1].status),
+        (2, WcStatus::WrFlushErr),
+        "{wcs:?}"
+    );
+    let err = wcs[0].ok().unwrap_err();
+    let text = err.to_string();
+    let qpn = format!("{:#x}", p.a.qp.qp_num());
+    assert!(
+        text.contains(&qpn) && text.contains("retry counter exceeded"),
+        "{text}"
+    );
+    assert!(
+        p.b.mr.as_slice().iter().all(|&x| x == 0),
+        "data reached the vanished peer"
+    );
+}
+
+#[test]
+#[ignore = "needs an RDMA device: set MLX5DV_TEST_DEVICE"]
+fn a_send_with_no_receive_posted_exhausts_rnr_retries() {
+    let mut p = Pair::tuned(QpCaps::default(), SendOps::rc_default(), impatient);
+    let wcs =
+        p.a.qp
+            .post_and_wait(WAIT, |b| b.wr(9).send().inline(b"nobody listens"))
+            .unwrap();
+    assert_eq!(
+        (wcs[0].wr_id, wcs[0].status),
+        (9, WcStatus::RnrRetryExcErr),
+        "{wcs:?}"
+    );
+    assert_eq!(p.a.qp.state().unwrap(), QpState::Err);
+    let mut none = Vec::new();
+    assert_eq!(p.b.recv_cq.poll_into(&mut none, 4).unwrap(), 0, "{none:?}");
+}
+
+#[test]
+#[ignore = "needs an RDMA device: set MLX5DV_TEST_DEVICE"]
+fn a_batch_larger_than_the_send_queue_is_refused_whole() {
+    let caps = QpCaps {
+        max_send_wr: 16,
+        ..QpCaps::default()
+    };
+    let mut p = Pair::with(caps, SendOps::rc_default());
+    let depth = p.a.qp.caps().max_send_wr;
+    p.a.mr.as_mut_slice()[..8].copy_from_slice(b"12345678");
+    let remote = p.b.mr.remote(..).unwrap();
+    // Providers may round the queue up past the depth they report (rxe
+    // does, to a power of two): four times over is full on any of them.
+    let n = 4 * depth + 1;
+    let mut batch = p.a.qp.batch();
+    for i in 0..n {
+        let r = remote.slice(u64::from(i) * 8, 8).unwrap();
+        batch
+            .wr(u64::from(i))
+            .signaled()
+            .rdma_write(r)
+            .sge(p.a.mr.sge(0..8).unwrap())
+            .unwrap();
+    }
+    let err = unsafe { batch.complete() }.unwrap_err();
+    assert!(
+        matches!(err, Error::SendQueueFull { batch, depth: d } if batch == n && d == depth),
+        "{err}"
+    );
+    // Nothing of it was posted: no completion, no byte at the peer.
+    std::thread::sleep(Duration::from_millis(300));
+    let mut none = Vec::new();
+    assert_eq!(p.a.send_cq.poll_into(&mut none, 64).unwrap(), 0, "{none:?}");
+    assert!(p.b.mr.as_slice().iter().all(|&x| x == 0));
+    // A batch that fits goes through whole, each WR exactly once.
+    let wcs =
+        p.a.qp
+            .post_and_wait(WAIT, |b| {
+                for i in 0..depth {
+                    let r = remote.slice(u64::from(i) * 8, 8)?;
+                    b.wr(u64::from(i)).rdma_write(r).sge(p.a.mr.sge(0..8)?)?;
+                }
+                Ok(())
+            })
+            .unwrap();
+    let ids: BTreeSet<u64> = wcs.iter().map(|c| c.wr_id).collect();
+    assert_eq!(wcs.len() as u32, depth);
+    assert_eq!(ids, (0..u64::from(depth)).collect());
+    assert!(wcs.iter().all(|c| c.status == WcStatus::Success), "{wcs:?}");
+    let b = p.b.mr.as_slice();
+    for i in 0..depth as usize {
+        assert_eq!(&b[i * 8..i * 8 + 8], b"12345678");
+    }
+    assert!(b[depth as usize * 8..].iter().all(|&x| x == 0));
+}
+
+#[test]
+#[ignore = "needs an RDMA device: set MLX5DV_TEST_DEVICE"]
+fn a_scoped_post_that_times_out_returns_after_the_flush() {
+    // Patient retries (≈ 4 s × 7), a 300 ms wait: the wait runs out first.
+    let mut p = Pair::tuned(QpCaps::default(), SendOps::rc_default(), |o| {
+        o.timeout = 20;
+        o.retry_cnt = 7;
+    });
+    p.b.qp.to_error().unwrap();
+    p.b.qp.reset().unwrap();
+    let remote = p.b.mr.remote(0..16).unwrap();
+    let start = Instant::now();
+    let err =
+        p.a.qp
+            .post_and_wait(Duration::from_millis(300), |b| {
+                b.wr(1).rdma_write(remote).sge(p.a.mr.sge(0..16)?)?;
+                b.wr(2).rdma_write(remote).sge(p.a.mr.sge(16..32)?)
+            })
+            .unwrap_err();
+    let took = start.elapsed();
+    assert!(matches!(err, Error::Timeout { .. }), "{err}");
+    assert!(err.to_string().contains("flushed"), "{err}");
+    assert!(
+        took >= Duration::from_millis(300) && took < Duration::from_secs(20),
+        "{took:?}"
+    );
+    // The QP was moved to ERR and its flushes drained before returning.
+    assert_eq!(p.a.qp.state().unwrap(), QpState::Err);
+    let mut rest = Vec::new();
+    assert_eq!(p.a.send_cq.poll_into(&mut rest, 8).unwrap(), 0, "{rest:?}");
+    // And the QP comes back through RESET.
+    p.a.qp.reset().unwrap();
+    p.connect();
+    p.a.mr.as_mut_slice()[..4].copy_from_slice(b"back");
+    let wcs =
+        p.a.qp
+            .post_and_wait(WAIT, |b| b.wr(3).rdma_write(remote).sge(p.a.mr.sge(0..4)?))
+            .unwrap();
+    assert_wc(&wcs[0], 3, WcOpcode::RdmaWrite);
+    assert_eq!(&p.b.mr.as_slice()[..4], b"back");
+}
+
+#[test]
+#[ignore = "needs an RDMA device: set MLX5DV_TEST_DEVICE"]
+fn threads_posting_on_their_own_qps_share_one_cq_and_every_completion_is_accounted_for() {
+    const THREADS: usize = 4;
+    const BATCHES: u64 = 8;
+    const PER_BATCH: u64 = 16;
+    let ctx = open();
+    let pd = ProtectionDomain::new(&ctx).unwrap();
+    let opts = connect_options(&ctx);
+    let shared = CompletionQueue::new(&ctx, 1024).unwrap();
+    let seen = Arc::new(Mutex::new(BTreeSet::new()));
+    let mut handles = Vec::new();
+    for t in 0..THREADS {
+        let (ctx, pd, shared, seen) = (ctx.clone(), pd.clone(), shared.clone(), seen.clone());
+        handles.push(std::thread::spawn(move || {
+            let peer_cq = CompletionQueue::new(&ctx, 64).unwrap();
+            let mut qp = QpBuilder::rc(&pd, &shared, &shared).build().unwrap();
+            let peer = QpBuilder::rc(&pd, &peer_cq, &peer_cq).build().unwrap();
+            let (ea, eb) = (
+                qp.endpoint(10, &opts).unwrap(),
+                peer.endpoint(20, &opts).unwrap(),
+            );
+            qp.connect(&eb, 10, &opts).unwrap();
+            peer.connect(&ea, 20, &opts).unwrap();
+            let mut src = MemoryRegion::new(&pd, 4096, access_all()).unwrap();
+            let dst = MemoryRegion::new(&pd, 4096, access_all()).unwrap();
+            src.as_mut_slice().fill(t as u8 + 1);
+            let remote = dst.remote(..).unwrap();
+            let qpn = qp.qp_num();
+            for b in 0..BATCHES {
+                let mut batch = qp.batch();
+                for i in 0..PER_BATCH {
+                    let off = (i * 64) as usize;
+                    batch
+                        .wr(b * PER_BATCH + i)
+                        .signaled()
+                        .rdma_write(remote.slice(i * 64, 64).unwrap())
+                        .sge(src.sge(off..off + 64).unwrap())
+                        .unwrap();
+                }
+                unsafe { batch.complete() }.unwrap();
+                // Poll the shared CQ: completions of any thread may come.
+                let mut got = Vec::new();
+                shared
+                    .wait_into(&mut got, PER_BATCH as usize, WAIT)
+                    .unwrap();
+                let mut seen = seen.lock().unwrap();
+                for wc in got {
+                    assert_eq!(wc.status, WcStatus::Success, "{wc:?}");
+                    assert!(
+                        seen.insert((wc.qp_num, wc.wr_id)),
+                        "completion twice: {wc:?}"
+                    );
+                }
+            }
+            // Wait until the other threads have drained every completion of
+            // this QP, then check its data.
+            let deadline = Instant::now() + WAIT;
+            loop {
+                let mine = seen
+                    .lock()
+                    .unwrap()
+                    .iter()
+                    .filter(|(q, _)| *q == qpn)
+                    .count();
+                if mine as u64 == BATCHES * PER_BATCH || Instant::now() > deadline {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            assert!(dst.as_slice()[..1024].iter().all(|&x| x == t as u8 + 1));
+            assert!(dst.as_slice()[1024..].iter().all(|&x| x == 0));
+            qpn
+        }));
+    }
+    let qpns: Vec<u32> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    let seen = seen.lock().unwrap();
+    assert_eq!(seen.len() as u64, THREADS as u64 * BATCHES * PER_BATCH);
+    for q in qpns {
+        let ids: BTreeSet<u64> = seen
+            .iter()
+            .filter(|(n, _)| *n == q)
+            .map(|(_, id)| *id)
+            .collect();
+        assert_eq!(ids, (0..BATCHES * PER_BATCH).collect(), "QP {q:#x}");
+    }
+}
