@@ -12,7 +12,7 @@ use mlx5dv::*;
 use support::rig::*;
 
 /// One of each object, made in parent-first order (held for their drops).
-#[allow(dead_code)]
+#[allow(dead_code, clippy::large_enum_variant)]
 enum Obj {
     Ctx(Context),
     Pd(ProtectionDomain),
