@@ -18,7 +18,7 @@ pub struct QpBuilder<'a, T: Transport> {
     pd: &'a ProtectionDomain,
     send_cq: &'a CompletionQueue,
     recv_cq: &'a CompletionQueue,
-    caps: QpCaps,
+    pub(crate) caps: QpCaps,
     send_ops: SendOps,
     mlx5_ops: Mlx5SendOps,
     streams: Option<DciStreams>,
@@ -93,6 +93,19 @@ impl<T: Transport> QpBuilder<'_, T> {
     /// `16 × (entries + 1) - 4` for an interleaved layout.
     pub fn caps(&mut self, caps: QpCaps) -> &mut Self {
         self.caps = caps;
+        self
+    }
+
+    /// Sizes the WQE for mkey registrations of up to `list_entries` list
+    /// entries and `interleaved_entries` interleaved entries
+    /// (mlx5dv_wr_post(3): more than 4 list or 3 interleaved entries need
+    /// a larger WQE, "done using the max_inline_data attribute"): raises
+    /// `max_inline_data` to `16 × list_entries - 4` and
+    /// `16 × (interleaved_entries + 1) - 4` where that is more.
+    pub fn mkey_entries(&mut self, list_entries: u16, interleaved_entries: u16) -> &mut Self {
+        let list = (16 * u32::from(list_entries)).saturating_sub(4);
+        let interleaved = (16 * (u32::from(interleaved_entries) + 1)).saturating_sub(4);
+        self.caps.max_inline_data = self.caps.max_inline_data.max(list).max(interleaved);
         self
     }
 

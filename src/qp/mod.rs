@@ -93,7 +93,7 @@ pub struct QpEx<T: Transport> {
     pub(crate) mlx5: Mlx5Info,
     /// The provider entries the batch calls, resolved at creation.
     pub(crate) ops: WrOps,
-    caps: QpCaps,
+    pub(crate) caps: QpCaps,
     send_ops: SendOps,
     owned: bool,
     // Dropped after the QP is destroyed (fields drop after Drop::drop).

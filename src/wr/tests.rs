@@ -599,3 +599,44 @@ fn a_full_send_queue_is_a_typed_error() {
     let err = unsafe { b.complete() }.unwrap_err();
     assert_eq!(err.errno(), Some(libc::EINVAL));
 }
+
+#[test]
+fn mkey_entries_sizes_the_wqe_so_the_entry_limits_follow() {
+    let mut fx = Fx::new();
+    let mr = fx.mr();
+    let mkey = fx.mkey(64);
+    let cq = fx.cq.clone();
+    let mut b = QpBuilder::rc(&fx.pd, &cq, &cq);
+    b.mkey_entries(10, 6);
+    let caps = b.caps;
+    // 10 list entries: 16 × 10 - 4 = 156 bytes; 6 interleaved: 16 × 7 - 4 = 108.
+    assert_eq!(caps.max_inline_data, 156);
+    let mut qp = fx.rc();
+    qp.caps = caps;
+    let sges: Vec<Sge> = (0..11).map(|i| mr.sge(i * 8..i * 8 + 8).unwrap()).collect();
+    let mut batch = qp.batch();
+    assert!(batch
+        .wr(1)
+        .mr_list(&mkey, AccessFlags::LOCAL_WRITE, &sges[..10])
+        .is_ok());
+    let err = batch
+        .wr(2)
+        .mr_list(&mkey, AccessFlags::LOCAL_WRITE, &sges)
+        .unwrap_err();
+    assert!(matches!(err, Error::OutOfRange { value: 11, .. }), "{err}");
+    let e = |off: usize| MrInterleaved::new(&mr, off, 8, 8).unwrap();
+    let entries: Vec<_> = (0..10).map(|i| e(i * 16)).collect();
+    // 156 bytes hold (156 + 4) / 16 - 1 = 9 interleaved entries.
+    assert!(batch
+        .wr(3)
+        .mr_interleaved(&mkey, AccessFlags::LOCAL_WRITE, 1, &entries[..9])
+        .is_ok());
+    assert!(batch
+        .wr(4)
+        .mr_interleaved(&mkey, AccessFlags::LOCAL_WRITE, 1, &entries)
+        .is_err());
+    // The default sizes: a small mkey_entries request changes nothing.
+    let mut b = QpBuilder::rc(&fx.pd, &cq, &cq);
+    b.mkey_entries(4, 3);
+    assert_eq!(b.caps.max_inline_data, QpCaps::default().max_inline_data);
+}
