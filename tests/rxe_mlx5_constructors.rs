@@ -56,6 +56,13 @@ fn dci_rc_with_mlx5_ops_dct_and_mkey_are_refused_with_the_device_named() {
         let r = QpBuilder::rc(&pd, &cq, &cq).mlx5_send_ops(ops).build();
         assert_refused(r, &dev, "mlx5dv_create_qp");
     }
+    assert_refused(
+        QpBuilder::rc(&pd, &cq, &cq)
+            .disable_scatter_to_cqe()
+            .build(),
+        &dev,
+        "mlx5dv_create_qp",
+    );
     let srq = SharedReceiveQueue::new(&pd, 16, 1).unwrap();
     assert_refused(Dct::new(&pd, &cq, &srq, 0xC0FFEE), &dev, "mlx5dv_create_qp");
     assert_refused(Mkey::new(&pd, 4, false), &dev, "mlx5dv_create_mkey");

@@ -22,6 +22,8 @@ pub struct QpBuilder<'a, T: Transport> {
     send_ops: SendOps,
     mlx5_ops: Mlx5SendOps,
     streams: Option<DciStreams>,
+    /// `mlx5dv_qp_init_attr.create_flags`.
+    mlx5_create_flags: u32,
     sq_sig_all: bool,
     _t: PhantomData<T>,
 }
@@ -41,6 +43,7 @@ impl<'a, T: Transport> QpBuilder<'a, T> {
             send_ops: SendOps::rc_default(),
             mlx5_ops: Mlx5SendOps::empty(),
             streams: None,
+            mlx5_create_flags: 0,
             sq_sig_all: false,
             _t: PhantomData,
         }
@@ -122,6 +125,20 @@ impl<T: Transport> QpBuilder<'_, T> {
         self
     }
 
+    /// Creates the QP with `MLX5DV_QP_CREATE_DISABLE_SCATTER_TO_CQE`: small
+    /// received data always goes to the receive buffer, never into the CQE
+    /// (needed when receive SGEs are zero-based mkey offsets). mlx5 only:
+    /// the QP is made with `mlx5dv_create_qp`.
+    pub fn disable_scatter_to_cqe(&mut self) -> &mut Self {
+        self.mlx5_create_flags |= ffi::MLX5DV_QP_CREATE_DISABLE_SCATTER_TO_CQE;
+        self
+    }
+
+    /// Whether the QP must be made with `mlx5dv_create_qp`.
+    fn mlx5_path(&self) -> bool {
+        T::DC || !self.mlx5_ops.is_empty() || self.mlx5_create_flags != 0
+    }
+
     /// Signal a completion for every send WR, whatever its flags.
     pub fn sq_sig_all(&mut self, on: bool) -> &mut Self {
         self.sq_sig_all = on;
@@ -140,6 +157,9 @@ impl<T: Transport> QpBuilder<'_, T> {
         }
         if let Some(st) = self.streams {
             s += &format!(", {st:?}");
+        }
+        if self.mlx5_create_flags != 0 {
+            s += &format!(", mlx5 create flags {:#x}", self.mlx5_create_flags);
         }
         s + &format!(", on {}", self.pd.context().name())
     }
@@ -164,17 +184,17 @@ impl<T: Transport> QpBuilder<'_, T> {
             )));
         }
         if let Some(st) = self.streams {
-            if st.log_num_concurent > 15 || st.log_num_errored > st.log_num_concurent {
+            // Stream ids are 16 bits: 2^16 streams at most. (The device's
+            // own limits, dci_streams_caps, are checked by the device.)
+            if st.log_num_concurent > 16 || st.log_num_errored > 16 {
                 return Err(Error::OutOfRange {
-                    what: "DCI streams log_num_errored / log_num_concurent",
+                    what: "DCI streams log_num_concurent / log_num_errored",
                     value: u64::from(st.log_num_errored.max(st.log_num_concurent)),
-                    limit: "log_num_concurent at most 15 (16-bit stream ids), \
-                            log_num_errored at most log_num_concurent"
-                        .into(),
+                    limit: "at most 16 each (stream ids are 16 bits)".into(),
                 });
             }
         }
-        if (T::DC || !self.mlx5_ops.is_empty()) && !ctx.is_mlx5() {
+        if self.mlx5_path() && !ctx.is_mlx5() {
             return Err(Error::Unsupported {
                 what: format!(
                     "mlx5dv_create_qp ({}): {} is not an mlx5 device",
@@ -230,7 +250,7 @@ impl<T: Transport> QpBuilder<'_, T> {
             send_ops_flags: self.send_ops.bits(),
             ..Default::default()
         };
-        let mlx5_path = T::DC || !self.mlx5_ops.is_empty();
+        let mlx5_path = self.mlx5_path();
         let (call, qp) = if mlx5_path {
             let mut dv = self.dv_attr();
             // SAFETY: the context, PD and CQs are live (held by `self`); both
@@ -287,6 +307,10 @@ impl<T: Transport> QpBuilder<'_, T> {
     /// The `struct mlx5dv_qp_init_attr` for this QP.
     fn dv_attr(&self) -> ffi::mlx5dv_qp_init_attr {
         let mut dv = ffi::mlx5dv_qp_init_attr::default();
+        if self.mlx5_create_flags != 0 {
+            dv.comp_mask |= u64::from(ffi::MLX5DV_QP_INIT_ATTR_MASK_QP_CREATE_FLAGS);
+            dv.create_flags = self.mlx5_create_flags;
+        }
         if !self.mlx5_ops.is_empty() {
             dv.comp_mask |= u64::from(ffi::MLX5DV_QP_INIT_ATTR_MASK_SEND_OPS_FLAGS);
             dv.send_ops_flags = self.mlx5_ops.bits();

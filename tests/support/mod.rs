@@ -1,4 +1,5 @@
 //! Test support shared by the integration tests.
 
+pub mod hw;
 pub mod recorder;
 pub mod rig;
