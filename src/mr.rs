@@ -402,6 +402,30 @@ impl Sge<'_> {
     }
 }
 
+/// A receive work request over `sges` (`struct ibv_recv_wr`), after checking
+/// their count against the queue's `max_sge` (`whose` names the queue).
+/// The returned value points into `sges`.
+pub(crate) fn recv_wr(
+    wr_id: u64,
+    sges: &[Sge<'_>],
+    max_sge: u32,
+    whose: &str,
+) -> Result<ffi::ibv_recv_wr> {
+    if sges.len() > max_sge as usize {
+        return Err(Error::OutOfRange {
+            what: "receive SGE count",
+            value: sges.len() as u64,
+            limit: format!("at most {max_sge} ({whose})"),
+        });
+    }
+    Ok(ffi::ibv_recv_wr {
+        wr_id,
+        next: std::ptr::null_mut(),
+        sg_list: Sge::as_raw_slice(sges).as_ptr() as *mut ffi::ibv_sge,
+        num_sge: sges.len() as i32,
+    })
+}
+
 impl fmt::Debug for Sge<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Sge")

@@ -2,7 +2,7 @@
 
 use crate::error::{check, Error, Result};
 use crate::ffi;
-use crate::mr::Sge;
+use crate::mr::{recv_wr, Sge};
 use crate::pd::ProtectionDomain;
 use std::fmt;
 use std::ptr::NonNull;
@@ -95,19 +95,7 @@ impl SharedReceiveQueue {
     /// must stay registered and unaccessed by other references until the
     /// receive's completion (or flush) has been polled.
     pub unsafe fn post_recv(&self, wr_id: u64, sges: &[Sge<'_>]) -> Result<()> {
-        if sges.len() > self.0.max_sge as usize {
-            return Err(Error::OutOfRange {
-                what: "receive SGE count",
-                value: sges.len() as u64,
-                limit: format!("at most {} (the SRQ's max_sge)", self.0.max_sge),
-            });
-        }
-        let mut wr = ffi::ibv_recv_wr {
-            wr_id,
-            next: std::ptr::null_mut(),
-            sg_list: Sge::as_raw_slice(sges).as_ptr() as *mut ffi::ibv_sge,
-            num_sge: sges.len() as i32,
-        };
+        let mut wr = recv_wr(wr_id, sges, self.0.max_sge, "the SRQ's max_sge")?;
         let mut bad = std::ptr::null_mut();
         // SAFETY: the SRQ is live; `wr` and its SGE list are valid for the
         // call; the memory's lifetime is the caller's promise.

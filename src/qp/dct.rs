@@ -1,6 +1,6 @@
 //! DCTs: the targets DCIs address (`MLX5DV_DCTYPE_DCT`).
 
-use super::{ffi_cq, ConnectOptions, QpState};
+use super::{ffi_cq, query_state, ConnectOptions, QpState};
 use crate::ah::{AhAttr, Grh};
 use crate::cq::CompletionQueue;
 use crate::error::{check, Error, Result};
@@ -158,19 +158,9 @@ impl Dct {
 
     /// The current state.
     pub fn state(&self) -> Result<QpState> {
-        let mut attr = ffi::ibv_qp_attr::default();
-        let mut init = ffi::ibv_qp_init_attr::default();
-        // SAFETY: the QP is live; both out-structs are writable.
-        let rc = unsafe {
-            ffi::ibv_query_qp(
-                self.as_ptr(),
-                &mut attr,
-                ffi::IBV_QP_STATE as i32,
-                &mut init,
-            )
-        };
-        check(rc, "ibv_query_qp", || format!("DCT {:#x}", self.dctn()))?;
-        Ok(QpState::from_raw(attr.qp_state))
+        // SAFETY: the QP is live.
+        unsafe { query_state(self.as_ptr()) }
+            .map_err(|rc| Error::verbs("ibv_query_qp", rc, format!("DCT {:#x}", self.dctn())))
     }
 }
 

@@ -62,6 +62,22 @@ impl Transport for Dci {
     const DC: bool = true;
 }
 
+/// The state of a QP (`ibv_query_qp` of `IBV_QP_STATE`), or the errno.
+///
+/// # Safety
+/// `qp` is a live QP.
+pub(crate) unsafe fn query_state(qp: *mut ffi::ibv_qp) -> std::result::Result<QpState, i32> {
+    let mut attr = ffi::ibv_qp_attr::default();
+    let mut init = ffi::ibv_qp_init_attr::default();
+    // SAFETY: the caller's promise; both out-structs are writable.
+    let rc = unsafe { ffi::ibv_query_qp(qp, &mut attr, ffi::IBV_QP_STATE as i32, &mut init) };
+    if rc == 0 {
+        Ok(QpState::from_raw(attr.qp_state))
+    } else {
+        Err(rc)
+    }
+}
+
 pub(crate) fn ffi_cq(cq: &CompletionQueue) -> *mut ffi::ibv_cq {
     // SAFETY: a pure pointer cast of a live extended CQ.
     unsafe { ffi::ibv_cq_ex_to_cq(cq.as_ptr()) }
@@ -241,19 +257,9 @@ impl<T: Transport> QpEx<T> {
 
     /// The current state (`ibv_query_qp(3)`).
     pub fn state(&self) -> Result<QpState> {
-        let mut attr = ffi::ibv_qp_attr::default();
-        let mut init = ffi::ibv_qp_init_attr::default();
-        // SAFETY: the QP is live; both out-structs are writable.
-        let rc = unsafe {
-            ffi::ibv_query_qp(
-                self.as_ptr(),
-                &mut attr,
-                ffi::IBV_QP_STATE as i32,
-                &mut init,
-            )
-        };
-        check(rc, "ibv_query_qp", || self.describe())?;
-        Ok(QpState::from_raw(attr.qp_state))
+        // SAFETY: the QP is live.
+        unsafe { query_state(self.as_ptr()) }
+            .map_err(|rc| Error::verbs("ibv_query_qp", rc, self.describe()))
     }
 
     pub(crate) fn describe(&self) -> String {

@@ -5,7 +5,7 @@ use crate::ah::{AhAttr, Grh};
 use crate::cq::CompletionQueue;
 use crate::error::{check, Error, Result};
 use crate::ffi;
-use crate::mr::{AccessFlags, Sge};
+use crate::mr::{recv_wr, AccessFlags, Sge};
 use crate::pd::ProtectionDomain;
 use crate::port::Gid;
 use std::ptr::NonNull;
@@ -141,19 +141,7 @@ impl QpEx<Rc> {
     /// be read or written through other references until the receive's
     /// completion (or its flush) has been polled.
     pub unsafe fn post_recv(&mut self, wr_id: u64, sges: &[Sge<'_>]) -> Result<()> {
-        if sges.len() > self.caps.max_recv_sge as usize {
-            return Err(Error::OutOfRange {
-                what: "receive SGE count",
-                value: sges.len() as u64,
-                limit: format!("at most {} (the QP's max_recv_sge)", self.caps.max_recv_sge),
-            });
-        }
-        let mut wr = ffi::ibv_recv_wr {
-            wr_id,
-            next: std::ptr::null_mut(),
-            sg_list: Sge::as_raw_slice(sges).as_ptr() as *mut ffi::ibv_sge,
-            num_sge: sges.len() as i32,
-        };
+        let mut wr = recv_wr(wr_id, sges, self.caps.max_recv_sge, "the QP's max_recv_sge")?;
         let mut bad = std::ptr::null_mut();
         // SAFETY: the QP is live; `wr` and its SGE list are valid for the
         // call; the memory's lifetime is the caller's promise.
