@@ -69,6 +69,9 @@ fn main() {
         "src/sys/pregenerated/bindings.rs",
         "src/sys/pregenerated/shims.c",
         "src/sys/pregenerated/RELEASE",
+        "benches/c/bench.h",
+        "benches/c/null_provider.c",
+        "benches/c/post.c",
     ] {
         println!("cargo:rerun-if-changed={file}");
     }
@@ -99,6 +102,7 @@ fn main() {
         println!("cargo:rustc-env=MLX5DV_RDMA_CORE_RELEASE={release}");
     }
     compile_shims(&rdma, &out_dir);
+    compile_bench_c(&rdma, &out_dir);
 
     for dir in &rdma.link_dirs {
         println!("cargo:rustc-link-search=native={}", dir.display());
@@ -340,4 +344,30 @@ fn compile_shims(rdma: &RdmaCore, out_dir: &Path) {
         .extra_warnings(true)
         .warnings_into_errors(true);
     build.compile("mlx5dv_shims");
+}
+
+/// Benchmarks only (`benches/post_vs_c.rs`): compiles the same batches
+/// written in C, and the null provider both sides post to, with the shims'
+/// include paths, `-O2` and warnings as errors, into an archive that is
+/// linked into the bench targets alone (`rustc-link-arg-benches`): the
+/// library and its dependents never see it. Skipped where `benches/c` is
+/// absent.
+fn compile_bench_c(rdma: &RdmaCore, out_dir: &Path) {
+    const FILES: [&str; 2] = ["benches/c/null_provider.c", "benches/c/post.c"];
+    if !FILES.iter().all(|f| Path::new(f).is_file()) {
+        return;
+    }
+    cc::Build::new()
+        .files(FILES)
+        .includes(&rdma.include_dirs)
+        .opt_level(2)
+        .warnings(true)
+        .extra_warnings(true)
+        .warnings_into_errors(true)
+        .cargo_metadata(false)
+        .compile("mlx5dv_bench_c");
+    println!(
+        "cargo:rustc-link-arg-benches={}",
+        out_dir.join("libmlx5dv_bench_c.a").display()
+    );
 }

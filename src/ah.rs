@@ -119,6 +119,24 @@ impl AddressHandle {
         })))
     }
 
+    /// Wraps an address handle created elsewhere (another crate, or C) in
+    /// `pd`, described by `attr`; the handle does not destroy it. Nothing is
+    /// read from `ah`: `attr` is only what [`attr`](Self::attr) returns.
+    ///
+    /// # Safety
+    ///
+    /// `ah` must be a live address handle of `pd` that stays alive until
+    /// this handle, its clones and every work request that names it (until
+    /// its completion) are gone.
+    pub unsafe fn from_raw(pd: &ProtectionDomain, ah: NonNull<ffi::ibv_ah>, attr: AhAttr) -> Self {
+        AddressHandle(Arc::new(AhInner {
+            ah,
+            attr,
+            owned: false,
+            pd: pd.clone(),
+        }))
+    }
+
     /// A handle over a fake `ibv_ah`, for the recording-provider tests.
     #[cfg(test)]
     pub(crate) unsafe fn fake(pd: &ProtectionDomain, ah: NonNull<ffi::ibv_ah>) -> Self {

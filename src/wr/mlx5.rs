@@ -77,12 +77,11 @@ impl<'m> MrInterleaved<'m> {
 
 impl<'m, T: Transport> Wr<'_, 'm, T> {
     /// The mlx5 extension, if the QP was created with `op`.
-    fn mlx5_op(&self, op: Mlx5SendOps, name: &str) -> Result<NonNull<ffi::mlx5dv_qp_ex>> {
+    #[inline(always)]
+    fn mlx5_op(&self, op: Mlx5SendOps, name: &'static str) -> Result<NonNull<ffi::mlx5dv_qp_ex>> {
         match self.state.mlx5.mqpx {
             Some(m) if self.state.mlx5.ops.contains(op) => Ok(m),
-            _ => Err(Error::Unsupported {
-                what: format!("{name}: the QP was not created with {op:?} in its mlx5 send ops"),
-            }),
+            _ => Err(not_in_mlx5_ops(name, op)),
         }
     }
 
@@ -93,43 +92,41 @@ impl<'m, T: Transport> Wr<'_, 'm, T> {
     ///
     /// A later work request that depends on `dest` must be fenced
     /// ([`Wr::fence`]), as mlx5dv_wr_post(3) says.
+    #[inline]
     pub fn memcpy(self, dest: Sge<'m>, src: Sge<'m>) -> Result<()> {
         let mqpx = self.mlx5_op(Mlx5SendOps::MEMCPY, "memcpy")?;
         if dest.length() != src.length() {
-            return Err(Error::InvalidArgument(format!(
-                "memcpy: destination is {} bytes, source {} bytes",
-                dest.length(),
-                src.length()
-            )));
+            return Err(memcpy_uneven(dest.length(), src.length()));
         }
         let len = u64::from(dest.length());
         let max = self.state.mlx5.max_memcpy;
         if len == 0 || len > max {
-            return Err(Error::OutOfRange {
-                what: "memcpy length",
-                value: len,
-                limit: format!("1 to {max} (the device's max_wr_memcpy_length)"),
-            });
+            return Err(memcpy_length(len, max));
         }
-        self.commit(SendFlags::empty(), |_, ops, _| {
-            // SAFETY: the mlx5 extension of a QP created with MEMCPY, whose
-            // wr_memcpy entry was resolved non-NULL at creation.
-            unsafe {
-                (ops.memcpy)(
-                    mqpx.as_ptr(),
-                    dest.lkey(),
-                    dest.addr(),
-                    src.lkey(),
-                    src.addr(),
-                    len as usize,
-                )
-            }
-        })
+        self.commit(
+            SendFlags::empty(),
+            #[inline(always)]
+            |_, ops, _| {
+                // SAFETY: the mlx5 extension of a QP created with MEMCPY, whose
+                // wr_memcpy entry was resolved non-NULL at creation.
+                unsafe {
+                    (ops.memcpy)(
+                        mqpx.as_ptr(),
+                        dest.lkey(),
+                        dest.addr(),
+                        src.lkey(),
+                        src.addr(),
+                        len as usize,
+                    )
+                }
+            },
+        )
     }
 
     /// A local invalidate of `rkey` (`ibv_wr_local_inv`): after it
     /// completes, an mkey's layout is gone and another can be registered.
     /// Needs [`SendOps::LOCAL_INV`].
+    #[inline]
     pub fn local_inv(self, rkey: u32) -> Result<()> {
         if !self.state.send_ops.contains(SendOps::LOCAL_INV) {
             return Err(Error::Unsupported {
@@ -137,11 +134,15 @@ impl<'m, T: Transport> Wr<'_, 'm, T> {
                     .into(),
             });
         }
-        self.commit(SendFlags::empty(), |q, ops, _| {
-            // SAFETY: the live extended QP; wr_local_inv was resolved non-NULL
-            // at creation since LOCAL_INV is in its send ops.
-            unsafe { (ops.local_inv)(q, rkey) }
-        })
+        self.commit(
+            SendFlags::empty(),
+            #[inline(always)]
+            |q, ops, _| {
+                // SAFETY: the live extended QP; wr_local_inv was resolved non-NULL
+                // at creation since LOCAL_INV is in its send ops.
+                unsafe { (ops.local_inv)(q, rkey) }
+            },
+        )
     }
 }
 
@@ -153,6 +154,7 @@ impl<'m> Wr<'_, 'm, Rc> {
     /// At most the mkey's `max_entries` SGEs, and at most what the QP's WQE
     /// holds: `(max_inline_data + 4) / 16` (4 with the default 64).
     /// Signalled, it completes with [`WcOpcode::Umr`](crate::WcOpcode).
+    #[inline]
     pub fn mr_list(self, mkey: &Mkey, access: AccessFlags, sges: &[Sge<'m>]) -> Result<()> {
         let mqpx = self.mlx5_op(Mlx5SendOps::MR_LIST, "mr_list")?;
         let wqe_max = (self.state.caps.max_inline_data + INL_HDR) / ENTRY;
@@ -165,21 +167,25 @@ impl<'m> Wr<'_, 'm, Rc> {
         check_entries("mr_list entries", sges.len(), wqe_max, WQE_LIMIT)?;
         let total: u64 = sges.iter().map(|s| u64::from(s.length())).sum();
         let raw = Sge::as_raw_slice(sges);
-        self.commit(SendFlags::INLINE, |_, ops, _| {
-            // SAFETY: the mlx5 extension of an RC QP created with MR_LIST,
-            // whose wr_mr_list entry was checked non-NULL; the mkey and the
-            // SGE array are valid for the call (the provider copies them
-            // into the WQE); the count fits u16 (checked above).
-            unsafe {
-                (ops.mr_list)(
-                    mqpx.as_ptr(),
-                    mkey.as_ptr(),
-                    access.bits(),
-                    raw.len() as u16,
-                    raw.as_ptr() as *mut ffi::ibv_sge,
-                )
-            }
-        })?;
+        self.commit(
+            SendFlags::INLINE,
+            #[inline(always)]
+            |_, ops, _| {
+                // SAFETY: the mlx5 extension of an RC QP created with MR_LIST,
+                // whose wr_mr_list entry was checked non-NULL; the mkey and the
+                // SGE array are valid for the call (the provider copies them
+                // into the WQE); the count fits u16 (checked above).
+                unsafe {
+                    (ops.mr_list)(
+                        mqpx.as_ptr(),
+                        mkey.as_ptr(),
+                        access.bits(),
+                        raw.len() as u16,
+                        raw.as_ptr() as *mut ffi::ibv_sge,
+                    )
+                }
+            },
+        )?;
         mkey.set_layout_len(total);
         Ok(())
     }
@@ -245,22 +251,26 @@ impl<'m> Wr<'_, 'm, Rc> {
         for (r, e) in raw.iter_mut().zip(entries) {
             *r = e.raw;
         }
-        self.commit(SendFlags::INLINE, |_, ops, _| {
-            // SAFETY: the mlx5 extension of an RC QP created with
-            // MR_INTERLEAVED, whose entry was checked non-NULL; the mkey and
-            // the array are valid for the call (copied into the WQE); the
-            // count fits u16 (checked above).
-            unsafe {
-                (ops.mr_interleaved)(
-                    mqpx.as_ptr(),
-                    mkey.as_ptr(),
-                    access.bits(),
-                    repeat_count,
-                    raw.len() as u16,
-                    raw.as_mut_ptr(),
-                )
-            }
-        })?;
+        self.commit(
+            SendFlags::INLINE,
+            #[inline(always)]
+            |_, ops, _| {
+                // SAFETY: the mlx5 extension of an RC QP created with
+                // MR_INTERLEAVED, whose entry was checked non-NULL; the mkey and
+                // the array are valid for the call (copied into the WQE); the
+                // count fits u16 (checked above).
+                unsafe {
+                    (ops.mr_interleaved)(
+                        mqpx.as_ptr(),
+                        mkey.as_ptr(),
+                        access.bits(),
+                        repeat_count,
+                        raw.len() as u16,
+                        raw.as_mut_ptr(),
+                    )
+                }
+            },
+        )?;
         mkey.set_layout_len(total);
         Ok(())
     }
@@ -277,6 +287,7 @@ impl<'m> Wr<'_, 'm, Rc> {
     /// must name registered memory that follows the rules of
     /// [`WrBatch::complete`](crate::WrBatch::complete), and its opcode and
     /// segments must be valid for this QP.
+    #[inline]
     pub unsafe fn raw_wqe(self, wqe: &Wqe) -> Result<()> {
         let mqpx = self.mlx5_op(Mlx5SendOps::RAW_WQE, "raw_wqe")?;
         // The provider copies the WQE whole and advances the send queue by
@@ -288,34 +299,80 @@ impl<'m> Wr<'_, 'm, Rc> {
         let body = (caps.max_inline_data + INL_HDR).max(caps.max_send_sge * ENTRY);
         let blocks = (16 + body).div_ceil(64);
         if u32::from(wqe.basic_blocks()) > blocks {
-            return Err(Error::OutOfRange {
-                what: "raw WQE size in 64-byte blocks",
-                value: u64::from(wqe.basic_blocks()),
-                limit: format!(
-                    "at most {blocks} (the QP's WQE size: create it with a larger \
-                     max_inline_data or max_send_sge)"
-                ),
-            });
+            return Err(wqe_too_big(wqe.basic_blocks(), blocks));
         }
-        self.commit(SendFlags::empty(), |_, ops, _| {
-            // SAFETY: the mlx5 extension of a QP created with RAW_WQE, whose
-            // entry was checked non-NULL; the WQE's bytes are valid for the
-            // call and as long as its DS count says (Wqe keeps them in step);
-            // what it asks of the device is the caller's promise.
-            unsafe { (ops.raw_wqe)(mqpx.as_ptr(), wqe.as_ptr()) }
-        })
+        self.commit(
+            SendFlags::empty(),
+            #[inline(always)]
+            |_, ops, _| {
+                // SAFETY: the mlx5 extension of a QP created with RAW_WQE, whose
+                // entry was checked non-NULL; the WQE's bytes are valid for the
+                // call and as long as its DS count says (Wqe keeps them in step);
+                // what it asks of the device is the caller's promise.
+                unsafe { (ops.raw_wqe)(mqpx.as_ptr(), wqe.as_ptr()) }
+            },
+        )
     }
 }
 
 const WQE_LIMIT: &str = "what the QP's WQE holds: create it with a larger max_inline_data";
 
-fn check_entries(what: &'static str, n: usize, max: u32, why: &str) -> Result<()> {
+#[inline(always)]
+fn check_entries(what: &'static str, n: usize, max: u32, why: &'static str) -> Result<()> {
     if n == 0 || n > max as usize {
-        return Err(Error::OutOfRange {
-            what,
-            value: n as u64,
-            limit: format!("1 to {max} ({why})"),
-        });
+        return Err(entries_out_of_range(what, n, max, why));
     }
     Ok(())
+}
+
+// The errors, made out of line so that each check in the caller's loop
+// stays one compare.
+
+#[cold]
+#[inline(never)]
+fn entries_out_of_range(what: &'static str, n: usize, max: u32, why: &str) -> Error {
+    Error::OutOfRange {
+        what,
+        value: n as u64,
+        limit: format!("1 to {max} ({why})"),
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn not_in_mlx5_ops(name: &str, op: Mlx5SendOps) -> Error {
+    Error::Unsupported {
+        what: format!("{name}: the QP was not created with {op:?} in its mlx5 send ops"),
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn memcpy_uneven(dest: u32, src: u32) -> Error {
+    Error::InvalidArgument(format!(
+        "memcpy: destination is {dest} bytes, source {src} bytes"
+    ))
+}
+
+#[cold]
+#[inline(never)]
+fn memcpy_length(len: u64, max: u64) -> Error {
+    Error::OutOfRange {
+        what: "memcpy length",
+        value: len,
+        limit: format!("1 to {max} (the device's max_wr_memcpy_length)"),
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn wqe_too_big(blocks: u8, max: u32) -> Error {
+    Error::OutOfRange {
+        what: "raw WQE size in 64-byte blocks",
+        value: u64::from(blocks),
+        limit: format!(
+            "at most {max} (the QP's WQE size: create it with a larger \
+             max_inline_data or max_send_sge)"
+        ),
+    }
 }

@@ -208,10 +208,12 @@ pub struct WrBatch<'q, 'm, T: Transport> {
 impl<T: Transport> QpEx<T> {
     /// Opens a batch (`ibv_wr_start`). The QP stays mutably borrowed until
     /// the batch is completed or dropped.
+    #[inline]
     pub fn batch<'m>(&mut self) -> WrBatch<'_, 'm, T> {
         self.open_batch(false)
     }
 
+    #[inline]
     fn open_batch<'m>(&mut self, force_signaled: bool) -> WrBatch<'_, 'm, T> {
         let qpx = self.qpx;
         // SAFETY: the QP is live; `start` is its provider's wr_start entry
@@ -355,6 +357,7 @@ impl<'q, 'm, T: Transport> WrBatch<'q, 'm, T> {
     /// one on the same QP — has been polled, or the QP has been moved to
     /// ERR and the flush completion polled. [`QpEx::post_and_wait`] keeps
     /// these rules for you.
+    #[inline]
     pub unsafe fn complete(self) -> Result<u32> {
         // Disarm the abort of Drop before finalising: never both.
         let this = ManuallyDrop::new(self);
@@ -369,18 +372,16 @@ impl<'q, 'm, T: Transport> WrBatch<'q, 'm, T> {
             });
         }
         if rc != 0 {
-            return Err(Error::verbs(
-                "ibv_wr_complete",
+            return Err(complete_failed(
                 rc,
-                format!(
-                    "batch of {} WRs (send queue depth {})",
-                    this.state.posted, this.state.caps.max_send_wr
-                ),
+                this.state.posted,
+                this.state.caps.max_send_wr,
             ));
         }
         Ok(this.state.posted)
     }
 
+    #[inline(always)]
     fn start_wr(&mut self, wr_id: u64, dc: Option<RawDc>) -> Wr<'_, 'm, T> {
         let flags = if self.state.force_signaled {
             SendFlags::SIGNALED
@@ -400,6 +401,7 @@ impl<'q, 'm, T: Transport> WrBatch<'q, 'm, T> {
 impl<'m> WrBatch<'_, 'm, Rc> {
     /// Adds a work request whose completion carries `wr_id`. Choose its
     /// flags, then one builder, then its data.
+    #[inline]
     pub fn wr(&mut self, wr_id: u64) -> Wr<'_, 'm, Rc> {
         self.start_wr(wr_id, None)
     }
@@ -410,6 +412,7 @@ impl<'m> WrBatch<'_, 'm, Dci> {
     /// DCT at `addr` (`mlx5dv_wr_set_dc_addr`, called after the builder and
     /// its data, as mlx5dv_wr_post(3) orders it). A DCI work request cannot
     /// be built without an address.
+    #[inline]
     pub fn wr<'s>(&'s mut self, wr_id: u64, addr: DcAddr<'s>) -> Wr<'s, 'm, Dci> {
         self.start_wr(wr_id, Some(RawDc::new(addr, None)))
     }
@@ -418,6 +421,7 @@ impl<'m> WrBatch<'_, 'm, Dci> {
     /// (`mlx5dv_wr_set_dc_addr_stream`), for a DCI created with
     /// [`dci_streams`](crate::QpBuilder::dci_streams). The id must be below
     /// 2^`log_num_concurent` (checked when the work request is added).
+    #[inline]
     pub fn wr_stream<'s>(
         &'s mut self,
         wr_id: u64,
@@ -439,6 +443,7 @@ struct RawDc {
 }
 
 impl RawDc {
+    #[inline(always)]
     fn new(addr: DcAddr<'_>, stream_id: Option<u16>) -> Self {
         RawDc {
             ah: addr.ah.as_ptr(),
@@ -470,26 +475,31 @@ pub struct Wr<'b, 'm, T: Transport> {
 
 impl<'b, 'm, T: Transport> Wr<'b, 'm, T> {
     /// Adds `flags` (`INLINE` is managed by [`Op::inline`]).
+    #[inline]
     pub fn flags(mut self, flags: SendFlags) -> Self {
         self.flags |= flags;
         self
     }
 
     /// Requests a completion for this work request.
+    #[inline]
     pub fn signaled(self) -> Self {
         self.flags(SendFlags::SIGNALED)
     }
 
     /// Waits for earlier reads and atomics first (`IBV_SEND_FENCE`).
+    #[inline]
     pub fn fence(self) -> Self {
         self.flags(SendFlags::FENCE)
     }
 
     /// Solicited event at the receiver.
+    #[inline]
     pub fn solicited(self) -> Self {
         self.flags(SendFlags::SOLICITED)
     }
 
+    #[inline]
     fn op<K>(self, kind: OpKind, remote: Option<RemoteBuf>) -> Op<'b, 'm, T, K> {
         Op {
             wr: self,
@@ -500,17 +510,20 @@ impl<'b, 'm, T: Transport> Wr<'b, 'm, T> {
     }
 
     /// A send (`ibv_wr_send`): consumes a receive at the peer.
+    #[inline]
     pub fn send(self) -> Op<'b, 'm, T, Source> {
         self.op(OpKind::Send, None)
     }
 
     /// A send with 32-bit immediate data (`ibv_wr_send_imm`), given in host
     /// byte order.
+    #[inline]
     pub fn send_imm(self, imm: u32) -> Op<'b, 'm, T, Source> {
         self.op(OpKind::SendImm(imm.to_be()), None)
     }
 
     /// An RDMA write into the peer's `remote` memory (`ibv_wr_rdma_write`).
+    #[inline]
     pub fn rdma_write(self, remote: RemoteBuf) -> Op<'b, 'm, T, Source> {
         self.op(OpKind::Write, Some(remote))
     }
@@ -518,12 +531,14 @@ impl<'b, 'm, T: Transport> Wr<'b, 'm, T> {
     /// An RDMA write with immediate data (`ibv_wr_rdma_write_imm`): also
     /// consumes a receive at the peer, whose completion carries `imm`
     /// (host byte order here and there).
+    #[inline]
     pub fn rdma_write_imm(self, remote: RemoteBuf, imm: u32) -> Op<'b, 'm, T, Source> {
         self.op(OpKind::WriteImm(imm.to_be()), Some(remote))
     }
 
     /// An RDMA read of the peer's `remote` memory into the SGEs
     /// (`ibv_wr_rdma_read`).
+    #[inline]
     pub fn rdma_read(self, remote: RemoteBuf) -> Op<'b, 'm, T, Destination> {
         self.op(OpKind::Read, Some(remote))
     }
@@ -531,6 +546,7 @@ impl<'b, 'm, T: Transport> Wr<'b, 'm, T> {
     /// Atomic compare-and-swap of the 8 bytes at `remote`
     /// (`ibv_wr_atomic_cmp_swp`): if they equal `compare` they become
     /// `swap`; the old value lands in the 8-byte SGE.
+    #[inline]
     pub fn atomic_cmp_swp(
         self,
         remote: RemoteBuf,
@@ -542,6 +558,7 @@ impl<'b, 'm, T: Transport> Wr<'b, 'm, T> {
 
     /// Atomic fetch-and-add on the 8 bytes at `remote`
     /// (`ibv_wr_atomic_fetch_add`); the old value lands in the 8-byte SGE.
+    #[inline]
     pub fn atomic_fetch_add(self, remote: RemoteBuf, add: u64) -> Op<'b, 'm, T, Atomic> {
         self.op(OpKind::FetchAdd { add }, Some(remote))
     }
@@ -569,6 +586,7 @@ enum OpKind {
 }
 
 impl OpKind {
+    #[inline(always)]
     fn needs(self) -> (SendOps, &'static str) {
         match self {
             OpKind::Send => (SendOps::SEND, "send"),
@@ -602,6 +620,7 @@ pub struct Op<'b, 'm, T: Transport, K> {
 
 impl<'m, T: Transport, K> Op<'_, 'm, T, K> {
     /// One SGE of local memory.
+    #[inline]
     pub fn sge(self, sge: Sge<'m>) -> Result<()> {
         let raw = &Sge::as_raw_slice(std::slice::from_ref(&sge))[0];
         self.post(Data::Sge(raw), u64::from(sge.length()))
@@ -609,46 +628,37 @@ impl<'m, T: Transport, K> Op<'_, 'm, T, K> {
 
     /// Several SGEs, gathered (sources) or scattered (destinations) in
     /// order; at most the QP's `max_send_sge`.
+    #[inline]
     pub fn sge_list(self, sges: &[Sge<'m>]) -> Result<()> {
         let max = self.wr.state.caps.max_send_sge;
         if sges.len() > max as usize {
-            return Err(Error::OutOfRange {
-                what: "SGE count",
-                value: sges.len() as u64,
-                limit: format!("at most {max} (the QP's max_send_sge)"),
-            });
+            return Err(too_many_sges(sges.len(), max));
         }
         let total = sges.iter().map(|s| u64::from(s.length())).sum();
         self.post(Data::List(Sge::as_raw_slice(sges)), total)
     }
 
-    /// Checks and hands the whole work request to the provider.
+    /// Checks and hands the whole work request to the provider. Always
+    /// inlined: the op and the kind of data are then constants in the
+    /// caller, and each check folds into one compare there (the errors are
+    /// made out of line).
+    #[inline(always)]
     fn post(self, data: Data<'_>, len: u64) -> Result<()> {
         let Op {
             wr, kind, remote, ..
         } = self;
         let (op, name) = kind.needs();
         if !wr.state.send_ops.contains(op) {
-            return Err(Error::Unsupported {
-                what: format!("{name}: the QP was not created with it in its send ops"),
-            });
+            return Err(not_in_send_ops(name));
         }
         if let (OpKind::CmpSwp { .. } | OpKind::FetchAdd { .. }, Some(r)) = (kind, remote) {
             if len != 8 || r.addr % 8 != 0 {
-                return Err(Error::InvalidArgument(format!(
-                    "atomics take one 8-byte SGE and an 8-byte aligned remote address \
-                     (got {len} bytes, remote address {:#x})",
-                    r.addr
-                )));
+                return Err(bad_atomic(len, r.addr));
             }
         }
         if let Some(r) = remote {
             if len > r.len {
-                return Err(Error::OutOfRange {
-                    what: "work request length",
-                    value: len,
-                    limit: format!("at most {} (the remote buffer's length)", r.len),
-                });
+                return Err(longer_than_remote(len, r.len));
             }
         }
         let extra = match data {
@@ -656,32 +666,36 @@ impl<'m, T: Transport, K> Op<'_, 'm, T, K> {
             _ => SendFlags::empty(),
         };
         let (rkey, raddr) = remote.map_or((0, 0), |r| (r.rkey, r.addr));
-        wr.commit(extra, |q, ops, _| {
-            // SAFETY: `q` is the live extended QP of an open batch; `ops`
-            // are its provider's entries, and the builder's is a real one
-            // (resolved non-NULL at creation for every op in send_ops, and
-            // `op` is in send_ops); the SGE list and inline data are valid
-            // for the calls (the provider copies inline data and the SGE
-            // entries during them).
-            unsafe {
-                match kind {
-                    OpKind::Send => (ops.send)(q),
-                    OpKind::SendImm(imm) => (ops.send_imm)(q, imm),
-                    OpKind::Write => (ops.rdma_write)(q, rkey, raddr),
-                    OpKind::WriteImm(imm) => (ops.rdma_write_imm)(q, rkey, raddr, imm),
-                    OpKind::Read => (ops.rdma_read)(q, rkey, raddr),
-                    OpKind::CmpSwp { compare, swap } => {
-                        (ops.atomic_cmp_swp)(q, rkey, raddr, compare, swap)
+        wr.commit(
+            extra,
+            #[inline(always)]
+            |q, ops, _| {
+                // SAFETY: `q` is the live extended QP of an open batch; `ops`
+                // are its provider's entries, and the builder's is a real one
+                // (resolved non-NULL at creation for every op in send_ops, and
+                // `op` is in send_ops); the SGE list and inline data are valid
+                // for the calls (the provider copies inline data and the SGE
+                // entries during them).
+                unsafe {
+                    match kind {
+                        OpKind::Send => (ops.send)(q),
+                        OpKind::SendImm(imm) => (ops.send_imm)(q, imm),
+                        OpKind::Write => (ops.rdma_write)(q, rkey, raddr),
+                        OpKind::WriteImm(imm) => (ops.rdma_write_imm)(q, rkey, raddr, imm),
+                        OpKind::Read => (ops.rdma_read)(q, rkey, raddr),
+                        OpKind::CmpSwp { compare, swap } => {
+                            (ops.atomic_cmp_swp)(q, rkey, raddr, compare, swap)
+                        }
+                        OpKind::FetchAdd { add } => (ops.atomic_fetch_add)(q, rkey, raddr, add),
                     }
-                    OpKind::FetchAdd { add } => (ops.atomic_fetch_add)(q, rkey, raddr, add),
+                    match data {
+                        Data::Sge(s) => (ops.set_sge)(q, s.lkey, s.addr, s.length),
+                        Data::List(l) => (ops.set_sge_list)(q, l.len(), l.as_ptr()),
+                        Data::Inline(d) => (ops.set_inline_data)(q, d.as_ptr() as *mut _, d.len()),
+                    }
                 }
-                match data {
-                    Data::Sge(s) => (ops.set_sge)(q, s.lkey, s.addr, s.length),
-                    Data::List(l) => (ops.set_sge_list)(q, l.len(), l.as_ptr()),
-                    Data::Inline(d) => (ops.set_inline_data)(q, d.as_ptr() as *mut _, d.len()),
-                }
-            }
-        })
+            },
+        )
     }
 }
 
@@ -690,7 +704,7 @@ impl<T: Transport> Wr<'_, '_, T> {
     /// (plus `extra`), then `build` (the builder and its setters), then the
     /// DC address on a DCI. Every check has passed before this is called,
     /// except the stream id, checked here first.
-    #[inline]
+    #[inline(always)]
     fn commit(
         self,
         extra: SendFlags,
@@ -703,12 +717,13 @@ impl<T: Transport> Wr<'_, '_, T> {
         }) = self.dc
         {
             let Some(streams) = self.state.mlx5.streams else {
-                return Err(Error::Unsupported {
-                    what: "mlx5dv_wr_set_dc_addr_stream: the DCI was created without DCI streams"
-                        .into(),
-                });
+                return Err(no_streams());
             };
-            check_stream_id(id, streams.num_streams())?;
+            // check_stream_id's compare inline, its error out of line.
+            let n = streams.num_streams();
+            if u32::from(id) >= n {
+                return Err(stream_id_error(id, n));
+            }
         }
         let q = self.state.qpx.as_ptr();
         // SAFETY: `q` is the live extended QP of an open batch, borrowed
@@ -746,15 +761,90 @@ impl<T: Transport> Op<'_, '_, T, Source> {
     /// Inline data: copied into the work request while it is built, so it
     /// need not stay alive. At most the QP's `max_inline_data` bytes; sets
     /// `IBV_SEND_INLINE` (which soft-RoCE requires for inline data).
+    #[inline]
     pub fn inline(self, data: &[u8]) -> Result<()> {
         let max = self.wr.state.caps.max_inline_data;
         if data.len() > max as usize {
-            return Err(Error::OutOfRange {
-                what: "inline data length",
-                value: data.len() as u64,
-                limit: format!("at most {max} (the QP's max_inline_data)"),
-            });
+            return Err(inline_too_long(data.len(), max));
         }
         self.post(Data::Inline(data), data.len() as u64)
+    }
+}
+
+// The errors of the posting path, made out of line so that each check in
+// the caller's loop stays one compare.
+
+#[cold]
+#[inline(never)]
+fn complete_failed(rc: i32, posted: u32, depth: u32) -> Error {
+    Error::verbs(
+        "ibv_wr_complete",
+        rc,
+        format!("batch of {posted} WRs (send queue depth {depth})"),
+    )
+}
+
+#[cold]
+#[inline(never)]
+fn not_in_send_ops(name: &str) -> Error {
+    Error::Unsupported {
+        what: format!("{name}: the QP was not created with it in its send ops"),
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn bad_atomic(len: u64, addr: u64) -> Error {
+    Error::InvalidArgument(format!(
+        "atomics take one 8-byte SGE and an 8-byte aligned remote address \
+         (got {len} bytes, remote address {addr:#x})"
+    ))
+}
+
+#[cold]
+#[inline(never)]
+fn longer_than_remote(len: u64, remote_len: u64) -> Error {
+    Error::OutOfRange {
+        what: "work request length",
+        value: len,
+        limit: format!("at most {remote_len} (the remote buffer's length)"),
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn too_many_sges(n: usize, max: u32) -> Error {
+    Error::OutOfRange {
+        what: "SGE count",
+        value: n as u64,
+        limit: format!("at most {max} (the QP's max_send_sge)"),
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn inline_too_long(len: usize, max: u32) -> Error {
+    Error::OutOfRange {
+        what: "inline data length",
+        value: len as u64,
+        limit: format!("at most {max} (the QP's max_inline_data)"),
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn no_streams() -> Error {
+    Error::Unsupported {
+        what: "mlx5dv_wr_set_dc_addr_stream: the DCI was created without DCI streams".into(),
+    }
+}
+
+/// The error of `check_stream_id` for an id it refuses.
+#[cold]
+#[inline(never)]
+fn stream_id_error(id: u16, num_streams: u32) -> Error {
+    match check_stream_id(id, num_streams) {
+        Err(e) => e,
+        Ok(()) => unreachable!("called only for an id at or above the number of streams"),
     }
 }

@@ -1,0 +1,128 @@
+/*
+ * The C side of benches/post_vs_c.rs: a null provider (an ibv_qp_ex +
+ * mlx5dv_qp_ex pair and an ibv_cq_ex whose entries do what a minimal real
+ * provider does: store their arguments into a 64-byte slot of a ring) and the
+ * same batches the Rust bench posts through the safe API, written in C with
+ * rdma-core's inline functions.
+ */
+#ifndef MLX5DV_BENCH_H
+#define MLX5DV_BENCH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <infiniband/mlx5dv.h>
+#include <infiniband/verbs.h>
+
+/* Work requests per batch, completions per poll. */
+#define BENCH_BATCH 32
+/* Slots of the provider's ring (a power of two). */
+#define BENCH_RING 256
+/* Bytes of one WR in the batches, of the inline message. */
+#define BENCH_MSG 64
+#define BENCH_INLINE 16
+/* DCI streams of the bench DCI: 2^2. */
+#define BENCH_LOG_STREAMS 2
+/* Entries per mkey list registration. */
+#define BENCH_LIST 2
+
+/* A null QP: the generic extended QP and its mlx5 extension side by side,
+ * as the mlx5 provider keeps them in one object. */
+struct null_qp {
+	struct ibv_qp qp;
+	struct ibv_qp_ex ibv;
+	struct mlx5dv_qp_ex dv;
+	unsigned int head;
+	uint64_t ring[BENCH_RING][8];
+};
+
+/* A null CQ: every poll round serves BENCH_BATCH completions. */
+struct null_cq {
+	struct ibv_cq_ex cq;
+	unsigned int cur;
+	uint32_t qp_num;
+};
+
+/* Everything both sides need; the Rust side wraps these with from_raw. */
+struct bench_objs {
+	struct ibv_context *ctx;
+	struct ibv_pd *pd;
+	struct ibv_cq_ex *cq;
+	struct ibv_mr *mr;
+	struct mlx5dv_mkey *mkey;
+	struct ibv_ah *ah;
+	struct null_qp *rc;
+	struct null_qp *dci;
+	/* The same QPs as the Rust side sees them. */
+	struct ibv_qp *rc_qp;
+	struct ibv_qp_ex *rc_qpx;
+	struct mlx5dv_qp_ex *rc_mqpx;
+	struct ibv_qp *dci_qp;
+	struct ibv_qp_ex *dci_qpx;
+	struct mlx5dv_qp_ex *dci_mqpx;
+	/* The remote buffer the writes go to. */
+	uint64_t remote_addr;
+	uint32_t rkey;
+	uint32_t remote_dctn;
+	uint64_t remote_dc_key;
+	/* A prepared 64-byte raw WQE. */
+	const void *wqe;
+};
+
+/* Builds the fake objects (never freed). */
+struct bench_objs *bench_objs_new(void);
+
+/* What a performance-minded C user precomputes, like the Rust side: the
+ * SGEs and remote addresses of one batch. */
+struct bench_plan {
+	struct ibv_sge sge[BENCH_BATCH];
+	uint64_t raddr[BENCH_BATCH];
+	struct ibv_sge src[BENCH_BATCH];
+	struct ibv_sge list[BENCH_LIST];
+	uint8_t msg[BENCH_INLINE];
+};
+
+/* A plan for the objects' memory region (never freed). */
+struct bench_plan *bench_plan_new(const struct bench_objs *o);
+
+/* A completion as the Rust side's WorkCompletion holds it. */
+struct bench_wc {
+	uint64_t wr_id;
+	uint32_t status;
+	uint32_t opcode;
+	uint32_t byte_len;
+	uint32_t has_imm;
+	uint32_t imm;
+	uint32_t qp_num;
+	uint32_t vendor_err;
+};
+
+/* Room for one poll round's completions (never freed). */
+struct bench_wc *bench_wc_new(void);
+
+/* Copies the last BENCH_BATCH slots the provider wrote on `q`, oldest
+ * first, so that the benches can check both sides did the same work. */
+void bench_last_batch(const struct null_qp *q, uint64_t out[BENCH_BATCH][8]);
+
+/* One batch (or one poll round) per call; 0 on success. "best": as a
+ * performance engineer writes it (loop-invariant QP fields set once);
+ * "plain": as the man page's examples do it (every field per WR). */
+#define BENCH_SHAPES(X)                                                        \
+	X(rc_write_sge)                                                        \
+	X(rc_inline_send)                                                      \
+	X(dci_write_sge)                                                       \
+	X(dci_write_sge_stream)                                                \
+	X(memcpy)                                                              \
+	X(mr_list)                                                             \
+	X(raw_wqe)                                                             \
+	X(poll_cq)
+
+#define BENCH_DECLARE(name)                                                    \
+	int c_best_##name(const struct bench_objs *o,                          \
+			  const struct bench_plan *p, struct bench_wc *wc);    \
+	int c_plain_##name(const struct bench_objs *o,                         \
+			   const struct bench_plan *p, struct bench_wc *wc);
+BENCH_SHAPES(BENCH_DECLARE)
+#undef BENCH_DECLARE
+
+#endif
