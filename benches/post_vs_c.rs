@@ -396,7 +396,8 @@ fn fixture() -> Result<(NonNull<BenchObjs>, Handles, MemoryRegion)> {
     unsafe {
         let ctx = Context::from_raw(NonNull::new(r.ctx).expect("ctx"));
         let pd = ProtectionDomain::from_raw(&ctx, NonNull::new(r.pd).expect("pd"));
-        let cq = CompletionQueue::from_raw(&ctx, NonNull::new(r.cq).expect("cq"));
+        let cq =
+            CompletionQueue::from_raw(&ctx, NonNull::new(r.cq).expect("cq")).expect("poll entries");
         let mr = MemoryRegion::from_raw(&pd, NonNull::new(r.mr).expect("mr"), AccessFlags::all())?;
         let mkey = Mkey::from_raw(&pd, NonNull::new(r.mkey).expect("mkey"), 4, false);
         let attr = AhAttr {

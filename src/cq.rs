@@ -250,6 +250,8 @@ pub struct CompletionQueue(pub(crate) Arc<CqInner>);
 
 pub(crate) struct CqInner {
     pub(crate) cq: NonNull<ffi::ibv_cq_ex>,
+    /// The provider's poll entries, resolved at creation.
+    ops: PollOps,
     poll_lock: Mutex<()>,
     owned: bool,
     capacity: u32,
@@ -270,6 +272,73 @@ impl Drop for CqInner {
             // none is left; destroyed once.
             let rc = unsafe { ffi::ibv_destroy_cq(ffi::ibv_cq_ex_to_cq(self.cq.as_ptr())) };
             crate::report_destroy_failure("ibv_destroy_cq", rc, self.ctx.name());
+        }
+    }
+}
+
+type C = *mut ffi::ibv_cq_ex;
+
+/// The provider's poll entries (`struct ibv_cq_ex`), copied once when the
+/// CQ is made after each was found non-NULL, and called directly: the
+/// header's `ibv_start_poll` / `ibv_wc_read_*` are this same single
+/// indirect call.
+struct PollOps {
+    start_poll: unsafe extern "C" fn(C, *mut ffi::ibv_poll_cq_attr) -> i32,
+    next_poll: unsafe extern "C" fn(C) -> i32,
+    end_poll: unsafe extern "C" fn(C),
+    read_opcode: unsafe extern "C" fn(C) -> ffi::ibv_wc_opcode,
+    read_vendor_err: unsafe extern "C" fn(C) -> u32,
+    read_byte_len: unsafe extern "C" fn(C) -> u32,
+    read_imm_data: unsafe extern "C" fn(C) -> ffi::__be32,
+    read_qp_num: unsafe extern "C" fn(C) -> u32,
+    read_wc_flags: unsafe extern "C" fn(C) -> u32,
+}
+
+impl PollOps {
+    /// # Safety
+    /// `cq` is a live extended CQ.
+    unsafe fn resolve(cq: NonNull<ffi::ibv_cq_ex>, device: &str) -> Result<Self> {
+        // SAFETY: the caller's promise.
+        let c = unsafe { cq.as_ref() };
+        match (
+            c.start_poll,
+            c.next_poll,
+            c.end_poll,
+            c.read_opcode,
+            c.read_vendor_err,
+            c.read_byte_len,
+            c.read_imm_data,
+            c.read_qp_num,
+            c.read_wc_flags,
+        ) {
+            (
+                Some(start_poll),
+                Some(next_poll),
+                Some(end_poll),
+                Some(read_opcode),
+                Some(read_vendor_err),
+                Some(read_byte_len),
+                Some(read_imm_data),
+                Some(read_qp_num),
+                Some(read_wc_flags),
+            ) => Ok(PollOps {
+                start_poll,
+                next_poll,
+                end_poll,
+                read_opcode,
+                read_vendor_err,
+                read_byte_len,
+                read_imm_data,
+                read_qp_num,
+                read_wc_flags,
+            }),
+            _ => Err(Error::Unsupported {
+                what: format!(
+                    "the provider of {device} left an extended-CQ poll entry NULL \
+                     (start/next/end_poll, read_opcode, read_vendor_err, read_byte_len, \
+                     read_imm_data, read_qp_num or read_wc_flags)"
+                ),
+            }),
         }
     }
 }
@@ -305,8 +374,18 @@ impl CompletionQueue {
         })?;
         // SAFETY: `cq` is a live CQ; `cqe` is the capacity it got.
         let capacity = unsafe { (*ffi::ibv_cq_ex_to_cq(cq.as_ptr())).cqe };
+        // SAFETY: a live extended CQ.
+        let ops = match unsafe { PollOps::resolve(cq, ctx.name()) } {
+            Ok(ops) => ops,
+            Err(e) => {
+                // SAFETY: created above, not shared; destroyed once.
+                unsafe { ffi::ibv_destroy_cq(ffi::ibv_cq_ex_to_cq(cq.as_ptr())) };
+                return Err(e);
+            }
+        };
         Ok(CompletionQueue(Arc::new(CqInner {
             cq,
+            ops,
             poll_lock: Mutex::new(()),
             owned: true,
             capacity: u32::try_from(capacity).unwrap_or(cqe),
@@ -323,16 +402,20 @@ impl CompletionQueue {
     /// IBV_WC_EX_WITH_QP_NUM` in its `wc_flags`, polled by nobody else, and
     /// kept alive until this handle, its clones and the QPs made with it
     /// are dropped.
-    pub unsafe fn from_raw(ctx: &Context, cq: NonNull<ffi::ibv_cq_ex>) -> Self {
+    /// Fails with [`Error::Unsupported`] when the provider left a poll
+    /// entry NULL.
+    pub unsafe fn from_raw(ctx: &Context, cq: NonNull<ffi::ibv_cq_ex>) -> Result<Self> {
         // SAFETY: the caller promises a live CQ.
         let capacity = unsafe { (*ffi::ibv_cq_ex_to_cq(cq.as_ptr())).cqe };
-        CompletionQueue(Arc::new(CqInner {
+        Ok(CompletionQueue(Arc::new(CqInner {
             cq,
+            // SAFETY: as above.
+            ops: unsafe { PollOps::resolve(cq, ctx.name()) }?,
             poll_lock: Mutex::new(()),
             owned: false,
             capacity: u32::try_from(capacity).unwrap_or(0),
             ctx: ctx.clone(),
-        }))
+        })))
     }
 
     /// The raw extended CQ, valid while this handle lives.
@@ -357,9 +440,11 @@ impl CompletionQueue {
         }
         let _guard = self.0.poll_lock.lock().unwrap_or_else(|p| p.into_inner());
         let cq = self.as_ptr();
+        let ops = &self.0.ops;
         let mut attr = ffi::ibv_poll_cq_attr::default();
-        // SAFETY: the CQ is live and polled only under the lock held above.
-        let rc = unsafe { ffi::ibv_start_poll(cq, &mut attr) };
+        // SAFETY: the CQ is live and polled only under the lock held above;
+        // `ops` are its provider's entries.
+        let rc = unsafe { (ops.start_poll)(cq, &mut attr) };
         if rc == libc::ENOENT {
             return Ok(0);
         }
@@ -367,24 +452,24 @@ impl CompletionQueue {
         let mut n = 0;
         loop {
             // SAFETY: a poll is in progress and positioned on a completion.
-            out.push(unsafe { read_current(cq) });
+            out.push(unsafe { read_current(cq, ops) });
             n += 1;
             if n == max {
                 break;
             }
             // SAFETY: a poll is in progress.
-            let rc = unsafe { ffi::ibv_next_poll(cq) };
+            let rc = unsafe { (ops.next_poll)(cq) };
             if rc == libc::ENOENT {
                 break;
             }
             if rc != 0 {
                 // SAFETY: ends the poll that start_poll began.
-                unsafe { ffi::ibv_end_poll(cq) };
+                unsafe { (ops.end_poll)(cq) };
                 return Err(Error::verbs("ibv_next_poll", rc, self.0.ctx.name()));
             }
         }
         // SAFETY: ends the poll that start_poll began.
-        unsafe { ffi::ibv_end_poll(cq) };
+        unsafe { (ops.end_poll)(cq) };
         Ok(n)
     }
 
@@ -439,27 +524,28 @@ impl CompletionQueue {
 /// Reads the completion the poll is positioned on.
 ///
 /// # Safety
-/// A poll on `cq` is in progress and positioned on a completion, and the CQ
-/// was created with [`WC_FLAGS`].
-unsafe fn read_current(cq: *mut ffi::ibv_cq_ex) -> WorkCompletion {
+/// A poll on `cq` is in progress and positioned on a completion, the CQ
+/// was created with [`WC_FLAGS`], and `ops` are its entries.
+#[inline]
+unsafe fn read_current(cq: *mut ffi::ibv_cq_ex, ops: &PollOps) -> WorkCompletion {
     // SAFETY: the caller's promise; each reader only reads the current
     // completion.
     unsafe {
         let status = WcStatus::from_raw((*cq).status);
-        let wc_flags = ffi::ibv_wc_read_wc_flags(cq);
+        let wc_flags = (ops.read_wc_flags)(cq);
         let imm = if wc_flags & ffi::IBV_WC_WITH_IMM != 0 {
-            Some(u32::from_be(ffi::ibv_wc_read_imm_data(cq)))
+            Some(u32::from_be((ops.read_imm_data)(cq)))
         } else {
             None
         };
         WorkCompletion {
             wr_id: (*cq).wr_id,
             status,
-            opcode: WcOpcode::from_raw(ffi::ibv_wc_read_opcode(cq)),
-            byte_len: ffi::ibv_wc_read_byte_len(cq),
+            opcode: WcOpcode::from_raw((ops.read_opcode)(cq)),
+            byte_len: (ops.read_byte_len)(cq),
             imm,
-            qp_num: ffi::ibv_wc_read_qp_num(cq),
-            vendor_err: ffi::ibv_wc_read_vendor_err(cq),
+            qp_num: (ops.read_qp_num)(cq),
+            vendor_err: (ops.read_vendor_err)(cq),
         }
     }
 }

@@ -44,7 +44,8 @@ impl Fx {
         let context = Context::fake(NonNull::from(&mut *ctx), "fake0", true);
         // SAFETY (test): fake objects that outlive the handles.
         let pd = unsafe { ProtectionDomain::from_raw(&context, NonNull::from(&mut *pd_raw)) };
-        let cq = unsafe { CompletionQueue::from_raw(&context, NonNull::new(fcq.cq()).unwrap()) };
+        let cq = unsafe { CompletionQueue::from_raw(&context, NonNull::new(fcq.cq()).unwrap()) }
+            .unwrap();
         let mut buf = vec![0u8; LEN];
         let mr_raw = Box::new(ffi::ibv_mr {
             addr: buf.as_mut_ptr().cast(),
