@@ -217,6 +217,9 @@ pub struct WorkCompletion {
     /// The immediate data in host byte order, when the completion carries
     /// one (`IBV_WC_WITH_IMM`).
     pub imm: Option<u32>,
+    /// The rkey a received send-with-invalidate invalidated
+    /// (`IBV_WC_WITH_INV`).
+    pub invalidated_rkey: Option<u32>,
     /// The local QP number.
     pub qp_num: u32,
     /// The provider's vendor error code (0 on success).
@@ -533,10 +536,14 @@ unsafe fn read_current(cq: *mut ffi::ibv_cq_ex, ops: &PollOps) -> WorkCompletion
     unsafe {
         let status = WcStatus::from_raw((*cq).status);
         let wc_flags = (ops.read_wc_flags)(cq);
-        let imm = if wc_flags & ffi::IBV_WC_WITH_IMM != 0 {
-            Some(u32::from_be((ops.read_imm_data)(cq)))
+        // The immediate and the invalidated rkey share the CQE field
+        // (`ibv_wc_read_invalidated_rkey` reads it with read_imm_data).
+        let (imm, invalidated_rkey) = if wc_flags & ffi::IBV_WC_WITH_IMM != 0 {
+            (Some(u32::from_be((ops.read_imm_data)(cq))), None)
+        } else if wc_flags & ffi::IBV_WC_WITH_INV != 0 {
+            (None, Some((ops.read_imm_data)(cq)))
         } else {
-            None
+            (None, None)
         };
         WorkCompletion {
             wr_id: (*cq).wr_id,
@@ -544,6 +551,7 @@ unsafe fn read_current(cq: *mut ffi::ibv_cq_ex, ops: &PollOps) -> WorkCompletion
             opcode: WcOpcode::from_raw((ops.read_opcode)(cq)),
             byte_len: (ops.read_byte_len)(cq),
             imm,
+            invalidated_rkey,
             qp_num: (ops.read_qp_num)(cq),
             vendor_err: (ops.read_vendor_err)(cq),
         }

@@ -204,3 +204,8 @@ pub(crate) fn report_destroy_failure(call: &str, rc: i32, device: &str) {
         );
     }
 }
+
+/// The README's code, compiled as doctests so it stays true.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

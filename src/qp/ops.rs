@@ -43,6 +43,7 @@ entries! {
     rdma_write_imm: fn(Q, u32, u64, ffi::__be32);
     send: fn(Q);
     send_imm: fn(Q, ffi::__be32);
+    send_inv: fn(Q, u32);
     rdma_read: fn(Q, u32, u64);
     atomic_cmp_swp: fn(Q, u32, u64, u64, u64);
     atomic_fetch_add: fn(Q, u32, u64, u64);
@@ -144,6 +145,7 @@ impl WrOps {
             ),
             send: generic!(s.contains(S::SEND), wr_send, send),
             send_imm: generic!(s.contains(S::SEND_WITH_IMM), wr_send_imm, send_imm),
+            send_inv: generic!(s.contains(S::SEND_WITH_INV), wr_send_inv, send_inv),
             rdma_read: generic!(s.contains(S::RDMA_READ), wr_rdma_read, rdma_read),
             atomic_cmp_swp: generic!(
                 s.contains(S::ATOMIC_CMP_AND_SWP),

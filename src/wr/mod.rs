@@ -515,6 +515,15 @@ impl<'b, 'm, T: Transport> Wr<'b, 'm, T> {
         self.op(OpKind::Send, None)
     }
 
+    /// A send that also invalidates `rkey` at the receiver
+    /// (`ibv_wr_send_inv`): an MR, memory window or mkey created with remote
+    /// invalidation. The receive completion reports the rkey
+    /// ([`WorkCompletion::invalidated_rkey`](crate::WorkCompletion)).
+    /// Needs [`SendOps::SEND_WITH_INV`].
+    pub fn send_inv(self, rkey: u32) -> Op<'b, 'm, T, Source> {
+        self.op(OpKind::SendInv(rkey), None)
+    }
+
     /// A send with 32-bit immediate data (`ibv_wr_send_imm`), given in host
     /// byte order.
     #[inline]
@@ -578,6 +587,7 @@ pub enum Atomic {}
 enum OpKind {
     Send,
     SendImm(u32),
+    SendInv(u32),
     Write,
     WriteImm(u32),
     Read,
@@ -591,6 +601,7 @@ impl OpKind {
         match self {
             OpKind::Send => (SendOps::SEND, "send"),
             OpKind::SendImm(_) => (SendOps::SEND_WITH_IMM, "send with immediate"),
+            OpKind::SendInv(_) => (SendOps::SEND_WITH_INV, "send with invalidate"),
             OpKind::Write => (SendOps::RDMA_WRITE, "RDMA write"),
             OpKind::WriteImm(_) => (SendOps::RDMA_WRITE_WITH_IMM, "RDMA write with immediate"),
             OpKind::Read => (SendOps::RDMA_READ, "RDMA read"),
@@ -680,6 +691,7 @@ impl<'m, T: Transport, K> Op<'_, 'm, T, K> {
                     match kind {
                         OpKind::Send => (ops.send)(q),
                         OpKind::SendImm(imm) => (ops.send_imm)(q, imm),
+                        OpKind::SendInv(rkey) => (ops.send_inv)(q, rkey),
                         OpKind::Write => (ops.rdma_write)(q, rkey, raddr),
                         OpKind::WriteImm(imm) => (ops.rdma_write_imm)(q, rkey, raddr, imm),
                         OpKind::Read => (ops.rdma_read)(q, rkey, raddr),
