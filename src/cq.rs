@@ -255,6 +255,9 @@ pub(crate) struct CqInner {
     pub(crate) cq: NonNull<ffi::ibv_cq_ex>,
     /// The provider's poll entries, resolved at creation.
     ops: PollOps,
+    /// Poll one completion per `start_poll` / `end_poll` pair, never calling
+    /// `next_poll` (see [`SOFT_ROCE_VENDOR_ID`]).
+    one_per_poll: bool,
     poll_lock: Mutex<()>,
     owned: bool,
     capacity: u32,
@@ -280,6 +283,15 @@ impl Drop for CqInner {
 }
 
 type C = *mut ffi::ibv_cq_ex;
+
+/// The vendor id soft-RoCE (rxe) reports. Its provider's `next_poll`, on
+/// finding the CQ empty, already ends the poll (stores the consumer index
+/// and unlocks), so the `end_poll` that ibv_create_cq_ex(3) then requires
+/// advances and unlocks a second time and later polls return zeroed
+/// completions (seen with rdma-core 44). On such devices a CQ polls one
+/// completion per `start_poll` / `end_poll` pair, which is correct on every
+/// provider.
+const SOFT_ROCE_VENDOR_ID: u32 = 0x00FF_FFFF;
 
 /// The provider's poll entries (`struct ibv_cq_ex`), copied once when the
 /// CQ is made after each was found non-NULL, and called directly: the
@@ -386,9 +398,13 @@ impl CompletionQueue {
                 return Err(e);
             }
         };
+        let one_per_poll = ctx
+            .query_device()
+            .is_ok_and(|a| a.vendor_id == SOFT_ROCE_VENDOR_ID);
         Ok(CompletionQueue(Arc::new(CqInner {
             cq,
             ops,
+            one_per_poll,
             poll_lock: Mutex::new(()),
             owned: true,
             capacity: u32::try_from(capacity).unwrap_or(cqe),
@@ -406,7 +422,9 @@ impl CompletionQueue {
     /// kept alive until this handle, its clones and the QPs made with it
     /// are dropped.
     /// Fails with [`Error::Unsupported`] when the provider left a poll
-    /// entry NULL.
+    /// entry NULL. The handle polls as ibv_create_cq_ex(3) says; for a
+    /// soft-RoCE CQ use [`CompletionQueue::new`], which works around that
+    /// provider's `next_poll` (the device is not queried here).
     pub unsafe fn from_raw(ctx: &Context, cq: NonNull<ffi::ibv_cq_ex>) -> Result<Self> {
         // SAFETY: the caller promises a live CQ.
         let capacity = unsafe { (*ffi::ibv_cq_ex_to_cq(cq.as_ptr())).cqe };
@@ -414,6 +432,7 @@ impl CompletionQueue {
             cq,
             // SAFETY: as above.
             ops: unsafe { PollOps::resolve(cq, ctx.name()) }?,
+            one_per_poll: false,
             poll_lock: Mutex::new(()),
             owned: false,
             capacity: u32::try_from(capacity).unwrap_or(0),
@@ -459,6 +478,16 @@ impl CompletionQueue {
             n += 1;
             if n == max {
                 break;
+            }
+            if self.0.one_per_poll {
+                // SAFETY: ends this poll; the next one starts afresh.
+                unsafe { (ops.end_poll)(cq) };
+                // SAFETY: the CQ is live and we hold the lock.
+                match unsafe { (ops.start_poll)(cq, &mut attr) } {
+                    0 => continue,
+                    libc::ENOENT => return Ok(n),
+                    rc => return Err(Error::verbs("ibv_start_poll", rc, self.0.ctx.name())),
+                }
             }
             // SAFETY: a poll is in progress.
             let rc = unsafe { (ops.next_poll)(cq) };

@@ -342,6 +342,10 @@ pub struct DeviceAttr {
     pub node_guid: u64,
     /// Physical ports, numbered 1..=phys_port_cnt.
     pub phys_port_cnt: u8,
+    /// IEEE vendor id (0xffffff for soft-RoCE).
+    pub vendor_id: u32,
+    /// The vendor's part id.
+    pub vendor_part_id: u32,
     /// Most QPs.
     pub max_qp: u32,
     /// Most outstanding WRs per queue.
@@ -382,6 +386,8 @@ impl DeviceAttr {
             fw_ver: String::from_utf8_lossy(&fw).into_owned(),
             node_guid: u64::from_be(o.node_guid),
             phys_port_cnt: o.phys_port_cnt,
+            vendor_id: o.vendor_id,
+            vendor_part_id: o.vendor_part_id,
             max_qp: u(o.max_qp),
             max_qp_wr: u(o.max_qp_wr),
             max_sge: u(o.max_sge),

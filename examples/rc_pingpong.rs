@@ -1,0 +1,398 @@
+//! `rc_pingpong`: rdma-core's `ibv_rc_pingpong`, written with `mlx5dv`, and
+//! wire-compatible with it: either side can be the C tool.
+//!
+//! ```text
+//! rc_pingpong [-d DEV] [-i PORT] [-g GID] [-s SIZE] [-n ITERS] ...          # server
+//! rc_pingpong [-d DEV] [-i PORT] [-g GID] [-s SIZE] [-n ITERS] ... HOST     # client
+//!
+//! # on soft-RoCE (rxe0, RoCE v2 GID at index 1), the C server and this client:
+//! ibv_rc_pingpong -d rxe0 -g 1 &
+//! cargo run --example rc_pingpong -- -d rxe0 -g 1 127.0.0.1
+//! ```
+//!
+//! What it shares with the C tool, so that the two interoperate:
+//!
+//! - the TCP exchange on port 18515 (`-p`): the client connects and sends
+//!   `"%04x:%06x:%06x:%s"` (LID, QPN, PSN, GID as 32 hex digits in wire
+//!   order) with its terminating NUL, 52 bytes; the server connects its QP
+//!   and answers with its own; the client answers `"done"` (5 bytes);
+//! - the QP: RC, path MTU 1024 (`-m`), RNR timer 12, timeout 14, 7 retries,
+//!   one outstanding send, `-r` receives posted before the exchange;
+//! - the message flow: the client sends first; each side sends its next
+//!   message once its previous send and a receive have both completed,
+//!   until it has sent and received `-n` messages of `-s` bytes;
+//! - the payload: every byte `0x7b`.
+//!
+//! Beyond the C tool, each received message is checked: its length and
+//! every byte.
+//!
+//! Sends go through the extended work-request API ([`QpEx::batch`], one
+//! signalled send per batch); receives through [`QpEx::post_recv`], one
+//! buffer slot per posted receive, so that a slot is read only while no
+//! receive is posted on it.
+//!
+//! Exit status: 0 every message went both ways and checked out; 1 a verbs
+//! call, a completion, the exchange or the data check failed; 2 bad usage.
+
+mod common;
+
+use common::{connect_options, exit, open_device, random_psn, val, Cli, Failure};
+use mlx5dv::*;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+const PROG: &str = "rc_pingpong";
+const USAGE: &str = "\
+Usage:
+  rc_pingpong [OPTIONS]          start a server and wait for connection
+  rc_pingpong [OPTIONS] HOST     connect to the server at HOST
+
+Wire-compatible with rdma-core's ibv_rc_pingpong.
+
+Options:
+  -p, --port=PORT        listen on/connect to TCP port PORT (default 18515)
+  -d, --ib-dev=DEV       use RDMA device DEV (default: the first found)
+  -i, --ib-port=PORT     use port PORT of the device (default 1)
+  -s, --size=SIZE        size of the messages to exchange (default 4096)
+  -m, --mtu=SIZE         path MTU (default 1024)
+  -r, --rx-depth=DEPTH   number of receives to post at a time (default 500)
+  -n, --iters=ITERS      number of exchanges (default 1000)
+  -l, --sl=SL            service level (default 0)
+  -g, --gid-idx=INDEX    local port GID index (needed on RoCE)
+  -h, --help             this text
+
+Exit status: 0 success, 1 failure, 2 bad usage.
+";
+
+/// The size of the exchange message, with its NUL:
+/// `sizeof "0000:000000:000000:00000000000000000000000000000000"`.
+const MSG_LEN: usize = 52;
+/// The payload byte of rdma-core's tool.
+const PAYLOAD: u8 = 0x7b;
+/// The send's work-request id; a receive's is its buffer slot.
+const SEND_WRID: u64 = 1 << 32;
+/// How long the loop waits without any completion before it gives up.
+const STALL: Duration = Duration::from_secs(60);
+
+/// What the two sides exchange (`struct pingpong_dest`).
+struct Dest {
+    lid: u16,
+    qpn: u32,
+    psn: u32,
+    gid: Gid,
+}
+
+impl Dest {
+    /// The 52 bytes rdma-core sends: `"%04x:%06x:%06x:%s"` and a NUL.
+    fn to_wire(&self) -> [u8; MSG_LEN] {
+        let text = format!(
+            "{:04x}:{:06x}:{:06x}:{}",
+            self.lid,
+            self.qpn,
+            self.psn,
+            common::gid_to_hex(self.gid)
+        );
+        let mut msg = [0u8; MSG_LEN];
+        msg[..text.len()].copy_from_slice(text.as_bytes());
+        msg
+    }
+
+    /// Reads what `sscanf(msg, "%x:%x:%x:%s")` reads.
+    fn from_wire(msg: &[u8]) -> Result<Dest, Failure> {
+        let end = msg.iter().position(|&b| b == 0).unwrap_or(msg.len());
+        let text = std::str::from_utf8(&msg[..end]).unwrap_or("");
+        let bad = || Failure::Failed(format!("bad address message from the peer: {text:?}"));
+        let mut parts = text.splitn(4, ':');
+        let mut hex = || u32::from_str_radix(parts.next().unwrap_or(""), 16).map_err(|_| bad());
+        let (lid, qpn, psn) = (hex()?, hex()?, hex()?);
+        let gid = parts
+            .next()
+            .and_then(common::gid_from_hex)
+            .ok_or_else(bad)?;
+        Ok(Dest {
+            lid: u16::try_from(lid).map_err(|_| bad())?,
+            qpn,
+            psn,
+            gid,
+        })
+    }
+
+    fn print(&self, who: &str) {
+        println!(
+            "  {who} address:{} LID {:#06x}, QPN {:#08x}, PSN {:#08x}, GID {}",
+            if who == "local" { " " } else { "" },
+            self.lid,
+            self.qpn,
+            self.psn,
+            self.gid
+        );
+    }
+}
+
+struct Config {
+    tcp_port: u16,
+    size: usize,
+    rx_depth: u32,
+    iters: u64,
+    host: Option<String>,
+    opts: ConnectOptions,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse_with_device(
+        PROG,
+        USAGE,
+        &[
+            val('p', "port"),
+            val('s', "size"),
+            val('m', "mtu"),
+            val('r', "rx-depth"),
+            val('n', "iters"),
+            val('l', "sl"),
+        ],
+    );
+    exit(PROG, run(&cli))
+}
+
+fn run(cli: &Cli) -> Result<(), Failure> {
+    let ib_port: u8 = cli.num_or("ib-port", 1);
+    let size: usize = cli.num_or("size", 4096);
+    let rx_depth: u32 = cli.num_or("rx-depth", 500);
+    if size == 0 || rx_depth == 0 || ib_port == 0 {
+        common::usage_error(PROG, "--size, --rx-depth and --ib-port must be at least 1");
+    }
+    let host = cli.host().map(str::to_string);
+    let ctx = open_device(cli.text("ib-dev"))?;
+    // As the C tool: MTU 1024 unless -m, GID only with -g.
+    let mut opts = connect_options(&ctx, ib_port, None, Some(cli.mtu().unwrap_or(Mtu::Mtu1024)))?;
+    opts.gid_index = cli.num("gid-idx");
+    opts.sl = cli.num_or("sl", 0);
+    opts.access = AccessFlags::empty();
+    let cfg = Config {
+        tcp_port: cli.num_or("port", 18515),
+        size,
+        rx_depth,
+        iters: cli.num_or("iters", 1000),
+        host,
+        opts,
+    };
+    pingpong(&ctx, &cfg)
+}
+
+fn pingpong(ctx: &Context, cfg: &Config) -> Result<(), Failure> {
+    let pd = ProtectionDomain::new(ctx)?;
+    // The memory: one send buffer, and one receive slot per posted receive.
+    let mut send_mr = MemoryRegion::new(&pd, cfg.size, AccessFlags::LOCAL_WRITE)?;
+    send_mr.as_mut_slice().fill(PAYLOAD);
+    let recv_len = cfg
+        .size
+        .checked_mul(cfg.rx_depth as usize)
+        .ok_or("--size × --rx-depth is too large".to_string())?;
+    let recv_mr = MemoryRegion::new(&pd, recv_len, AccessFlags::LOCAL_WRITE)?;
+    let cq = CompletionQueue::new(ctx, cfg.rx_depth + 2)?;
+    // Declared after the memory, so dropped (destroyed) before it.
+    let mut qp = QpBuilder::rc(&pd, &cq, &cq)
+        .caps(QpCaps {
+            max_send_wr: 1,
+            max_recv_wr: cfg.rx_depth,
+            max_send_sge: 1,
+            max_recv_sge: 1,
+            max_inline_data: 0,
+        })
+        .send_ops(SendOps::SEND)
+        .build()?;
+    qp.to_init(cfg.opts.port, cfg.opts.access)?;
+    for slot in 0..cfg.rx_depth as usize {
+        post_recv(&mut qp, &recv_mr, slot, cfg.size)?;
+    }
+
+    let me = {
+        let e = qp.endpoint(random_psn(), &cfg.opts)?;
+        Dest {
+            lid: e.lid,
+            qpn: e.qpn,
+            psn: e.psn,
+            gid: e.gid,
+        }
+    };
+    me.print("local");
+    let peer = match &cfg.host {
+        Some(host) => client_exchange(host, cfg.tcp_port, &me)?,
+        None => server_exchange(&qp, cfg, &me)?,
+    };
+    peer.print("remote");
+    if cfg.host.is_some() {
+        connect(&qp, cfg, &me, &peer)?;
+    }
+
+    // The loop of pp_rc_pingpong: a send goes out when the previous send
+    // and a receive have both completed.
+    const RECV: u8 = 1;
+    const SEND: u8 = 2;
+    let mut pending = RECV;
+    if cfg.host.is_some() {
+        post_send(&mut qp, &send_mr, cfg.size)?;
+        pending |= SEND;
+    }
+    let start = Instant::now();
+    let (mut rcnt, mut scnt) = (0u64, 0u64);
+    let mut last_progress = Instant::now();
+    while rcnt < cfg.iters || scnt < cfg.iters {
+        let Some(wc) = common::poll_one(&cq)? else {
+            if last_progress.elapsed() > STALL {
+                return Err(Failure::Failed(format!(
+                    "no completion for {} s (sent {scnt}, received {rcnt} of {})",
+                    STALL.as_secs(),
+                    cfg.iters
+                )));
+            }
+            std::hint::spin_loop();
+            continue;
+        };
+        last_progress = Instant::now();
+        if !wc.status.is_success() {
+            return Err(Failure::Failed(format!(
+                "failed status {} for wr_id {:#x}",
+                wc.status, wc.wr_id
+            )));
+        }
+        if wc.wr_id == SEND_WRID {
+            scnt += 1;
+            pending &= !SEND;
+        } else {
+            let slot = wc.wr_id as usize;
+            check_message(&recv_mr, slot, cfg.size, wc.byte_len, rcnt)?;
+            post_recv(&mut qp, &recv_mr, slot, cfg.size)?;
+            rcnt += 1;
+            pending &= !RECV;
+        }
+        if scnt < cfg.iters && pending == 0 {
+            post_send(&mut qp, &send_mr, cfg.size)?;
+            pending = RECV | SEND;
+        }
+    }
+    let secs = start.elapsed().as_secs_f64();
+    let usec = secs * 1e6;
+    let bytes = cfg.size as u64 * cfg.iters * 2;
+    println!(
+        "{bytes} bytes in {secs:.2} seconds = {:.2} Mbit/sec",
+        bytes as f64 * 8.0 / usec
+    );
+    println!(
+        "{} iters in {secs:.2} seconds = {:.2} usec/iter",
+        cfg.iters,
+        usec / cfg.iters as f64
+    );
+    println!(
+        "{rcnt} messages of {} bytes received and checked (every byte {PAYLOAD:#04x})",
+        cfg.size
+    );
+    // The receives still posted are flushed when the QP is destroyed, on
+    // drop, before the memory is deregistered.
+    Ok(())
+}
+
+/// The client's side of the exchange: sends its address, reads the
+/// server's, says "done".
+fn client_exchange(host: &str, port: u16, me: &Dest) -> Result<Dest, Failure> {
+    let mut s = common::connect_retry(host, port)?;
+    s.write_all(&me.to_wire())?;
+    let mut msg = [0u8; MSG_LEN];
+    s.read_exact(&mut msg)
+        .map_err(|e| format!("couldn't read the remote address: {e}"))?;
+    s.write_all(b"done\0")?;
+    Dest::from_wire(&msg)
+}
+
+/// The server's side: reads the client's address, connects the QP (so it
+/// is ready before the client's first send), sends its own, reads "done".
+fn server_exchange(qp: &QpEx<Rc>, cfg: &Config, me: &Dest) -> Result<Dest, Failure> {
+    let mut s: TcpStream = common::accept_one(cfg.tcp_port)?;
+    let mut msg = [0u8; MSG_LEN];
+    s.read_exact(&mut msg)
+        .map_err(|e| format!("couldn't read the remote address: {e}"))?;
+    let peer = Dest::from_wire(&msg)?;
+    connect(qp, cfg, me, &peer)?;
+    s.write_all(&me.to_wire())?;
+    // The client's "done"; the C client closes right after it.
+    let done = common::read_some(&mut s, MSG_LEN)?;
+    if !done.starts_with(b"done") {
+        return Err(Failure::Failed(format!(
+            "expected \"done\" from the client, got {:?}",
+            String::from_utf8_lossy(&done)
+        )));
+    }
+    Ok(peer)
+}
+
+/// INIT → RTR → RTS towards the peer.
+fn connect(qp: &QpEx<Rc>, cfg: &Config, me: &Dest, peer: &Dest) -> Result<(), Failure> {
+    let remote = Endpoint {
+        qpn: peer.qpn,
+        psn: peer.psn,
+        lid: peer.lid,
+        gid: peer.gid,
+    };
+    qp.to_rtr(&remote, &cfg.opts)?;
+    qp.to_rts(me.psn, &cfg.opts)?;
+    Ok(())
+}
+
+/// Posts the receive of buffer slot `slot`.
+fn post_recv(
+    qp: &mut QpEx<Rc>,
+    mr: &MemoryRegion,
+    slot: usize,
+    size: usize,
+) -> Result<(), Failure> {
+    let sge = mr.sge(slot * size..(slot + 1) * size)?;
+    // SAFETY: the region lives until after the QP is destroyed (declared
+    // before it); the slot is read only after this receive's completion and
+    // before it is posted again.
+    unsafe { qp.post_recv(slot as u64, &[sge])? };
+    Ok(())
+}
+
+/// Posts one signalled send of the send buffer, through a batch.
+fn post_send(qp: &mut QpEx<Rc>, mr: &MemoryRegion, size: usize) -> Result<(), Failure> {
+    let mut batch = qp.batch();
+    batch
+        .wr(SEND_WRID)
+        .signaled()
+        .send()
+        .sge(mr.sge(0..size)?)?;
+    // SAFETY: the send buffer is never written after it was filled, and
+    // lives until after the QP is destroyed (declared before it).
+    unsafe { batch.complete()? };
+    Ok(())
+}
+
+/// Checks the message received into `slot`.
+fn check_message(
+    mr: &MemoryRegion,
+    slot: usize,
+    size: usize,
+    byte_len: u32,
+    n: u64,
+) -> Result<(), Failure> {
+    if byte_len as usize != size {
+        return Err(Failure::Failed(format!(
+            "message {n}: {byte_len} bytes received, {size} expected (use the same -s on both sides)"
+        )));
+    }
+    // SAFETY: the slot's receive has completed and it is not posted again
+    // until this check is done: the device does not write these bytes now
+    // (it may write other slots, which this slice does not cover).
+    let data = unsafe {
+        std::slice::from_raw_parts((mr.addr() as usize + slot * size) as *const u8, size)
+    };
+    if let Some(at) = data.iter().position(|&b| b != PAYLOAD) {
+        return Err(Failure::Failed(format!(
+            "message {n}: byte {at} is {:#04x}, expected {PAYLOAD:#04x}",
+            data[at]
+        )));
+    }
+    Ok(())
+}
