@@ -646,13 +646,24 @@ fn mkey_entries_sizes_the_wqe_so_the_entry_limits_follow() {
 fn send_with_invalidate_carries_the_rkey_and_needs_its_send_op() {
     let mut fx = Fx::new();
     let mr = fx.mr();
-    let mut qp = fx.qp::<Rc>(SendOps::SEND | SendOps::SEND_WITH_INV, Mlx5SendOps::empty(), None);
+    let mut qp = fx.qp::<Rc>(
+        SendOps::SEND | SendOps::SEND_WITH_INV,
+        Mlx5SendOps::empty(),
+        None,
+    );
     let mut b = qp.batch();
-    b.wr(4).signaled().send_inv(0x7777_8888).sge(mr.sge(0..16).unwrap()).unwrap();
+    b.wr(4)
+        .signaled()
+        .send_inv(0x7777_8888)
+        .sge(mr.sge(0..16).unwrap())
+        .unwrap();
     drop(b);
     let calls = fx.qp_calls();
     let f = &fx.fq;
-    assert_eq!(calls[1], qp_call("wr_send_inv", f, (4, SIG), vec![Arg::U32(0x7777_8888)]));
+    assert_eq!(
+        calls[1],
+        qp_call("wr_send_inv", f, (4, SIG), vec![Arg::U32(0x7777_8888)])
+    );
     assert_eq!(calls[2].entry, "wr_set_sge");
     let mut qp = fx.qp::<Rc>(SendOps::SEND, Mlx5SendOps::empty(), None);
     let mut b = qp.batch();
