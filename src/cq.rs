@@ -472,22 +472,31 @@ impl CompletionQueue {
         }
         crate::error::check(rc, "ibv_start_poll", || self.0.ctx.name().to_string())?;
         let mut n = 0;
+        if self.0.one_per_poll {
+            // One completion per start/end pair (see SOFT_ROCE_VENDOR_ID).
+            loop {
+                // SAFETY: a poll is in progress and positioned on a completion.
+                out.push(unsafe { read_current(cq, ops) });
+                n += 1;
+                // SAFETY: ends this poll; the next one starts afresh.
+                unsafe { (ops.end_poll)(cq) };
+                if n == max {
+                    return Ok(n);
+                }
+                // SAFETY: the CQ is live and we hold the lock.
+                match unsafe { (ops.start_poll)(cq, &mut attr) } {
+                    0 => {}
+                    libc::ENOENT => return Ok(n),
+                    rc => return Err(Error::verbs("ibv_start_poll", rc, self.0.ctx.name())),
+                }
+            }
+        }
         loop {
             // SAFETY: a poll is in progress and positioned on a completion.
             out.push(unsafe { read_current(cq, ops) });
             n += 1;
             if n == max {
                 break;
-            }
-            if self.0.one_per_poll {
-                // SAFETY: ends this poll; the next one starts afresh.
-                unsafe { (ops.end_poll)(cq) };
-                // SAFETY: the CQ is live and we hold the lock.
-                match unsafe { (ops.start_poll)(cq, &mut attr) } {
-                    0 => continue,
-                    libc::ENOENT => return Ok(n),
-                    rc => return Err(Error::verbs("ibv_start_poll", rc, self.0.ctx.name())),
-                }
             }
             // SAFETY: a poll is in progress.
             let rc = unsafe { (ops.next_poll)(cq) };
@@ -558,7 +567,7 @@ impl CompletionQueue {
 /// # Safety
 /// A poll on `cq` is in progress and positioned on a completion, the CQ
 /// was created with [`WC_FLAGS`], and `ops` are its entries.
-#[inline]
+#[inline(always)]
 unsafe fn read_current(cq: *mut ffi::ibv_cq_ex, ops: &PollOps) -> WorkCompletion {
     // SAFETY: the caller's promise; each reader only reads the current
     // completion.

@@ -84,17 +84,23 @@ fn rc_only_and_out_of_range_requests_are_refused_before_the_device_is_asked() {
         .build()
         .unwrap_err();
     assert!(matches!(err, Error::InvalidArgument(_)), "{err}");
-    // log_num_errored above log_num_concurent, and 16 concurrent-stream bits.
-    let err = QpBuilder::dci(&pd, &cq)
-        .dci_streams(2, 3)
-        .build()
-        .unwrap_err();
-    assert!(matches!(err, Error::OutOfRange { .. }), "{err}");
-    let err = QpBuilder::dci(&pd, &cq)
-        .dci_streams(16, 0)
-        .build()
-        .unwrap_err();
-    assert!(matches!(err, Error::OutOfRange { .. }), "{err}");
+    // More streams than 16-bit stream ids can name, at the limit + 1.
+    for (conc, err_log) in [(17, 0), (2, 17)] {
+        let err = QpBuilder::dci(&pd, &cq)
+            .dci_streams(conc, err_log)
+            .build()
+            .unwrap_err();
+        assert!(matches!(err, Error::OutOfRange { value: 17, .. }), "{err}");
+    }
+    // At the limit, and with more errored than concurrent streams (which
+    // rdma-core's own tests create), the request reaches the device check.
+    for (conc, err_log) in [(16, 16), (2, 3)] {
+        let err = QpBuilder::dci(&pd, &cq)
+            .dci_streams(conc, err_log)
+            .build()
+            .unwrap_err();
+        assert!(matches!(err, Error::Unsupported { .. }), "{err}");
+    }
     assert!(matches!(
         Mkey::new(&pd, 0, false),
         Err(Error::OutOfRange { .. })
