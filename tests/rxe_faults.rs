@@ -267,3 +267,76 @@ fn threads_posting_on_their_own_qps_share_one_cq_and_every_completion_is_account
         assert_eq!(ids, (0..BATCHES * PER_BATCH).collect(), "QP {q:#x}");
     }
 }
+
+#[test]
+#[ignore = "needs an RDMA device: set MLX5DV_TEST_DEVICE"]
+fn writing_where_the_peer_gave_no_write_access_is_a_remote_access_error() {
+    // B's region allows remote reads only; B's QP allows remote writes.
+    let mut p = Pair::new();
+    let read_only = MemoryRegion::new(
+        &p.pd,
+        4096,
+        AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ,
+    )
+    .unwrap();
+    p.a.mr.as_mut_slice()[..64].copy_from_slice(&[9; 64]);
+    let target = read_only.remote(0..64).unwrap();
+    let wcs =
+        p.a.qp
+            .post_and_wait(WAIT, |b| {
+                b.wr(1).rdma_write(target).sge(p.a.mr.sge(0..64)?)?;
+                b.wr(2).rdma_write(target).sge(p.a.mr.sge(0..64)?)
+            })
+            .unwrap();
+    assert_eq!(
+        (wcs[0].wr_id, wcs[0].status),
+        (1, WcStatus::RemAccessErr),
+        "{wcs:?}"
+    );
+    assert_eq!(
+        (wcs[1].wr_id, wcs[1].status),
+        (2, WcStatus::WrFlushErr),
+        "{wcs:?}"
+    );
+    assert!(
+        read_only.as_slice().iter().all(|&x| x == 0),
+        "a refused write landed"
+    );
+    // Reading it is allowed: after recovery an RDMA read of it works.
+    p.a.qp.reset().unwrap();
+    p.b.qp.reset().unwrap();
+    p.connect();
+    let wcs =
+        p.a.qp
+            .post_and_wait(WAIT, |b| b.wr(3).rdma_read(target).sge(p.a.mr.sge(0..64)?))
+            .unwrap();
+    assert_wc(&wcs[0], 3, WcOpcode::RdmaRead);
+    assert_eq!(&p.a.mr.as_slice()[..64], &[0; 64]);
+}
+
+#[test]
+#[ignore = "needs an RDMA device: set MLX5DV_TEST_DEVICE"]
+fn a_qp_that_refuses_remote_writes_fails_them_even_into_a_writable_region() {
+    // B's QP is connected without REMOTE_WRITE in its access flags: the
+    // responder NAKs the request as invalid (not an rkey violation), which
+    // the requester reports as a remote invalid request error.
+    let mut p = Pair::tuned(QpCaps::default(), SendOps::rc_default(), |o| {
+        o.access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ;
+    });
+    let target = p.b.mr.remote(0..64).unwrap();
+    p.a.mr.as_mut_slice()[..64].copy_from_slice(&[5; 64]);
+    let wcs =
+        p.a.qp
+            .post_and_wait(WAIT, |b| b.wr(7).rdma_write(target).sge(p.a.mr.sge(0..64)?))
+            .unwrap();
+    assert_eq!(
+        (wcs[0].wr_id, wcs[0].status),
+        (7, WcStatus::RemInvReqErr),
+        "{wcs:?}"
+    );
+    assert_eq!(wcs[0].status.to_string(), "remote invalid request error");
+    assert!(
+        p.b.mr.as_slice().iter().all(|&x| x == 0),
+        "a refused write landed"
+    );
+}
