@@ -47,34 +47,21 @@ impl QpEx<Dci> {
     }
 
     /// Resets an errored DCI stream so that it can be used again
-    /// (`mlx5dv_dci_stream_id_reset(3)`). The id must be below the DCI's
-    /// 2^`log_num_concurent`.
+    /// (`mlx5dv_dci_stream_id_reset(3)`). Refused with
+    /// [`Error::Unsupported`] on a DCI created without DCI streams.
     pub fn dci_stream_id_reset(&self, stream_id: u16) -> Result<()> {
-        let Some(streams) = self.mlx5.streams else {
+        if self.mlx5.streams.is_none() {
             return Err(Error::Unsupported {
                 what: format!(
                     "mlx5dv_dci_stream_id_reset: {} was created without DCI streams",
                     self.describe()
                 ),
             });
-        };
-        check_stream_id(stream_id, streams.num_streams())?;
+        }
         // SAFETY: the QP is a live DCI created with DCI streams.
         let rc = unsafe { ffi::mlx5dv_dci_stream_id_reset(self.as_ptr(), stream_id) };
         check(rc, "mlx5dv_dci_stream_id_reset", || {
             format!("{} stream {stream_id}", self.describe())
         })
     }
-}
-
-/// A stream id must be below the number of streams the DCI has.
-pub(crate) fn check_stream_id(stream_id: u16, num_streams: u32) -> Result<()> {
-    if u32::from(stream_id) >= num_streams {
-        return Err(Error::OutOfRange {
-            what: "DCI stream id",
-            value: u64::from(stream_id),
-            limit: format!("below {num_streams} (2^log_num_concurent of the DCI)"),
-        });
-    }
-    Ok(())
 }

@@ -24,7 +24,6 @@ use std::fmt;
 use std::marker::PhantomData;
 use std::ptr::NonNull;
 
-pub(crate) use dci::check_stream_id;
 pub(crate) use ops::WrOps;
 pub(crate) use rc::check_psn;
 

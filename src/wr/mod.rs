@@ -129,9 +129,7 @@ use crate::cq::WorkCompletion;
 use crate::error::{Error, Result};
 use crate::ffi;
 use crate::mr::{RemoteBuf, Sge};
-use crate::qp::{
-    check_stream_id, DcAddr, Dci, Mlx5Info, QpCaps, QpEx, Rc, SendOps, Transport, WrOps,
-};
+use crate::qp::{DcAddr, Dci, Mlx5Info, QpCaps, QpEx, Rc, SendOps, Transport, WrOps};
 
 mod mlx5;
 #[cfg(test)]
@@ -419,8 +417,11 @@ impl<'m> WrBatch<'_, 'm, Dci> {
 
     /// Like [`wr`](Self::wr), on DCI stream `stream_id`
     /// (`mlx5dv_wr_set_dc_addr_stream`), for a DCI created with
-    /// [`dci_streams`](crate::QpBuilder::dci_streams). The id must be below
-    /// 2^`log_num_concurent` (checked when the work request is added).
+    /// [`dci_streams`](crate::QpBuilder::dci_streams) (on a DCI without
+    /// streams the work request is refused with [`Error::Unsupported`]).
+    /// Any 16-bit id is passed on: the device maps ids to its
+    /// 2^`log_num_concurent` concurrent streams (rdma-core's own tests use
+    /// ids past that count).
     #[inline]
     pub fn wr_stream<'s>(
         &'s mut self,
@@ -724,17 +725,11 @@ impl<T: Transport> Wr<'_, '_, T> {
     ) -> Result<()> {
         let mqpx = self.state.mlx5.mqpx;
         if let Some(RawDc {
-            stream_id: Some(id),
-            ..
+            stream_id: Some(_), ..
         }) = self.dc
         {
-            let Some(streams) = self.state.mlx5.streams else {
+            if self.state.mlx5.streams.is_none() {
                 return Err(no_streams());
-            };
-            // check_stream_id's compare inline, its error out of line.
-            let n = streams.num_streams();
-            if u32::from(id) >= n {
-                return Err(stream_id_error(id, n));
             }
         }
         let q = self.state.qpx.as_ptr();
@@ -848,15 +843,5 @@ fn inline_too_long(len: usize, max: u32) -> Error {
 fn no_streams() -> Error {
     Error::Unsupported {
         what: "mlx5dv_wr_set_dc_addr_stream: the DCI was created without DCI streams".into(),
-    }
-}
-
-/// The error of `check_stream_id` for an id it refuses.
-#[cold]
-#[inline(never)]
-fn stream_id_error(id: u16, num_streams: u32) -> Error {
-    match check_stream_id(id, num_streams) {
-        Err(e) => e,
-        Ok(()) => unreachable!("called only for an id at or above the number of streams"),
     }
 }
