@@ -92,6 +92,17 @@
 //!   a builder whose op the QP was not created with returns
 //!   [`Error::Unsupported`] instead of calling a NULL entry.
 //!
+//! ## Sizing completion queues
+//!
+//! A CQ holds [`CompletionQueue::capacity`] completions. When more
+//! signalled work requests (and receives) complete than it holds before it
+//! is polled, the provider drops the excess (soft-RoCE does, and raises
+//! `IBV_EVENT_CQ_ERR`; mlx5 moves the CQ to error): the work requests ran,
+//! but their completions are gone, and a scoped post waiting for them times
+//! out. Give each CQ room for the send and receive queue depths of the QPs
+//! it serves, or signal sparsely and poll before the CQ fills
+//! (`tests/rxe_faults.rs` shows what an overrun does).
+//!
 //! ## Threads
 //!
 //! [`Context`], [`ProtectionDomain`], [`CompletionQueue`], [`AddressHandle`]

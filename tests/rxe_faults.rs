@@ -340,3 +340,78 @@ fn a_qp_that_refuses_remote_writes_fails_them_even_into_a_writable_region() {
         "a refused write landed"
     );
 }
+
+#[test]
+#[ignore = "needs an RDMA device: set MLX5DV_TEST_DEVICE"]
+fn a_cq_overrun_keeps_the_completions_that_fit_and_drops_the_rest() {
+    // The send CQ holds fewer completions than are posted signalled, and
+    // nobody polls until all were posted. What the crate can promise: the
+    // completions that fit arrive intact and in order, nothing is invented
+    // or duplicated, and the process and the QP stay usable. What soft-RoCE
+    // does with the rest: drops them (and raises IBV_EVENT_CQ_ERR on the
+    // async event queue); the crate docs say to size CQs for the
+    // completions they can hold.
+    let ctx = open();
+    let pd = ProtectionDomain::new(&ctx).unwrap();
+    let opts = connect_options(&ctx);
+    let small = CompletionQueue::new(&ctx, 4).unwrap();
+    let cap = small.capacity();
+    let peer_cq = CompletionQueue::new(&ctx, 64).unwrap();
+    let caps = QpCaps {
+        max_send_wr: 4 * cap + 8,
+        ..QpCaps::default()
+    };
+    let mut qp = QpBuilder::rc(&pd, &small, &small)
+        .caps(caps)
+        .build()
+        .unwrap();
+    let peer = QpBuilder::rc(&pd, &peer_cq, &peer_cq).build().unwrap();
+    let (ea, eb) = (
+        qp.endpoint(1, &opts).unwrap(),
+        peer.endpoint(2, &opts).unwrap(),
+    );
+    qp.connect(&eb, 1, &opts).unwrap();
+    peer.connect(&ea, 2, &opts).unwrap();
+    let mut src = MemoryRegion::new(&pd, 4096, access_all()).unwrap();
+    let dst = MemoryRegion::new(&pd, 4096, access_all()).unwrap();
+    src.as_mut_slice().fill(3);
+    let n = u64::from(2 * cap + 4);
+    let mut batch = qp.batch();
+    for i in 0..n {
+        let r = dst.remote(..).unwrap().slice(i * 8, 8).unwrap();
+        batch
+            .wr(i)
+            .signaled()
+            .rdma_write(r)
+            .sge(src.sge(0..8).unwrap())
+            .unwrap();
+    }
+    unsafe { batch.complete() }.unwrap();
+    std::thread::sleep(Duration::from_millis(1000));
+    let mut got = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while Instant::now() < deadline {
+        small.poll_into(&mut got, 64).unwrap();
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(!got.is_empty() && got.len() as u64 <= n, "{got:?}");
+    assert!(
+        got.len() as u32 <= cap,
+        "more completions than the CQ holds: {got:?}"
+    );
+    for (i, wc) in got.iter().enumerate() {
+        assert_wc(wc, i as u64, WcOpcode::RdmaWrite);
+        assert_eq!(wc.qp_num, qp.qp_num());
+    }
+    // Every write was executed, whether or not its completion fit.
+    let d = dst.as_slice();
+    assert!(d[..n as usize * 8].iter().all(|&x| x == 3));
+    assert!(d[n as usize * 8..].iter().all(|&x| x == 0));
+    // The QP still works once its CQ is drained.
+    assert_eq!(qp.state().unwrap(), QpState::Rts);
+    let r = dst.remote(1024..1032).unwrap();
+    let wcs = qp
+        .post_and_wait(WAIT, |b| b.wr(999).rdma_write(r).sge(src.sge(0..8)?))
+        .unwrap();
+    assert_wc(&wcs[0], 999, WcOpcode::RdmaWrite);
+}
