@@ -92,6 +92,20 @@
 //!   a builder whose op the QP was not created with returns
 //!   [`Error::Unsupported`] instead of calling a NULL entry.
 //!
+//! ## Where `unsafe` remains, and why
+//!
+//! | call | why it cannot be safe | what the caller keeps true |
+//! |---|---|---|
+//! | [`WrBatch::complete`], [`QpEx::post_recv`], [`SharedReceiveQueue::post_recv`] | the device reads and writes the posted memory after the call returns, outside any borrow | the memory stays registered and is not accessed in conflict until the completion (or flush) is polled; [`QpEx::post_and_wait`] is the safe form |
+//! | [`wr::Wr::raw_wqe`] | the WQE's segments name memory by key and address with no borrow tied to them | every key and address in it follows the rules of `complete` |
+//! | [`Mkey::sge`] | an mkey reaches the memory of the regions its layout was registered over, which the SGE does not borrow | those regions stay registered and unaliased until the work requests complete |
+//! | [`MemoryRegion::register_raw`] | the memory is the caller's | it outlives the region and is not aliased in conflict |
+//! | `from_raw` / [`QpEx::from_raw_parts`] constructors | the objects were made elsewhere | they are live, belong together, and outlive the handle |
+//! | [`ffi`] | the raw C API | the man pages' contracts |
+//!
+//! Everything else is safe: handles, batches built and dropped, every
+//! builder and setter, polling, state transitions, capabilities.
+//!
 //! ## Sizing completion queues
 //!
 //! A CQ holds [`CompletionQueue::capacity`] completions. When more
