@@ -315,9 +315,13 @@ impl Context {
         // SAFETY: the context is open and `gid` writable; a bad port or
         // index fails with an error code.
         let rc = unsafe { ffi::ibv_query_gid(self.as_ptr(), port, idx, &mut gid) };
-        crate::error::check(rc, "ibv_query_gid", || {
-            format!("{} port {port} index {index}", self.name())
-        })?;
+        if rc != 0 {
+            // ibv_query_gid(3) returns -1 and sets errno.
+            return Err(Error::last_os(
+                "ibv_query_gid",
+                format!("{} port {port} index {index}", self.name()),
+            ));
+        }
         // SAFETY: every bit pattern of the union is a valid 16-byte array.
         Ok(Gid(unsafe { gid.raw }))
     }

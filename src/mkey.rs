@@ -132,7 +132,8 @@ impl Mkey {
     }
 
     /// Bytes covered by the layout of the last registration posted through
-    /// this crate (0 before any).
+    /// this crate (0 before any): set when the batch holding it is posted,
+    /// not when the work request is added (an aborted batch leaves it).
     pub fn layout_len(&self) -> u64 {
         self.layout_len.load(Ordering::Relaxed)
     }

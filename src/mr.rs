@@ -459,13 +459,23 @@ pub struct RemoteBuf {
 impl RemoteBuf {
     /// `len` bytes of this buffer starting at `offset`, checked.
     pub fn slice(&self, offset: u64, len: u64) -> Result<RemoteBuf> {
-        match offset.checked_add(len) {
-            Some(end) if end <= self.len => Ok(RemoteBuf {
-                addr: self.addr + offset,
+        let end = offset.checked_add(len).filter(|&end| end <= self.len);
+        // The fields are public: the start address plus the offset may
+        // overflow even inside the stated length.
+        let addr = self.addr.checked_add(offset);
+        match (end, addr) {
+            (Some(_), Some(addr)) if addr.checked_add(len).is_some() => Ok(RemoteBuf {
+                addr,
                 len,
                 rkey: self.rkey,
             }),
-            _ => Err(Error::OutOfRange {
+            (Some(_), _) => Err(Error::OutOfRange {
+                what: "remote range end address",
+                value: self.addr.saturating_add(offset).saturating_add(len),
+                limit: "below 2^64 (the remote buffer runs past the end of the address space)"
+                    .into(),
+            }),
+            (None, _) => Err(Error::OutOfRange {
                 what: "remote range end",
                 value: offset.saturating_add(len),
                 limit: format!("at most {} (the remote buffer's length)", self.len),

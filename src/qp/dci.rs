@@ -29,6 +29,7 @@ impl QpEx<Dci> {
     /// MTU; RTS = timeout, retries, SQ PSN, outstanding reads/atomics.)
     pub fn ready(&self, sq_psn: u32, opts: &ConnectOptions) -> Result<()> {
         check_psn(sq_psn)?;
+        super::check_retries(opts)?;
         let mut a = ffi::ibv_qp_attr {
             qp_state: ffi::IBV_QPS_INIT,
             pkey_index: 0,

@@ -77,6 +77,18 @@ pub(crate) unsafe fn query_state(qp: *mut ffi::ibv_qp) -> std::result::Result<Qp
     }
 }
 
+/// Transport and RNR retry counts are 3-bit fields.
+pub(crate) fn check_retries(opts: &ConnectOptions) -> Result<()> {
+    if opts.retry_cnt > 7 || opts.rnr_retry > 7 {
+        return Err(Error::OutOfRange {
+            what: "retry_cnt / rnr_retry",
+            value: u64::from(opts.retry_cnt.max(opts.rnr_retry)),
+            limit: "at most 7 (3-bit fields)".into(),
+        });
+    }
+    Ok(())
+}
+
 pub(crate) fn ffi_cq(cq: &CompletionQueue) -> *mut ffi::ibv_cq {
     // SAFETY: a pure pointer cast of a live extended CQ.
     unsafe { ffi::ibv_cq_ex_to_cq(cq.as_ptr()) }
@@ -283,13 +295,7 @@ impl<T: Transport> QpEx<T> {
     /// attributes for RC and DCI).
     pub(crate) fn rts_from_rtr(&self, sq_psn: u32, opts: &ConnectOptions) -> Result<()> {
         check_psn(sq_psn)?;
-        if opts.retry_cnt > 7 || opts.rnr_retry > 7 {
-            return Err(Error::OutOfRange {
-                what: "retry_cnt / rnr_retry",
-                value: u64::from(opts.retry_cnt.max(opts.rnr_retry)),
-                limit: "at most 7 (3-bit fields)".into(),
-            });
-        }
+        check_retries(opts)?;
         let mut a = ffi::ibv_qp_attr {
             qp_state: ffi::IBV_QPS_RTS,
             timeout: opts.timeout,

@@ -107,7 +107,13 @@ impl QpEx<Rc> {
 
     /// RESET → INIT → RTR → RTS: connects to `remote`, sending from
     /// `local_psn` (the PSN this side gave the peer in its [`Endpoint`]).
+    ///
+    /// Every input is checked before the QP is touched, so a refused
+    /// `connect` leaves it in RESET.
     pub fn connect(&self, remote: &Endpoint, local_psn: u32, opts: &ConnectOptions) -> Result<()> {
+        check_psn(remote.psn)?;
+        check_psn(local_psn)?;
+        super::check_retries(opts)?;
         self.to_init(opts.port, opts.access)?;
         self.to_rtr(remote, opts)?;
         self.to_rts(local_psn, opts)

@@ -155,7 +155,7 @@ impl<'m> Wr<'_, 'm, Rc> {
     /// holds: `(max_inline_data + 4) / 16` (4 with the default 64).
     /// Signalled, it completes with [`WcOpcode::Umr`](crate::WcOpcode).
     #[inline]
-    pub fn mr_list(self, mkey: &Mkey, access: AccessFlags, sges: &[Sge<'m>]) -> Result<()> {
+    pub fn mr_list(self, mkey: &'m Mkey, access: AccessFlags, sges: &[Sge<'m>]) -> Result<()> {
         let mqpx = self.mlx5_op(Mlx5SendOps::MR_LIST, "mr_list")?;
         let wqe_max = (self.state.caps.max_inline_data + INL_HDR) / ENTRY;
         check_entries(
@@ -167,6 +167,11 @@ impl<'m> Wr<'_, 'm, Rc> {
         check_entries("mr_list entries", sges.len(), wqe_max, WQE_LIMIT)?;
         let total: u64 = sges.iter().map(|s| u64::from(s.length())).sum();
         let raw = Sge::as_raw_slice(sges);
+        // Applied to the mkey when the batch is posted (an RC work request's
+        // commit cannot fail from here on).
+        self.state
+            .pending_layouts
+            .push((NonNull::from(mkey), total));
         self.commit(
             SendFlags::INLINE,
             #[inline(always)]
@@ -185,9 +190,7 @@ impl<'m> Wr<'_, 'm, Rc> {
                     )
                 }
             },
-        )?;
-        mkey.set_layout_len(total);
-        Ok(())
+        )
     }
 
     /// Registers an interleaved layout on `mkey`
@@ -202,7 +205,7 @@ impl<'m> Wr<'_, 'm, Rc> {
     /// Signalled, it completes with [`WcOpcode::Umr`](crate::WcOpcode).
     pub fn mr_interleaved(
         self,
-        mkey: &Mkey,
+        mkey: &'m Mkey,
         access: AccessFlags,
         repeat_count: u32,
         entries: &[MrInterleaved<'m>],
@@ -251,6 +254,9 @@ impl<'m> Wr<'_, 'm, Rc> {
         for (r, e) in raw.iter_mut().zip(entries) {
             *r = e.raw;
         }
+        self.state
+            .pending_layouts
+            .push((NonNull::from(mkey), total));
         self.commit(
             SendFlags::INLINE,
             #[inline(always)]
@@ -270,9 +276,7 @@ impl<'m> Wr<'_, 'm, Rc> {
                     )
                 }
             },
-        )?;
-        mkey.set_layout_len(total);
-        Ok(())
+        )
     }
 
     /// Posts a raw WQE built by the caller (`mlx5dv_wr_raw_wqe`), for a QP

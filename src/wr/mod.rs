@@ -128,6 +128,7 @@
 use crate::cq::WorkCompletion;
 use crate::error::{Error, Result};
 use crate::ffi;
+use crate::mkey::Mkey;
 use crate::mr::{RemoteBuf, Sge};
 use crate::qp::{DcAddr, Dci, Mlx5Info, QpCaps, QpEx, Rc, SendOps, Transport, WrOps};
 
@@ -176,6 +177,9 @@ struct BatchState {
     force_signaled: bool,
     /// WRs handed to the provider so far.
     posted: u32,
+    /// Mkey layouts registered by this batch, applied to their `Mkey`s
+    /// once the batch is posted (borrowed for the batch's `'m`).
+    pending_layouts: Vec<(NonNull<Mkey>, u64)>,
 }
 
 impl BatchState {
@@ -227,6 +231,7 @@ impl<T: Transport> QpEx<T> {
                 ops: NonNull::from(&self.ops),
                 force_signaled,
                 posted: 0,
+                pending_layouts: Vec::new(),
             },
             _qp: PhantomData,
             _mem: PhantomData,
@@ -358,7 +363,8 @@ impl<'q, 'm, T: Transport> WrBatch<'q, 'm, T> {
     #[inline]
     pub unsafe fn complete(self) -> Result<u32> {
         // Disarm the abort of Drop before finalising: never both.
-        let this = ManuallyDrop::new(self);
+        let mut this = ManuallyDrop::new(self);
+        let layouts = std::mem::take(&mut this.state.pending_layouts);
         let qpx = this.state.qpx.as_ptr();
         // SAFETY: the batch was started on this live QP and not finalised;
         // the memory rules are the caller's promise.
@@ -375,6 +381,10 @@ impl<'q, 'm, T: Transport> WrBatch<'q, 'm, T> {
                 this.state.posted,
                 this.state.caps.max_send_wr,
             ));
+        }
+        for (mkey, len) in layouts {
+            // SAFETY: borrowed for 'm, which outlives the batch.
+            unsafe { mkey.as_ref() }.set_layout_len(len);
         }
         Ok(this.state.posted)
     }

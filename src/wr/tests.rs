@@ -410,7 +410,9 @@ fn mr_list_sets_inline_and_checks_entries_against_mkey_and_wqe() {
     let err = b.wr(11).mr_list(&mkey, access, &[]).unwrap_err();
     assert!(matches!(err, Error::OutOfRange { value: 0, .. }), "{err}");
     b.wr(12).local_inv(mkey.rkey()).unwrap();
-    drop(b);
+    // Added, not posted: the mkey's layout is unchanged until complete.
+    assert_eq!(mkey.layout_len(), 0);
+    assert_eq!(unsafe { b.complete() }.unwrap(), 2);
     assert_eq!(mkey.layout_len(), 40);
     let base = fx.base();
     let f = &fx.fq;
@@ -492,7 +494,7 @@ fn mr_interleaved_needs_one_more_mkey_entry_and_stays_in_its_region() {
     ));
     assert!(MrInterleaved::new(&mr, LEN - 63, 64, 0).is_err());
     assert!(MrInterleaved::new(&mr, 0, 0, 0).is_err());
-    drop(b);
+    assert_eq!(unsafe { b.complete() }.unwrap(), 2);
     assert_eq!(
         mkey4.layout_len(),
         64,
@@ -661,4 +663,42 @@ fn send_with_invalidate_carries_the_rkey_and_needs_its_send_op() {
     let mut b = qp.batch();
     let err = b.wr(5).send_inv(1).inline(b"x").unwrap_err();
     assert!(matches!(err, Error::Unsupported { .. }), "{err}");
+}
+
+#[test]
+fn an_aborted_or_refused_batch_leaves_the_mkey_layout_as_it_was() {
+    let mut fx = Fx::new();
+    let mr = fx.mr();
+    let mkey = fx.mkey(8);
+    let mut qp = fx.rc();
+    let access = AccessFlags::LOCAL_WRITE;
+    let mut b = qp.batch();
+    b.wr(1)
+        .mr_list(&mkey, access, &[mr.sge(0..100).unwrap()])
+        .unwrap();
+    drop(b);
+    assert_eq!(
+        mkey.layout_len(),
+        0,
+        "an aborted registration changed the layout"
+    );
+    fx.fq.complete_ret = libc::ENOMEM;
+    let mut b = qp.batch();
+    b.wr(2)
+        .mr_list(&mkey, access, &[mr.sge(0..200).unwrap()])
+        .unwrap();
+    assert!(matches!(
+        unsafe { b.complete() },
+        Err(Error::SendQueueFull { .. })
+    ));
+    assert_eq!(mkey.layout_len(), 0, "a refused batch changed the layout");
+    assert!(mkey.remote(0..1).is_err());
+    fx.fq.complete_ret = 0;
+    let mut b = qp.batch();
+    b.wr(3)
+        .mr_list(&mkey, access, &[mr.sge(0..300).unwrap()])
+        .unwrap();
+    unsafe { b.complete() }.unwrap();
+    assert_eq!(mkey.layout_len(), 300);
+    assert!(mkey.remote(0..300).is_ok() && mkey.remote(0..301).is_err());
 }

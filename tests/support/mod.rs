@@ -1,5 +1,7 @@
 //! Test support shared by the integration tests.
 
+pub mod fakes;
 pub mod hw;
 pub mod recorder;
 pub mod rig;
+pub mod table;

@@ -1,0 +1,600 @@
+//! The bad-input table, device half: the inputs whose limits only the
+//! device knows (CQ size, QP capabilities, SRQ sizes, ports, GID indices,
+//! RDMA-atomic depths, access flags, send-queue depth), at 0, the limit,
+//! one past it and the type's maximum, on a real device; and the crate's
+//! own checks once more against real objects. Each row must give its typed
+//! error (a `Verbs` error from the kernel for the device's limits), or
+//! succeed at the limit, never panic.
+//!
+//! Run by `scripts/test` in the guest with `MLX5DV_TEST_DEVICE=rxe0`. On
+//! soft-RoCE every mlx5 object is `Unsupported`; those rows say so.
+
+#![allow(clippy::undocumented_unsafe_blocks)]
+
+mod support;
+
+use mlx5dv::*;
+use support::rig::{self, Pair, MR_LEN, WAIT};
+use support::table::{row, run, Expect, Row};
+use Expect::*;
+
+/// A connected pair, with the device's attributes and one more CQ.
+struct Dev {
+    p: Pair,
+    attr: DeviceAttr,
+    port: PortAttr,
+    cq: CompletionQueue,
+}
+
+/// A new RC QP in RESET on the pair's PD, with default capabilities.
+fn fresh(d: &Dev) -> QpEx<Rc> {
+    QpBuilder::rc(&d.p.pd, &d.cq, &d.cq)
+        .build()
+        .expect("create RC QP")
+}
+
+/// A valid endpoint to connect to: B's.
+fn peer(d: &Dev) -> Endpoint {
+    d.p.b.qp.endpoint(0x4321, &d.p.opts).expect("endpoint B")
+}
+
+fn device_rows<'a>(d: &Dev) -> Vec<Row<'a, Dev>> {
+    let mut rows: Vec<Row<'a, Dev>> = Vec::new();
+    let name = d.p.ctx.name().to_string();
+    for bad in [
+        String::new(),
+        format!("{name}x"),
+        format!(" {name}"),
+        format!("{name}\0"),
+        name.to_uppercase(),
+    ] {
+        rows.push(row(
+            format!("Context::open({bad:?})"),
+            DeviceNotFound,
+            move |_: &mut Dev| Context::open(&bad).map(drop),
+        ));
+    }
+    let ports = d.attr.phys_port_cnt;
+    for (port, expect) in [
+        (0, Verbs("ibv_query_port")),
+        (1, Ok),
+        (ports, Ok),
+        (ports + 1, Verbs("ibv_query_port")),
+        (u8::MAX, Verbs("ibv_query_port")),
+    ] {
+        rows.push(row(
+            format!("query_port({port})"),
+            expect,
+            move |d: &mut Dev| d.p.ctx.query_port(port).map(drop),
+        ));
+    }
+    let tbl = u32::try_from(d.port.gid_tbl_len).unwrap();
+    for (port, index, expect) in [
+        (1, 0, Ok),
+        (1, tbl - 1, Ok),
+        (1, tbl, Verbs("ibv_query_gid")),
+        (1, i32::MAX as u32, Verbs("ibv_query_gid")),
+        (1, i32::MAX as u32 + 1, OutOfRange("GID index")),
+        (1, u32::MAX, OutOfRange("GID index")),
+        (0, 0, Verbs("ibv_query_gid")),
+        (ports + 1, 0, Verbs("ibv_query_gid")),
+    ] {
+        rows.push(row(
+            format!("gid(port {port}, index {index:#x})"),
+            expect,
+            move |d: &mut Dev| {
+                let got = d.p.ctx.gid(port, index).map(drop);
+                // ibv_query_gid(3) returns -1 and sets errno: the error must
+                // carry errno's cause, not the -1 read as errno 1 (EPERM).
+                if let Err(e) = &got {
+                    assert!(
+                        e.errno() != Some(libc::EPERM),
+                        "ibv_query_gid's -1 reported as errno 1 (EPERM): {e}"
+                    );
+                }
+                got
+            },
+        ));
+    }
+    rows.push(row("mlx5_caps on soft-RoCE", Unsupported, |d: &mut Dev| {
+        d.p.ctx.mlx5_caps().map(drop)
+    }));
+    let max_cqe = d.attr.max_cqe;
+    for (n, expect) in [
+        (0, OutOfRange("CQ entries")),
+        (1, Ok),
+        (max_cqe, Ok),
+        (max_cqe + 1, Verbs("ibv_create_cq_ex")),
+        (i32::MAX as u32, Verbs("ibv_create_cq_ex")),
+        (u32::MAX, OutOfRange("CQ entries")),
+    ] {
+        rows.push(row(
+            format!("CompletionQueue::new({n}), device max_cqe {max_cqe}"),
+            expect,
+            move |d: &mut Dev| CompletionQueue::new(&d.p.ctx, n).map(drop),
+        ));
+    }
+    rows
+}
+
+fn qp_cap_rows<'a>(d: &Dev) -> Vec<Row<'a, Dev>> {
+    type Set = fn(&mut QpCaps, u32);
+    let (wr, sge) = (d.attr.max_qp_wr, d.attr.max_sge);
+    let fields: [(&str, Set, u32); 4] = [
+        ("max_send_wr", |c, v| c.max_send_wr = v, wr),
+        ("max_recv_wr", |c, v| c.max_recv_wr = v, wr),
+        ("max_send_sge", |c, v| c.max_send_sge = v, sge),
+        ("max_recv_sge", |c, v| c.max_recv_sge = v, sge),
+    ];
+    let mut rows: Vec<Row<'a, Dev>> = Vec::new();
+    for (field, set, limit) in fields {
+        for (value, expect) in [
+            // The man page sets no floor: the device decides.
+            (0, Any),
+            (limit, Ok),
+            (limit + 1, Verbs("ibv_create_qp_ex")),
+            (u32::MAX, Verbs("ibv_create_qp_ex")),
+        ] {
+            rows.push(row(
+                format!("RC QP {field} = {value:#x}, device limit {limit:#x}"),
+                expect,
+                move |d: &mut Dev| {
+                    let mut caps = QpCaps::default();
+                    set(&mut caps, value);
+                    QpBuilder::rc(&d.p.pd, &d.cq, &d.cq)
+                        .caps(caps)
+                        .build()
+                        .map(drop)
+                },
+            ));
+        }
+    }
+    for (value, expect) in [
+        (0, Ok),
+        (1 << 20, Verbs("ibv_create_qp_ex")),
+        (u32::MAX, Verbs("ibv_create_qp_ex")),
+    ] {
+        rows.push(row(
+            format!("RC QP max_inline_data = {value:#x}"),
+            expect,
+            move |d: &mut Dev| {
+                let caps = QpCaps {
+                    max_inline_data: value,
+                    ..QpCaps::default()
+                };
+                QpBuilder::rc(&d.p.pd, &d.cq, &d.cq)
+                    .caps(caps)
+                    .build()
+                    .map(drop)
+            },
+        ));
+    }
+    rows.push(row(
+        "RC QP mkey_entries(u16::MAX, u16::MAX): a WQE no device has",
+        Verbs("ibv_create_qp_ex"),
+        |d: &mut Dev| {
+            QpBuilder::rc(&d.p.pd, &d.cq, &d.cq)
+                .mkey_entries(u16::MAX, u16::MAX)
+                .build()
+                .map(drop)
+        },
+    ));
+    rows
+}
+
+fn object_rows<'a>(d: &Dev) -> Vec<Row<'a, Dev>> {
+    let mut rows: Vec<Row<'a, Dev>> = Vec::new();
+    let mrl = "memory region length";
+    let lw = AccessFlags::LOCAL_WRITE;
+    for (len, access, expect) in [
+        (0, lw, OutOfRange(mrl)),
+        (1, lw, Ok),
+        (usize::MAX, lw, OutOfRange(mrl)),
+        (1 << 62, lw, Verbs("alloc_zeroed")),
+        // ibv_reg_mr(3): remote write or atomic access needs local write.
+        (4096, AccessFlags::REMOTE_WRITE, Verbs("ibv_reg_mr")),
+        (4096, AccessFlags::REMOTE_ATOMIC, Verbs("ibv_reg_mr")),
+        (4096, AccessFlags::from_bits_retain(1 << 31), Refused),
+    ] {
+        rows.push(row(
+            format!("MemoryRegion::new({len:#x} bytes, {access:?})"),
+            expect,
+            move |d: &mut Dev| MemoryRegion::new(&d.p.pd, len, access).map(drop),
+        ));
+    }
+    let sge = d.attr.max_sge;
+    let srq = "SRQ max_wr / max_sge";
+    for (wr, sges, expect) in [
+        (0, 1, OutOfRange(srq)),
+        (1, 0, OutOfRange(srq)),
+        (1, 1, Ok),
+        (u32::MAX, 1, Verbs("ibv_create_srq")),
+        (1, sge + 1, Verbs("ibv_create_srq")),
+        (1, u32::MAX, Verbs("ibv_create_srq")),
+    ] {
+        rows.push(row(
+            format!("SharedReceiveQueue::new(max_wr {wr:#x}, max_sge {sges:#x})"),
+            expect,
+            move |d: &mut Dev| SharedReceiveQueue::new(&d.p.pd, wr, sges).map(drop),
+        ));
+    }
+    let ports = d.attr.phys_port_cnt;
+    let gid_index = d.p.opts.gid_index;
+    for (port, sgid, expect) in [
+        (0, gid_index, OutOfRange("port number")),
+        (1, gid_index, Ok),
+        (ports + 1, gid_index, Verbs("ibv_create_ah")),
+        (u8::MAX, gid_index, Verbs("ibv_create_ah")),
+        (1, Some(u8::MAX), Verbs("ibv_create_ah")),
+    ] {
+        rows.push(row(
+            format!("AddressHandle::new(port {port}, sgid_index {sgid:?})"),
+            expect,
+            move |d: &mut Dev| {
+                let dgid = d.p.ctx.gid(1, u32::from(gid_index.unwrap_or(0)))?;
+                let attr = AhAttr {
+                    port,
+                    dlid: d.port.lid,
+                    sl: 0,
+                    grh: sgid.map(|sgid_index| Grh {
+                        dgid,
+                        sgid_index,
+                        hop_limit: 64,
+                        traffic_class: 0,
+                        flow_label: 0,
+                    }),
+                };
+                AddressHandle::new(&d.p.pd, &attr).map(drop)
+            },
+        ));
+    }
+    for (n, expect) in [
+        (0, OutOfRange("mkey max_entries")),
+        (1, Unsupported),
+        (u16::MAX, Unsupported),
+    ] {
+        rows.push(row(
+            format!("Mkey::new(max_entries {n})"),
+            expect,
+            move |d: &mut Dev| Mkey::new(&d.p.pd, n, false).map(drop),
+        ));
+    }
+    let streams = "DCI streams log_num_concurent / log_num_errored";
+    for (c, e, expect) in [
+        (0, 0, Unsupported),
+        (16, 16, Unsupported),
+        (17, 0, OutOfRange(streams)),
+        (0, 17, OutOfRange(streams)),
+        (u8::MAX, u8::MAX, OutOfRange(streams)),
+    ] {
+        rows.push(row(
+            format!("DCI with dci_streams({c}, {e})"),
+            expect,
+            move |d: &mut Dev| {
+                QpBuilder::dci(&d.p.pd, &d.cq)
+                    .dci_streams(c, e)
+                    .build()
+                    .map(drop)
+            },
+        ));
+    }
+    rows.push(row("DCI without streams", Unsupported, |d: &mut Dev| {
+        QpBuilder::dci(&d.p.pd, &d.cq).build().map(drop)
+    }));
+    rows.push(row("DCI with MR_LIST", InvalidArgument, |d: &mut Dev| {
+        QpBuilder::dci(&d.p.pd, &d.cq)
+            .mlx5_send_ops(Mlx5SendOps::MR_LIST)
+            .build()
+            .map(drop)
+    }));
+    for ops in [
+        Mlx5SendOps::MEMCPY,
+        Mlx5SendOps::RAW_WQE,
+        Mlx5SendOps::all(),
+    ] {
+        rows.push(row(
+            format!("RC QP with {ops:?}"),
+            Unsupported,
+            move |d: &mut Dev| {
+                QpBuilder::rc(&d.p.pd, &d.cq, &d.cq)
+                    .mlx5_send_ops(ops)
+                    .build()
+                    .map(drop)
+            },
+        ));
+    }
+    rows.push(row("Dct::new", Unsupported, |d: &mut Dev| {
+        let srq = SharedReceiveQueue::new(&d.p.pd, 16, 1)?;
+        Dct::new(&d.p.pd, &d.cq, &srq, 0xC0FFEE).map(drop)
+    }));
+    rows
+}
+
+/// Connecting: PSNs, retry counts, ports, GID indices, atomic depths.
+fn connect_rows<'a>(d: &Dev) -> Vec<Row<'a, Dev>> {
+    let mut rows: Vec<Row<'a, Dev>> = Vec::new();
+    let psn = "PSN";
+    let retry = "retry_cnt / rnr_retry";
+    for (p, expect) in [
+        (0, Ok),
+        (0x00FF_FFFF, Ok),
+        (0x0100_0000, OutOfRange(psn)),
+        (u32::MAX, OutOfRange(psn)),
+    ] {
+        rows.push(row(
+            format!("endpoint(PSN {p:#x})"),
+            expect,
+            move |d: &mut Dev| fresh(d).endpoint(p, &d.p.opts).map(drop),
+        ));
+    }
+    // Input breaking a man-page rule is refused before any C call: a
+    // refused `connect` must leave the QP in RESET, so that a corrected
+    // `connect` on it succeeds.
+    type Tweak = fn(&mut Endpoint, &mut u32, &mut ConnectOptions);
+    let cases: [(&str, Tweak, Expect); 5] = [
+        (
+            "remote PSN 2^24",
+            |e, _, _| e.psn = 1 << 24,
+            OutOfRange(psn),
+        ),
+        ("local PSN 2^24", |_, l, _| *l = 1 << 24, OutOfRange(psn)),
+        ("retry_cnt 8", |_, _, o| o.retry_cnt = 8, OutOfRange(retry)),
+        ("rnr_retry 8", |_, _, o| o.rnr_retry = 8, OutOfRange(retry)),
+        (
+            "rnr_retry 255",
+            |_, _, o| o.rnr_retry = u8::MAX,
+            OutOfRange(retry),
+        ),
+    ];
+    for (what, tweak, expect) in cases {
+        rows.push(row(
+            format!("connect({what}) refuses it with the QP still in RESET"),
+            expect,
+            move |d: &mut Dev| {
+                let qp = fresh(d);
+                let (mut remote, mut local, mut opts) = (peer(d), 0x1234, d.p.opts);
+                tweak(&mut remote, &mut local, &mut opts);
+                let got = qp.connect(&remote, local, &opts);
+                let state = qp.state()?;
+                assert!(
+                    state == QpState::Reset,
+                    "the QP moved to {state:?} before the input was refused ({got:?})"
+                );
+                got
+            },
+        ));
+    }
+    for (retry_cnt, expect) in [(0, Ok), (7, Ok)] {
+        rows.push(row(
+            format!("connect(retry_cnt {retry_cnt}, rnr_retry {retry_cnt})"),
+            expect,
+            move |d: &mut Dev| {
+                let opts = ConnectOptions {
+                    retry_cnt,
+                    rnr_retry: retry_cnt,
+                    ..d.p.opts
+                };
+                fresh(d).connect(&peer(d), 0x00FF_FFFF, &opts)
+            },
+        ));
+    }
+    let ports = d.attr.phys_port_cnt;
+    for port in [0, ports + 1, u8::MAX] {
+        rows.push(row(
+            format!("connect(port {port})"),
+            Verbs("ibv_modify_qp"),
+            move |d: &mut Dev| {
+                let opts = ConnectOptions { port, ..d.p.opts };
+                fresh(d).connect(&peer(d), 0, &opts)
+            },
+        ));
+        rows.push(row(
+            format!("endpoint(port {port})"),
+            Verbs("ibv_query_port"),
+            move |d: &mut Dev| {
+                let opts = ConnectOptions { port, ..d.p.opts };
+                fresh(d).endpoint(0, &opts).map(drop)
+            },
+        ));
+    }
+    let tbl = u8::try_from(d.port.gid_tbl_len).unwrap_or(u8::MAX);
+    for index in [tbl, u8::MAX] {
+        rows.push(row(
+            format!(
+                "connect(gid_index {index}), table of {}",
+                d.port.gid_tbl_len
+            ),
+            Verbs("ibv_modify_qp"),
+            move |d: &mut Dev| {
+                let opts = ConnectOptions {
+                    gid_index: Some(index),
+                    ..d.p.opts
+                };
+                fresh(d).connect(&peer(d), 0, &opts)
+            },
+        ));
+    }
+    let (init, dest) = (d.attr.max_qp_init_rd_atom, d.attr.max_qp_rd_atom);
+    type Atom = fn(&mut ConnectOptions, u8);
+    let depths: [(&str, Atom, u32); 2] = [
+        ("max_rd_atomic", |o, v| o.max_rd_atomic = v, init),
+        ("max_dest_rd_atomic", |o, v| o.max_dest_rd_atomic = v, dest),
+    ];
+    for (field, set, limit) in depths {
+        let mut values = vec![(u8::try_from(limit).unwrap_or(u8::MAX), Ok)];
+        if let Result::Ok(over) = u8::try_from(limit + 1) {
+            // Soft-RoCE refuses an initiator depth over its limit but
+            // accepts any responder depth: the device decides.
+            let expect = if field == "max_rd_atomic" {
+                Verbs("ibv_modify_qp")
+            } else {
+                Any
+            };
+            values.push((over, expect));
+        }
+        for (value, expect) in values {
+            rows.push(row(
+                format!("connect({field} {value}), device limit {limit}"),
+                expect,
+                move |d: &mut Dev| {
+                    let mut opts = d.p.opts;
+                    set(&mut opts, value);
+                    fresh(d).connect(&peer(d), 0, &opts)
+                },
+            ));
+        }
+    }
+    // 5-bit and 4-bit fields of the IB spec that ibv_modify_qp(3) does
+    // not bound: whatever the device says, no panic.
+    type Opt = fn(&mut ConnectOptions);
+    let unbounded: [(&str, Opt); 3] = [
+        ("timeout 32", |o| o.timeout = 32),
+        ("min_rnr_timer 32", |o| o.min_rnr_timer = 32),
+        ("sl 16", |o| o.sl = 16),
+    ];
+    for (what, set) in unbounded {
+        rows.push(row(format!("connect({what})"), Any, move |d: &mut Dev| {
+            let mut opts = d.p.opts;
+            set(&mut opts);
+            fresh(d).connect(&peer(d), 0, &opts)
+        }));
+    }
+    rows
+}
+
+/// Work requests on the connected pair, against its real capabilities.
+fn wr_rows<'a>(d: &Dev) -> Vec<Row<'a, Dev>> {
+    let mut rows: Vec<Row<'a, Dev>> = Vec::new();
+    let caps = d.p.a.qp.caps();
+    let depth = caps.max_send_wr as usize;
+    // The queue the device made may be deeper than the max_send_wr it
+    // reports (soft-RoCE rounds it up to a power of two, less one): one
+    // more WR is the device's to accept; four times as many are not.
+    for (n, expect) in [(depth, Ok), (depth + 1, Any), (4 * depth, SendQueueFull)] {
+        rows.push(row(
+            format!("a batch of {n} writes, send queue depth {depth}"),
+            expect,
+            move |d: &mut Dev| {
+                let remote = d.p.b.mr.remote(0..8)?;
+                let (qp, mr) = (&mut d.p.a.qp, &d.p.a.mr);
+                let wcs = qp.post_and_wait(WAIT, |b| {
+                    for i in 0..n {
+                        b.wr(i as u64).rdma_write(remote).sge(mr.sge(0..8)?)?;
+                    }
+                    Result::Ok(())
+                })?;
+                assert_eq!(wcs.len(), n, "{wcs:?}");
+                wcs.iter().try_for_each(|wc| wc.ok().map(drop))
+            },
+        ));
+    }
+    let inline = caps.max_inline_data as usize;
+    for (len, expect) in [(inline, Ok), (inline + 1, OutOfRange("inline data length"))] {
+        rows.push(row(
+            format!("rdma_write().inline({len} bytes), QP max_inline_data {inline}"),
+            expect,
+            move |d: &mut Dev| {
+                let remote = d.p.b.mr.remote(..)?;
+                let data = rig::pattern(len, 3);
+                d.p.a
+                    .qp
+                    .post_and_wait(WAIT, |b| b.wr(1).rdma_write(remote).inline(&data))?;
+                assert_eq!(&d.p.b.mr.as_slice()[..len], &data[..]);
+                Result::Ok(())
+            },
+        ));
+    }
+    let sges = caps.max_send_sge as usize;
+    for (n, expect) in [(sges, Ok), (sges + 1, OutOfRange("SGE count"))] {
+        rows.push(row(
+            format!("rdma_write().sge_list({n} SGEs), QP max_send_sge {sges}"),
+            expect,
+            move |d: &mut Dev| {
+                let remote = d.p.b.mr.remote(..)?;
+                let mr = &d.p.a.mr;
+                let list = (0..n)
+                    .map(|i| mr.sge(i * 8..i * 8 + 8))
+                    .collect::<Result<Vec<_>>>()?;
+                d.p.a
+                    .qp
+                    .post_and_wait(WAIT, |b| b.wr(1).rdma_write(remote).sge_list(&list))
+                    .map(drop)
+            },
+        ));
+    }
+    let recv = caps.max_recv_sge as usize;
+    rows.push(row(
+        format!("post_recv({} SGEs), QP max_recv_sge {recv}", recv + 1),
+        OutOfRange("receive SGE count"),
+        move |d: &mut Dev| {
+            let mr = &d.p.b.mr;
+            let list = (0..=recv)
+                .map(|i| mr.sge(i * 8..i * 8 + 8))
+                .collect::<Result<Vec<_>>>()?;
+            unsafe { d.p.b.qp.post_recv(1, &list) }
+        },
+    ));
+    rows.push(row(
+        "SRQ post_recv(2 SGEs), max_sge 1",
+        OutOfRange("receive SGE count"),
+        |d: &mut Dev| {
+            let srq = SharedReceiveQueue::new(&d.p.pd, 4, 1)?;
+            let list = [d.p.b.mr.sge(0..8)?, d.p.b.mr.sge(8..16)?];
+            unsafe { srq.post_recv(1, &list) }
+        },
+    ));
+    for (len, expect) in [(64, Ok), (65, OutOfRange("work request length"))] {
+        rows.push(row(
+            format!("rdma_write(64-byte remote).sge({len} bytes)"),
+            expect,
+            move |d: &mut Dev| {
+                let remote = d.p.b.mr.remote(0..64)?;
+                let sge = d.p.a.mr.sge(0..len)?;
+                d.p.a
+                    .qp
+                    .post_and_wait(WAIT, |b| b.wr(1).rdma_write(remote).sge(sge))
+                    .map(drop)
+            },
+        ));
+    }
+    for (range, expect) in [
+        (MR_LEN..MR_LEN, Ok),
+        (0..MR_LEN + 1, OutOfRange("range end")),
+        (MR_LEN + 1..MR_LEN + 1, OutOfRange("range end")),
+    ] {
+        rows.push(row(
+            format!("MemoryRegion::sge({range:?}) of {MR_LEN}"),
+            expect,
+            move |d: &mut Dev| d.p.a.mr.sge(range).map(drop),
+        ));
+    }
+    rows.push(row(
+        "memcpy on an RC QP of soft-RoCE",
+        Unsupported,
+        |d: &mut Dev| {
+            let mr = &d.p.a.mr;
+            let (dst, src) = (mr.sge(64..72)?, mr.sge(0..8)?);
+            d.p.a
+                .qp
+                .post_and_wait(WAIT, |b| b.wr(1).memcpy(dst, src))
+                .map(drop)
+        },
+    ));
+    rows
+}
+
+#[test]
+#[ignore = "needs an RDMA device: set MLX5DV_TEST_DEVICE"]
+fn every_bad_input_gives_its_typed_error_on_the_device() {
+    let p = Pair::new();
+    let attr = p.ctx.query_device().expect("query device");
+    let port = p.ctx.query_port(1).expect("query port 1");
+    let cq = CompletionQueue::new(&p.ctx, 64).expect("CQ");
+    let mut d = Dev { p, attr, port, cq };
+    let mut rows = device_rows(&d);
+    rows.extend(qp_cap_rows(&d));
+    rows.extend(object_rows(&d));
+    rows.extend(connect_rows(&d));
+    rows.extend(wr_rows(&d));
+    run(&format!("device {}", d.p.ctx.name()), &mut d, rows);
+}

@@ -1,0 +1,235 @@
+//! Fake RDMA objects under the crate's real handles, for the host-side
+//! bad-input tables: a device, contexts, a PD, CQs, a memory region, mkeys,
+//! an address handle and QPs whose provider tables are the recording
+//! provider of `super::recorder`. None is owned by its handle, so nothing
+//! is destroyed; the C objects outlive the handles.
+
+#![allow(dead_code, clippy::undocumented_unsafe_blocks)]
+
+use super::recorder::{self, FakeCq, FakeQp};
+use super::table::{row, Expect, Row};
+use mlx5dv::*;
+use std::ffi::c_void;
+use std::ptr::NonNull;
+
+pub const LEN: usize = 64 * 1024;
+/// The fake QPs' `max_wr_memcpy_length`.
+pub const MEMCPY_MAX: u64 = 4096;
+/// The fake RC QP's capabilities: 4 SGEs, 60 bytes inline, so its WQE
+/// holds (60 + 4) / 16 = 4 mr_list entries, 3 interleaved ones, and a raw
+/// WQE of ceil((16 + 64) / 64) = 2 basic blocks.
+pub const CAPS: QpCaps = QpCaps {
+    max_send_wr: 16,
+    max_recv_wr: 16,
+    max_send_sge: 4,
+    max_recv_sge: 4,
+    max_inline_data: 60,
+};
+
+/// A zeroed C struct on the heap: the fakes' starting point.
+pub fn zeroed<T>() -> Box<T> {
+    Box::new(unsafe { std::mem::zeroed() })
+}
+
+/// A `struct verbs_device` as libibverbs lays it out: the `ibv_device`,
+/// then the provider's ops pointer that `mlx5dv_is_supported` compares
+/// (NULL here: not an mlx5 device), then room for the rest.
+#[repr(C)]
+pub struct FakeDevice {
+    dev: ffi::ibv_device,
+    ops: *const c_void,
+    _rest: [u64; 64],
+}
+
+/// A fake context on a fake device named `name`.
+pub fn fake_context(name: &str) -> (Box<FakeDevice>, Box<ffi::ibv_context>, Context) {
+    let mut dev: Box<FakeDevice> = zeroed();
+    for (d, s) in dev.dev.name.iter_mut().zip(name.bytes()) {
+        *d = s as std::ffi::c_char;
+    }
+    let mut ctx: Box<ffi::ibv_context> = zeroed();
+    ctx.device = &mut dev.dev;
+    let context = unsafe { Context::from_raw(NonNull::from(&mut *ctx)) };
+    (dev, ctx, context)
+}
+
+/// The C objects behind the handles; they outlive them (dropped last).
+/// Each is boxed so that it stays where the handles point while the
+/// fixture is assembled and moved.
+#[allow(dead_code, clippy::vec_box)]
+pub struct Raw {
+    devs: Vec<Box<FakeDevice>>,
+    ctxs: Vec<Box<ffi::ibv_context>>,
+    pd: Box<ffi::ibv_pd>,
+    cqs: Vec<Box<FakeCq>>,
+    qps: Vec<(Box<FakeQp>, Box<ffi::ibv_qp>)>,
+    buf: Vec<u8>,
+    mr: Box<ffi::ibv_mr>,
+    mkeys: Vec<Box<ffi::mlx5dv_mkey>>,
+    ah: Box<ffi::ibv_ah>,
+}
+
+/// Fake objects under real handles (none owned: nothing is destroyed).
+/// Field order is drop order: the handles go before `_raw`.
+pub struct Fx {
+    /// RC with the default send ops and every mlx5 send op.
+    pub rc: QpEx<Rc>,
+    /// RC without an mlx5 side.
+    pub plain: QpEx<Rc>,
+    /// DCI without streams.
+    pub dci: QpEx<Dci>,
+    /// DCI with 2^2 streams.
+    pub dci_streams: QpEx<Dci>,
+    pub mr: MemoryRegion,
+    /// An mkey of 2 entries: its own limit binds before the WQE's.
+    pub mkey_small: Mkey,
+    /// An mkey of 64 entries: the WQE's limit binds.
+    pub mkey_big: Mkey,
+    pub ah: AddressHandle,
+    pub ctx: Context,
+    pub pd: ProtectionDomain,
+    pub cq: CompletionQueue,
+    /// A CQ of another context.
+    pub other_cq: CompletionQueue,
+    pub _raw: Raw,
+}
+
+impl Fx {
+    pub fn new() -> Fx {
+        let (dev, ctx_raw, ctx) = fake_context("fake0");
+        let (dev2, ctx2_raw, ctx2) = fake_context("fake1");
+        let mut pd_raw: Box<ffi::ibv_pd> = zeroed();
+        pd_raw.context = ctx.as_ptr();
+        let pd = unsafe { ProtectionDomain::from_raw(&ctx, NonNull::from(&mut *pd_raw)) };
+        let mut fcq = FakeCq::new();
+        let mut fcq2 = FakeCq::new();
+        let cq =
+            unsafe { CompletionQueue::from_raw(&ctx, NonNull::new(fcq.cq()).unwrap()) }.unwrap();
+        let other_cq =
+            unsafe { CompletionQueue::from_raw(&ctx2, NonNull::new(fcq2.cq()).unwrap()) }.unwrap();
+
+        let mut qps = Vec::new();
+        let mut raw_qp = |mlx5: Option<(Mlx5SendOps, Option<DciStreams>)>| {
+            let mut fq = FakeQp::new();
+            let mut qp: Box<ffi::ibv_qp> = zeroed();
+            qp.qp_num = 0x00AB_CDEF;
+            let raw = RawQp {
+                qp: NonNull::from(&mut *qp),
+                qpx: NonNull::new(fq.ibv()).unwrap(),
+                pd: &pd,
+                send_cq: &cq,
+                recv_cq: &cq,
+                caps: CAPS,
+                send_ops: SendOps::rc_default(),
+                mlx5: mlx5.map(|(ops, streams)| RawMlx5 {
+                    mqpx: NonNull::new(fq.dv()).unwrap(),
+                    ops,
+                    streams,
+                    max_wr_memcpy_length: MEMCPY_MAX,
+                }),
+            };
+            qps.push((fq, qp));
+            raw
+        };
+        let all = Mlx5SendOps::all();
+        let none = Mlx5SendOps::empty();
+        let rc = unsafe { QpEx::<Rc>::from_raw_parts(raw_qp(Some((all, None)))) }.unwrap();
+        let plain = unsafe { QpEx::<Rc>::from_raw_parts(raw_qp(None)) }.unwrap();
+        let dci = unsafe { QpEx::<Dci>::from_raw_parts(raw_qp(Some((none, None)))) }.unwrap();
+        let streams = DciStreams {
+            log_num_concurent: 2,
+            log_num_errored: 1,
+        };
+        let dci_streams =
+            unsafe { QpEx::<Dci>::from_raw_parts(raw_qp(Some((none, Some(streams))))) }.unwrap();
+
+        let mut buf = vec![0u8; LEN];
+        let mut mr_raw: Box<ffi::ibv_mr> = zeroed();
+        mr_raw.addr = buf.as_mut_ptr().cast();
+        mr_raw.length = LEN;
+        mr_raw.lkey = 0x1111_2222;
+        mr_raw.rkey = 0x3333_4444;
+        let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
+        let mr =
+            unsafe { MemoryRegion::from_raw(&pd, NonNull::from(&mut *mr_raw), access) }.unwrap();
+        let mut mk_small = Box::new(ffi::mlx5dv_mkey {
+            lkey: 0x5555_0001,
+            rkey: 0x5555_0002,
+        });
+        let mut mk_big = Box::new(ffi::mlx5dv_mkey {
+            lkey: 0x6666_0001,
+            rkey: 0x6666_0002,
+        });
+        let mkey_small = unsafe { Mkey::from_raw(&pd, NonNull::from(&mut *mk_small), 2, false) };
+        let mkey_big = unsafe { Mkey::from_raw(&pd, NonNull::from(&mut *mk_big), 64, false) };
+        let mut ah_raw: Box<ffi::ibv_ah> = zeroed();
+        let ah_attr = AhAttr {
+            port: 1,
+            dlid: 0,
+            sl: 0,
+            grh: None,
+        };
+        let ah = unsafe { AddressHandle::from_raw(&pd, NonNull::from(&mut *ah_raw), ah_attr) };
+        recorder::take();
+        Fx {
+            rc,
+            plain,
+            dci,
+            dci_streams,
+            mr,
+            mkey_small,
+            mkey_big,
+            ah,
+            ctx,
+            pd,
+            cq,
+            other_cq,
+            _raw: Raw {
+                devs: vec![dev, dev2],
+                ctxs: vec![ctx_raw, ctx2_raw],
+                pd: pd_raw,
+                cqs: vec![fcq, fcq2],
+                qps,
+                buf,
+                mr: mr_raw,
+                mkeys: vec![mk_small, mk_big],
+                ah: ah_raw,
+            },
+        }
+    }
+}
+
+/// A row that posts on the fakes: besides its outcome, a refused work
+/// request must reach the provider not at all (only the batch's own
+/// `wr_start` and `wr_abort`).
+pub fn wr_row<'a>(
+    name: impl Into<String>,
+    expect: Expect,
+    call: impl FnOnce(&mut Fx) -> Result<()> + 'a,
+) -> Row<'a, Fx> {
+    row(name, expect, move |fx: &mut Fx| {
+        recorder::take();
+        let got = call(fx);
+        let calls = recorder::take();
+        if got.is_err() {
+            let leaked: Vec<_> = calls
+                .iter()
+                .map(|c| c.entry)
+                .filter(|e| !matches!(*e, "wr_start" | "wr_abort"))
+                .collect();
+            assert!(
+                leaked.is_empty(),
+                "a refused work request reached the provider: {leaked:?}"
+            );
+        }
+        got
+    })
+}
+
+pub fn remote(fx: &Fx, len: u64) -> RemoteBuf {
+    RemoteBuf {
+        addr: fx.mr.addr(),
+        len,
+        rkey: fx.mr.rkey(),
+    }
+}
