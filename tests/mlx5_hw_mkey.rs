@@ -410,3 +410,62 @@ fn mkey_remote_invalidate() {
         "a send into an invalidated mkey succeeded: {wcs:?}"
     );
 }
+
+/// Every drop order of context, PD, MR, CQ, QP (with the mkey builders) and
+/// an indirect mkey is safe and no destroy call fails: the mkey and the QP
+/// keep their PD, and the PD its context, alive. (The generic objects'
+/// orders run on soft-RoCE in `tests/rxe_lifetimes.rs`; the mkey needs
+/// mlx5.)
+#[test]
+#[ignore = "needs an mlx5 device: set MLX5DV_TEST_MLX5_DEVICE"]
+fn mkey_drop_orders() {
+    #[allow(dead_code, clippy::large_enum_variant)]
+    enum Obj {
+        Ctx(Context),
+        Pd(ProtectionDomain),
+        Mr(MemoryRegion),
+        Cq(CompletionQueue),
+        Qp(QpEx<Rc>),
+        Mkey(Mkey),
+    }
+    let before = destroy_failures();
+    let mut order: Vec<usize> = (0..6).collect();
+    let mut rounds = 0;
+    loop {
+        let ctx = open();
+        let pd = ProtectionDomain::new(&ctx).unwrap();
+        let mr = MemoryRegion::new(&pd, 4096, AccessFlags::LOCAL_WRITE).unwrap();
+        let cq = CompletionQueue::new(&ctx, 16).unwrap();
+        let built = QpBuilder::rc(&pd, &cq, &cq)
+            .mlx5_send_ops(Mlx5SendOps::MR_LIST)
+            .build();
+        let Some(qp) = or_missing(built, ctx.name(), "an RC QP with MR_LIST") else {
+            return;
+        };
+        let Some(mkey) = or_missing(Mkey::new(&pd, 4, false), ctx.name(), "an indirect mkey")
+        else {
+            return;
+        };
+        let mut objs = vec![
+            Some(Obj::Ctx(ctx)),
+            Some(Obj::Pd(pd)),
+            Some(Obj::Mr(mr)),
+            Some(Obj::Cq(cq)),
+            Some(Obj::Qp(qp)),
+            Some(Obj::Mkey(mkey)),
+        ];
+        for &i in &order {
+            drop(objs[i].take());
+        }
+        rounds += 1;
+        // The next permutation in lexicographic order.
+        let Some(i) = (0..5).rev().find(|&i| order[i] < order[i + 1]) else {
+            break;
+        };
+        let j = (i + 1..6).rev().find(|&j| order[j] > order[i]).unwrap();
+        order.swap(i, j);
+        order[i + 1..].reverse();
+    }
+    assert_eq!(rounds, 720);
+    assert_eq!(destroy_failures(), before, "a destroy call failed in drop");
+}

@@ -6,6 +6,8 @@
 //!
 //! Run by `scripts/test` in the guest with `MLX5DV_TEST_DEVICE=rxe0`.
 
+#![allow(clippy::undocumented_unsafe_blocks)]
+
 mod support;
 
 use mlx5dv::*;
@@ -94,4 +96,41 @@ fn every_drop_order_of_the_object_graph_is_safe_and_every_destroy_succeeds() {
         }
     }
     assert_eq!(destroy_failures(), before, "a destroy call failed in drop");
+}
+
+#[test]
+#[ignore = "needs an RDMA device: set MLX5DV_TEST_DEVICE"]
+fn a_destroy_the_kernel_refuses_is_counted_and_reported_not_hidden() {
+    // An MR registered in the PD outside this crate keeps the PD busy: its
+    // ibv_dealloc_pd fails (EBUSY), which Drop cannot return. The crate
+    // counts it, prints one line, and forgets the PD, as documented.
+    let ctx = open();
+    let pd = ProtectionDomain::new(&ctx).unwrap();
+    let mut buf = vec![0u8; 4096];
+    let raw_mr = unsafe {
+        mlx5dv::ffi::ibv_reg_mr(
+            pd.as_ptr(),
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+            mlx5dv::ffi::IBV_ACCESS_LOCAL_WRITE as i32,
+        )
+    };
+    assert!(
+        !raw_mr.is_null(),
+        "ibv_reg_mr: {}",
+        std::io::Error::last_os_error()
+    );
+    let before = destroy_failures();
+    drop(pd);
+    assert_eq!(
+        destroy_failures(),
+        before + 1,
+        "the refused dealloc was not counted"
+    );
+    // The MR (and so the PD object) is still usable and is released here.
+    assert_eq!(unsafe { mlx5dv::ffi::ibv_dereg_mr(raw_mr) }, 0);
+    // The context, whose last handle is this one, closes cleanly.
+    let before = destroy_failures();
+    drop(ctx);
+    assert_eq!(destroy_failures(), before);
 }
