@@ -446,7 +446,7 @@ fn mkey_drop_orders() {
         else {
             return;
         };
-        let mut objs = vec![
+        let mut objs = [
             Some(Obj::Ctx(ctx)),
             Some(Obj::Pd(pd)),
             Some(Obj::Mr(mr)),
