@@ -120,6 +120,8 @@ pub struct QpEx<T: Transport> {
     pub(crate) mlx5: Mlx5Info,
     /// The provider entries the batch calls, resolved at creation.
     pub(crate) ops: WrOps,
+    /// Mkey layouts the open batch registered (see `wr::BatchState`).
+    pub(crate) pending_layouts: Vec<(NonNull<crate::mkey::Mkey>, u64)>,
     pub(crate) caps: QpCaps,
     send_ops: SendOps,
     owned: bool,
@@ -179,6 +181,7 @@ impl<T: Transport> QpEx<T> {
         };
         let qp = QpEx {
             ops,
+            pending_layouts: Vec::new(),
             qp: p.qp,
             qpx: p.qpx,
             mlx5: p.mlx5,

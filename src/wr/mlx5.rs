@@ -169,9 +169,7 @@ impl<'m> Wr<'_, 'm, Rc> {
         let raw = Sge::as_raw_slice(sges);
         // Applied to the mkey when the batch is posted (an RC work request's
         // commit cannot fail from here on).
-        self.state
-            .pending_layouts
-            .push((NonNull::from(mkey), total));
+        self.state.pend_layout(mkey, total);
         self.commit(
             SendFlags::INLINE,
             #[inline(always)]
@@ -254,9 +252,7 @@ impl<'m> Wr<'_, 'm, Rc> {
         for (r, e) in raw.iter_mut().zip(entries) {
             *r = e.raw;
         }
-        self.state
-            .pending_layouts
-            .push((NonNull::from(mkey), total));
+        self.state.pend_layout(mkey, total);
         self.commit(
             SendFlags::INLINE,
             #[inline(always)]

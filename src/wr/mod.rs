@@ -178,11 +178,20 @@ struct BatchState {
     /// WRs handed to the provider so far.
     posted: u32,
     /// Mkey layouts registered by this batch, applied to their `Mkey`s
-    /// once the batch is posted (borrowed for the batch's `'m`).
-    pending_layouts: Vec<(NonNull<Mkey>, u64)>,
+    /// once the batch is posted (the mkeys are borrowed for the batch's
+    /// `'m`). The list lives in the QP, so a batch allocates nothing; it is
+    /// emptied when a batch opens.
+    pending_layouts: NonNull<Vec<(NonNull<Mkey>, u64)>>,
 }
 
 impl BatchState {
+    /// Records an mkey layout to apply when the batch is posted.
+    pub(crate) fn pend_layout(&mut self, mkey: &Mkey, len: u64) {
+        // SAFETY: the list lives in the QP the batch borrows mutably, and
+        // nothing else reaches it meanwhile.
+        unsafe { self.pending_layouts.as_mut() }.push((NonNull::from(mkey), len));
+    }
+
     /// The provider's entries.
     #[inline]
     fn ops(&self) -> &WrOps {
@@ -231,7 +240,10 @@ impl<T: Transport> QpEx<T> {
                 ops: NonNull::from(&self.ops),
                 force_signaled,
                 posted: 0,
-                pending_layouts: Vec::new(),
+                pending_layouts: {
+                    self.pending_layouts.clear();
+                    NonNull::from(&mut self.pending_layouts)
+                },
             },
             _qp: PhantomData,
             _mem: PhantomData,
@@ -363,8 +375,7 @@ impl<'q, 'm, T: Transport> WrBatch<'q, 'm, T> {
     #[inline]
     pub unsafe fn complete(self) -> Result<u32> {
         // Disarm the abort of Drop before finalising: never both.
-        let mut this = ManuallyDrop::new(self);
-        let layouts = std::mem::take(&mut this.state.pending_layouts);
+        let this = ManuallyDrop::new(self);
         let qpx = this.state.qpx.as_ptr();
         // SAFETY: the batch was started on this live QP and not finalised;
         // the memory rules are the caller's promise.
@@ -382,9 +393,11 @@ impl<'q, 'm, T: Transport> WrBatch<'q, 'm, T> {
                 this.state.caps.max_send_wr,
             ));
         }
-        for (mkey, len) in layouts {
-            // SAFETY: borrowed for 'm, which outlives the batch.
-            unsafe { mkey.as_ref() }.set_layout_len(len);
+        // SAFETY: the list lives in the QP this batch borrows mutably; its
+        // mkeys are borrowed for 'm, which outlives the batch.
+        for (mkey, len) in unsafe { this.state.pending_layouts.as_ref() } {
+            // SAFETY: as above.
+            unsafe { mkey.as_ref() }.set_layout_len(*len);
         }
         Ok(this.state.posted)
     }
