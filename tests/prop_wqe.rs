@@ -26,28 +26,7 @@ use proptest::prelude::*;
 use std::ops::Bound;
 use support::fakes::{Fx, LEN};
 
-const OPCODES: [Opcode; 20] = [
-    Opcode::Nop,
-    Opcode::SendInval,
-    Opcode::RdmaWrite,
-    Opcode::RdmaWriteImm,
-    Opcode::Send,
-    Opcode::SendImm,
-    Opcode::Tso,
-    Opcode::RdmaRead,
-    Opcode::AtomicCs,
-    Opcode::AtomicFa,
-    Opcode::AtomicMaskedCs,
-    Opcode::AtomicMaskedFa,
-    Opcode::Fmr,
-    Opcode::LocalInval,
-    Opcode::ConfigCmd,
-    Opcode::SetPsv,
-    Opcode::Umr,
-    Opcode::TagMatching,
-    Opcode::FlowTblAccess,
-    Opcode::Mmo,
-];
+const OPCODES: [Opcode; 20] = Opcode::ALL;
 
 /// One appended segment, as the builder's methods take it.
 #[derive(Debug, Clone)]

@@ -60,7 +60,7 @@ pub enum Opcode {
 
 impl Opcode {
     /// Every opcode, in the order of mlx5dv.h.
-    pub(crate) const ALL: [Opcode; 20] = [
+    pub const ALL: [Opcode; 20] = [
         Opcode::Nop,
         Opcode::SendInval,
         Opcode::RdmaWrite,
