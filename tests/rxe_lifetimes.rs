@@ -57,6 +57,11 @@ fn make_all(ctx: &Context) -> Vec<Obj> {
     ]
 }
 
+/// The tests of this file compare the process-wide `destroy_failures()`
+/// count, and one of them makes a destroy fail on purpose: they run one at
+/// a time.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// Every permutation of 0..n, in lexicographic order.
 fn permutations(n: usize) -> Vec<Vec<usize>> {
     let mut p: Vec<usize> = (0..n).collect();
@@ -75,6 +80,7 @@ fn permutations(n: usize) -> Vec<Vec<usize>> {
 #[test]
 #[ignore = "needs an RDMA device: set MLX5DV_TEST_DEVICE"]
 fn every_drop_order_of_the_object_graph_is_safe_and_every_destroy_succeeds() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let orders = permutations(6);
     assert_eq!(orders.len(), 720);
     // Under memcheck (scripts/memcheck) every 8th order is enough to find a
@@ -108,6 +114,7 @@ fn every_drop_order_of_the_object_graph_is_safe_and_every_destroy_succeeds() {
 #[test]
 #[ignore = "needs an RDMA device: set MLX5DV_TEST_DEVICE"]
 fn a_destroy_the_kernel_refuses_is_counted_and_reported_not_hidden() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     // An MR registered in the PD outside this crate keeps the PD busy: its
     // ibv_dealloc_pd fails (EBUSY), which Drop cannot return. The crate
     // counts it, prints one line, and forgets the PD, as documented.
