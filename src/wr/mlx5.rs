@@ -240,13 +240,13 @@ impl<'m> Wr<'_, 'm, Rc> {
             per_repeat += u64::from(e.raw.bytes_count);
         }
         let total = per_repeat.saturating_mul(u64::from(repeat_count));
-        // The C array, on the stack for the usual sizes.
+        // The C array, on the stack for the usual sizes; filled once.
         let mut stack = [ffi::mlx5dv_mr_interleaved::default(); 16];
         let mut heap = Vec::new();
         let raw: &mut [ffi::mlx5dv_mr_interleaved] = if entries.len() <= stack.len() {
             &mut stack[..entries.len()]
         } else {
-            heap.extend(entries.iter().map(|e| e.raw));
+            heap.resize(entries.len(), ffi::mlx5dv_mr_interleaved::default());
             &mut heap
         };
         for (r, e) in raw.iter_mut().zip(entries) {

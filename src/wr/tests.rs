@@ -702,3 +702,37 @@ fn an_aborted_or_refused_batch_leaves_the_mkey_layout_as_it_was() {
     assert_eq!(mkey.layout_len(), 300);
     assert!(mkey.remote(0..300).is_ok() && mkey.remote(0..301).is_err());
 }
+
+#[test]
+fn more_interleaved_entries_than_the_stack_array_holds_arrive_whole() {
+    let mut fx = Fx::new();
+    let mr = fx.mr();
+    let mkey = fx.mkey(32);
+    let cq = fx.cq.clone();
+    let mut b = QpBuilder::rc(&fx.pd, &cq, &cq);
+    b.mkey_entries(0, 20);
+    let caps = b.caps;
+    let mut qp = fx.rc();
+    qp.caps = caps;
+    let entries: Vec<_> = (0..20)
+        .map(|i| MrInterleaved::new(&mr, i * 16, 8, 8).unwrap())
+        .collect();
+    let mut batch = qp.batch();
+    batch
+        .wr(1)
+        .mr_interleaved(&mkey, AccessFlags::LOCAL_WRITE, 2, &entries)
+        .unwrap();
+    unsafe { batch.complete() }.unwrap();
+    let base = fx.base();
+    let call = fx
+        .qp_calls()
+        .into_iter()
+        .find(|c| c.entry == "wr_mr_interleaved")
+        .unwrap();
+    assert_eq!(call.args[3], Arg::U16(20));
+    let want: Vec<_> = (0..20u64)
+        .map(|i| (base + i * 16, 8, 8, 0x1111_2222))
+        .collect();
+    assert_eq!(call.args[5], Arg::Interleaved(want));
+    assert_eq!(mkey.layout_len(), 20 * 8 * 2);
+}
