@@ -325,21 +325,7 @@ fn initiate(
     // Declared after `src`, so destroyed before it is deregistered.
     let mut dci = builder.build()?;
     dci.ready(random_psn(), opts)?;
-    let ah = AddressHandle::new(
-        pd,
-        &AhAttr {
-            port: opts.port,
-            dlid: info.lid,
-            sl: opts.sl,
-            grh: opts.gid_index.map(|sgid_index| Grh {
-                dgid: info.gid,
-                sgid_index,
-                hop_limit: 64,
-                traffic_class: 0,
-                flow_label: 0,
-            }),
-        },
-    )?;
+    let ah = AddressHandle::new(pd, &AhAttr::towards(info.lid, info.gid, opts))?;
     println!(
         "dc_write: DCI {:#x} ready; writing to DCT {:#x} (key {:#x})",
         dci.qp_num(),

@@ -4,6 +4,7 @@ use crate::error::{Error, Result};
 use crate::ffi;
 use crate::pd::ProtectionDomain;
 use crate::port::Gid;
+use crate::qp::ConnectOptions;
 use std::fmt;
 use std::ptr::NonNull;
 use std::sync::Arc;
@@ -40,6 +41,25 @@ pub struct Grh {
 }
 
 impl AhAttr {
+    /// The path from the local port of `opts` (and, on RoCE, its GID
+    /// index) to the port with `lid` and `gid`: what a connected QP's RTR
+    /// transition and an address handle to a DCT both need. Hop limit 64,
+    /// traffic class and flow label 0.
+    pub fn towards(lid: u16, gid: Gid, opts: &ConnectOptions) -> Self {
+        AhAttr {
+            port: opts.port,
+            dlid: lid,
+            sl: opts.sl,
+            grh: opts.gid_index.map(|sgid_index| Grh {
+                dgid: gid,
+                sgid_index,
+                hop_limit: 64,
+                traffic_class: 0,
+                flow_label: 0,
+            }),
+        }
+    }
+
     pub(crate) fn to_raw(self) -> ffi::ibv_ah_attr {
         let mut a = ffi::ibv_ah_attr {
             dlid: self.dlid,

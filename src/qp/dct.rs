@@ -1,7 +1,7 @@
 //! DCTs: the targets DCIs address (`MLX5DV_DCTYPE_DCT`).
 
 use super::{ffi_cq, query_state, ConnectOptions, QpState};
-use crate::ah::{AhAttr, Grh};
+use crate::ah::AhAttr;
 use crate::cq::CompletionQueue;
 use crate::error::{check, Error, Result};
 use crate::ffi;
@@ -126,24 +126,11 @@ impl Dct {
             | ffi::IBV_QP_PORT
             | ffi::IBV_QP_ACCESS_FLAGS;
         self.modify(&mut a, mask, "INIT")?;
+        // An address vector on the local port: its LID, and on RoCE its own
+        // GID at the index the options name.
         let ctx = self.pd.context();
-        let grh = match opts.gid_index {
-            Some(i) => Some(Grh {
-                dgid: ctx.gid(opts.port, u32::from(i))?,
-                sgid_index: i,
-                hop_limit: 64,
-                traffic_class: 0,
-                flow_label: 0,
-            }),
-            None => None,
-        };
-        let lid = ctx.query_port(opts.port)?.lid;
-        let av = AhAttr {
-            port: opts.port,
-            dlid: lid,
-            sl: opts.sl,
-            grh,
-        };
+        let gid = super::local_gid(ctx, opts)?;
+        let av = AhAttr::towards(ctx.query_port(opts.port)?.lid, gid, opts);
         let mut a = ffi::ibv_qp_attr {
             qp_state: ffi::IBV_QPS_RTR,
             path_mtu: opts.mtu as u32,

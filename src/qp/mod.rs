@@ -77,6 +77,18 @@ pub(crate) unsafe fn query_state(qp: *mut ffi::ibv_qp) -> std::result::Result<Qp
     }
 }
 
+/// The local GID that `opts` sends from (its GID index on its port), or the
+/// zero GID when it names none (InfiniBand within a subnet).
+pub(crate) fn local_gid(
+    ctx: &crate::device::Context,
+    opts: &ConnectOptions,
+) -> Result<crate::port::Gid> {
+    match opts.gid_index {
+        Some(i) => ctx.gid(opts.port, u32::from(i)),
+        None => Ok(crate::port::Gid::default()),
+    }
+}
+
 /// Transport and RNR retry counts are 3-bit fields.
 pub(crate) fn check_retries(opts: &ConnectOptions) -> Result<()> {
     if opts.retry_cnt > 7 || opts.rnr_retry > 7 {

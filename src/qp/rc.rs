@@ -1,13 +1,12 @@
 //! RC QPs: interop, the RESET → INIT → RTR → RTS path, receives.
 
 use super::{ConnectOptions, Endpoint, Mlx5Info, QpCaps, QpEx, QpParts, Rc, SendOps};
-use crate::ah::{AhAttr, Grh};
+use crate::ah::AhAttr;
 use crate::cq::CompletionQueue;
 use crate::error::{check, Error, Result};
 use crate::ffi;
 use crate::mr::{recv_wr, AccessFlags, Sge};
 use crate::pd::ProtectionDomain;
-use crate::port::Gid;
 use std::ptr::NonNull;
 
 impl QpEx<Rc> {
@@ -68,18 +67,7 @@ impl QpEx<Rc> {
     /// INIT → RTR towards `remote`.
     pub fn to_rtr(&self, remote: &Endpoint, opts: &ConnectOptions) -> Result<()> {
         check_psn(remote.psn)?;
-        let av = AhAttr {
-            port: opts.port,
-            dlid: remote.lid,
-            sl: opts.sl,
-            grh: opts.gid_index.map(|sgid_index| Grh {
-                dgid: remote.gid,
-                sgid_index,
-                hop_limit: 64,
-                traffic_class: 0,
-                flow_label: 0,
-            }),
-        };
+        let av = AhAttr::towards(remote.lid, remote.gid, opts);
         let mut a = ffi::ibv_qp_attr {
             qp_state: ffi::IBV_QPS_RTR,
             path_mtu: opts.mtu as u32,
@@ -125,10 +113,7 @@ impl QpEx<Rc> {
         check_psn(psn)?;
         let ctx = self.pd.context();
         let port = ctx.query_port(opts.port)?;
-        let gid = match opts.gid_index {
-            Some(i) => ctx.gid(opts.port, u32::from(i))?,
-            None => Gid::default(),
-        };
+        let gid = super::local_gid(ctx, opts)?;
         Ok(Endpoint {
             qpn: self.qp_num(),
             psn,

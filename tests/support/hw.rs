@@ -333,20 +333,9 @@ pub fn dc_addr<'a>(ah: &'a AddressHandle, dct: &Dct) -> DcAddr<'a> {
 /// `tests/utils.py`): its LID, and on RoCE its own GID as destination.
 pub fn local_port_ah(ctx: &Context, opts: &ConnectOptions) -> Result<AhAttr> {
     let port = ctx.query_port(opts.port)?;
-    let grh = match opts.gid_index {
-        Some(i) => Some(Grh {
-            dgid: ctx.gid(opts.port, u32::from(i))?,
-            sgid_index: i,
-            hop_limit: 64,
-            traffic_class: 0,
-            flow_label: 0,
-        }),
-        None => None,
+    let gid = match opts.gid_index {
+        Some(i) => ctx.gid(opts.port, u32::from(i))?,
+        None => Gid::default(),
     };
-    Ok(AhAttr {
-        port: opts.port,
-        dlid: port.lid,
-        sl: opts.sl,
-        grh,
-    })
+    Ok(AhAttr::towards(port.lid, gid, opts))
 }
