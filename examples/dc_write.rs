@@ -342,11 +342,7 @@ fn initiate(
             in_flight -= 1;
         }
         let n = (shape.iters - posted).min(u64::from(shape.batch)) as usize;
-        let addr = DcAddr {
-            ah: &ah,
-            remote_dctn: info.dctn,
-            remote_dc_key: info.dc_key,
-        };
+        let addr = DcAddr::new(&ah, info.dctn, info.dc_key);
         let mut batch = dci.batch();
         for i in 0..n {
             let id = posted + i as u64;

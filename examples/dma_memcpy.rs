@@ -166,7 +166,7 @@ fn run(cli: &Cli) -> Result<(), Failure> {
 /// Waits for one batch's completion and checks it is a memcpy's.
 fn wait_memcpy(cq: &CompletionQueue) -> Result<(), Failure> {
     let wc = common::wait_ok(cq, 1)?[0];
-    if wc.opcode != WcOpcode::Memcpy {
+    if wc.opcode != WcOpcode::MEMCPY {
         return Err(Failure::Failed(format!(
             "a memcpy completed with opcode {:?}: {wc:?}",
             wc.opcode

@@ -21,7 +21,7 @@
 //! cargo run --example mkey_layout -- -d mlx5_0
 //! ```
 //!
-//! The mkey is addressed zero-based (`Mkey::remote` gives offsets into the
+//! The mkey is addressed zero-based (`MkeyLayout::remote` gives offsets into the
 //! layout). The registrations and invalidations are posted on the target's
 //! RC QP (created with `MR_LIST | MR_INTERLEAVED` and `LOCAL_INV`); the
 //! writes come from a second QP connected to it, on the same device.
@@ -83,6 +83,9 @@ struct Rig {
     target: MemoryRegion,
     source: MemoryRegion,
     access: AccessFlags,
+    /// Bytes the last registered layout covers (what its work request
+    /// returned).
+    layout_len: u64,
 }
 
 fn run(cli: &Cli) -> Result<(), Failure> {
@@ -174,6 +177,7 @@ impl Rig {
             target,
             source,
             access,
+            layout_len: 0,
         })
     }
 
@@ -182,15 +186,18 @@ impl Rig {
             .iter()
             .map(|r| self.target.sge(r.clone()))
             .collect::<Result<Vec<_>>>()?;
+        let mut len = 0;
         let wcs = self.owner.post_and_wait(common::WAIT, |b| {
-            b.wr(1).mr_list(&self.mkey, self.access, &sges)
+            len = b.wr(1).mr_list(&self.mkey, self.access, &sges)?.len();
+            Ok(())
         })?;
-        expect(&wcs, WcOpcode::Umr, "mr_list")?;
+        expect(&wcs, WcOpcode::UMR, "mr_list")?;
         println!(
             "mkey_layout: list layout of {} pieces registered ({} bytes)",
             pieces.len(),
-            self.mkey.layout_len()
+            len
         );
+        self.layout_len = len;
         Ok(())
     }
 
@@ -199,16 +206,21 @@ impl Rig {
             .iter()
             .map(|&(at, count, skip)| MrInterleaved::new(&self.target, at, count, skip))
             .collect::<Result<Vec<_>>>()?;
+        let mut len = 0;
         let wcs = self.owner.post_and_wait(common::WAIT, |b| {
-            b.wr(2)
-                .mr_interleaved(&self.mkey, self.access, repeat, &entries)
+            len = b
+                .wr(2)
+                .mr_interleaved(&self.mkey, self.access, repeat, &entries)?
+                .len();
+            Ok(())
         })?;
-        expect(&wcs, WcOpcode::Umr, "mr_interleaved")?;
+        expect(&wcs, WcOpcode::UMR, "mr_interleaved")?;
         println!(
             "mkey_layout: interleaved layout of {} entries × {repeat} repeats registered ({} bytes)",
             entries.len(),
-            self.mkey.layout_len()
+            len
         );
+        self.layout_len = len;
         Ok(())
     }
 
@@ -217,7 +229,7 @@ impl Rig {
         let wcs = self
             .owner
             .post_and_wait(common::WAIT, |b| b.wr(3).local_inv(rkey))?;
-        expect(&wcs, WcOpcode::LocalInv, "local invalidate")?;
+        expect(&wcs, WcOpcode::LOCAL_INV, "local invalidate")?;
         println!("mkey_layout: layout invalidated");
         Ok(())
     }
@@ -226,7 +238,8 @@ impl Rig {
     /// fresh pattern, and checks that `pieces` (in layout order) hold it and
     /// nothing else changed.
     fn write_and_check(&mut self, seed: u8, pieces: &[Range<usize>]) -> Result<(), Failure> {
-        let len = usize::try_from(self.mkey.layout_len()).unwrap_or(usize::MAX);
+        let layout = MkeyLayout::new(&self.mkey, self.layout_len);
+        let len = usize::try_from(layout.len()).unwrap_or(usize::MAX);
         let total: usize = pieces.iter().map(|r| r.len()).sum();
         if len != total {
             return Err(Failure::Failed(format!(
@@ -235,12 +248,12 @@ impl Rig {
         }
         self.target.as_mut_slice().fill(0);
         fill_pattern(&mut self.source.as_mut_slice()[..len], seed);
-        let remote = self.mkey.remote(..)?;
+        let remote = layout.remote(..)?;
         let src = self.source.sge(0..len)?;
         let wcs = self
             .writer
             .post_and_wait(common::WAIT, |b| b.wr(4).rdma_write(remote).sge(src))?;
-        expect(&wcs, WcOpcode::RdmaWrite, "RDMA write through the mkey")?;
+        expect(&wcs, WcOpcode::RDMA_WRITE, "RDMA write through the mkey")?;
         // The expected target: the source's bytes, piece after piece.
         let mut want = vec![0u8; REGION];
         let mut from = 0;

@@ -132,7 +132,7 @@ fn run(cli: &Cli) -> Result<(), Failure> {
             unsafe { b.wr(1).raw_wqe(&wqe)? };
             b.wr(2).send().sge(src.sge(2 * size..3 * size)?)
         })?;
-        let want = [WcOpcode::Send, WcOpcode::RawWqe, WcOpcode::Send];
+        let want = [WcOpcode::SEND, WcOpcode::RAW_WQE, WcOpcode::SEND];
         for (wc, (id, op)) in wcs.iter().zip(want.iter().enumerate()) {
             if !wc.status.is_success() || wc.wr_id != id as u64 || wc.opcode != *op {
                 return Err(Failure::Failed(format!(

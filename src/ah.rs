@@ -178,6 +178,11 @@ impl AddressHandle {
         self.0.ah.as_ptr()
     }
 
+    /// The raw handle, as non-NULL.
+    pub(crate) fn as_non_null(&self) -> NonNull<ffi::ibv_ah> {
+        self.0.ah
+    }
+
     /// What it was created with.
     pub fn attr(&self) -> &AhAttr {
         &self.0.attr

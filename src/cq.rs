@@ -1,132 +1,153 @@
 //! Completion queues and typed work completions.
+//!
+//! Two ways to read completions:
+//!
+//! - [`CompletionQueue::poll_each`] hands each completion to a closure as a
+//!   [`PolledWc`], a view of the CQ positioned on it whose accessors call the
+//!   provider's readers (`ibv_wc_read_*`) directly: a closure pays for what
+//!   it reads and nothing else, as the same loop written in C does.
+//! - [`CompletionQueue::poll_into`], [`wait`](CompletionQueue::wait) and
+//!   [`wait_into`](CompletionQueue::wait_into) collect owned
+//!   [`WorkCompletion`]s, every field read.
 
 use crate::device::Context;
 use crate::error::{Error, Result};
 use crate::ffi;
 use std::ffi::CStr;
 use std::fmt;
+use std::marker::PhantomData;
 use std::ptr::NonNull;
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+/// Declares the named values of a `u32` newtype: one associated const each,
+/// and `name()`, which maps a value back to its const's name.
+macro_rules! named_values {
+    ($ty:ident { $($(#[$doc:meta])* $name:ident = $raw:path,)* }) => {
+        impl $ty {
+            $(
+                $(#[$doc])*
+                pub const $name: Self = Self($raw);
+            )*
+
+            /// The name of the const this value is, if any.
+            const fn name(self) -> Option<&'static str> {
+                match self.0 {
+                    $( $raw => Some(stringify!($name)), )*
+                    _ => None,
+                }
+            }
+        }
+
+        impl fmt::Debug for $ty {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                match self.name() {
+                    Some(name) => f.write_str(name),
+                    None => f.debug_tuple(stringify!($ty)).field(&self.0).finish(),
+                }
+            }
+        }
+    };
+}
 
 /// The status of a work completion (`enum ibv_wc_status`).
 ///
-/// `Display` gives rdma-core's own text (`ibv_wc_status_str(3)`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum WcStatus {
+/// The raw `u32` itself (`#[repr(transparent)]`): reading it from a
+/// completion converts nothing. Every value rdma-core defines is an
+/// associated const, usable as a `match` pattern; any other value the
+/// provider reports is kept as it is ([`from_raw`](Self::from_raw)).
+///
+/// `Display` gives rdma-core's own text (`ibv_wc_status_str(3)`); `Debug`
+/// the const's name (`REM_ACCESS_ERR`), or `WcStatus(n)` for another value.
+///
+/// ```
+/// use mlx5dv::WcStatus;
+///
+/// fn retry(status: WcStatus) -> bool {
+///     match status {
+///         WcStatus::RETRY_EXC_ERR | WcStatus::RNR_RETRY_EXC_ERR => true,
+///         _ => false,
+///     }
+/// }
+/// assert!(retry(WcStatus::from_raw(mlx5dv::ffi::IBV_WC_RETRY_EXC_ERR)));
+/// assert!(WcStatus::SUCCESS.is_success());
+/// assert_eq!(format!("{:?}", WcStatus::WR_FLUSH_ERR), "WR_FLUSH_ERR");
+/// assert_eq!(format!("{:?}", WcStatus::from_raw(99)), "WcStatus(99)");
+/// ```
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(transparent)]
+pub struct WcStatus(u32);
+
+named_values!(WcStatus {
     /// `IBV_WC_SUCCESS`.
-    Success,
+    SUCCESS = ffi::IBV_WC_SUCCESS,
     /// `IBV_WC_LOC_LEN_ERR`: local length error.
-    LocLenErr,
+    LOC_LEN_ERR = ffi::IBV_WC_LOC_LEN_ERR,
     /// `IBV_WC_LOC_QP_OP_ERR`: local QP operation error.
-    LocQpOpErr,
+    LOC_QP_OP_ERR = ffi::IBV_WC_LOC_QP_OP_ERR,
     /// `IBV_WC_LOC_EEC_OP_ERR`.
-    LocEecOpErr,
+    LOC_EEC_OP_ERR = ffi::IBV_WC_LOC_EEC_OP_ERR,
     /// `IBV_WC_LOC_PROT_ERR`: local protection error.
-    LocProtErr,
+    LOC_PROT_ERR = ffi::IBV_WC_LOC_PROT_ERR,
     /// `IBV_WC_WR_FLUSH_ERR`: flushed, the QP is in the error state.
-    WrFlushErr,
+    WR_FLUSH_ERR = ffi::IBV_WC_WR_FLUSH_ERR,
     /// `IBV_WC_MW_BIND_ERR`.
-    MwBindErr,
+    MW_BIND_ERR = ffi::IBV_WC_MW_BIND_ERR,
     /// `IBV_WC_BAD_RESP_ERR`.
-    BadRespErr,
+    BAD_RESP_ERR = ffi::IBV_WC_BAD_RESP_ERR,
     /// `IBV_WC_LOC_ACCESS_ERR`: local access error.
-    LocAccessErr,
+    LOC_ACCESS_ERR = ffi::IBV_WC_LOC_ACCESS_ERR,
     /// `IBV_WC_REM_INV_REQ_ERR`: remote invalid request.
-    RemInvReqErr,
+    REM_INV_REQ_ERR = ffi::IBV_WC_REM_INV_REQ_ERR,
     /// `IBV_WC_REM_ACCESS_ERR`: remote access error (wrong rkey or rights).
-    RemAccessErr,
+    REM_ACCESS_ERR = ffi::IBV_WC_REM_ACCESS_ERR,
     /// `IBV_WC_REM_OP_ERR`: remote operation error.
-    RemOpErr,
+    REM_OP_ERR = ffi::IBV_WC_REM_OP_ERR,
     /// `IBV_WC_RETRY_EXC_ERR`: transport retry counter exceeded.
-    RetryExcErr,
+    RETRY_EXC_ERR = ffi::IBV_WC_RETRY_EXC_ERR,
     /// `IBV_WC_RNR_RETRY_EXC_ERR`: receiver-not-ready retries exceeded.
-    RnrRetryExcErr,
+    RNR_RETRY_EXC_ERR = ffi::IBV_WC_RNR_RETRY_EXC_ERR,
     /// `IBV_WC_LOC_RDD_VIOL_ERR`.
-    LocRddViolErr,
+    LOC_RDD_VIOL_ERR = ffi::IBV_WC_LOC_RDD_VIOL_ERR,
     /// `IBV_WC_REM_INV_RD_REQ_ERR`.
-    RemInvRdReqErr,
+    REM_INV_RD_REQ_ERR = ffi::IBV_WC_REM_INV_RD_REQ_ERR,
     /// `IBV_WC_REM_ABORT_ERR`.
-    RemAbortErr,
+    REM_ABORT_ERR = ffi::IBV_WC_REM_ABORT_ERR,
     /// `IBV_WC_INV_EECN_ERR`.
-    InvEecnErr,
+    INV_EECN_ERR = ffi::IBV_WC_INV_EECN_ERR,
     /// `IBV_WC_INV_EEC_STATE_ERR`.
-    InvEecStateErr,
+    INV_EEC_STATE_ERR = ffi::IBV_WC_INV_EEC_STATE_ERR,
     /// `IBV_WC_FATAL_ERR`.
-    FatalErr,
+    FATAL_ERR = ffi::IBV_WC_FATAL_ERR,
     /// `IBV_WC_RESP_TIMEOUT_ERR`.
-    RespTimeoutErr,
+    RESP_TIMEOUT_ERR = ffi::IBV_WC_RESP_TIMEOUT_ERR,
     /// `IBV_WC_GENERAL_ERR`.
-    GeneralErr,
-    /// Another value.
-    Other(u32),
-}
+    GENERAL_ERR = ffi::IBV_WC_GENERAL_ERR,
+    /// `IBV_WC_TM_ERR`: tag-matching error.
+    TM_ERR = ffi::IBV_WC_TM_ERR,
+    /// `IBV_WC_TM_RNDV_INCOMPLETE`: tag-matching rendezvous incomplete.
+    TM_RNDV_INCOMPLETE = ffi::IBV_WC_TM_RNDV_INCOMPLETE,
+});
 
 impl WcStatus {
-    /// The status of a raw `enum ibv_wc_status` value.
-    pub fn from_raw(raw: u32) -> Self {
-        use WcStatus::*;
-        match raw {
-            ffi::IBV_WC_SUCCESS => Success,
-            ffi::IBV_WC_LOC_LEN_ERR => LocLenErr,
-            ffi::IBV_WC_LOC_QP_OP_ERR => LocQpOpErr,
-            ffi::IBV_WC_LOC_EEC_OP_ERR => LocEecOpErr,
-            ffi::IBV_WC_LOC_PROT_ERR => LocProtErr,
-            ffi::IBV_WC_WR_FLUSH_ERR => WrFlushErr,
-            ffi::IBV_WC_MW_BIND_ERR => MwBindErr,
-            ffi::IBV_WC_BAD_RESP_ERR => BadRespErr,
-            ffi::IBV_WC_LOC_ACCESS_ERR => LocAccessErr,
-            ffi::IBV_WC_REM_INV_REQ_ERR => RemInvReqErr,
-            ffi::IBV_WC_REM_ACCESS_ERR => RemAccessErr,
-            ffi::IBV_WC_REM_OP_ERR => RemOpErr,
-            ffi::IBV_WC_RETRY_EXC_ERR => RetryExcErr,
-            ffi::IBV_WC_RNR_RETRY_EXC_ERR => RnrRetryExcErr,
-            ffi::IBV_WC_LOC_RDD_VIOL_ERR => LocRddViolErr,
-            ffi::IBV_WC_REM_INV_RD_REQ_ERR => RemInvRdReqErr,
-            ffi::IBV_WC_REM_ABORT_ERR => RemAbortErr,
-            ffi::IBV_WC_INV_EECN_ERR => InvEecnErr,
-            ffi::IBV_WC_INV_EEC_STATE_ERR => InvEecStateErr,
-            ffi::IBV_WC_FATAL_ERR => FatalErr,
-            ffi::IBV_WC_RESP_TIMEOUT_ERR => RespTimeoutErr,
-            ffi::IBV_WC_GENERAL_ERR => GeneralErr,
-            other => Other(other),
-        }
+    /// The status of a raw `enum ibv_wc_status` value (any value: one
+    /// without a const is kept as it is).
+    #[inline]
+    pub const fn from_raw(raw: u32) -> Self {
+        WcStatus(raw)
     }
 
     /// The raw value.
-    pub fn to_raw(self) -> u32 {
-        use WcStatus::*;
-        match self {
-            Success => ffi::IBV_WC_SUCCESS,
-            LocLenErr => ffi::IBV_WC_LOC_LEN_ERR,
-            LocQpOpErr => ffi::IBV_WC_LOC_QP_OP_ERR,
-            LocEecOpErr => ffi::IBV_WC_LOC_EEC_OP_ERR,
-            LocProtErr => ffi::IBV_WC_LOC_PROT_ERR,
-            WrFlushErr => ffi::IBV_WC_WR_FLUSH_ERR,
-            MwBindErr => ffi::IBV_WC_MW_BIND_ERR,
-            BadRespErr => ffi::IBV_WC_BAD_RESP_ERR,
-            LocAccessErr => ffi::IBV_WC_LOC_ACCESS_ERR,
-            RemInvReqErr => ffi::IBV_WC_REM_INV_REQ_ERR,
-            RemAccessErr => ffi::IBV_WC_REM_ACCESS_ERR,
-            RemOpErr => ffi::IBV_WC_REM_OP_ERR,
-            RetryExcErr => ffi::IBV_WC_RETRY_EXC_ERR,
-            RnrRetryExcErr => ffi::IBV_WC_RNR_RETRY_EXC_ERR,
-            LocRddViolErr => ffi::IBV_WC_LOC_RDD_VIOL_ERR,
-            RemInvRdReqErr => ffi::IBV_WC_REM_INV_RD_REQ_ERR,
-            RemAbortErr => ffi::IBV_WC_REM_ABORT_ERR,
-            InvEecnErr => ffi::IBV_WC_INV_EECN_ERR,
-            InvEecStateErr => ffi::IBV_WC_INV_EEC_STATE_ERR,
-            FatalErr => ffi::IBV_WC_FATAL_ERR,
-            RespTimeoutErr => ffi::IBV_WC_RESP_TIMEOUT_ERR,
-            GeneralErr => ffi::IBV_WC_GENERAL_ERR,
-            Other(raw) => raw,
-        }
+    #[inline]
+    pub const fn to_raw(self) -> u32 {
+        self.0
     }
 
     /// Whether the work request succeeded.
-    pub fn is_success(self) -> bool {
-        self == WcStatus::Success
+    #[inline]
+    pub const fn is_success(self) -> bool {
+        self.0 == ffi::IBV_WC_SUCCESS
     }
 }
 
@@ -140,77 +161,121 @@ impl fmt::Display for WcStatus {
 
 /// What a completed work request did (`enum ibv_wc_opcode`, with the mlx5
 /// opcodes of `enum mlx5dv_wc_opcode`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum WcOpcode {
+///
+/// The raw `u32` itself (`#[repr(transparent)]`), like [`WcStatus`]: every
+/// value rdma-core defines is an associated const, usable as a `match`
+/// pattern; any other value is kept as it is. `Debug` gives the const's
+/// name (`RDMA_WRITE`), or `WcOpcode(n)` for another value.
+///
+/// ```
+/// use mlx5dv::WcOpcode;
+///
+/// let op = WcOpcode::from_raw(mlx5dv::ffi::MLX5DV_WC_MEMCPY);
+/// assert_eq!(op, WcOpcode::MEMCPY);
+/// assert!(matches!(op, WcOpcode::MEMCPY | WcOpcode::UMR));
+/// assert_eq!(format!("{op:?}"), "MEMCPY");
+/// ```
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(transparent)]
+pub struct WcOpcode(u32);
+
+named_values!(WcOpcode {
     /// A send (`IBV_WC_SEND`).
-    Send,
+    SEND = ffi::IBV_WC_SEND,
     /// An RDMA write (`IBV_WC_RDMA_WRITE`).
-    RdmaWrite,
+    RDMA_WRITE = ffi::IBV_WC_RDMA_WRITE,
     /// An RDMA read (`IBV_WC_RDMA_READ`).
-    RdmaRead,
+    RDMA_READ = ffi::IBV_WC_RDMA_READ,
     /// Atomic compare-and-swap (`IBV_WC_COMP_SWAP`).
-    CompSwap,
+    COMP_SWAP = ffi::IBV_WC_COMP_SWAP,
     /// Atomic fetch-and-add (`IBV_WC_FETCH_ADD`).
-    FetchAdd,
+    FETCH_ADD = ffi::IBV_WC_FETCH_ADD,
     /// Memory window bind (`IBV_WC_BIND_MW`).
-    BindMw,
+    BIND_MW = ffi::IBV_WC_BIND_MW,
     /// Local invalidate (`IBV_WC_LOCAL_INV`).
-    LocalInv,
+    LOCAL_INV = ffi::IBV_WC_LOCAL_INV,
     /// TSO send (`IBV_WC_TSO`).
-    Tso,
+    TSO = ffi::IBV_WC_TSO,
     /// Atomic write (`IBV_WC_ATOMIC_WRITE`).
-    AtomicWrite,
+    ATOMIC_WRITE = ffi::IBV_WC_ATOMIC_WRITE,
     /// A receive (`IBV_WC_RECV`).
-    Recv,
+    RECV = ffi::IBV_WC_RECV,
     /// A receive consumed by an RDMA write with immediate
     /// (`IBV_WC_RECV_RDMA_WITH_IMM`).
-    RecvRdmaWithImm,
+    RECV_RDMA_WITH_IMM = ffi::IBV_WC_RECV_RDMA_WITH_IMM,
+    /// Tag matching: a tag added (`IBV_WC_TM_ADD`).
+    TM_ADD = ffi::IBV_WC_TM_ADD,
+    /// Tag matching: a tag deleted (`IBV_WC_TM_DEL`).
+    TM_DEL = ffi::IBV_WC_TM_DEL,
+    /// Tag matching: a sync (`IBV_WC_TM_SYNC`).
+    TM_SYNC = ffi::IBV_WC_TM_SYNC,
+    /// Tag matching: a tagged receive (`IBV_WC_TM_RECV`).
+    TM_RECV = ffi::IBV_WC_TM_RECV,
+    /// Tag matching: a receive without a tag (`IBV_WC_TM_NO_TAG`).
+    TM_NO_TAG = ffi::IBV_WC_TM_NO_TAG,
     /// An mlx5 mkey registration: `mlx5dv_wr_mr_list` /
     /// `mlx5dv_wr_mr_interleaved` (`MLX5DV_WC_UMR` = `IBV_WC_DRIVER1`).
-    Umr,
+    UMR = ffi::MLX5DV_WC_UMR,
     /// An mlx5 raw WQE, whatever its opcode (`MLX5DV_WC_RAW_WQE` =
     /// `IBV_WC_DRIVER2`).
-    RawWqe,
+    RAW_WQE = ffi::MLX5DV_WC_RAW_WQE,
     /// An mlx5 DMA memcpy (`MLX5DV_WC_MEMCPY` = `IBV_WC_DRIVER3`).
-    Memcpy,
-    /// Another value (tag matching, ...).
-    Other(u32),
-}
+    MEMCPY = ffi::MLX5DV_WC_MEMCPY,
+});
 
 impl WcOpcode {
-    /// The opcode of a raw value.
-    pub fn from_raw(raw: u32) -> Self {
-        use WcOpcode::*;
-        match raw {
-            ffi::IBV_WC_SEND => Send,
-            ffi::IBV_WC_RDMA_WRITE => RdmaWrite,
-            ffi::IBV_WC_RDMA_READ => RdmaRead,
-            ffi::IBV_WC_COMP_SWAP => CompSwap,
-            ffi::IBV_WC_FETCH_ADD => FetchAdd,
-            ffi::IBV_WC_BIND_MW => BindMw,
-            ffi::IBV_WC_LOCAL_INV => LocalInv,
-            ffi::IBV_WC_TSO => Tso,
-            ffi::IBV_WC_ATOMIC_WRITE => AtomicWrite,
-            ffi::IBV_WC_RECV => Recv,
-            ffi::IBV_WC_RECV_RDMA_WITH_IMM => RecvRdmaWithImm,
-            ffi::MLX5DV_WC_UMR => Umr,
-            ffi::MLX5DV_WC_RAW_WQE => RawWqe,
-            ffi::MLX5DV_WC_MEMCPY => Memcpy,
-            other => Other(other),
-        }
+    /// The opcode of a raw value (any value: one without a const is kept as
+    /// it is).
+    #[inline]
+    pub const fn from_raw(raw: u32) -> Self {
+        WcOpcode(raw)
+    }
+
+    /// The raw value.
+    #[inline]
+    pub const fn to_raw(self) -> u32 {
+        self.0
+    }
+}
+
+bitflags::bitflags! {
+    /// The flags of a work completion (`enum ibv_wc_flags`), as
+    /// [`PolledWc::wc_flags`] reads them. Bits without a name are kept
+    /// (`from_bits_retain`).
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+    pub struct WcFlags: u32 {
+        /// The receive buffer starts with a GRH (`IBV_WC_GRH`).
+        const GRH = ffi::IBV_WC_GRH;
+        /// The completion carries immediate data (`IBV_WC_WITH_IMM`).
+        const WITH_IMM = ffi::IBV_WC_WITH_IMM;
+        /// The IP checksum was verified (`IBV_WC_IP_CSUM_OK`).
+        const IP_CSUM_OK = ffi::IBV_WC_IP_CSUM_OK;
+        /// A received send with invalidate invalidated an rkey
+        /// (`IBV_WC_WITH_INV`).
+        const WITH_INV = ffi::IBV_WC_WITH_INV;
+        /// Tag matching: a sync request (`IBV_WC_TM_SYNC_REQ`).
+        const TM_SYNC_REQ = ffi::IBV_WC_TM_SYNC_REQ;
+        /// Tag matching: the tag matched (`IBV_WC_TM_MATCH`).
+        const TM_MATCH = ffi::IBV_WC_TM_MATCH;
+        /// Tag matching: the data is valid (`IBV_WC_TM_DATA_VALID`).
+        const TM_DATA_VALID = ffi::IBV_WC_TM_DATA_VALID;
     }
 }
 
 /// One work completion, read with the extended poll API.
+///
+/// An owned copy of every field, made by [`CompletionQueue::poll_into`] and
+/// [`CompletionQueue::wait`], or from a [`PolledWc`] with
+/// `WorkCompletion::from(wc)`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct WorkCompletion {
     /// The `wr_id` the work request was posted with.
     pub wr_id: u64,
     /// Success, or why it failed.
     pub status: WcStatus,
-    /// What it did. Only meaningful when `status` is `Success` (rdma-core
-    /// does not define the opcode of failed completions).
+    /// What it did. Only meaningful when `status` is
+    /// [`SUCCESS`](WcStatus::SUCCESS) (rdma-core does not define the opcode
+    /// of failed completions).
     pub opcode: WcOpcode,
     /// Bytes received (receives) or transferred.
     pub byte_len: u32,
@@ -242,6 +307,189 @@ impl WorkCompletion {
     }
 }
 
+impl From<&PolledWc<'_>> for WorkCompletion {
+    /// Reads every field of the completion the poll is positioned on.
+    #[inline]
+    fn from(wc: &PolledWc<'_>) -> Self {
+        // The immediate and the invalidated rkey share the CQE field
+        // (`ibv_wc_read_invalidated_rkey` reads it with read_imm_data): one
+        // flags read decides which it is.
+        let flags = wc.wc_flags();
+        let (imm, invalidated_rkey) = if flags.contains(WcFlags::WITH_IMM) {
+            (Some(u32::from_be(wc.imm_data_raw())), None)
+        } else if flags.contains(WcFlags::WITH_INV) {
+            (None, Some(wc.imm_data_raw()))
+        } else {
+            (None, None)
+        };
+        WorkCompletion {
+            wr_id: wc.wr_id(),
+            status: wc.status(),
+            opcode: wc.opcode(),
+            byte_len: wc.byte_len(),
+            imm,
+            invalidated_rkey,
+            qp_num: wc.qp_num(),
+            vendor_err: wc.vendor_err(),
+        }
+    }
+}
+
+/// The completion a poll of [`CompletionQueue::poll_each`] is positioned
+/// on: a view of the CQ, not a copy.
+///
+/// Each accessor reads one field when called, through the provider's
+/// reader (the `ibv_wc_read_*` of ibv_create_cq_ex(3), resolved once when
+/// the CQ was made), so a callback costs what it reads. The view lives only
+/// as long as the callback it is handed to: the CQ moves on to the next
+/// completion when the callback returns. [`WorkCompletion::from`] copies
+/// every field.
+pub struct PolledWc<'p> {
+    cq: NonNull<ffi::ibv_cq_ex>,
+    ops: &'p PollOps,
+    // Not Send, not Sync: it stands for a poll in progress on this thread.
+    _poll: PhantomData<*mut ()>,
+}
+
+impl PolledWc<'_> {
+    /// The `wr_id` the work request was posted with (`ibv_cq_ex.wr_id`).
+    #[inline]
+    pub fn wr_id(&self) -> u64 {
+        // SAFETY: the CQ is live and positioned on a completion while the
+        // view exists (see `poll_each`); the provider wrote the field.
+        unsafe { (*self.cq.as_ptr()).wr_id }
+    }
+
+    /// Success, or why it failed (`ibv_cq_ex.status`).
+    #[inline]
+    pub fn status(&self) -> WcStatus {
+        // SAFETY: as in `wr_id`.
+        WcStatus(unsafe { (*self.cq.as_ptr()).status })
+    }
+
+    /// Whether the work request succeeded.
+    #[inline]
+    pub fn is_success(&self) -> bool {
+        self.status().is_success()
+    }
+
+    /// What the work request did (`ibv_wc_read_opcode`). Only meaningful
+    /// for a successful completion.
+    #[inline]
+    pub fn opcode(&self) -> WcOpcode {
+        // SAFETY: a provider entry of this live CQ, called while it is
+        // positioned on a completion.
+        WcOpcode(unsafe { (self.ops.read_opcode)(self.cq.as_ptr()) })
+    }
+
+    /// Bytes received or transferred (`ibv_wc_read_byte_len`).
+    #[inline]
+    pub fn byte_len(&self) -> u32 {
+        // SAFETY: as in `opcode`; the CQ reports byte_len (WC_FLAGS, or
+        // the promise of `CompletionQueue::from_raw`).
+        unsafe { (self.ops.read_byte_len)(self.cq.as_ptr()) }
+    }
+
+    /// The completion's flags (`ibv_wc_read_wc_flags`).
+    #[inline]
+    pub fn wc_flags(&self) -> WcFlags {
+        // SAFETY: as in `opcode`.
+        WcFlags::from_bits_retain(unsafe { (self.ops.read_wc_flags)(self.cq.as_ptr()) })
+    }
+
+    /// The immediate data in host byte order, when the completion carries
+    /// one (`IBV_WC_WITH_IMM`; reads the flags, then
+    /// `ibv_wc_read_imm_data`).
+    #[inline]
+    pub fn imm(&self) -> Option<u32> {
+        let has = self.wc_flags().contains(WcFlags::WITH_IMM);
+        // Selected rather than branched on twice: `imm().unwrap_or(0)`
+        // and `imm().is_some()` then compile to what C writes.
+        let raw = if has { self.imm_data_raw() } else { 0 };
+        has.then_some(u32::from_be(raw))
+    }
+
+    /// The immediate data in host byte order, read without looking at the
+    /// flags (`ibv_wc_read_imm_data`, byte-swapped): for a caller that has
+    /// read [`wc_flags`](Self::wc_flags) already and found
+    /// [`WcFlags::WITH_IMM`]. Without that flag the value means nothing
+    /// (with [`WcFlags::WITH_INV`] it is the invalidated rkey, swapped).
+    /// [`imm`](Self::imm) reads the flags itself.
+    #[inline]
+    pub fn imm_data(&self) -> u32 {
+        u32::from_be(self.imm_data_raw())
+    }
+
+    /// The rkey a received send-with-invalidate invalidated
+    /// (`IBV_WC_WITH_INV`; reads the flags, then
+    /// `ibv_wc_read_invalidated_rkey`).
+    #[inline]
+    pub fn invalidated_rkey(&self) -> Option<u32> {
+        if self.wc_flags().contains(WcFlags::WITH_INV) {
+            Some(self.imm_data_raw())
+        } else {
+            None
+        }
+    }
+
+    /// The local QP number (`ibv_wc_read_qp_num`).
+    #[inline]
+    pub fn qp_num(&self) -> u32 {
+        // SAFETY: as in `byte_len`.
+        unsafe { (self.ops.read_qp_num)(self.cq.as_ptr()) }
+    }
+
+    /// The provider's vendor error code, 0 on success
+    /// (`ibv_wc_read_vendor_err`).
+    #[inline]
+    pub fn vendor_err(&self) -> u32 {
+        // SAFETY: as in `opcode`.
+        unsafe { (self.ops.read_vendor_err)(self.cq.as_ptr()) }
+    }
+
+    /// `Ok(())` when successful, else [`Error::WorkCompletion`] (reads
+    /// the QP number and vendor error only then).
+    #[inline]
+    pub fn ok(&self) -> Result<()> {
+        let status = self.status();
+        if status.is_success() {
+            Ok(())
+        } else {
+            Err(Error::WorkCompletion {
+                wr_id: self.wr_id(),
+                qp_num: self.qp_num(),
+                status,
+                vendor_err: self.vendor_err(),
+            })
+        }
+    }
+
+    /// The CQ, positioned on this completion: for the `ibv_wc_read_*`
+    /// readers this view does not wrap (`ibv_wc_read_completion_ts`, ...,
+    /// which need the matching `IBV_WC_EX_WITH_*` flag at creation: see
+    /// [`CompletionQueue::from_raw`]). Valid for reading this completion
+    /// while the callback runs; starting, advancing or ending the poll
+    /// through it is not allowed.
+    #[inline]
+    pub fn as_ptr(&self) -> *mut ffi::ibv_cq_ex {
+        self.cq.as_ptr()
+    }
+
+    /// The raw CQE field of the immediate and the invalidated rkey
+    /// (`ibv_wc_read_imm_data`), whatever the flags say.
+    #[inline]
+    fn imm_data_raw(&self) -> u32 {
+        // SAFETY: as in `byte_len` (the CQ reports the immediate).
+        unsafe { (self.ops.read_imm_data)(self.cq.as_ptr()) }
+    }
+}
+
+impl fmt::Debug for PolledWc<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&WorkCompletion::from(self), f)
+    }
+}
+
 /// A completion queue created with `ibv_create_cq_ex(3)` and polled with
 /// the extended poll API (`ibv_start_poll`, `ibv_next_poll`,
 /// `ibv_end_poll`).
@@ -258,7 +506,7 @@ pub(crate) struct CqInner {
     /// Poll one completion per `start_poll` / `end_poll` pair, never calling
     /// `next_poll` (see [`SOFT_ROCE_VENDOR_ID`]).
     one_per_poll: bool,
-    poll_lock: Mutex<()>,
+    poll_lock: PollLock,
     owned: bool,
     capacity: u32,
     // Dropped after the CQ is destroyed.
@@ -405,7 +653,7 @@ impl CompletionQueue {
             cq,
             ops,
             one_per_poll,
-            poll_lock: Mutex::new(()),
+            poll_lock: PollLock::new(),
             owned: true,
             capacity: u32::try_from(capacity).unwrap_or(cqe),
             ctx: ctx.clone(),
@@ -433,7 +681,7 @@ impl CompletionQueue {
             // SAFETY: as above.
             ops: unsafe { PollOps::resolve(cq, ctx.name()) }?,
             one_per_poll: false,
-            poll_lock: Mutex::new(()),
+            poll_lock: PollLock::new(),
             owned: false,
             capacity: u32::try_from(capacity).unwrap_or(0),
             ctx: ctx.clone(),
@@ -455,63 +703,142 @@ impl CompletionQueue {
         &self.0.ctx
     }
 
-    /// Moves up to `max` completions into `out` and returns how many.
-    pub fn poll_into(&self, out: &mut Vec<WorkCompletion>, max: usize) -> Result<usize> {
+    /// Polls up to `max` completions, oldest first, handing each to `f`;
+    /// returns how many it handed over. `Ok(0)` when the CQ is empty.
+    ///
+    /// The extended poll of ibv_create_cq_ex(3) (`ibv_start_poll`,
+    /// `ibv_next_poll`, `ibv_end_poll`) with nothing in between but `f`:
+    /// `f` reads what it needs through the [`PolledWc`] accessors, each a
+    /// direct call of the provider's reader, and nothing is copied or
+    /// converted that it does not ask for. The view cannot leave `f`: the
+    /// CQ moves on when `f` returns. The poll is ended on every path: after
+    /// `max` completions, when the CQ runs empty, on an error of the
+    /// provider (returned, after the completions already handed over) and
+    /// when `f` panics.
+    ///
+    /// Polls of one CQ are serialised by a lock, taken once per call: `f`
+    /// must not poll the same CQ (through this handle or a clone), which
+    /// would wait for itself forever.
+    ///
+    /// ```no_run
+    /// # fn demo(cq: &mlx5dv::CompletionQueue) -> mlx5dv::Result<()> {
+    /// let (mut bytes, mut failed) = (0u64, Vec::new());
+    /// let n = cq.poll_each(32, |wc| {
+    ///     if wc.is_success() {
+    ///         bytes += u64::from(wc.byte_len());
+    ///     } else {
+    ///         failed.push((wc.wr_id(), wc.status()));
+    ///     }
+    /// })?;
+    /// println!("{n} completions, {bytes} bytes, failed: {failed:?}");
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[inline]
+    pub fn poll_each<F>(&self, max: usize, mut f: F) -> Result<usize>
+    where
+        F: FnMut(&PolledWc<'_>),
+    {
         if max == 0 {
             return Ok(0);
         }
-        let _guard = self.0.poll_lock.lock().unwrap_or_else(|p| p.into_inner());
-        let cq = self.as_ptr();
-        let ops = &self.0.ops;
+        let _lock = self.0.poll_lock.lock();
+        let inner = &*self.0;
+        let wc = PolledWc {
+            cq: inner.cq,
+            ops: &inner.ops,
+            _poll: PhantomData,
+        };
         let mut attr = ffi::ibv_poll_cq_attr::default();
         // SAFETY: the CQ is live and polled only under the lock held above;
         // `ops` are its provider's entries.
-        let rc = unsafe { (ops.start_poll)(cq, &mut attr) };
-        if rc == libc::ENOENT {
-            return Ok(0);
+        let rc = unsafe { (inner.ops.start_poll)(inner.cq.as_ptr(), &mut attr) };
+        if rc != 0 {
+            return if rc == libc::ENOENT {
+                Ok(0)
+            } else {
+                Err(self.poll_failed("ibv_start_poll", rc))
+            };
         }
-        crate::error::check(rc, "ibv_start_poll", || self.0.ctx.name().to_string())?;
-        let mut n = 0;
-        if self.0.one_per_poll {
-            // One completion per start/end pair (see SOFT_ROCE_VENDOR_ID).
-            loop {
-                // SAFETY: a poll is in progress and positioned on a completion.
-                out.push(unsafe { read_current(cq, ops) });
-                n += 1;
-                // SAFETY: ends this poll; the next one starts afresh.
-                unsafe { (ops.end_poll)(cq) };
-                if n == max {
-                    return Ok(n);
+        if inner.one_per_poll {
+            return self.poll_each_one_per_start(&wc, max, &mut f);
+        }
+        let poll = EndPoll(&wc);
+        // Written as `f; while n < max { next_poll; f }`, the count is one
+        // register, the same at every exit, and the back edge is the test
+        // of the count (no copy of it, no extra jump). `f` is inlined
+        // twice.
+        f(&wc);
+        let mut n = 1;
+        while n < max {
+            // SAFETY: a poll is in progress (ended by `poll`, not by `f`,
+            // which cannot reach the entries).
+            let rc = unsafe { (inner.ops.next_poll)(inner.cq.as_ptr()) };
+            if rc != 0 {
+                if rc == libc::ENOENT {
+                    break;
                 }
-                // SAFETY: the CQ is live and we hold the lock.
-                match unsafe { (ops.start_poll)(cq, &mut attr) } {
-                    0 => {}
-                    libc::ENOENT => return Ok(n),
-                    rc => return Err(Error::verbs("ibv_start_poll", rc, self.0.ctx.name())),
-                }
+                return Err(self.next_poll_failed(poll, rc));
             }
+            f(&wc);
+            n += 1;
         }
+        drop(poll);
+        Ok(n)
+    }
+
+    /// Ends the poll `next_poll` failed in, and returns its error.
+    #[cold]
+    #[inline(never)]
+    fn next_poll_failed(&self, poll: EndPoll<'_, '_>, rc: i32) -> Error {
+        drop(poll);
+        self.poll_failed("ibv_next_poll", rc)
+    }
+
+    /// [`poll_each`](Self::poll_each) for a CQ that polls one completion
+    /// per `start_poll` / `end_poll` pair (see [`SOFT_ROCE_VENDOR_ID`]),
+    /// from the first `start_poll`'s completion on. Inlined: were `f`
+    /// passed to a call, what it captures would have to live in memory
+    /// (not in registers) in the main loop too.
+    #[inline(always)]
+    fn poll_each_one_per_start<F>(&self, wc: &PolledWc<'_>, max: usize, f: &mut F) -> Result<usize>
+    where
+        F: FnMut(&PolledWc<'_>),
+    {
+        let mut n = 0;
         loop {
-            // SAFETY: a poll is in progress and positioned on a completion.
-            out.push(unsafe { read_current(cq, ops) });
+            {
+                // Ends this poll; the next one starts afresh.
+                let _poll = EndPoll(wc);
+                f(wc);
+            }
             n += 1;
             if n == max {
-                break;
+                return Ok(n);
             }
-            // SAFETY: a poll is in progress.
-            let rc = unsafe { (ops.next_poll)(cq) };
-            if rc == libc::ENOENT {
-                break;
-            }
-            if rc != 0 {
-                // SAFETY: ends the poll that start_poll began.
-                unsafe { (ops.end_poll)(cq) };
-                return Err(Error::verbs("ibv_next_poll", rc, self.0.ctx.name()));
+            let mut attr = ffi::ibv_poll_cq_attr::default();
+            // SAFETY: the CQ is live, polled under the caller's lock, and no
+            // poll is in progress.
+            match unsafe { (wc.ops.start_poll)(wc.cq.as_ptr(), &mut attr) } {
+                0 => {}
+                libc::ENOENT => return Ok(n),
+                rc => return Err(self.poll_failed("ibv_start_poll", rc)),
             }
         }
-        // SAFETY: ends the poll that start_poll began.
-        unsafe { (ops.end_poll)(cq) };
-        Ok(n)
+    }
+
+    /// The error of a failed `start_poll` / `next_poll`.
+    #[cold]
+    #[inline(never)]
+    fn poll_failed(&self, call: &'static str, rc: i32) -> Error {
+        Error::verbs(call, rc, self.0.ctx.name())
+    }
+
+    /// Moves up to `max` completions into `out` and returns how many
+    /// ([`poll_each`](Self::poll_each), every field of each read into a
+    /// [`WorkCompletion`]).
+    pub fn poll_into(&self, out: &mut Vec<WorkCompletion>, max: usize) -> Result<usize> {
+        self.poll_each(max, |wc| out.push(WorkCompletion::from(wc)))
     }
 
     /// Polls until `n` completions have arrived or `timeout` has passed.
@@ -562,37 +889,128 @@ impl CompletionQueue {
     }
 }
 
-/// Reads the completion the poll is positioned on.
-///
-/// # Safety
-/// A poll on `cq` is in progress and positioned on a completion, the CQ
-/// was created with [`WC_FLAGS`], and `ops` are its entries.
-#[inline(always)]
-unsafe fn read_current(cq: *mut ffi::ibv_cq_ex, ops: &PollOps) -> WorkCompletion {
-    // SAFETY: the caller's promise; each reader only reads the current
-    // completion.
-    unsafe {
-        let status = WcStatus::from_raw((*cq).status);
-        let wc_flags = (ops.read_wc_flags)(cq);
-        // The immediate and the invalidated rkey share the CQE field
-        // (`ibv_wc_read_invalidated_rkey` reads it with read_imm_data).
-        let (imm, invalidated_rkey) = if wc_flags & ffi::IBV_WC_WITH_IMM != 0 {
-            (Some(u32::from_be((ops.read_imm_data)(cq))), None)
-        } else if wc_flags & ffi::IBV_WC_WITH_INV != 0 {
-            (None, Some((ops.read_imm_data)(cq)))
-        } else {
-            (None, None)
-        };
-        WorkCompletion {
-            wr_id: (*cq).wr_id,
-            status,
-            opcode: WcOpcode::from_raw((ops.read_opcode)(cq)),
-            byte_len: (ops.read_byte_len)(cq),
-            imm,
-            invalidated_rkey,
-            qp_num: (ops.read_qp_num)(cq),
-            vendor_err: (ops.read_vendor_err)(cq),
+/// The lock that serialises the polls of one CQ: a futex word, as std's
+/// `Mutex` on Linux is (0 free, 1 held, 2 held with waiters), without the
+/// poisoning, which would cost more than the lock itself on every poll
+/// round: a poll whose callback panics is ended by [`EndPoll`], which
+/// leaves the CQ as consistent as any other poll does, so there is nothing
+/// to poison. Uncontended, taking it is one `lock cmpxchg` and releasing it
+/// one `xchg`.
+struct PollLock(AtomicU32);
+
+const UNLOCKED: u32 = 0;
+const LOCKED: u32 = 1;
+/// Locked, and a thread may be waiting in `futex_wait`.
+const CONTENDED: u32 = 2;
+
+/// Releases the [`PollLock`] when dropped.
+struct PollGuard<'a>(&'a PollLock);
+
+impl PollLock {
+    const fn new() -> Self {
+        PollLock(AtomicU32::new(UNLOCKED))
+    }
+
+    #[inline]
+    fn lock(&self) -> PollGuard<'_> {
+        if self
+            .0
+            .compare_exchange(UNLOCKED, LOCKED, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            self.lock_contended();
         }
+        PollGuard(self)
+    }
+
+    /// The slow path of `lock`: spin a little, then sleep on the futex
+    /// until the holder's release wakes us.
+    #[cold]
+    #[inline(never)]
+    fn lock_contended(&self) {
+        let mut state = self.spin();
+        if state == UNLOCKED {
+            match self
+                .0
+                .compare_exchange(UNLOCKED, LOCKED, Ordering::Acquire, Ordering::Relaxed)
+            {
+                Ok(_) => return,
+                Err(s) => state = s,
+            }
+        }
+        loop {
+            // Marked CONTENDED before sleeping, so that the release wakes us;
+            // taken this way it stays CONTENDED (another may be asleep).
+            if state != CONTENDED && self.0.swap(CONTENDED, Ordering::Acquire) == UNLOCKED {
+                return;
+            }
+            futex(&self.0, libc::FUTEX_WAIT, CONTENDED);
+            state = self.spin();
+        }
+    }
+
+    /// Waits a little while the lock is held without waiters; returns the
+    /// state last seen.
+    fn spin(&self) -> u32 {
+        let mut spins = 100;
+        loop {
+            let state = self.0.load(Ordering::Relaxed);
+            if state != LOCKED || spins == 0 {
+                return state;
+            }
+            std::hint::spin_loop();
+            spins -= 1;
+        }
+    }
+}
+
+impl Drop for PollGuard<'_> {
+    #[inline]
+    fn drop(&mut self) {
+        if self.0 .0.swap(UNLOCKED, Ordering::Release) == CONTENDED {
+            self.0.wake_one();
+        }
+    }
+}
+
+impl PollLock {
+    #[cold]
+    #[inline(never)]
+    fn wake_one(&self) {
+        futex(&self.0, libc::FUTEX_WAKE, 1);
+    }
+}
+
+/// `futex(2)` on `word`, private to the process: `FUTEX_WAIT` sleeps while
+/// the word holds `val` (returning at once, or on a spurious wake-up, when
+/// it does not: the callers re-check), `FUTEX_WAKE` wakes up to `val`
+/// sleepers.
+fn futex(word: &AtomicU32, op: i32, val: u32) {
+    // SAFETY: `word` is a valid, aligned 32-bit word for the whole call;
+    // FUTEX_WAIT has no timeout (NULL) and FUTEX_WAKE reads no more
+    // arguments; neither writes memory.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            op | libc::FUTEX_PRIVATE_FLAG,
+            val,
+            std::ptr::null::<libc::timespec>(),
+        );
+    }
+}
+
+/// Ends the poll in progress on the view's CQ when dropped
+/// (`ibv_end_poll`): on every return of a poll, and when its callback
+/// panics.
+struct EndPoll<'a, 'p>(&'a PolledWc<'p>);
+
+impl Drop for EndPoll<'_, '_> {
+    #[inline]
+    fn drop(&mut self) {
+        // SAFETY: made right after a successful start_poll, under the
+        // poll lock, and dropped once: it ends that poll.
+        unsafe { (self.0.ops.end_poll)(self.0.cq.as_ptr()) }
     }
 }
 
@@ -607,27 +1025,647 @@ impl fmt::Debug for CompletionQueue {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::undocumented_unsafe_blocks)]
+
     use super::*;
+    use std::collections::HashSet;
+    use std::panic::{catch_unwind, AssertUnwindSafe};
 
     #[test]
     fn status_round_trips_and_prints_rdma_cores_text() {
         for raw in 0..=ffi::IBV_WC_TM_RNDV_INCOMPLETE + 1 {
             assert_eq!(WcStatus::from_raw(raw).to_raw(), raw);
         }
-        assert_eq!(WcStatus::Success.to_string(), "success");
-        assert_eq!(WcStatus::RemAccessErr.to_string(), "remote access error");
+        assert_eq!(WcStatus::SUCCESS.to_string(), "success");
+        assert_eq!(WcStatus::REM_ACCESS_ERR.to_string(), "remote access error");
         assert_eq!(
-            WcStatus::WrFlushErr.to_string(),
+            WcStatus::WR_FLUSH_ERR.to_string(),
             "Work Request Flushed Error"
         );
     }
 
     #[test]
+    fn status_and_opcode_are_the_raw_u32_with_named_consts() {
+        assert_eq!(std::mem::size_of::<WcStatus>(), 4);
+        assert_eq!(std::mem::size_of::<Option<WcStatus>>(), 8);
+        assert_eq!(std::mem::size_of::<WcOpcode>(), 4);
+        assert_eq!(WcStatus::SUCCESS.to_raw(), ffi::IBV_WC_SUCCESS);
+        assert_eq!(WcStatus::LOC_PROT_ERR.to_raw(), ffi::IBV_WC_LOC_PROT_ERR);
+        assert_eq!(WcStatus::GENERAL_ERR.to_raw(), ffi::IBV_WC_GENERAL_ERR);
+        assert_eq!(WcOpcode::RDMA_WRITE.to_raw(), ffi::IBV_WC_RDMA_WRITE);
+        assert_eq!(WcOpcode::ATOMIC_WRITE.to_raw(), ffi::IBV_WC_ATOMIC_WRITE);
+        assert_eq!(
+            WcOpcode::RECV_RDMA_WITH_IMM.to_raw(),
+            ffi::IBV_WC_RECV_RDMA_WITH_IMM
+        );
+        assert!(WcStatus::SUCCESS.is_success());
+        assert!(!WcStatus::from_raw(1).is_success());
+        // Usable in patterns, unknown values included.
+        let kind = |s: WcStatus| match s {
+            WcStatus::SUCCESS => "ok",
+            WcStatus::RETRY_EXC_ERR | WcStatus::RNR_RETRY_EXC_ERR => "retry",
+            _ => "other",
+        };
+        assert_eq!(kind(WcStatus::from_raw(ffi::IBV_WC_SUCCESS)), "ok");
+        assert_eq!(
+            kind(WcStatus::from_raw(ffi::IBV_WC_RNR_RETRY_EXC_ERR)),
+            "retry"
+        );
+        assert_eq!(kind(WcStatus::from_raw(77)), "other");
+        // Every status rdma-core defines has its own name, and so has every
+        // opcode: no two consts share a value.
+        let names: HashSet<_> = (0..=ffi::IBV_WC_TM_RNDV_INCOMPLETE)
+            .map(|raw| WcStatus::from_raw(raw).name().expect("a named status"))
+            .collect();
+        assert_eq!(names.len(), ffi::IBV_WC_TM_RNDV_INCOMPLETE as usize + 1);
+        let ops: HashSet<_> = (0..=0x1_0000)
+            .filter_map(|raw| WcOpcode::from_raw(raw).name())
+            .collect();
+        assert_eq!(ops.len(), 19);
+    }
+
+    #[test]
+    fn debug_prints_the_consts_name_or_the_number() {
+        assert_eq!(format!("{:?}", WcStatus::SUCCESS), "SUCCESS");
+        assert_eq!(
+            format!("{:?}", WcStatus::REM_INV_RD_REQ_ERR),
+            "REM_INV_RD_REQ_ERR"
+        );
+        assert_eq!(format!("{:?}", WcStatus::from_raw(1000)), "WcStatus(1000)");
+        assert_eq!(
+            format!("{:?}", WcOpcode::RECV_RDMA_WITH_IMM),
+            "RECV_RDMA_WITH_IMM"
+        );
+        assert_eq!(format!("{:?}", WcOpcode::RAW_WQE), "RAW_WQE");
+        assert_eq!(
+            format!("{:?}", WcOpcode::from_raw(0xFFFF)),
+            "WcOpcode(65535)"
+        );
+        assert_eq!(
+            format!("{:#x?}", WcOpcode::from_raw(0xFFFF)),
+            "WcOpcode(\n    0xffff,\n)"
+        );
+    }
+
+    #[test]
     fn mlx5_opcodes_are_the_driver_opcodes() {
-        assert_eq!(WcOpcode::from_raw(ffi::IBV_WC_DRIVER1), WcOpcode::Umr);
-        assert_eq!(WcOpcode::from_raw(ffi::IBV_WC_DRIVER2), WcOpcode::RawWqe);
-        assert_eq!(WcOpcode::from_raw(ffi::IBV_WC_DRIVER3), WcOpcode::Memcpy);
-        assert_eq!(WcOpcode::from_raw(ffi::IBV_WC_RECV), WcOpcode::Recv);
-        assert_eq!(WcOpcode::from_raw(0xFFFF), WcOpcode::Other(0xFFFF));
+        assert_eq!(WcOpcode::from_raw(ffi::IBV_WC_DRIVER1), WcOpcode::UMR);
+        assert_eq!(WcOpcode::from_raw(ffi::IBV_WC_DRIVER2), WcOpcode::RAW_WQE);
+        assert_eq!(WcOpcode::from_raw(ffi::IBV_WC_DRIVER3), WcOpcode::MEMCPY);
+        assert_eq!(WcOpcode::from_raw(ffi::IBV_WC_RECV), WcOpcode::RECV);
+        assert_eq!(WcOpcode::from_raw(0xFFFF).to_raw(), 0xFFFF);
+        assert_ne!(WcOpcode::from_raw(0xFFFF), WcOpcode::MEMCPY);
+    }
+
+    // ----- polling a scripted provider -----
+
+    /// One completion the scripted CQ serves.
+    #[derive(Clone, Copy)]
+    struct Cqe {
+        wr_id: u64,
+        status: u32,
+        opcode: u32,
+        byte_len: u32,
+        flags: u32,
+        /// Big-endian on the wire, as `read_imm_data` returns it.
+        imm_data: u32,
+        qp_num: u32,
+        vendor_err: u32,
+    }
+
+    fn cqe(wr_id: u64) -> Cqe {
+        Cqe {
+            wr_id,
+            status: ffi::IBV_WC_SUCCESS,
+            opcode: ffi::IBV_WC_RDMA_WRITE,
+            byte_len: 64 + wr_id as u32,
+            flags: 0,
+            imm_data: 0,
+            qp_num: 0x100 + wr_id as u32,
+            vendor_err: 0,
+        }
+    }
+
+    /// A provider CQ with a queue of completions, served as a real
+    /// provider does: `start_poll` positions on the oldest unconsumed one,
+    /// `next_poll` consumes it and moves on, `end_poll` consumes the one
+    /// positioned on. Every entry is logged; an entry called out of order
+    /// (a reader or `next_poll` outside a poll, a `start_poll` inside one)
+    /// is logged as a violation.
+    #[repr(C)]
+    struct ScriptCq {
+        cq: ffi::ibv_cq_ex,
+        cqes: Vec<Cqe>,
+        /// The oldest unconsumed completion.
+        head: usize,
+        in_poll: bool,
+        /// The `n`-th `start_poll` from now (1: the next) returns this
+        /// errno instead of polling.
+        start_err: Option<(u32, i32)>,
+        /// `next_poll` fails with this when moving to this index.
+        next_err: Option<(usize, i32)>,
+        log: Vec<&'static str>,
+    }
+
+    unsafe fn script<'a>(cq: *mut ffi::ibv_cq_ex) -> &'a mut ScriptCq {
+        unsafe { &mut *cq.cast::<ScriptCq>() }
+    }
+
+    impl ScriptCq {
+        fn position(&mut self) {
+            let c = self.cqes[self.head];
+            self.cq.wr_id = c.wr_id;
+            self.cq.status = c.status;
+        }
+
+        fn read(&mut self, entry: &'static str) -> Cqe {
+            self.log.push(entry);
+            if !self.in_poll || self.head >= self.cqes.len() {
+                self.log.push("VIOLATION: read outside a poll");
+                return cqe(u64::MAX);
+            }
+            self.cqes[self.head]
+        }
+    }
+
+    unsafe extern "C" fn start_poll(
+        cq: *mut ffi::ibv_cq_ex,
+        attr: *mut ffi::ibv_poll_cq_attr,
+    ) -> i32 {
+        let s = unsafe { script(cq) };
+        s.log.push("start_poll");
+        if s.in_poll {
+            s.log.push("VIOLATION: start_poll inside a poll");
+        }
+        if unsafe { (*attr).comp_mask } != 0 {
+            s.log.push("VIOLATION: comp_mask");
+        }
+        if let Some((nth, e)) = s.start_err {
+            if nth == 1 {
+                s.start_err = None;
+                return e;
+            }
+            s.start_err = Some((nth - 1, e));
+        }
+        if s.head == s.cqes.len() {
+            return libc::ENOENT;
+        }
+        s.in_poll = true;
+        s.position();
+        0
+    }
+
+    unsafe extern "C" fn next_poll(cq: *mut ffi::ibv_cq_ex) -> i32 {
+        let s = unsafe { script(cq) };
+        s.log.push("next_poll");
+        if !s.in_poll {
+            s.log.push("VIOLATION: next_poll outside a poll");
+        }
+        if let Some((at, e)) = s.next_err {
+            if at == s.head + 1 {
+                s.next_err = None;
+                return e;
+            }
+        }
+        s.head += 1;
+        if s.head == s.cqes.len() {
+            return libc::ENOENT;
+        }
+        s.position();
+        0
+    }
+
+    unsafe extern "C" fn end_poll(cq: *mut ffi::ibv_cq_ex) {
+        let s = unsafe { script(cq) };
+        s.log.push("end_poll");
+        if !s.in_poll {
+            s.log.push("VIOLATION: end_poll outside a poll");
+        }
+        s.in_poll = false;
+        s.head = (s.head + 1).min(s.cqes.len());
+    }
+
+    unsafe extern "C" fn read_opcode(cq: *mut ffi::ibv_cq_ex) -> ffi::ibv_wc_opcode {
+        unsafe { script(cq) }.read("read_opcode").opcode
+    }
+    unsafe extern "C" fn read_vendor_err(cq: *mut ffi::ibv_cq_ex) -> u32 {
+        unsafe { script(cq) }.read("read_vendor_err").vendor_err
+    }
+    unsafe extern "C" fn read_byte_len(cq: *mut ffi::ibv_cq_ex) -> u32 {
+        unsafe { script(cq) }.read("read_byte_len").byte_len
+    }
+    unsafe extern "C" fn read_imm_data(cq: *mut ffi::ibv_cq_ex) -> ffi::__be32 {
+        unsafe { script(cq) }.read("read_imm_data").imm_data
+    }
+    unsafe extern "C" fn read_qp_num(cq: *mut ffi::ibv_cq_ex) -> u32 {
+        unsafe { script(cq) }.read("read_qp_num").qp_num
+    }
+    unsafe extern "C" fn read_wc_flags(cq: *mut ffi::ibv_cq_ex) -> u32 {
+        unsafe { script(cq) }.read("read_wc_flags").flags
+    }
+
+    /// A handle over a scripted CQ; field order is drop order.
+    struct Fx {
+        cq: CompletionQueue,
+        raw: Box<ScriptCq>,
+        _ctx: Box<ffi::ibv_context>,
+    }
+
+    impl Fx {
+        fn new(cqes: Vec<Cqe>) -> Fx {
+            Self::with(cqes, false)
+        }
+
+        /// `one_per_poll`: the CQ polls as on soft-RoCE.
+        fn with(cqes: Vec<Cqe>, one_per_poll: bool) -> Fx {
+            let mut ctx: Box<ffi::ibv_context> = Box::default();
+            let context = Context::fake(NonNull::from(&mut *ctx), "fake0", false);
+            let mut raw = Box::new(ScriptCq {
+                cq: ffi::ibv_cq_ex {
+                    cqe: 64,
+                    start_poll: Some(start_poll),
+                    next_poll: Some(next_poll),
+                    end_poll: Some(end_poll),
+                    read_opcode: Some(read_opcode),
+                    read_vendor_err: Some(read_vendor_err),
+                    read_byte_len: Some(read_byte_len),
+                    read_imm_data: Some(read_imm_data),
+                    read_qp_num: Some(read_qp_num),
+                    read_wc_flags: Some(read_wc_flags),
+                    ..Default::default()
+                },
+                cqes,
+                head: 0,
+                in_poll: false,
+                start_err: None,
+                next_err: None,
+                log: Vec::new(),
+            });
+            let ptr = NonNull::from(&mut raw.cq);
+            let mut cq = unsafe { CompletionQueue::from_raw(&context, ptr) }.unwrap();
+            Arc::get_mut(&mut cq.0).unwrap().one_per_poll = one_per_poll;
+            Fx { cq, raw, _ctx: ctx }
+        }
+
+        /// The entries called since the last call, checked for violations.
+        fn log(&mut self) -> Vec<&'static str> {
+            let log = std::mem::take(&mut self.raw.log);
+            assert!(!log.iter().any(|e| e.starts_with("VIOLATION")), "{log:?}");
+            log
+        }
+    }
+
+    fn ids(n: u64) -> Vec<Cqe> {
+        (0..n).map(cqe).collect()
+    }
+
+    #[test]
+    fn every_accessor_returns_what_the_provider_reported() {
+        let cqes = vec![
+            Cqe {
+                wr_id: 0xFEDC_BA98_7654_3210,
+                status: ffi::IBV_WC_SUCCESS,
+                opcode: ffi::IBV_WC_RECV_RDMA_WITH_IMM,
+                byte_len: 0xF000_0001,
+                flags: ffi::IBV_WC_WITH_IMM | ffi::IBV_WC_GRH,
+                imm_data: 0x1234_5678u32.to_be(),
+                qp_num: 0x00FF_FFFE,
+                vendor_err: 0,
+            },
+            Cqe {
+                wr_id: 7,
+                status: ffi::IBV_WC_SUCCESS,
+                opcode: ffi::IBV_WC_RECV,
+                byte_len: 0,
+                flags: ffi::IBV_WC_WITH_INV,
+                imm_data: 0xDEAD_BEEF,
+                qp_num: 3,
+                vendor_err: 0,
+            },
+            Cqe {
+                wr_id: 8,
+                status: ffi::IBV_WC_REM_ACCESS_ERR,
+                opcode: 0xABCD,
+                byte_len: 5,
+                flags: 0x8000_0000,
+                imm_data: 0x5555_5555,
+                qp_num: 4,
+                vendor_err: 0x8765_4321,
+            },
+        ];
+        let mut fx = Fx::new(cqes.clone());
+        let mut seen = Vec::new();
+        let n = fx
+            .cq
+            .poll_each(8, |wc| {
+                seen.push((
+                    wc.wr_id(),
+                    wc.status(),
+                    wc.is_success(),
+                    wc.opcode(),
+                    wc.byte_len(),
+                    wc.wc_flags(),
+                    wc.imm(),
+                    wc.invalidated_rkey(),
+                    wc.qp_num(),
+                    wc.vendor_err(),
+                    wc.as_ptr(),
+                ))
+            })
+            .unwrap();
+        assert_eq!(n, 3);
+        let cq = &mut fx.raw.cq as *mut ffi::ibv_cq_ex;
+        assert_eq!(
+            seen,
+            [
+                (
+                    0xFEDC_BA98_7654_3210,
+                    WcStatus::SUCCESS,
+                    true,
+                    WcOpcode::RECV_RDMA_WITH_IMM,
+                    0xF000_0001,
+                    WcFlags::WITH_IMM | WcFlags::GRH,
+                    Some(0x1234_5678),
+                    None,
+                    0x00FF_FFFE,
+                    0,
+                    cq,
+                ),
+                (
+                    7,
+                    WcStatus::SUCCESS,
+                    true,
+                    WcOpcode::RECV,
+                    0,
+                    WcFlags::WITH_INV,
+                    None,
+                    Some(0xDEAD_BEEF),
+                    3,
+                    0,
+                    cq,
+                ),
+                (
+                    8,
+                    WcStatus::REM_ACCESS_ERR,
+                    false,
+                    WcOpcode::from_raw(0xABCD),
+                    5,
+                    WcFlags::from_bits_retain(0x8000_0000),
+                    None,
+                    None,
+                    4,
+                    0x8765_4321,
+                    cq,
+                ),
+            ]
+        );
+        fx.log();
+
+        // WorkCompletion::from reads the same, every field.
+        let mut fx = Fx::new(cqes);
+        let mut owned = Vec::new();
+        let mut errors = Vec::new();
+        fx.cq
+            .poll_each(8, |wc| {
+                owned.push(WorkCompletion::from(wc));
+                errors.push(wc.ok().map_err(|e| e.to_string()));
+            })
+            .unwrap();
+        let want: Vec<_> = seen
+            .iter()
+            .map(|s| WorkCompletion {
+                wr_id: s.0,
+                status: s.1,
+                opcode: s.3,
+                byte_len: s.4,
+                imm: s.6,
+                invalidated_rkey: s.7,
+                qp_num: s.8,
+                vendor_err: s.9,
+            })
+            .collect();
+        assert_eq!(owned, want);
+        assert_eq!(
+            errors,
+            [
+                Ok(()),
+                Ok(()),
+                Err(
+                    "work request 8 on QP 0x4 completed with remote access error \
+                     (vendor error 0x87654321)"
+                        .to_string()
+                )
+            ]
+        );
+        assert_eq!(format!("{:?}", owned[0].opcode), "RECV_RDMA_WITH_IMM");
+        fx.log();
+    }
+
+    #[test]
+    fn each_accessor_reads_only_what_it_needs() {
+        let mut imm = cqe(1);
+        imm.flags = ffi::IBV_WC_WITH_IMM;
+        let mut fx = Fx::new(vec![cqe(0), imm]);
+        let mut ids = Vec::new();
+        fx.cq
+            .poll_each(2, |wc| ids.push((wc.wr_id(), wc.status())))
+            .unwrap();
+        assert_eq!(ids, [(0, WcStatus::SUCCESS), (1, WcStatus::SUCCESS)]);
+        // wr_id and status are fields of the CQ: no reader is called.
+        assert_eq!(fx.log(), ["start_poll", "next_poll", "end_poll"]);
+
+        let mut fx = Fx::new(vec![cqe(0), imm]);
+        let mut got = Vec::new();
+        fx.cq.poll_each(2, |wc| got.push(wc.imm())).unwrap();
+        assert_eq!(got, [None, Some(0)]);
+        // The immediate is read only when the flags say there is one.
+        assert_eq!(
+            fx.log(),
+            [
+                "start_poll",
+                "read_wc_flags",
+                "next_poll",
+                "read_wc_flags",
+                "read_imm_data",
+                "end_poll"
+            ]
+        );
+
+        let mut fx = Fx::new(vec![cqe(0)]);
+        fx.cq
+            .poll_each(1, |wc| {
+                wc.opcode();
+                wc.byte_len();
+                wc.qp_num();
+                wc.vendor_err();
+            })
+            .unwrap();
+        assert_eq!(
+            fx.log(),
+            [
+                "start_poll",
+                "read_opcode",
+                "read_byte_len",
+                "read_qp_num",
+                "read_vendor_err",
+                "end_poll"
+            ]
+        );
+    }
+
+    #[test]
+    fn max_is_honoured_and_the_rest_stays_for_the_next_poll() {
+        let mut fx = Fx::new(ids(5));
+        let mut got = Vec::new();
+        assert_eq!(fx.cq.poll_each(2, |wc| got.push(wc.wr_id())).unwrap(), 2);
+        assert_eq!(got, [0, 1]);
+        // No next_poll after the max-th completion.
+        assert_eq!(fx.log(), ["start_poll", "next_poll", "end_poll"]);
+
+        assert_eq!(fx.cq.poll_each(1, |wc| got.push(wc.wr_id())).unwrap(), 1);
+        assert_eq!(fx.log(), ["start_poll", "end_poll"]);
+
+        // Fewer than max: the poll stops at ENOENT from next_poll.
+        assert_eq!(fx.cq.poll_each(32, |wc| got.push(wc.wr_id())).unwrap(), 2);
+        assert_eq!(got, [0, 1, 2, 3, 4]);
+        assert_eq!(
+            fx.log(),
+            ["start_poll", "next_poll", "next_poll", "end_poll"]
+        );
+
+        // max 0 polls nothing: no entry is called.
+        let mut fx = Fx::new(ids(1));
+        assert_eq!(fx.cq.poll_each(0, |_| panic!("called")).unwrap(), 0);
+        assert_eq!(fx.log(), Vec::<&str>::new());
+    }
+
+    #[test]
+    fn an_empty_cq_is_zero_and_its_poll_is_not_ended() {
+        let mut fx = Fx::new(Vec::new());
+        assert_eq!(fx.cq.poll_each(32, |_| panic!("called")).unwrap(), 0);
+        // ibv_create_cq_ex(3): no ibv_end_poll after ENOENT from start_poll.
+        assert_eq!(fx.log(), ["start_poll"]);
+        let mut out = Vec::new();
+        assert_eq!(fx.cq.poll_into(&mut out, 32).unwrap(), 0);
+        assert!(out.is_empty());
+        assert_eq!(fx.log(), ["start_poll"]);
+    }
+
+    #[test]
+    fn a_start_poll_error_is_returned_without_ending_a_poll() {
+        let mut fx = Fx::new(ids(2));
+        fx.raw.start_err = Some((1, libc::EIO));
+        let e = fx.cq.poll_each(32, |_| panic!("called")).unwrap_err();
+        assert_eq!(e.errno(), Some(libc::EIO));
+        assert!(
+            e.to_string().starts_with("ibv_start_poll failed (fake0)"),
+            "{e}"
+        );
+        assert_eq!(fx.log(), ["start_poll"]);
+        // The completions are still there.
+        let mut out = Vec::new();
+        assert_eq!(fx.cq.poll_into(&mut out, 32).unwrap(), 2);
+    }
+
+    #[test]
+    fn a_next_poll_error_ends_the_poll_and_is_returned() {
+        let mut fx = Fx::new(ids(5));
+        fx.raw.next_err = Some((2, libc::EIO));
+        let mut got = Vec::new();
+        let e = fx.cq.poll_each(32, |wc| got.push(wc.wr_id())).unwrap_err();
+        assert_eq!(e.errno(), Some(libc::EIO));
+        assert!(
+            e.to_string().starts_with("ibv_next_poll failed (fake0)"),
+            "{e}"
+        );
+        // The completions before the error were handed over.
+        assert_eq!(got, [0, 1]);
+        assert_eq!(
+            fx.log(),
+            ["start_poll", "next_poll", "next_poll", "end_poll"]
+        );
+        // poll_into keeps what it read before the error.
+        let mut fx = Fx::new(ids(5));
+        fx.raw.next_err = Some((3, libc::EAGAIN));
+        let mut out = Vec::new();
+        assert!(fx.cq.poll_into(&mut out, 32).is_err());
+        let ids: Vec<_> = out.iter().map(|c| c.wr_id).collect();
+        assert_eq!(ids, [0, 1, 2]);
+        assert_eq!(fx.log().last(), Some(&"end_poll"));
+    }
+
+    #[test]
+    fn a_panicking_callback_ends_the_poll_and_the_cq_still_polls() {
+        let mut fx = Fx::new(ids(4));
+        let mut got = Vec::new();
+        let r = catch_unwind(AssertUnwindSafe(|| {
+            fx.cq.poll_each(32, |wc| {
+                got.push(wc.wr_id());
+                assert!(wc.wr_id() < 1, "stop at {}", wc.wr_id());
+            })
+        }));
+        assert!(r.is_err());
+        assert_eq!(got, [0, 1]);
+        assert_eq!(fx.log(), ["start_poll", "next_poll", "end_poll"]);
+        // The lock was poisoned by the panic; the next poll goes on with
+        // what the provider has left.
+        assert_eq!(fx.cq.poll_each(32, |wc| got.push(wc.wr_id())).unwrap(), 2);
+        assert_eq!(got, [0, 1, 2, 3]);
+        assert_eq!(
+            fx.log(),
+            ["start_poll", "next_poll", "next_poll", "end_poll"]
+        );
+    }
+
+    #[test]
+    fn one_per_poll_pairs_every_completion_with_its_own_start_and_end() {
+        let mut fx = Fx::with(ids(3), true);
+        let mut got = Vec::new();
+        let n = fx
+            .cq
+            .poll_each(32, |wc| got.push((wc.wr_id(), wc.byte_len())))
+            .unwrap();
+        assert_eq!(n, 3);
+        assert_eq!(got, [(0, 64), (1, 65), (2, 66)]);
+        let (s, r, e_) = ("start_poll", "read_byte_len", "end_poll");
+        // next_poll is never called (see SOFT_ROCE_VENDOR_ID); the last
+        // start_poll finds the CQ empty and is not ended.
+        assert_eq!(fx.log(), [s, r, e_, s, r, e_, s, r, e_, s]);
+
+        // max: no start_poll after the max-th completion.
+        let mut fx = Fx::with(ids(3), true);
+        let mut out = Vec::new();
+        assert_eq!(fx.cq.poll_into(&mut out, 2).unwrap(), 2);
+        assert_eq!(out.len(), 2);
+        assert_eq!(
+            fx.log()
+                .iter()
+                .filter(|e| e.ends_with("_poll"))
+                .collect::<Vec<_>>(),
+            [&s, &e_, &s, &e_]
+        );
+
+        // A start_poll error after the first completion ends nothing more
+        // and is returned.
+        let mut fx = Fx::with(ids(3), true);
+        fx.raw.start_err = Some((2, libc::EIO));
+        let mut got = Vec::new();
+        let e = fx.cq.poll_each(32, |wc| got.push(wc.wr_id())).unwrap_err();
+        assert_eq!(e.errno(), Some(libc::EIO));
+        assert!(e.to_string().starts_with("ibv_start_poll failed"), "{e}");
+        assert_eq!(got, [0]);
+        assert_eq!(fx.log(), [s, e_, s]);
+
+        // A panicking callback ends its own poll.
+        let mut fx = Fx::with(ids(3), true);
+        let r = catch_unwind(AssertUnwindSafe(|| {
+            fx.cq.poll_each(32, |wc| assert_ne!(wc.wr_id(), 1))
+        }));
+        assert!(r.is_err());
+        assert_eq!(fx.log(), [s, e_, s, e_]);
+        assert_eq!(
+            fx.cq.poll_each(32, |wc| assert_eq!(wc.wr_id(), 2)).unwrap(),
+            1
+        );
     }
 }

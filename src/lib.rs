@@ -46,8 +46,8 @@
 //!     let completions = qp_a.post_and_wait(Duration::from_secs(5), |batch| {
 //!         batch.wr(1).rdma_write(remote).sge(src.sge(0..5)?)
 //!     })?;
-//!     assert_eq!(completions[0].status, WcStatus::Success);
-//!     assert_eq!(completions[0].opcode, WcOpcode::RdmaWrite);
+//!     assert_eq!(completions[0].status, WcStatus::SUCCESS);
+//!     assert_eq!(completions[0].opcode, WcOpcode::RDMA_WRITE);
 //!     assert_eq!(&dst.as_slice()[..5], b"hello");
 //!     Ok(())
 //! }
@@ -58,7 +58,9 @@
 //! - The safe layer: [`DeviceList`] and [`Context`] (ports, GID table,
 //!   attributes), [`ProtectionDomain`], [`MemoryRegion`] (owned buffers, or
 //!   caller memory through an `unsafe` registration), [`CompletionQueue`]
-//!   (extended CQ, typed [`WorkCompletion`]s), [`AddressHandle`], and
+//!   (extended CQ: [`CompletionQueue::poll_each`] reads each completion in
+//!   place through a [`PolledWc`], [`CompletionQueue::poll_into`] copies
+//!   them into typed [`WorkCompletion`]s), [`AddressHandle`], and
 //!   [`QpEx`]: RC QPs created with `ibv_create_qp_ex` and their send ops,
 //!   connected with typed [`Endpoint`]s, posted through the typestate
 //!   [`WrBatch`] (see [`wr`] for the rules it enforces at compile time).
@@ -98,7 +100,7 @@
 //! |---|---|---|
 //! | [`WrBatch::complete`], [`QpEx::post_recv`], [`SharedReceiveQueue::post_recv`] | the device reads and writes the posted memory after the call returns, outside any borrow | the memory stays registered and is not accessed in conflict until the completion (or flush) is polled; [`QpEx::post_and_wait`] is the safe form |
 //! | [`wr::Wr::raw_wqe`] | the WQE's segments name memory by key and address with no borrow tied to them | every key and address in it follows the rules of `complete` |
-//! | [`Mkey::sge`] | an mkey reaches the memory of the regions its layout was registered over, which the SGE does not borrow | those regions stay registered and unaliased until the work requests complete |
+//! | [`MkeyLayout::sge`] | an mkey reaches the memory of the regions its layout was registered over, which the SGE does not borrow | those regions stay registered and unaliased until the work requests complete |
 //! | [`MemoryRegion::register_raw`] | the memory is the caller's | it outlives the region and is not aliased in conflict |
 //! | `from_raw` / [`QpEx::from_raw_parts`] constructors | the objects were made elsewhere | they are live, belong together, and outlive the handle |
 //! | [`ffi`] | the raw C API | the man pages' contracts |
@@ -192,10 +194,10 @@ pub mod wqe;
 pub mod wr;
 
 pub use ah::{AddressHandle, AhAttr, Grh};
-pub use cq::{CompletionQueue, WcOpcode, WcStatus, WorkCompletion};
+pub use cq::{CompletionQueue, PolledWc, WcFlags, WcOpcode, WcStatus, WorkCompletion};
 pub use device::{Context, Device, DeviceAttr, DeviceList};
 pub use error::{Error, Result};
-pub use mkey::Mkey;
+pub use mkey::{Mkey, MkeyLayout};
 pub use mr::{AccessFlags, MemoryRegion, RemoteBuf, Sge};
 pub use pd::ProtectionDomain;
 pub use port::{Gid, GidEntry, GidType, LinkLayer, Mtu, PortAttr, PortState};
@@ -204,7 +206,7 @@ pub use qp::{
     QpState, RawMlx5, RawQp, Rc, SendOps, Transport,
 };
 pub use srq::SharedReceiveQueue;
-pub use wr::{MrInterleaved, SendFlags, WrBatch};
+pub use wr::{MemcpyOp, MrInterleaved, SendFlags, WrBatch};
 
 /// How many destroy calls (`ibv_destroy_qp`, `ibv_dereg_mr`, ...) have
 /// failed in `Drop` in this process so far. Each failure is also printed on

@@ -8,7 +8,6 @@ use crate::pd::ProtectionDomain;
 use std::fmt;
 use std::ops::RangeBounds;
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 /// An indirect mkey (`struct mlx5dv_mkey`), destroyed on drop.
 ///
@@ -23,8 +22,6 @@ pub struct Mkey {
     mkey: NonNull<ffi::mlx5dv_mkey>,
     max_entries: u16,
     remote_invalidate: bool,
-    /// Bytes covered by the layout of the last registration posted.
-    layout_len: AtomicU64,
     /// Created by this value (destroyed on drop).
     owned: bool,
     // Dropped after the mkey is destroyed.
@@ -32,7 +29,7 @@ pub struct Mkey {
 }
 
 // SAFETY: an mlx5dv_mkey is a pair of keys and a kernel object; creating and
-// destroying it are thread-safe calls, and `layout_len` is atomic.
+// destroying it are thread-safe calls.
 unsafe impl Send for Mkey {}
 // SAFETY: as above.
 unsafe impl Sync for Mkey {}
@@ -80,7 +77,6 @@ impl Mkey {
             mkey,
             max_entries,
             remote_invalidate,
-            layout_len: AtomicU64::new(0),
             owned: true,
             pd: pd.clone(),
         })
@@ -103,7 +99,6 @@ impl Mkey {
             mkey,
             max_entries,
             remote_invalidate,
-            layout_len: AtomicU64::new(0),
             owned: false,
             pd: pd.clone(),
         }
@@ -131,17 +126,6 @@ impl Mkey {
         self.remote_invalidate
     }
 
-    /// Bytes covered by the layout of the last registration posted through
-    /// this crate (0 before any): set when the batch holding it is posted,
-    /// not when the work request is added (an aborted batch leaves it).
-    pub fn layout_len(&self) -> u64 {
-        self.layout_len.load(Ordering::Relaxed)
-    }
-
-    pub(crate) fn set_layout_len(&self, len: u64) {
-        self.layout_len.store(len, Ordering::Relaxed);
-    }
-
     /// The raw mkey, valid while this handle lives.
     pub fn as_ptr(&self) -> *mut ffi::mlx5dv_mkey {
         self.mkey.as_ptr()
@@ -151,24 +135,64 @@ impl Mkey {
     pub fn pd(&self) -> &ProtectionDomain {
         &self.pd
     }
+}
 
-    fn layout_range(&self, range: impl RangeBounds<usize>) -> Result<(usize, usize)> {
-        let len = usize::try_from(self.layout_len()).unwrap_or(usize::MAX);
+/// The layout a registration work request gives an mkey: its keys and how
+/// many bytes it covers, addressed zero-based. Returned by
+/// [`Wr::mr_list`](crate::wr::Wr::mr_list) and
+/// [`Wr::mr_interleaved`](crate::wr::Wr::mr_interleaved) (computed from
+/// their entries, at no cost when unused), or made with
+/// [`MkeyLayout::new`] for a layout registered elsewhere.
+///
+/// It describes the registration as it was built: the mkey has it only once
+/// that work request has completed successfully (not if its batch was
+/// aborted, refused or flushed). Through it, the peer's accesses and the
+/// local SGEs are bounded by the layout's length; the device checks them
+/// against the registered layout too.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MkeyLayout<'k> {
+    mkey: &'k Mkey,
+    len: u64,
+}
+
+impl<'k> MkeyLayout<'k> {
+    /// A layout of `len` bytes on `mkey`.
+    pub fn new(mkey: &'k Mkey, len: u64) -> Self {
+        MkeyLayout { mkey, len }
+    }
+
+    /// Bytes the layout covers.
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    /// Whether it covers none.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The mkey.
+    pub fn mkey(&self) -> &'k Mkey {
+        self.mkey
+    }
+
+    fn range(&self, range: impl RangeBounds<usize>) -> Result<(usize, usize)> {
+        let len = usize::try_from(self.len).unwrap_or(usize::MAX);
         range_within(len, range)
     }
 
-    /// What a peer needs to reach `range` of the registered layout: a
-    /// zero-based address (the offset), the length and the rkey.
+    /// What a peer needs to reach `range` of the layout: a zero-based
+    /// address (the offset), the length and the mkey's rkey.
     pub fn remote(&self, range: impl RangeBounds<usize>) -> Result<RemoteBuf> {
-        let (offset, len) = self.layout_range(range)?;
+        let (offset, len) = self.range(range)?;
         Ok(RemoteBuf {
             addr: offset as u64,
             len: len as u64,
-            rkey: self.rkey(),
+            rkey: self.mkey.rkey(),
         })
     }
 
-    /// A local SGE for `range` of the registered layout (zero-based).
+    /// A local SGE for `range` of the layout (zero-based).
     ///
     /// # Safety
     ///
@@ -176,8 +200,8 @@ impl Mkey {
     /// layout was registered over, which this borrow does not cover: those
     /// regions must stay registered, and their memory must not be accessed
     /// in conflict with the device, until the work requests have completed.
-    pub unsafe fn sge(&self, range: impl RangeBounds<usize>) -> Result<Sge<'_>> {
-        let (offset, len) = self.layout_range(range)?;
+    pub unsafe fn sge(&self, range: impl RangeBounds<usize>) -> Result<Sge<'k>> {
+        let (offset, len) = self.range(range)?;
         let length = u32::try_from(len).map_err(|_| Error::OutOfRange {
             what: "SGE length",
             value: len as u64,
@@ -186,10 +210,18 @@ impl Mkey {
         Ok(Sge::from_raw(ffi::ibv_sge {
             addr: offset as u64,
             length,
-            lkey: self.lkey(),
+            lkey: self.mkey.lkey(),
         }))
     }
 }
+
+impl PartialEq for Mkey {
+    fn eq(&self, other: &Self) -> bool {
+        self.mkey == other.mkey
+    }
+}
+
+impl Eq for Mkey {}
 
 impl Drop for Mkey {
     fn drop(&mut self) {
@@ -208,7 +240,6 @@ impl fmt::Debug for Mkey {
             .field("lkey", &format_args!("{:#x}", self.lkey()))
             .field("rkey", &format_args!("{:#x}", self.rkey()))
             .field("max_entries", &self.max_entries)
-            .field("layout_len", &self.layout_len())
             .finish()
     }
 }

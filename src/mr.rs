@@ -457,6 +457,40 @@ pub struct RemoteBuf {
 }
 
 impl RemoteBuf {
+    /// The peer's memory at `addr` under `rkey`, of a length not known
+    /// here (`len` is `u64::MAX`): work requests to it are not checked
+    /// against a length on this side, as in C. The responder's device
+    /// checks every access against the bounds and rights of its region and
+    /// fails the work request with a remote access error
+    /// ([`WcStatus::REM_ACCESS_ERR`](crate::WcStatus)) when it falls
+    /// outside.
+    ///
+    /// It is what a loop of writes to one peer region uses to pass the
+    /// rkey once and each address as C passes it, with no per-request
+    /// length check:
+    ///
+    /// ```no_run
+    /// # use mlx5dv::*;
+    /// # fn f(qp: &mut QpEx<Rc>, sges: &[Sge<'_>], rkey: u32, raddr: &[u64]) -> Result<()> {
+    /// let mut b = qp.batch_with(SendFlags::SIGNALED);
+    /// for (i, (sge, &addr)) in sges.iter().zip(raddr).enumerate() {
+    ///     b.wr(i as u64).rdma_write(RemoteBuf::unbounded(addr, rkey)).sge(*sge)?;
+    /// }
+    /// // SAFETY: the memory stays registered and untouched until the
+    /// // completions are polled.
+    /// unsafe { b.complete()? };
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[inline]
+    pub const fn unbounded(addr: u64, rkey: u32) -> RemoteBuf {
+        RemoteBuf {
+            addr,
+            len: u64::MAX,
+            rkey,
+        }
+    }
+
     /// `len` bytes of this buffer starting at `offset`, checked.
     pub fn slice(&self, offset: u64, len: u64) -> Result<RemoteBuf> {
         let end = offset.checked_add(len).filter(|&end| end <= self.len);

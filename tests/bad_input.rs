@@ -584,16 +584,16 @@ fn range_rows<'a>() -> Vec<Row<'a, Fx>> {
             move |fx: &mut Fx| fx.mr.remote(range).map(drop),
         ));
     }
-    // An mkey with no layout registered has none to address.
+    // A layout bounds the ranges made through it.
     rows.push(row(
-        "Mkey::remote(0..1) with no layout",
+        "MkeyLayout::remote(0..65) of a 64-byte layout",
         OutOfRange(end),
-        |fx: &mut Fx| fx.mkey_small.remote(0..1).map(drop),
+        |fx: &mut Fx| MkeyLayout::new(&fx.mkey_small, 64).remote(0..65).map(drop),
     ));
     rows.push(row(
-        "Mkey::sge(0..1) with no layout",
+        "MkeyLayout::sge(0..1) of an empty layout",
         OutOfRange(end),
-        |fx: &mut Fx| unsafe { fx.mkey_small.sge(0..1) }.map(drop),
+        |fx: &mut Fx| unsafe { MkeyLayout::new(&fx.mkey_small, 0).sge(0..1) }.map(drop),
     ));
     rows
 }

@@ -81,7 +81,7 @@ fn write_once(from: &mut DcSide, to: &DcSide, stream: Option<u16>, wr_id: u64, d
         &from.src,
         Op::Write(remote),
     );
-    assert_wc(&wc, wr_id, WcOpcode::RdmaWrite);
+    assert_wc(&wc, wr_id, WcOpcode::RDMA_WRITE);
     assert_eq!(
         to.dst.as_slice(),
         data,
@@ -104,9 +104,9 @@ fn send_once(from: &mut DcSide, to: &mut DcSide, qp_idx: usize, wr_id: u64, data
         &from.src,
         Op::Send,
     );
-    assert_wc(&wc, wr_id, WcOpcode::Send);
+    assert_wc(&wc, wr_id, WcOpcode::SEND);
     let rx = to.recv_cq.wait(1, WAIT).unwrap();
-    assert_wc(&rx[0], wr_id, WcOpcode::Recv);
+    assert_wc(&rx[0], wr_id, WcOpcode::RECV);
     assert_eq!(rx[0].byte_len as usize, MSG, "{:?}", rx[0]);
     assert_eq!(to.dst.as_slice(), data, "the received message");
 }
@@ -285,7 +285,7 @@ fn stream_send(
 /// completion and the data.
 fn expect_received(p: &mut DcPair, wr_id: u64, data: &[u8]) {
     let rx = p.server.recv_cq.wait(1, WAIT).unwrap();
-    assert_wc(&rx[0], wr_id, WcOpcode::Recv);
+    assert_wc(&rx[0], wr_id, WcOpcode::RECV);
     assert_eq!(rx[0].byte_len as usize, MSG, "{:?}", rx[0]);
     assert_eq!(p.server.dst.as_slice(), data, "the received message");
 }
@@ -344,9 +344,9 @@ fn dc_send_stream_bad_flow_resets_the_errored_stream() {
             i as u64,
             &data,
         );
-        if wc.status != WcStatus::Success {
+        if wc.status != WcStatus::SUCCESS {
             assert!(bad_flow, "a good send failed: {wc:?}");
-            assert_eq!(wc.status, WcStatus::LocProtErr, "{wc:?}");
+            assert_eq!(wc.status, WcStatus::LOC_PROT_ERR, "{wc:?}");
             caught += 1;
             let dci = &p.client.dcis[0];
             // mlx5dv_dci_stream_id_reset(3): an error of one stream leaves
@@ -375,7 +375,7 @@ fn dc_send_stream_bad_flow_resets_the_errored_stream() {
             !bad_flow,
             "a send from another PD's memory succeeded: {wc:?}"
         );
-        assert_wc(&wc, i as u64, WcOpcode::Send);
+        assert_wc(&wc, i as u64, WcOpcode::SEND);
         expect_received(&mut p, 1000, &data);
         post_server_recv(&mut p, 1000);
     }
@@ -427,24 +427,24 @@ fn dc_send_stream_bad_flow_recovers_the_qp() {
             &data,
         );
         match wc.status {
-            WcStatus::Success => {
+            WcStatus::SUCCESS => {
                 assert!(
                     !bad_flow,
                     "a send from another PD's memory succeeded: {wc:?}"
                 );
-                assert_wc(&wc, i as u64, WcOpcode::Send);
+                assert_wc(&wc, i as u64, WcOpcode::SEND);
                 expect_received(&mut p, 2000, &data);
                 post_server_recv(&mut p, 2000);
                 good_after_recovery += 1;
             }
-            WcStatus::LocProtErr => {
+            WcStatus::LOC_PROT_ERR => {
                 assert!(bad_flow, "{wc:?}");
                 assert!(
                     errored_streams.insert(stream),
                     "a second error from stream {stream}"
                 );
             }
-            WcStatus::WrFlushErr => {
+            WcStatus::WR_FLUSH_ERR => {
                 assert!(bad_flow, "a good send was flushed: {wc:?}");
                 let dci = &p.client.dcis[0];
                 if dci.state().unwrap() == QpState::Err {

@@ -83,7 +83,7 @@ fn dma_memcpy_data() {
     p.a.mr.as_mut_slice().copy_from_slice(&data);
     let dest = MemoryRegion::new(&p.pd, MSG, AccessFlags::LOCAL_WRITE).unwrap();
     let wc = memcpy_into(&mut p, &dest, 1);
-    assert_wc(&wc, 1, WcOpcode::Memcpy);
+    assert_wc(&wc, 1, WcOpcode::MEMCPY);
     assert_eq!(dest.as_slice(), &data[..], "the memcpy destination");
     assert_eq!(p.a.mr.as_slice(), &data[..], "the memcpy source changed");
 }
@@ -95,7 +95,7 @@ fn expect_protection_error(mut p: RcPair, dest: MemoryRegion) {
     let wc = memcpy_into(&mut p, &dest, 2);
     assert_eq!(
         wc.status,
-        WcStatus::LocProtErr,
+        WcStatus::LOC_PROT_ERR,
         "expected a completion with a local protection error: {wc:?}"
     );
 }
@@ -166,6 +166,6 @@ fn dma_memcpy_large_data_bad_flow() {
     p.a.mr.as_mut_slice().copy_from_slice(&data);
     let dest = MemoryRegion::new(&p.pd, MSG, AccessFlags::LOCAL_WRITE).unwrap();
     let wc = memcpy_into(&mut p, &dest, 4);
-    assert_wc(&wc, 4, WcOpcode::Memcpy);
+    assert_wc(&wc, 4, WcOpcode::MEMCPY);
     assert_eq!(dest.as_slice(), &data[..]);
 }

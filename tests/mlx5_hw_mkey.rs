@@ -83,8 +83,14 @@ fn mkeys(mlx5_ops: Mlx5SendOps, server_remote_invalidate: bool) -> Option<Mkeys>
 
 /// Registers a list layout of `pieces` of `side`'s region on `mkey`
 /// (`reg_mr_list`): the registration completes with `MLX5DV_WC_UMR`.
-fn reg_list(side: &mut RcSide, mkey: &Mkey, pieces: &[Range<usize>], wr_id: u64) {
+fn reg_list<'k>(
+    side: &mut RcSide,
+    mkey: &'k Mkey,
+    pieces: &[Range<usize>],
+    wr_id: u64,
+) -> MkeyLayout<'k> {
     let mr = &side.mr;
+    let mut len = 0;
     let wcs = side
         .qp
         .post_and_wait(WAIT, |b| {
@@ -92,13 +98,18 @@ fn reg_list(side: &mut RcSide, mkey: &Mkey, pieces: &[Range<usize>], wr_id: u64)
                 .iter()
                 .map(|r| mr.sge(r.clone()))
                 .collect::<Result<Vec<_>>>()?;
-            b.wr(wr_id).mr_list(mkey, AccessFlags::LOCAL_WRITE, &sges)
+            len = b
+                .wr(wr_id)
+                .mr_list(mkey, AccessFlags::LOCAL_WRITE, &sges)?
+                .len();
+            Ok(())
         })
         .unwrap_or_else(|e| panic!("registering a list layout on {mkey:?}: {e}"));
     assert_eq!(wcs.len(), 1, "{wcs:?}");
-    assert_wc(&wcs[0], wr_id, WcOpcode::Umr);
+    assert_wc(&wcs[0], wr_id, WcOpcode::UMR);
     let total: usize = pieces.iter().map(|r| r.len()).sum();
-    assert_eq!(mkey.layout_len(), total as u64, "{mkey:?}");
+    assert_eq!(len, total as u64, "{mkey:?}");
+    MkeyLayout::new(mkey, len)
 }
 
 /// Registers the interleaved layout of `reg_mr_interleaved` on `mkey`: 8
@@ -106,6 +117,7 @@ fn reg_list(side: &mut RcSide, mkey: &Mkey, pieces: &[Range<usize>], wr_id: u64)
 /// repeated 3 times; the registration completes with `MLX5DV_WC_UMR`.
 fn reg_interleaved(side: &mut RcSide, mkey: &Mkey, wr_id: u64) {
     let mr = &side.mr;
+    let mut len = 0;
     let wcs = side
         .qp
         .post_and_wait(WAIT, |b| {
@@ -113,13 +125,16 @@ fn reg_interleaved(side: &mut RcSide, mkey: &Mkey, wr_id: u64) {
                 MrInterleaved::new(mr, 0, 8, 2)?,
                 MrInterleaved::new(mr, 64, 8, 2)?,
             ];
-            b.wr(wr_id)
-                .mr_interleaved(mkey, AccessFlags::LOCAL_WRITE, 3, &entries)
+            len = b
+                .wr(wr_id)
+                .mr_interleaved(mkey, AccessFlags::LOCAL_WRITE, 3, &entries)?
+                .len();
+            Ok(())
         })
         .unwrap_or_else(|e| panic!("registering an interleaved layout on {mkey:?}: {e}"));
     assert_eq!(wcs.len(), 1, "{wcs:?}");
-    assert_wc(&wcs[0], wr_id, WcOpcode::Umr);
-    assert_eq!(mkey.layout_len(), 48, "{mkey:?}");
+    assert_wc(&wcs[0], wr_id, WcOpcode::UMR);
+    assert_eq!(len, 48, "{mkey:?}");
 }
 
 /// The pieces of the interleaved layout of `reg_interleaved`, in layout
@@ -166,17 +181,17 @@ fn traffic(
         let data = pattern(MSG, i as u8 + 1);
         m.p.a.mr.as_mut_slice().copy_from_slice(&data);
         fill(&mut m.p.b.mr, .., SERVER_FILL);
-        let recv = unsafe { m.server.sge(0..len) }.unwrap();
+        let recv = unsafe { MkeyLayout::new(&m.server, len as u64).sge(..) }.unwrap();
         unsafe { m.p.b.qp.post_recv(100 + i, &[recv]) }.unwrap();
-        let send = unsafe { m.client.sge(0..len) }.unwrap();
+        let send = unsafe { MkeyLayout::new(&m.client, len as u64).sge(..) }.unwrap();
         let wcs =
             m.p.a
                 .qp
                 .post_and_wait(WAIT, |b| b.wr(i).send().sge(send))
                 .unwrap();
-        assert_wc(&wcs[0], i, WcOpcode::Send);
+        assert_wc(&wcs[0], i, WcOpcode::SEND);
         let rx = m.p.b.recv_cq.wait(1, WAIT).unwrap();
-        assert_wc(&rx[0], 100 + i, WcOpcode::Recv);
+        assert_wc(&rx[0], 100 + i, WcOpcode::RECV);
         assert_eq!(rx[0].byte_len as usize, len, "{:?}", rx[0]);
         let mut expected = vec![SERVER_FILL; MSG];
         scatter(
@@ -202,7 +217,7 @@ fn invalidate(side: &mut RcSide, mkey: &Mkey, wr_id: u64) {
         .post_and_wait(WAIT, |b| b.wr(wr_id).local_inv(key))
         .unwrap_or_else(|e| panic!("invalidating {mkey:?}: {e}"));
     assert_eq!(wcs.len(), 1, "{wcs:?}");
-    assert_wc(&wcs[0], wr_id, WcOpcode::LocalInv);
+    assert_wc(&wcs[0], wr_id, WcOpcode::LOCAL_INV);
 }
 
 /// Ports `test_mkey_list`: both sides register a list layout (8 bytes at 0
@@ -276,7 +291,9 @@ fn mkey_list_bad_flow() {
                     mr.sge(32..40)?,
                     mr.sge(48..56)?,
                 ];
-                b.wr(90).mr_list(client, AccessFlags::LOCAL_WRITE, &sges)
+                b.wr(90)
+                    .mr_list(client, AccessFlags::LOCAL_WRITE, &sges)
+                    .map(drop)
             })
             .unwrap_err();
     assert!(
@@ -301,6 +318,7 @@ fn mkey_list_bad_flow() {
                 ];
                 b.wr(91)
                     .mr_interleaved(client, AccessFlags::LOCAL_WRITE, 3, &entries)
+                    .map(drop)
             })
             .unwrap_err();
     assert!(
@@ -321,15 +339,15 @@ fn mkey_list_bad_flow() {
         "a refused registration was posted: {stray:?}"
     );
 
-    reg_list(&mut m.p.b, &m.server, &LIST, 1);
-    reg_list(&mut m.p.a, &m.client, &LIST, 2);
+    let server = reg_list(&mut m.p.b, &m.server, &LIST, 1);
+    let client = reg_list(&mut m.p.a, &m.client, &LIST, 2);
 
     // The crate's refusal of an SGE past the layout.
-    let err = unsafe { m.client.sge(0..100) }.unwrap_err();
+    let err = unsafe { client.sge(0..100) }.unwrap_err();
     assert!(matches!(err, Error::OutOfRange { value: 100, .. }), "{err}");
 
     // The device's: the same send, posted around the crate's check.
-    let recv = unsafe { m.server.sge(0..16) }.unwrap();
+    let recv = unsafe { server.sge(0..16) }.unwrap();
     unsafe { m.p.b.qp.post_recv(200, &[recv]) }.unwrap();
     let mut sge = ffi::ibv_sge {
         addr: 0,
@@ -358,7 +376,7 @@ fn mkey_list_bad_flow() {
     assert_eq!(wcs[0].wr_id, 201, "{wcs:?}");
     assert_ne!(
         wcs[0].status,
-        WcStatus::Success,
+        WcStatus::SUCCESS,
         "a 100-byte send through a 16-byte mkey layout succeeded: {wcs:?}"
     );
 }
@@ -395,9 +413,10 @@ fn mkey_remote_invalidate() {
 
     // Invalidated, the mkey takes no data: the send into it fails.
     invalidate(&mut m.p.b, &m.server, 5);
-    let recv = unsafe { m.server.sge(0..16) }.unwrap();
+    // The layouts as last registered: the server's is gone on the device.
+    let recv = unsafe { MkeyLayout::new(&m.server, 16).sge(0..16) }.unwrap();
     unsafe { m.p.b.qp.post_recv(300, &[recv]) }.unwrap();
-    let send = unsafe { m.client.sge(0..16) }.unwrap();
+    let send = unsafe { MkeyLayout::new(&m.client, 16).sge(0..16) }.unwrap();
     let wcs =
         m.p.a
             .qp
@@ -406,7 +425,7 @@ fn mkey_remote_invalidate() {
     assert_eq!(wcs[0].wr_id, 301, "{wcs:?}");
     assert_ne!(
         wcs[0].status,
-        WcStatus::Success,
+        WcStatus::SUCCESS,
         "a send into an invalidated mkey succeeded: {wcs:?}"
     );
 }

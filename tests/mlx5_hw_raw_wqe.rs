@@ -91,14 +91,14 @@ fn mixed_raw_wqe_traffic() {
             .unwrap_or_else(|e| panic!("iteration {i} (raw: {raw}): {e}"));
         assert_eq!(wcs.len(), 1, "{wcs:?}");
         let opcode = if raw {
-            WcOpcode::RawWqe
+            WcOpcode::RAW_WQE
         } else {
-            WcOpcode::Send
+            WcOpcode::SEND
         };
         assert_wc(&wcs[0], i, opcode);
 
         let rx = server.recv_cq.wait(1, WAIT).unwrap();
-        assert_wc(&rx[0], 100 + i, WcOpcode::Recv);
+        assert_wc(&rx[0], 100 + i, WcOpcode::RECV);
         assert_eq!(rx[0].byte_len as usize, MSG, "{:?}", rx[0]);
         assert!(
             server.mr.as_slice().iter().all(|&b| b == fill_byte),

@@ -43,12 +43,12 @@ fn a_vanished_peer_gives_retry_exceeded_with_the_qp_named() {
     assert_eq!(wcs.len(), 2, "{wcs:?}");
     assert_eq!(
         (wcs[0].wr_id, wcs[0].status),
-        (1, WcStatus::RetryExcErr),
+        (1, WcStatus::RETRY_EXC_ERR),
         "{wcs:?}"
     );
     assert_eq!(
         (wcs[1].wr_id, wcs[1].status),
-        (2, WcStatus::WrFlushErr),
+        (2, WcStatus::WR_FLUSH_ERR),
         "{wcs:?}"
     );
     let err = wcs[0].ok().unwrap_err();
@@ -74,7 +74,7 @@ fn a_send_with_no_receive_posted_exhausts_rnr_retries() {
             .unwrap();
     assert_eq!(
         (wcs[0].wr_id, wcs[0].status),
-        (9, WcStatus::RnrRetryExcErr),
+        (9, WcStatus::RNR_RETRY_EXC_ERR),
         "{wcs:?}"
     );
     assert_eq!(p.a.qp.state().unwrap(), QpState::Err);
@@ -130,7 +130,7 @@ fn a_batch_larger_than_the_send_queue_is_refused_whole() {
     let ids: BTreeSet<u64> = wcs.iter().map(|c| c.wr_id).collect();
     assert_eq!(wcs.len() as u32, depth);
     assert_eq!(ids, (0..u64::from(depth)).collect());
-    assert!(wcs.iter().all(|c| c.status == WcStatus::Success), "{wcs:?}");
+    assert!(wcs.iter().all(|c| c.status == WcStatus::SUCCESS), "{wcs:?}");
     let b = p.b.mr.as_slice();
     for i in 0..depth as usize {
         assert_eq!(&b[i * 8..i * 8 + 8], b"12345678");
@@ -176,7 +176,7 @@ fn a_scoped_post_that_times_out_returns_after_the_flush() {
         p.a.qp
             .post_and_wait(WAIT, |b| b.wr(3).rdma_write(remote).sge(p.a.mr.sge(0..4)?))
             .unwrap();
-    assert_wc(&wcs[0], 3, WcOpcode::RdmaWrite);
+    assert_wc(&wcs[0], 3, WcOpcode::RDMA_WRITE);
     assert_eq!(&p.b.mr.as_slice()[..4], b"back");
 }
 
@@ -228,7 +228,7 @@ fn threads_posting_on_their_own_qps_share_one_cq_and_every_completion_is_account
                     .unwrap();
                 let mut seen = seen.lock().unwrap();
                 for wc in got {
-                    assert_eq!(wc.status, WcStatus::Success, "{wc:?}");
+                    assert_eq!(wc.status, WcStatus::SUCCESS, "{wc:?}");
                     assert!(
                         seen.insert((wc.qp_num, wc.wr_id)),
                         "completion twice: {wc:?}"
@@ -290,12 +290,12 @@ fn writing_where_the_peer_gave_no_write_access_is_a_remote_access_error() {
             .unwrap();
     assert_eq!(
         (wcs[0].wr_id, wcs[0].status),
-        (1, WcStatus::RemAccessErr),
+        (1, WcStatus::REM_ACCESS_ERR),
         "{wcs:?}"
     );
     assert_eq!(
         (wcs[1].wr_id, wcs[1].status),
-        (2, WcStatus::WrFlushErr),
+        (2, WcStatus::WR_FLUSH_ERR),
         "{wcs:?}"
     );
     assert!(
@@ -310,7 +310,7 @@ fn writing_where_the_peer_gave_no_write_access_is_a_remote_access_error() {
         p.a.qp
             .post_and_wait(WAIT, |b| b.wr(3).rdma_read(target).sge(p.a.mr.sge(0..64)?))
             .unwrap();
-    assert_wc(&wcs[0], 3, WcOpcode::RdmaRead);
+    assert_wc(&wcs[0], 3, WcOpcode::RDMA_READ);
     assert_eq!(&p.a.mr.as_slice()[..64], &[0; 64]);
 }
 
@@ -331,7 +331,7 @@ fn a_qp_that_refuses_remote_writes_fails_them_even_into_a_writable_region() {
             .unwrap();
     assert_eq!(
         (wcs[0].wr_id, wcs[0].status),
-        (7, WcStatus::RemInvReqErr),
+        (7, WcStatus::REM_INV_REQ_ERR),
         "{wcs:?}"
     );
     assert_eq!(wcs[0].status.to_string(), "remote invalid request error");
@@ -400,7 +400,7 @@ fn a_cq_overrun_keeps_the_completions_that_fit_and_drops_the_rest() {
         "more completions than the CQ holds: {got:?}"
     );
     for (i, wc) in got.iter().enumerate() {
-        assert_wc(wc, i as u64, WcOpcode::RdmaWrite);
+        assert_wc(wc, i as u64, WcOpcode::RDMA_WRITE);
         assert_eq!(wc.qp_num, qp.qp_num());
     }
     // Every write was executed, whether or not its completion fit.
@@ -413,5 +413,5 @@ fn a_cq_overrun_keeps_the_completions_that_fit_and_drops_the_rest() {
     let wcs = qp
         .post_and_wait(WAIT, |b| b.wr(999).rdma_write(r).sge(src.sge(0..8)?))
         .unwrap();
-    assert_wc(&wcs[0], 999, WcOpcode::RdmaWrite);
+    assert_wc(&wcs[0], 999, WcOpcode::RDMA_WRITE);
 }

@@ -56,7 +56,7 @@ fn rdma_write_lands_byte_for_byte() {
             })
             .unwrap();
     assert_eq!(wcs.len(), 1);
-    assert_wc(&wcs[0], 7, WcOpcode::RdmaWrite);
+    assert_wc(&wcs[0], 7, WcOpcode::RDMA_WRITE);
     let b = p.b.mr.as_slice();
     assert_eq!(&b[1024..1024 + 4096], &data[..]);
     assert!(
@@ -86,9 +86,9 @@ fn rdma_write_with_immediate_reaches_the_peer_with_its_immediate() {
                     .sge(p.a.mr.sge(0..512)?)
             })
             .unwrap();
-    assert_wc(&wcs[0], 8, WcOpcode::RdmaWrite);
+    assert_wc(&wcs[0], 8, WcOpcode::RDMA_WRITE);
     let rx = p.b.recv_cq.wait(1, WAIT).unwrap();
-    assert_wc(&rx[0], 99, WcOpcode::RecvRdmaWithImm);
+    assert_wc(&rx[0], 99, WcOpcode::RECV_RDMA_WITH_IMM);
     assert_eq!(rx[0].imm, Some(0xDEAD_BEEF));
     assert_eq!(rx[0].byte_len, 512);
     assert_eq!(&p.b.mr.as_slice()[..512], &data[..]);
@@ -109,9 +109,9 @@ fn send_fills_a_posted_receive() {
         p.a.qp
             .post_and_wait(WAIT, |b| b.wr(6).send_imm(42).sge(p.a.mr.sge(0..1000)?))
             .unwrap();
-    assert_wc(&wcs[0], 6, WcOpcode::Send);
+    assert_wc(&wcs[0], 6, WcOpcode::SEND);
     let rx = p.b.recv_cq.wait(1, WAIT).unwrap();
-    assert_wc(&rx[0], 5, WcOpcode::Recv);
+    assert_wc(&rx[0], 5, WcOpcode::RECV);
     assert_eq!(rx[0].byte_len, 1000);
     assert_eq!(rx[0].imm, Some(42));
     assert_eq!(rx[0].qp_num, p.b.qp.qp_num());
@@ -132,7 +132,7 @@ fn rdma_read_fetches_the_peers_bytes() {
                 b.wr(11).rdma_read(remote).sge(p.a.mr.sge(100..100 + 8192)?)
             })
             .unwrap();
-    assert_wc(&wcs[0], 11, WcOpcode::RdmaRead);
+    assert_wc(&wcs[0], 11, WcOpcode::RDMA_READ);
     assert_eq!(wcs[0].byte_len, 8192);
     assert_eq!(&p.a.mr.as_slice()[100..100 + 8192], &data[..]);
     assert!(p.a.mr.as_slice()[..100].iter().all(|&x| x == 0));
@@ -154,9 +154,9 @@ fn inline_send_needs_no_registered_source() {
         p.a.qp
             .post_and_wait(WAIT, |b| b.wr(2).send().inline(&msg))
             .unwrap();
-    assert_wc(&wcs[0], 2, WcOpcode::Send);
+    assert_wc(&wcs[0], 2, WcOpcode::SEND);
     let rx = p.b.recv_cq.wait(1, WAIT).unwrap();
-    assert_wc(&rx[0], 1, WcOpcode::Recv);
+    assert_wc(&rx[0], 1, WcOpcode::RECV);
     assert_eq!(rx[0].byte_len as usize, max);
     assert_eq!(&p.b.mr.as_slice()[..max], &msg[..]);
 
@@ -166,7 +166,7 @@ fn inline_send_needs_no_registered_source() {
         p.a.qp
             .post_and_wait(WAIT, |b| b.wr(4).rdma_write(remote).inline(&msg))
             .unwrap();
-    assert_wc(&wcs[0], 4, WcOpcode::RdmaWrite);
+    assert_wc(&wcs[0], 4, WcOpcode::RDMA_WRITE);
     assert_eq!(&p.b.mr.as_slice()[8192..8192 + max], &msg[..]);
     assert!(p.b.mr.as_slice()[8192 + max..].iter().all(|&x| x == 0));
 
@@ -204,8 +204,8 @@ fn atomics_compare_swap_and_fetch_add() {
             })
             .unwrap();
     assert_eq!(wcs.len(), 2);
-    assert_wc(&wcs[0], 1, WcOpcode::CompSwap);
-    assert_wc(&wcs[1], 2, WcOpcode::FetchAdd);
+    assert_wc(&wcs[0], 1, WcOpcode::COMP_SWAP);
+    assert_wc(&wcs[1], 2, WcOpcode::FETCH_ADD);
     let a = p.a.mr.as_slice();
     assert_eq!(
         u64::from_ne_bytes(a[0..8].try_into().unwrap()),
@@ -288,15 +288,15 @@ fn a_batch_of_64_mixed_work_requests_in_one_complete() {
     assert_eq!(ids, (0..64).collect::<Vec<_>>());
     for wc in &wcs {
         let want = match wc.wr_id {
-            0..=31 => WcOpcode::RdmaWrite,
-            32..=47 => WcOpcode::Send,
-            _ => WcOpcode::RdmaRead,
+            0..=31 => WcOpcode::RDMA_WRITE,
+            32..=47 => WcOpcode::SEND,
+            _ => WcOpcode::RDMA_READ,
         };
         assert_wc(wc, wc.wr_id, want);
     }
     let rx = p.b.recv_cq.wait(16, WAIT).unwrap();
     for (k, wc) in rx.iter().enumerate() {
-        assert_wc(wc, 1000 + k as u64, WcOpcode::Recv);
+        assert_wc(wc, 1000 + k as u64, WcOpcode::RECV);
         assert_eq!(wc.byte_len, 256);
     }
     let b = p.b.mr.as_slice();
@@ -336,7 +336,7 @@ fn sge_lists_gather_and_scatter_across_two_regions() {
                 b.wr(1).rdma_write(remote).sge_list(&sges)
             })
             .unwrap();
-    assert_wc(&wcs[0], 1, WcOpcode::RdmaWrite);
+    assert_wc(&wcs[0], 1, WcOpcode::RDMA_WRITE);
     let want: Vec<u8> = [&first[100..200], &other[..], &first[0..100]].concat();
     assert_eq!(&p.b.mr.as_slice()[..300], &want[..]);
     assert!(p.b.mr.as_slice()[300..].iter().all(|&x| x == 0));
@@ -350,7 +350,7 @@ fn sge_lists_gather_and_scatter_across_two_regions() {
                 b.wr(2).rdma_read(remote).sge_list(&sges)
             })
             .unwrap();
-    assert_wc(&wcs[0], 2, WcOpcode::RdmaRead);
+    assert_wc(&wcs[0], 2, WcOpcode::RDMA_READ);
     assert_eq!(&second.as_slice()[1000..1150], &want[..150]);
     assert_eq!(&p.a.mr.as_slice()[5000..5150], &want[150..]);
 }
@@ -397,7 +397,7 @@ fn unsafe_complete_then_poll_and_a_dropped_batch_posts_nothing() {
     // SAFETY: the MRs outlive the wait below.
     assert_eq!(unsafe { batch.complete() }.unwrap(), 2);
     let wcs = p.a.send_cq.wait(1, WAIT).unwrap();
-    assert_wc(&wcs[0], 2, WcOpcode::RdmaWrite);
+    assert_wc(&wcs[0], 2, WcOpcode::RDMA_WRITE);
     std::thread::sleep(Duration::from_millis(100));
     assert_eq!(p.a.send_cq.poll_into(&mut none, 16).unwrap(), 0, "{none:?}");
     assert_eq!(&p.b.mr.as_slice()[..64], &[0xAB; 64]);
@@ -412,7 +412,7 @@ fn error_state_flushes_and_reset_reconnects() {
     assert_eq!(p.b.qp.state().unwrap(), QpState::Err);
     let flushed = p.b.recv_cq.wait(1, WAIT).unwrap();
     assert_eq!(flushed[0].wr_id, 40);
-    assert_eq!(flushed[0].status, WcStatus::WrFlushErr);
+    assert_eq!(flushed[0].status, WcStatus::WR_FLUSH_ERR);
     assert_eq!(flushed[0].status.to_string(), "Work Request Flushed Error");
 
     p.a.qp.reset().unwrap();
@@ -425,7 +425,7 @@ fn error_state_flushes_and_reset_reconnects() {
         p.a.qp
             .post_and_wait(WAIT, |b| b.wr(41).rdma_write(remote).sge(p.a.mr.sge(0..8)?))
             .unwrap();
-    assert_wc(&wcs[0], 41, WcOpcode::RdmaWrite);
+    assert_wc(&wcs[0], 41, WcOpcode::RDMA_WRITE);
     assert_eq!(&p.b.mr.as_slice()[..8], b"again!!!");
 }
 
@@ -447,14 +447,18 @@ fn wrong_rkey_is_a_remote_access_error_then_flush_then_recovery() {
             .unwrap();
     assert_eq!(wcs.len(), 3, "{wcs:?}");
     assert_eq!(wcs[0].wr_id, 50);
-    assert_eq!(wcs[0].status, WcStatus::RemAccessErr, "{:?}", wcs[0]);
+    assert_eq!(wcs[0].status, WcStatus::REM_ACCESS_ERR, "{:?}", wcs[0]);
     assert_eq!(wcs[0].status.to_string(), "remote access error");
     assert!(matches!(
         wcs[0].ok(),
         Err(Error::WorkCompletion { wr_id: 50, .. })
     ));
     for (wc, id) in wcs[1..].iter().zip([51, 52]) {
-        assert_eq!((wc.wr_id, wc.status), (id, WcStatus::WrFlushErr), "{wc:?}");
+        assert_eq!(
+            (wc.wr_id, wc.status),
+            (id, WcStatus::WR_FLUSH_ERR),
+            "{wc:?}"
+        );
     }
     assert_eq!(p.a.qp.state().unwrap(), QpState::Err);
     assert!(
@@ -470,7 +474,7 @@ fn wrong_rkey_is_a_remote_access_error_then_flush_then_recovery() {
         p.a.qp
             .post_and_wait(WAIT, |b| b.wr(53).rdma_write(good).sge(p.a.mr.sge(0..64)?))
             .unwrap();
-    assert_wc(&wcs[0], 53, WcOpcode::RdmaWrite);
+    assert_wc(&wcs[0], 53, WcOpcode::RDMA_WRITE);
     assert_eq!(&p.b.mr.as_slice()[..64], &[0x5A; 64]);
 }
 
@@ -534,7 +538,7 @@ fn checks_fail_before_any_c_call() {
         p.a.qp
             .post_and_wait(WAIT, |b| b.wr(4).rdma_write(remote).sge(p.a.mr.sge(0..4)?))
             .unwrap();
-    assert_wc(&wcs[0], 4, WcOpcode::RdmaWrite);
+    assert_wc(&wcs[0], 4, WcOpcode::RDMA_WRITE);
     assert_eq!(&p.b.mr.as_slice()[..4], b"fine");
 }
 
@@ -584,7 +588,7 @@ fn a_qp_created_through_the_raw_api_is_driven_by_from_raw() {
             b.wr(70).rdma_write(remote).sge(p.a.mr.sge(0..32)?)
         })
         .unwrap();
-    assert_wc(&wcs[0], 70, WcOpcode::RdmaWrite);
+    assert_wc(&wcs[0], 70, WcOpcode::RDMA_WRITE);
     assert_eq!(wcs[0].qp_num, raw_qp_num(raw));
     assert_eq!(&p.b.mr.as_slice()[100..132], &pattern(32, 61)[..]);
     // The handle does not destroy what it did not create: the raw QP is
@@ -631,7 +635,7 @@ fn polling_for_more_than_is_there_never_yields_phantom_completions() {
             "{got:?}"
         );
         for wc in &got {
-            assert_wc(wc, wc.wr_id, WcOpcode::RdmaWrite);
+            assert_wc(wc, wc.wr_id, WcOpcode::RDMA_WRITE);
             assert_eq!(wc.qp_num, qpn);
         }
         let mut more = Vec::new();

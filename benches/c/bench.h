@@ -103,6 +103,8 @@ struct bench_wc *bench_wc_new(void);
 /* Copies the last BENCH_BATCH slots the provider wrote on `q`, oldest
  * first, so that the benches can check both sides did the same work. */
 void bench_last_batch(const struct null_qp *q, uint64_t out[BENCH_BATCH][8]);
+/* Zeroes the ring, so that a batch's slots show only what it wrote. */
+void bench_clear_ring(struct null_qp *q);
 
 /* One batch (or one poll round) per call; 0 on success. "best": as a
  * performance engineer writes it (loop-invariant QP fields set once);

@@ -324,3 +324,8 @@ void bench_last_batch(const struct null_qp *q, uint64_t out[BENCH_BATCH][8])
 	for (unsigned int i = 0; i < BENCH_BATCH; i++)
 		memcpy(out[i], q->ring[(q->head - BENCH_BATCH + i) & SLOT_MASK], 64);
 }
+
+void bench_clear_ring(struct null_qp *q)
+{
+	memset(q->ring, 0, sizeof(q->ring));
+}

@@ -4,21 +4,66 @@ use super::{check_psn, ConnectOptions, Dci, QpEx};
 use crate::ah::AddressHandle;
 use crate::error::{check, Error, Result};
 use crate::ffi;
+use std::fmt;
+use std::marker::PhantomData;
+use std::ptr::NonNull;
 
 /// Where a DCI work request goes (`mlx5dv_wr_set_dc_addr(3)`): the address
 /// handle of the remote port, the remote DCT number and its DC access key.
 ///
 /// Given to every work request of a DCI batch
 /// ([`WrBatch::wr`](crate::WrBatch::wr) on a `QpEx<Dci>`): a DCI work
-/// request without one does not compile.
-#[derive(Debug, Clone, Copy)]
+/// request without one does not compile. It borrows the address handle
+/// and holds its raw pointer, read once here, so that a loop of work
+/// requests passes it on as C does.
+#[derive(Clone, Copy)]
 pub struct DcAddr<'a> {
-    /// The path to the DCT's port.
-    pub ah: &'a AddressHandle,
-    /// The remote DCT number (24 bits).
-    pub remote_dctn: u32,
+    ah: NonNull<ffi::ibv_ah>,
+    remote_dctn: u32,
+    remote_dc_key: u64,
+    _ah: PhantomData<&'a AddressHandle>,
+}
+
+impl<'a> DcAddr<'a> {
+    /// The DCT numbered `remote_dctn` (24 bits), with access key
+    /// `remote_dc_key`, reached through `ah`.
+    #[inline]
+    pub fn new(ah: &'a AddressHandle, remote_dctn: u32, remote_dc_key: u64) -> Self {
+        DcAddr {
+            ah: ah.as_non_null(),
+            remote_dctn,
+            remote_dc_key,
+            _ah: PhantomData,
+        }
+    }
+
+    /// The raw address handle, valid while the borrow lives.
+    #[inline]
+    pub fn ah_ptr(&self) -> *mut ffi::ibv_ah {
+        self.ah.as_ptr()
+    }
+
+    /// The remote DCT number.
+    #[inline]
+    pub fn remote_dctn(&self) -> u32 {
+        self.remote_dctn
+    }
+
     /// The DCT's access key.
-    pub remote_dc_key: u64,
+    #[inline]
+    pub fn remote_dc_key(&self) -> u64 {
+        self.remote_dc_key
+    }
+}
+
+impl fmt::Debug for DcAddr<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DcAddr")
+            .field("ah", &self.ah)
+            .field("remote_dctn", &format_args!("{:#x}", self.remote_dctn))
+            .field("remote_dc_key", &format_args!("{:#x}", self.remote_dc_key))
+            .finish()
+    }
 }
 
 impl QpEx<Dci> {

@@ -131,9 +131,7 @@ pub struct QpEx<T: Transport> {
     pub(crate) qpx: NonNull<ffi::ibv_qp_ex>,
     pub(crate) mlx5: Mlx5Info,
     /// The provider entries the batch calls, resolved at creation.
-    pub(crate) ops: WrOps,
-    /// Mkey layouts the open batch registered (see `wr::BatchState`).
-    pub(crate) pending_layouts: Vec<(NonNull<crate::mkey::Mkey>, u64)>,
+    pub(crate) ops: Box<WrOps>,
     pub(crate) caps: QpCaps,
     send_ops: SendOps,
     owned: bool,
@@ -192,8 +190,7 @@ impl<T: Transport> QpEx<T> {
             }
         };
         let qp = QpEx {
-            ops,
-            pending_layouts: Vec::new(),
+            ops: Box::new(ops),
             qp: p.qp,
             qpx: p.qpx,
             mlx5: p.mlx5,

@@ -5,9 +5,9 @@
 use super::{SendFlags, Wr};
 use crate::error::{Error, Result};
 use crate::ffi;
-use crate::mkey::Mkey;
+use crate::mkey::{Mkey, MkeyLayout};
 use crate::mr::{AccessFlags, MemoryRegion, Sge};
-use crate::qp::{Mlx5SendOps, Rc, SendOps, Transport};
+use crate::qp::{Mlx5SendOps, QpEx, Rc, SendOps, Transport};
 use crate::wqe::Wqe;
 use std::marker::PhantomData;
 use std::ptr::NonNull;
@@ -75,48 +75,148 @@ impl<'m> MrInterleaved<'m> {
     }
 }
 
-impl<'m, T: Transport> Wr<'_, 'm, T> {
-    /// The mlx5 extension, if the QP was created with `op`.
-    #[inline(always)]
-    fn mlx5_op(&self, op: Mlx5SendOps, name: &'static str) -> Result<NonNull<ffi::mlx5dv_qp_ex>> {
-        match self.state.mlx5.mqpx {
-            Some(m) if self.state.mlx5.ops.contains(op) => Ok(m),
-            _ => Err(not_in_mlx5_ops(name, op)),
+/// A DMA memcpy whose lengths were checked against a QP
+/// ([`QpEx::memcpy_op`]): posted with [`Wr::memcpy_op`], which checks
+/// nothing more. It borrows both ranges' memory for `'m`.
+#[derive(Debug, Clone, Copy)]
+pub struct MemcpyOp<'m> {
+    dest: Sge<'m>,
+    src: Sge<'m>,
+}
+
+impl<'m> MemcpyOp<'m> {
+    /// The destination.
+    pub fn dest(&self) -> Sge<'m> {
+        self.dest
+    }
+
+    /// The source.
+    pub fn src(&self) -> Sge<'m> {
+        self.src
+    }
+}
+
+impl<T: Transport> QpEx<T> {
+    /// Checks a DMA memcpy of `src` to `dest` against this QP once, for
+    /// [`Wr::memcpy_op`]: the QP was created with [`Mlx5SendOps::MEMCPY`],
+    /// both ranges have the same length, from 1 to the device's
+    /// `max_wr_memcpy_length`. (Posted on another QP, the device's own
+    /// limit applies there; the lengths stay equal.)
+    pub fn memcpy_op<'m>(&self, dest: Sge<'m>, src: Sge<'m>) -> Result<MemcpyOp<'m>> {
+        if self.mlx5.mqpx.is_none() || !self.mlx5.ops.contains(Mlx5SendOps::MEMCPY) {
+            return Err(Error::Unsupported {
+                what: not_in_mlx5_ops("memcpy", Mlx5SendOps::MEMCPY),
+            });
         }
+        check_memcpy(&dest, &src, self.mlx5.max_memcpy)?;
+        Ok(MemcpyOp { dest, src })
+    }
+}
+
+/// mlx5dv_wr_post(3)'s rules for a memcpy: equal lengths (the device
+/// copies one length), from 1 to `max`.
+#[inline(always)]
+fn check_memcpy(dest: &Sge<'_>, src: &Sge<'_>, max: u64) -> Result<()> {
+    if dest.length() != src.length() {
+        return Err(Error::InvalidArgument(memcpy_uneven(
+            dest.length(),
+            src.length(),
+        )));
+    }
+    let len = u64::from(dest.length());
+    if len == 0 || len > max {
+        return Err(Error::OutOfRange {
+            what: "memcpy length",
+            value: len,
+            limit: memcpy_length(max),
+        });
+    }
+    Ok(())
+}
+
+impl<'m, T: Transport> Wr<'_, 'm, T> {
+    /// The mlx5 extension, if the QP was created with `op`. (A QP has mlx5
+    /// ops only with its extension: QP creation refuses them otherwise, so
+    /// one test decides.)
+    #[inline(always)]
+    fn mlx5_op(&self, op: Mlx5SendOps, name: &'static str) -> Result<*mut ffi::mlx5dv_qp_ex> {
+        if !self.state.mlx5.ops.contains(op) {
+            return Err(Error::Unsupported {
+                what: not_in_mlx5_ops(name, op),
+            });
+        }
+        Ok(self
+            .state
+            .mlx5
+            .mqpx
+            .map_or(std::ptr::null_mut(), NonNull::as_ptr))
     }
 
     /// A DMA memcpy of `src` to `dest` on the device (`mlx5dv_wr_memcpy`),
     /// for RC and DCI QPs created with [`Mlx5SendOps::MEMCPY`]. Both ranges
     /// have the same length, from 1 to the device's `max_wr_memcpy_length`.
-    /// Signalled, it completes with [`WcOpcode::Memcpy`](crate::WcOpcode).
+    /// Signalled, it completes with [`WcOpcode::MEMCPY`](crate::WcOpcode).
     ///
     /// A later work request that depends on `dest` must be fenced
-    /// ([`Wr::fence`]), as mlx5dv_wr_post(3) says.
-    #[inline]
+    /// ([`Wr::fence`]), as mlx5dv_wr_post(3) says. For a loop of copies
+    /// prepared beforehand, [`QpEx::memcpy_op`] checks the lengths once and
+    /// [`memcpy_op`](Self::memcpy_op) posts with no check left.
+    #[inline(always)]
     pub fn memcpy(self, dest: Sge<'m>, src: Sge<'m>) -> Result<()> {
         let mqpx = self.mlx5_op(Mlx5SendOps::MEMCPY, "memcpy")?;
-        if dest.length() != src.length() {
-            return Err(memcpy_uneven(dest.length(), src.length()));
-        }
-        let len = u64::from(dest.length());
-        let max = self.state.mlx5.max_memcpy;
-        if len == 0 || len > max {
-            return Err(memcpy_length(len, max));
-        }
+        check_memcpy(&dest, &src, self.state.mlx5.max_memcpy)?;
+        self.post_memcpy(mqpx, &dest, &src)
+    }
+
+    /// The DMA memcpy `op`, whose lengths [`QpEx::memcpy_op`] checked when
+    /// it was made (`mlx5dv_wr_memcpy`); for QPs created with
+    /// [`Mlx5SendOps::MEMCPY`].
+    ///
+    /// ```no_run
+    /// # use mlx5dv::*;
+    /// # fn f(qp: &mut QpEx<Rc>, dst: &MemoryRegion, src: &MemoryRegion) -> Result<()> {
+    /// let ops = (0..32)
+    ///     .map(|i| qp.memcpy_op(dst.sge(i * 64..(i + 1) * 64)?, src.sge(i * 64..(i + 1) * 64)?))
+    ///     .collect::<Result<Vec<_>>>()?;
+    /// let mut b = qp.batch_with(SendFlags::SIGNALED);
+    /// for (i, op) in ops.iter().enumerate() {
+    ///     b.wr(i as u64).memcpy_op(op)?;
+    /// }
+    /// // SAFETY: both regions stay registered and untouched until the
+    /// // completions are polled.
+    /// unsafe { b.complete()? };
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[inline(always)]
+    pub fn memcpy_op(self, op: &MemcpyOp<'m>) -> Result<()> {
+        let mqpx = self.mlx5_op(Mlx5SendOps::MEMCPY, "memcpy")?;
+        self.post_memcpy(mqpx, &op.dest, &op.src)
+    }
+
+    /// Hands a checked memcpy to the provider.
+    #[inline(always)]
+    fn post_memcpy(
+        self,
+        mqpx: *mut ffi::mlx5dv_qp_ex,
+        dest: &Sge<'m>,
+        src: &Sge<'m>,
+    ) -> Result<()> {
         self.commit(
             SendFlags::empty(),
             #[inline(always)]
             |_, ops, _| {
                 // SAFETY: the mlx5 extension of a QP created with MEMCPY, whose
-                // wr_memcpy entry was resolved non-NULL at creation.
+                // wr_memcpy entry was resolved non-NULL at creation; both
+                // ranges have the length passed (checked equal).
                 unsafe {
                     (ops.memcpy)(
-                        mqpx.as_ptr(),
+                        mqpx,
                         dest.lkey(),
                         dest.addr(),
                         src.lkey(),
                         src.addr(),
-                        len as usize,
+                        dest.length() as usize,
                     )
                 }
             },
@@ -150,14 +250,21 @@ impl<'m> Wr<'_, 'm, Rc> {
     /// Registers a list layout on `mkey` (`mlx5dv_wr_mr_list`): the mkey
     /// then covers the SGEs one after another, addressed zero-based. RC
     /// only. Sets `IBV_SEND_INLINE` itself (the man page requires it).
+    /// Returns the layout it registers (the SGEs' total length), which the
+    /// mkey has once this work request completes.
     ///
     /// At most the mkey's `max_entries` SGEs, and at most what the QP's WQE
     /// holds: `(max_inline_data + 4) / 16` (4 with the default 64).
     /// Signalled, it completes with [`WcOpcode::Umr`](crate::WcOpcode).
     #[inline]
-    pub fn mr_list(self, mkey: &'m Mkey, access: AccessFlags, sges: &[Sge<'m>]) -> Result<()> {
+    pub fn mr_list(
+        self,
+        mkey: &'m Mkey,
+        access: AccessFlags,
+        sges: &[Sge<'m>],
+    ) -> Result<MkeyLayout<'m>> {
         let mqpx = self.mlx5_op(Mlx5SendOps::MR_LIST, "mr_list")?;
-        let wqe_max = (self.state.caps.max_inline_data + INL_HDR) / ENTRY;
+        let wqe_max = (self.state.caps().max_inline_data + INL_HDR) / ENTRY;
         check_entries(
             "mr_list entries",
             sges.len(),
@@ -165,11 +272,7 @@ impl<'m> Wr<'_, 'm, Rc> {
             "the mkey's max_entries",
         )?;
         check_entries("mr_list entries", sges.len(), wqe_max, WQE_LIMIT)?;
-        let total: u64 = sges.iter().map(|s| u64::from(s.length())).sum();
         let raw = Sge::as_raw_slice(sges);
-        // Applied to the mkey when the batch is posted (an RC work request's
-        // commit cannot fail from here on).
-        self.state.pend_layout(mkey, total);
         self.commit(
             SendFlags::INLINE,
             #[inline(always)]
@@ -180,7 +283,7 @@ impl<'m> Wr<'_, 'm, Rc> {
                 // into the WQE); the count fits u16 (checked above).
                 unsafe {
                     (ops.mr_list)(
-                        mqpx.as_ptr(),
+                        mqpx,
                         mkey.as_ptr(),
                         access.bits(),
                         raw.len() as u16,
@@ -188,13 +291,17 @@ impl<'m> Wr<'_, 'm, Rc> {
                     )
                 }
             },
-        )
+        )?;
+        // The sum is computed only when the caller uses the layout.
+        let total = sges.iter().map(|s| u64::from(s.length())).sum();
+        Ok(MkeyLayout::new(mkey, total))
     }
 
     /// Registers an interleaved layout on `mkey`
     /// (`mlx5dv_wr_mr_interleaved`): the entries' data, one after another,
     /// repeated `repeat_count` times, addressed zero-based. RC only. Sets
-    /// `IBV_SEND_INLINE` itself.
+    /// `IBV_SEND_INLINE` itself. Returns the layout it registers, which the
+    /// mkey has once this work request completes.
     ///
     /// The mkey needs one more entry than `entries.len()` (one holds the
     /// repeat header), and the QP's WQE must hold them:
@@ -207,10 +314,10 @@ impl<'m> Wr<'_, 'm, Rc> {
         access: AccessFlags,
         repeat_count: u32,
         entries: &[MrInterleaved<'m>],
-    ) -> Result<()> {
+    ) -> Result<MkeyLayout<'m>> {
         let mqpx = self.mlx5_op(Mlx5SendOps::MR_INTERLEAVED, "mr_interleaved")?;
         let mkey_max = u32::from(mkey.max_entries()).saturating_sub(1);
-        let wqe_max = ((self.state.caps.max_inline_data + INL_HDR) / ENTRY).saturating_sub(1);
+        let wqe_max = ((self.state.caps().max_inline_data + INL_HDR) / ENTRY).saturating_sub(1);
         check_entries(
             "num_interleaved",
             entries.len(),
@@ -252,7 +359,6 @@ impl<'m> Wr<'_, 'm, Rc> {
         for (r, e) in raw.iter_mut().zip(entries) {
             *r = e.raw;
         }
-        self.state.pend_layout(mkey, total);
         self.commit(
             SendFlags::INLINE,
             #[inline(always)]
@@ -263,7 +369,7 @@ impl<'m> Wr<'_, 'm, Rc> {
                 // count fits u16 (checked above).
                 unsafe {
                     (ops.mr_interleaved)(
-                        mqpx.as_ptr(),
+                        mqpx,
                         mkey.as_ptr(),
                         access.bits(),
                         repeat_count,
@@ -272,7 +378,8 @@ impl<'m> Wr<'_, 'm, Rc> {
                     )
                 }
             },
-        )
+        )?;
+        Ok(MkeyLayout::new(mkey, total))
     }
 
     /// Posts a raw WQE built by the caller (`mlx5dv_wr_raw_wqe`), for a QP
@@ -295,11 +402,15 @@ impl<'m> Wr<'_, 'm, Rc> {
         // size: a larger WQE would overwrite the next ones. The QP's WQE
         // holds at least a control segment plus the larger of its inline
         // data (with its 4-byte header) and its SGEs.
-        let caps = self.state.caps;
+        let caps = *self.state.caps();
         let body = (caps.max_inline_data + INL_HDR).max(caps.max_send_sge * ENTRY);
         let blocks = (16 + body).div_ceil(64);
         if u32::from(wqe.basic_blocks()) > blocks {
-            return Err(wqe_too_big(wqe.basic_blocks(), blocks));
+            return Err(Error::OutOfRange {
+                what: "raw WQE size in 64-byte blocks",
+                value: u64::from(wqe.basic_blocks()),
+                limit: wqe_too_big(blocks),
+            });
         }
         self.commit(
             SendFlags::empty(),
@@ -309,7 +420,7 @@ impl<'m> Wr<'_, 'm, Rc> {
                 // entry was checked non-NULL; the WQE's bytes are valid for the
                 // call and as long as its DS count says (Wqe keeps them in step);
                 // what it asks of the device is the caller's promise.
-                unsafe { (ops.raw_wqe)(mqpx.as_ptr(), wqe.as_ptr()) }
+                unsafe { (ops.raw_wqe)(mqpx, wqe.as_ptr()) }
             },
         )
     }
@@ -320,59 +431,47 @@ const WQE_LIMIT: &str = "what the QP's WQE holds: create it with a larger max_in
 #[inline(always)]
 fn check_entries(what: &'static str, n: usize, max: u32, why: &'static str) -> Result<()> {
     if n == 0 || n > max as usize {
-        return Err(entries_out_of_range(what, n, max, why));
+        return Err(Error::OutOfRange {
+            what,
+            value: n as u64,
+            limit: entries_out_of_range(max, why),
+        });
     }
     Ok(())
 }
 
-// The errors, made out of line so that each check in the caller's loop
-// stays one compare.
+// The errors' text, made out of line so that each check in the caller's
+// loop stays one compare; the variant is built at the check.
 
 #[cold]
 #[inline(never)]
-fn entries_out_of_range(what: &'static str, n: usize, max: u32, why: &str) -> Error {
-    Error::OutOfRange {
-        what,
-        value: n as u64,
-        limit: format!("1 to {max} ({why})"),
-    }
+fn entries_out_of_range(max: u32, why: &str) -> String {
+    format!("1 to {max} ({why})")
 }
 
 #[cold]
 #[inline(never)]
-fn not_in_mlx5_ops(name: &str, op: Mlx5SendOps) -> Error {
-    Error::Unsupported {
-        what: format!("{name}: the QP was not created with {op:?} in its mlx5 send ops"),
-    }
+fn not_in_mlx5_ops(name: &str, op: Mlx5SendOps) -> String {
+    format!("{name}: the QP was not created with {op:?} in its mlx5 send ops")
 }
 
 #[cold]
 #[inline(never)]
-fn memcpy_uneven(dest: u32, src: u32) -> Error {
-    Error::InvalidArgument(format!(
-        "memcpy: destination is {dest} bytes, source {src} bytes"
-    ))
+fn memcpy_uneven(dest: u32, src: u32) -> String {
+    format!("memcpy: destination is {dest} bytes, source {src} bytes")
 }
 
 #[cold]
 #[inline(never)]
-fn memcpy_length(len: u64, max: u64) -> Error {
-    Error::OutOfRange {
-        what: "memcpy length",
-        value: len,
-        limit: format!("1 to {max} (the device's max_wr_memcpy_length)"),
-    }
+fn memcpy_length(max: u64) -> String {
+    format!("1 to {max} (the device's max_wr_memcpy_length)")
 }
 
 #[cold]
 #[inline(never)]
-fn wqe_too_big(blocks: u8, max: u32) -> Error {
-    Error::OutOfRange {
-        what: "raw WQE size in 64-byte blocks",
-        value: u64::from(blocks),
-        limit: format!(
-            "at most {max} (the QP's WQE size: create it with a larger \
-             max_inline_data or max_send_sge)"
-        ),
-    }
+fn wqe_too_big(max: u32) -> String {
+    format!(
+        "at most {max} (the QP's WQE size: create it with a larger \
+         max_inline_data or max_send_sge)"
+    )
 }

@@ -100,7 +100,7 @@
 //! ```no_run
 //! # use mlx5dv::*;
 //! # fn f(qp: &mut QpEx<Dci>, ah: &AddressHandle, mr: &MemoryRegion, remote: RemoteBuf) -> Result<()> {
-//! let addr = DcAddr { ah, remote_dctn: 0x1234, remote_dc_key: 0xC0FFEE };
+//! let addr = DcAddr::new(ah, 0x1234, 0xC0FFEE);
 //! let mut batch = qp.batch();
 //! batch.wr(1, addr).signaled().rdma_write(remote).sge(mr.sge(..)?)?;
 //! batch.wr_stream(2, addr, 1).send().inline(b"hi")?;
@@ -128,7 +128,6 @@
 use crate::cq::WorkCompletion;
 use crate::error::{Error, Result};
 use crate::ffi;
-use crate::mkey::Mkey;
 use crate::mr::{RemoteBuf, Sge};
 use crate::qp::{DcAddr, Dci, Mlx5Info, QpCaps, QpEx, Rc, SendOps, Transport, WrOps};
 
@@ -136,7 +135,8 @@ mod mlx5;
 #[cfg(test)]
 mod tests;
 
-pub use mlx5::MrInterleaved;
+pub use mlx5::{MemcpyOp, MrInterleaved};
+use std::borrow::Borrow;
 use std::marker::PhantomData;
 use std::mem::ManuallyDrop;
 use std::ptr::NonNull;
@@ -166,30 +166,28 @@ type Invariant<'m> = fn(&'m ()) -> &'m ();
 /// What a batch needs of its QP, copied at `batch()`.
 struct BatchState {
     qpx: NonNull<ffi::ibv_qp_ex>,
-    caps: QpCaps,
+    /// The QP's capabilities (in the QP, borrowed for the batch's life).
+    caps: NonNull<QpCaps>,
     send_ops: SendOps,
     /// What an mlx5 QP was created with (mlx5 extension, ops, limits).
     mlx5: Mlx5Info,
     /// The provider's entries, resolved at QP creation; they live in the
     /// QP, which the batch borrows mutably for its whole life.
     ops: NonNull<WrOps>,
-    /// Every WR signalled (the scoped form counts completions).
-    force_signaled: bool,
+    /// The batch's flags: in `wr_flags` between work requests, and what
+    /// every work request gets unless it adds its own.
+    flags: SendFlags,
     /// WRs handed to the provider so far.
-    posted: u32,
-    /// Mkey layouts registered by this batch, applied to their `Mkey`s
-    /// once the batch is posted (the mkeys are borrowed for the batch's
-    /// `'m`). The list lives in the QP, so a batch allocates nothing; it is
-    /// emptied when a batch opens.
-    pending_layouts: NonNull<Vec<(NonNull<Mkey>, u64)>>,
+    posted: usize,
 }
 
 impl BatchState {
-    /// Records an mkey layout to apply when the batch is posted.
-    pub(crate) fn pend_layout(&mut self, mkey: &Mkey, len: u64) {
-        // SAFETY: the list lives in the QP the batch borrows mutably, and
-        // nothing else reaches it meanwhile.
-        unsafe { self.pending_layouts.as_mut() }.push((NonNull::from(mkey), len));
+    /// The QP's capabilities.
+    #[inline(always)]
+    pub(crate) fn caps(&self) -> &QpCaps {
+        // SAFETY: `caps` points into the QP the batch borrows mutably for
+        // its whole life, and nothing writes to it meanwhile.
+        unsafe { self.caps.as_ref() }
     }
 
     /// The provider's entries.
@@ -221,29 +219,58 @@ impl<T: Transport> QpEx<T> {
     /// the batch is completed or dropped.
     #[inline]
     pub fn batch<'m>(&mut self) -> WrBatch<'_, 'm, T> {
-        self.open_batch(false)
+        self.open_batch(SendFlags::empty())
+    }
+
+    /// Opens a batch whose every work request gets `flags` (plus what it
+    /// adds itself with [`Wr::flags`] and the like), as C sets
+    /// `qpx->wr_flags` once before a loop of work requests.
+    ///
+    /// This is the cheapest way to give a whole batch the same flags: the
+    /// flags are written to the QP once here, and a work request that adds
+    /// none writes none. (With [`batch`](Self::batch), a work request that
+    /// sets flags writes them before its builder and writes the batch's back
+    /// after its data.)
+    ///
+    /// ```no_run
+    /// # use mlx5dv::*;
+    /// # fn f(qp: &mut QpEx<Rc>, sges: &[Sge<'_>], remote: RemoteBuf) -> Result<()> {
+    /// let mut b = qp.batch_with(SendFlags::SIGNALED);
+    /// for (i, sge) in sges.iter().enumerate() {
+    ///     let to = remote.slice(i as u64 * 64, 64)?;
+    ///     b.wr(i as u64).rdma_write(to).sge(*sge)?; // signalled
+    /// }
+    /// // SAFETY: the memory stays registered and untouched until the
+    /// // completions are polled.
+    /// unsafe { b.complete()? };
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[inline]
+    pub fn batch_with<'m>(&mut self, flags: SendFlags) -> WrBatch<'_, 'm, T> {
+        self.open_batch(flags)
     }
 
     #[inline]
-    fn open_batch<'m>(&mut self, force_signaled: bool) -> WrBatch<'_, 'm, T> {
+    fn open_batch<'m>(&mut self, flags: SendFlags) -> WrBatch<'_, 'm, T> {
         let qpx = self.qpx;
         // SAFETY: the QP is live; `start` is its provider's wr_start entry
         // (resolved non-NULL at creation); `&mut self` excludes any other
-        // batch on it.
-        unsafe { (self.ops.start)(qpx.as_ptr()) };
+        // batch on it. `wr_flags` is the caller's field of the QP, read by
+        // the provider at each builder.
+        unsafe {
+            (self.ops.start)(qpx.as_ptr());
+            (*qpx.as_ptr()).wr_flags = flags.bits();
+        }
         WrBatch {
             state: BatchState {
                 qpx,
-                caps: self.caps(),
+                caps: NonNull::from(&self.caps),
                 send_ops: self.send_ops(),
                 mlx5: self.mlx5,
-                ops: NonNull::from(&self.ops),
-                force_signaled,
+                ops: NonNull::from(&*self.ops),
+                flags,
                 posted: 0,
-                pending_layouts: {
-                    self.pending_layouts.clear();
-                    NonNull::from(&mut self.pending_layouts)
-                },
             },
             _qp: PhantomData,
             _mem: PhantomData,
@@ -276,9 +303,9 @@ impl<T: Transport> QpEx<T> {
     {
         let qp_num = self.qp_num();
         let cq = self.send_cq().clone();
-        let mut batch = self.open_batch(true);
+        let mut batch = self.open_batch(SendFlags::SIGNALED);
         build(&mut batch)?;
-        let n = batch.state.posted as usize;
+        let n = batch.state.posted;
         // SAFETY: the memory of every SGE is borrowed for 'm, which outlives
         // this call; the call returns only after every WR of the batch has
         // completed or been flushed (below).
@@ -351,7 +378,7 @@ impl<T: Transport> QpEx<T> {
 impl<'q, 'm, T: Transport> WrBatch<'q, 'm, T> {
     /// How many work requests were added so far.
     pub fn len(&self) -> u32 {
-        self.state.posted
+        self.state.posted as u32
     }
 
     /// Whether none were.
@@ -380,39 +407,22 @@ impl<'q, 'm, T: Transport> WrBatch<'q, 'm, T> {
         // SAFETY: the batch was started on this live QP and not finalised;
         // the memory rules are the caller's promise.
         let rc = unsafe { (this.state.ops().complete)(qpx) };
-        if rc == libc::ENOMEM || rc == libc::ENOSPC {
-            return Err(Error::SendQueueFull {
-                batch: this.state.posted,
-                depth: this.state.caps.max_send_wr,
-            });
-        }
         if rc != 0 {
             return Err(complete_failed(
                 rc,
-                this.state.posted,
-                this.state.caps.max_send_wr,
+                this.state.posted as u32,
+                this.state.caps().max_send_wr,
             ));
         }
-        // SAFETY: the list lives in the QP this batch borrows mutably; its
-        // mkeys are borrowed for 'm, which outlives the batch.
-        for (mkey, len) in unsafe { this.state.pending_layouts.as_ref() } {
-            // SAFETY: as above.
-            unsafe { mkey.as_ref() }.set_layout_len(*len);
-        }
-        Ok(this.state.posted)
+        Ok(this.state.posted as u32)
     }
 
     #[inline(always)]
     fn start_wr(&mut self, wr_id: u64, dc: Option<RawDc>) -> Wr<'_, 'm, T> {
-        let flags = if self.state.force_signaled {
-            SendFlags::SIGNALED
-        } else {
-            SendFlags::empty()
-        };
         Wr {
+            flags: self.state.flags,
             state: &mut self.state,
             wr_id,
-            flags,
             dc,
             _p: PhantomData,
         }
@@ -470,9 +480,9 @@ impl RawDc {
     #[inline(always)]
     fn new(addr: DcAddr<'_>, stream_id: Option<u16>) -> Self {
         RawDc {
-            ah: addr.ah.as_ptr(),
-            remote_dctn: addr.remote_dctn,
-            remote_dc_key: addr.remote_dc_key,
+            ah: addr.ah_ptr(),
+            remote_dctn: addr.remote_dctn(),
+            remote_dc_key: addr.remote_dc_key(),
             stream_id,
         }
     }
@@ -498,7 +508,7 @@ pub struct Wr<'b, 'm, T: Transport> {
 }
 
 impl<'b, 'm, T: Transport> Wr<'b, 'm, T> {
-    /// Adds `flags` (`INLINE` is managed by [`Op::inline`]).
+    /// Adds `flags` to the batch's (`INLINE` is managed by [`Op::inline`]).
     #[inline]
     pub fn flags(mut self, flags: SendFlags) -> Self {
         self.flags |= flags;
@@ -642,6 +652,18 @@ enum Data<'a> {
     Inline(&'a [u8]),
 }
 
+impl Data<'_> {
+    /// Bytes in all.
+    #[inline(always)]
+    fn len(&self) -> u64 {
+        match self {
+            Data::Sge(s) => u64::from(s.length),
+            Data::List(l) => l.iter().map(|s| u64::from(s.length)).sum(),
+            Data::Inline(d) => d.len() as u64,
+        }
+    }
+}
+
 /// A work request with its builder chosen; its data comes next, and adds
 /// it to the batch. `K` ([`Source`], [`Destination`], [`Atomic`]) decides
 /// which data it takes.
@@ -654,23 +676,29 @@ pub struct Op<'b, 'm, T: Transport, K> {
 }
 
 impl<'m, T: Transport, K> Op<'_, 'm, T, K> {
-    /// One SGE of local memory.
-    #[inline]
-    pub fn sge(self, sge: Sge<'m>) -> Result<()> {
-        let raw = &Sge::as_raw_slice(std::slice::from_ref(&sge))[0];
-        self.post(Data::Sge(raw), u64::from(sge.length()))
+    /// One SGE of local memory, given by value or by reference (`&Sge`:
+    /// then its fields are read only when the provider's setter is called,
+    /// as C reads `sge->lkey` there, which keeps registers free in a loop).
+    #[inline(always)]
+    pub fn sge(self, sge: impl Borrow<Sge<'m>>) -> Result<()> {
+        let sge = sge.borrow();
+        let raw = &Sge::as_raw_slice(std::slice::from_ref(sge))[0];
+        self.post(Data::Sge(raw))
     }
 
     /// Several SGEs, gathered (sources) or scattered (destinations) in
     /// order; at most the QP's `max_send_sge`.
     #[inline]
     pub fn sge_list(self, sges: &[Sge<'m>]) -> Result<()> {
-        let max = self.wr.state.caps.max_send_sge;
+        let max = self.wr.state.caps().max_send_sge;
         if sges.len() > max as usize {
-            return Err(too_many_sges(sges.len(), max));
+            return Err(Error::OutOfRange {
+                what: "SGE count",
+                value: sges.len() as u64,
+                limit: too_many_sges(max),
+            });
         }
-        let total = sges.iter().map(|s| u64::from(s.length())).sum();
-        self.post(Data::List(Sge::as_raw_slice(sges)), total)
+        self.post(Data::List(Sge::as_raw_slice(sges)))
     }
 
     /// Checks and hands the whole work request to the provider. Always
@@ -678,22 +706,33 @@ impl<'m, T: Transport, K> Op<'_, 'm, T, K> {
     /// caller, and each check folds into one compare there (the errors are
     /// made out of line).
     #[inline(always)]
-    fn post(self, data: Data<'_>, len: u64) -> Result<()> {
+    fn post(self, data: Data<'_>) -> Result<()> {
         let Op {
             wr, kind, remote, ..
         } = self;
         let (op, name) = kind.needs();
         if !wr.state.send_ops.contains(op) {
-            return Err(not_in_send_ops(name));
+            return Err(Error::Unsupported {
+                what: not_in_send_ops(name),
+            });
         }
+        // The data's length is read only where a check needs it: for a
+        // remote buffer of unknown length the compare folds away, and with
+        // it the read (the provider's setter reads the SGE itself).
         if let (OpKind::CmpSwp { .. } | OpKind::FetchAdd { .. }, Some(r)) = (kind, remote) {
+            let len = data.len();
             if len != 8 || r.addr % 8 != 0 {
-                return Err(bad_atomic(len, r.addr));
+                return Err(Error::InvalidArgument(bad_atomic(len, r.addr)));
             }
         }
         if let Some(r) = remote {
+            let len = data.len();
             if len > r.len {
-                return Err(longer_than_remote(len, r.len));
+                return Err(Error::OutOfRange {
+                    what: "work request length",
+                    value: len,
+                    limit: longer_than_remote(r.len),
+                });
             }
         }
         let extra = match data {
@@ -752,15 +791,23 @@ impl<T: Transport> Wr<'_, '_, T> {
         }) = self.dc
         {
             if self.state.mlx5.streams.is_none() {
-                return Err(no_streams());
+                return Err(Error::Unsupported { what: no_streams() });
             }
         }
         let q = self.state.qpx.as_ptr();
+        let batch_flags = self.state.flags;
+        let flags = self.flags | extra;
+        // Written only when they differ from the batch's, which are in
+        // wr_flags between work requests (a compile-time decision when the
+        // batch is opened in the same function with constant flags).
+        let own = flags != batch_flags;
         // SAFETY: `q` is the live extended QP of an open batch, borrowed
         // mutably through `self.state`.
         unsafe {
             (*q).wr_id = self.wr_id;
-            (*q).wr_flags = (self.flags | extra).bits();
+            if own {
+                (*q).wr_flags = flags.bits();
+            }
         }
         let ops = self.state.ops();
         build(q, ops, mqpx);
@@ -782,6 +829,10 @@ impl<T: Transport> Wr<'_, '_, T> {
                 }
             }
         }
+        if own {
+            // SAFETY: as above.
+            unsafe { (*q).wr_flags = batch_flags.bits() };
+        }
         self.state.posted += 1;
         Ok(())
     }
@@ -793,20 +844,31 @@ impl<T: Transport> Op<'_, '_, T, Source> {
     /// `IBV_SEND_INLINE` (which soft-RoCE requires for inline data).
     #[inline]
     pub fn inline(self, data: &[u8]) -> Result<()> {
-        let max = self.wr.state.caps.max_inline_data;
+        let max = self.wr.state.caps().max_inline_data;
         if data.len() > max as usize {
-            return Err(inline_too_long(data.len(), max));
+            return Err(Error::OutOfRange {
+                what: "inline data length",
+                value: data.len() as u64,
+                limit: inline_too_long(max),
+            });
         }
-        self.post(Data::Inline(data), data.len() as u64)
+        self.post(Data::Inline(data))
     }
 }
 
-// The errors of the posting path, made out of line so that each check in
-// the caller's loop stays one compare.
+// The errors of the posting path. Their text is made out of line, so that
+// each check in the caller's loop stays one compare; the variant is built
+// at the check, so the caller's `?` knows it is an error.
 
 #[cold]
 #[inline(never)]
 fn complete_failed(rc: i32, posted: u32, depth: u32) -> Error {
+    if rc == libc::ENOMEM || rc == libc::ENOSPC {
+        return Error::SendQueueFull {
+            batch: posted,
+            depth,
+        };
+    }
     Error::verbs(
         "ibv_wr_complete",
         rc,
@@ -816,55 +878,39 @@ fn complete_failed(rc: i32, posted: u32, depth: u32) -> Error {
 
 #[cold]
 #[inline(never)]
-fn not_in_send_ops(name: &str) -> Error {
-    Error::Unsupported {
-        what: format!("{name}: the QP was not created with it in its send ops"),
-    }
+fn not_in_send_ops(name: &str) -> String {
+    format!("{name}: the QP was not created with it in its send ops")
 }
 
 #[cold]
 #[inline(never)]
-fn bad_atomic(len: u64, addr: u64) -> Error {
-    Error::InvalidArgument(format!(
+fn bad_atomic(len: u64, addr: u64) -> String {
+    format!(
         "atomics take one 8-byte SGE and an 8-byte aligned remote address \
          (got {len} bytes, remote address {addr:#x})"
-    ))
+    )
 }
 
 #[cold]
 #[inline(never)]
-fn longer_than_remote(len: u64, remote_len: u64) -> Error {
-    Error::OutOfRange {
-        what: "work request length",
-        value: len,
-        limit: format!("at most {remote_len} (the remote buffer's length)"),
-    }
+fn longer_than_remote(remote_len: u64) -> String {
+    format!("at most {remote_len} (the remote buffer's length)")
 }
 
 #[cold]
 #[inline(never)]
-fn too_many_sges(n: usize, max: u32) -> Error {
-    Error::OutOfRange {
-        what: "SGE count",
-        value: n as u64,
-        limit: format!("at most {max} (the QP's max_send_sge)"),
-    }
+fn too_many_sges(max: u32) -> String {
+    format!("at most {max} (the QP's max_send_sge)")
 }
 
 #[cold]
 #[inline(never)]
-fn inline_too_long(len: usize, max: u32) -> Error {
-    Error::OutOfRange {
-        what: "inline data length",
-        value: len as u64,
-        limit: format!("at most {max} (the QP's max_inline_data)"),
-    }
+fn inline_too_long(max: u32) -> String {
+    format!("at most {max} (the QP's max_inline_data)")
 }
 
 #[cold]
 #[inline(never)]
-fn no_streams() -> Error {
-    Error::Unsupported {
-        what: "mlx5dv_wr_set_dc_addr_stream: the DCI was created without DCI streams".into(),
-    }
+fn no_streams() -> String {
+    "mlx5dv_wr_set_dc_addr_stream: the DCI was created without DCI streams".into()
 }

@@ -186,9 +186,77 @@ fn rc_write_sge_batch_makes_exactly_the_c_calls_of_ibv_wr_post() {
                 (8, ffi::IBV_SEND_FENCE),
                 vec![Arg::U32(0x1111_2222), Arg::U64(base), Arg::U32(4)]
             ),
-            qp_call("wr_complete", f, (8, ffi::IBV_SEND_FENCE), vec![]),
+            // Each WR's own flags are written before its builder and the
+            // batch's (none) written back after its data.
+            qp_call("wr_complete", f, (8, 0), vec![]),
         ]
     );
+}
+
+#[test]
+fn batch_flags_are_written_once_and_a_work_requests_own_flags_only_for_it() {
+    let mut fx = Fx::new();
+    let mr = fx.mr();
+    let mut qp = fx.rc();
+    let mut b = qp.batch_with(SendFlags::SIGNALED);
+    let sges = [mr.sge(0..8).unwrap()];
+    let sge = sges[0];
+    // By reference (read at the setter) or by value.
+    let by_ref: &Sge = sges.first().unwrap();
+    b.wr(1).rdma_write(remote(8)).sge(by_ref).unwrap();
+    b.wr(2).fence().rdma_write(remote(8)).sge(sge).unwrap();
+    b.wr(3).send().inline(b"hi").unwrap();
+    b.wr(4).signaled().send().sge(by_ref).unwrap();
+    assert_eq!(unsafe { b.complete() }.unwrap(), 4);
+    let f = &*fx.fq;
+    let fence = SIG | ffi::IBV_SEND_FENCE;
+    let seen: Vec<_> = fx
+        .qp_calls()
+        .into_iter()
+        .map(|c| (c.entry, c.wr.unwrap().1))
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            ("wr_start", 0),
+            ("wr_rdma_write", SIG),
+            ("wr_set_sge", SIG),
+            ("wr_rdma_write", fence),
+            ("wr_set_sge", fence),
+            ("wr_send", SIG | INL),
+            ("wr_set_inline_data", SIG | INL),
+            // SIGNALED is the batch's already: nothing of its own.
+            ("wr_send", SIG),
+            ("wr_set_sge", SIG),
+            ("wr_complete", SIG),
+        ]
+    );
+    // Between work requests the QP holds the batch's flags again.
+    assert_eq!(f.ibv.wr_flags, SIG);
+}
+
+#[test]
+fn an_unbounded_remote_buffer_passes_its_key_and_address_unchecked() {
+    let mut fx = Fx::new();
+    let mr = fx.mr();
+    let mut qp = fx.rc();
+    let mut b = qp.batch();
+    let far = RemoteBuf::unbounded(0xFFFF_FFFF_FFFF_F000, 0x1234_5678);
+    assert_eq!(far.len, u64::MAX);
+    b.wr(1)
+        .rdma_write(far)
+        .sge(mr.sge(0..4096).unwrap())
+        .unwrap();
+    b.wr(2).rdma_read(far).sge(mr.sge(0..8).unwrap()).unwrap();
+    assert_eq!(unsafe { b.complete() }.unwrap(), 2);
+    let calls = fx.qp_calls();
+    for (i, entry) in [(1, "wr_rdma_write"), (3, "wr_rdma_read")] {
+        assert_eq!(calls[i].entry, entry);
+        assert_eq!(
+            calls[i].args,
+            [Arg::U32(0x1234_5678), Arg::U64(0xFFFF_FFFF_FFFF_F000)]
+        );
+    }
 }
 
 #[test]
@@ -206,8 +274,9 @@ fn inline_data_gets_ibv_send_inline_from_the_wrapper() {
         calls[2].args[1..],
         [Arg::Usize(5), Arg::Bytes(b"hello".to_vec())]
     );
-    // Dropped without complete: aborted, never completed.
-    assert_eq!(calls[3], qp_call("wr_abort", f, (1, INL), vec![]));
+    // Dropped without complete: aborted, never completed. The batch's flags
+    // (none) were written back after the WR.
+    assert_eq!(calls[3], qp_call("wr_abort", f, (1, 0), vec![]));
     assert_eq!(calls.len(), 4);
 }
 
@@ -268,11 +337,7 @@ fn dci_work_requests_end_with_their_dc_address() {
     };
     let mut qp = fx.qp::<Dci>(SendOps::rc_default(), Mlx5SendOps::MEMCPY, Some(streams));
     let ah = unsafe { crate::ah::AddressHandle::fake(&fx.pd, NonNull::new(ah_ptr).unwrap()) };
-    let addr = DcAddr {
-        ah: &ah,
-        remote_dctn: 0x00AB_CDEF,
-        remote_dc_key: 0xFEED_0000_DEAD_BEEF,
-    };
+    let addr = DcAddr::new(&ah, 0x00AB_CDEF, 0xFEED_0000_DEAD_BEEF);
     let mut b = qp.batch();
     b.wr(1, addr)
         .signaled()
@@ -380,6 +445,69 @@ fn memcpy_length_is_checked_at_its_boundaries() {
 }
 
 #[test]
+fn a_memcpy_op_is_checked_once_and_posts_the_same_call_as_memcpy() {
+    let mut fx = Fx::new();
+    let mr = fx.mr();
+    let s = |r: std::ops::Range<usize>| mr.sge(r).unwrap();
+    let mut qp = fx.rc();
+    qp.mlx5.max_memcpy = 4096;
+    // The checks of memcpy, made when the op is.
+    let zero = qp.memcpy_op(s(0..0), s(8..8)).unwrap_err();
+    assert!(
+        matches!(
+            zero,
+            Error::OutOfRange {
+                what: "memcpy length",
+                value: 0,
+                ..
+            }
+        ),
+        "{zero}"
+    );
+    let over = qp.memcpy_op(s(0..4097), s(8192..12289)).unwrap_err();
+    assert!(
+        matches!(
+            over,
+            Error::OutOfRange {
+                what: "memcpy length",
+                value: 4097,
+                ..
+            }
+        ),
+        "{over}"
+    );
+    let uneven = qp.memcpy_op(s(0..8), s(8..24)).unwrap_err();
+    assert!(matches!(uneven, Error::InvalidArgument(_)), "{uneven}");
+    let op = qp.memcpy_op(s(0..4096), s(8192..12288)).unwrap();
+    assert_eq!((op.dest(), op.src()), (s(0..4096), s(8192..12288)));
+    // Posted, it makes the call memcpy makes.
+    let mut b = qp.batch_with(SendFlags::SIGNALED);
+    b.wr(1).memcpy_op(&op).unwrap();
+    b.wr(2).memcpy(op.dest(), op.src()).unwrap();
+    assert_eq!(unsafe { b.complete() }.unwrap(), 2);
+    let calls: Vec<_> = fx
+        .qp_calls()
+        .into_iter()
+        .filter(|c| c.entry == "wr_memcpy")
+        .collect();
+    assert_eq!(calls.len(), 2);
+    assert_eq!(calls[0].wr, Some((1, SIG)));
+    assert_eq!(calls[1].wr, Some((2, SIG)));
+    assert_eq!(calls[0].args, calls[1].args);
+    // A QP without MEMCPY makes none, and a prepared one is refused there.
+    let mut plain = fx.qp::<Rc>(SendOps::rc_default(), Mlx5SendOps::empty(), None);
+    assert!(matches!(
+        plain.memcpy_op(s(0..8), s(8..16)),
+        Err(Error::Unsupported { .. })
+    ));
+    let mut b = plain.batch();
+    assert!(matches!(
+        b.wr(3).memcpy_op(&op),
+        Err(Error::Unsupported { .. })
+    ));
+}
+
+#[test]
 fn mr_list_sets_inline_and_checks_entries_against_mkey_and_wqe() {
     let mut fx = Fx::new();
     let mr = fx.mr();
@@ -391,10 +519,14 @@ fn mr_list_sets_inline_and_checks_entries_against_mkey_and_wqe() {
         .collect();
     let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ;
     // 4 entries fit the default WQE (max_inline_data 64); 5 do not.
-    b.wr(9)
+    let layout = b
+        .wr(9)
         .signaled()
         .mr_list(&mkey, access, &sges[..4])
         .unwrap();
+    // The layout it registers: 4 entries of 10 bytes, on this mkey.
+    assert_eq!(layout.len(), 40);
+    assert_eq!(layout.mkey().rkey(), mkey.rkey());
     let err = b.wr(10).mr_list(&mkey, access, &sges).unwrap_err();
     assert!(
         matches!(
@@ -410,10 +542,7 @@ fn mr_list_sets_inline_and_checks_entries_against_mkey_and_wqe() {
     let err = b.wr(11).mr_list(&mkey, access, &[]).unwrap_err();
     assert!(matches!(err, Error::OutOfRange { value: 0, .. }), "{err}");
     b.wr(12).local_inv(mkey.rkey()).unwrap();
-    // Added, not posted: the mkey's layout is unchanged until complete.
-    assert_eq!(mkey.layout_len(), 0);
     assert_eq!(unsafe { b.complete() }.unwrap(), 2);
-    assert_eq!(mkey.layout_len(), 40);
     let base = fx.base();
     let f = &fx.fq;
     let calls = fx.qp_calls();
@@ -474,7 +603,8 @@ fn mr_interleaved_needs_one_more_mkey_entry_and_stays_in_its_region() {
         ),
         "{err}"
     );
-    b.wr(2).mr_interleaved(&mkey4, access, 4, &entries).unwrap();
+    let layout = b.wr(2).mr_interleaved(&mkey4, access, 4, &entries).unwrap();
+    assert_eq!(layout.len(), 3 * 64 * 4, "3 entries of 64 bytes, 4 repeats");
     // repeat_count 0, and a pattern that runs past the region.
     assert!(matches!(
         b.wr(3).mr_interleaved(&mkey4, access, 0, &entries),
@@ -484,7 +614,8 @@ fn mr_interleaved_needs_one_more_mkey_entry_and_stays_in_its_region() {
         })
     ));
     let last = MrInterleaved::new(&mr, LEN - 64, 64, 0).unwrap();
-    assert!(b.wr(4).mr_interleaved(&mkey4, access, 1, &[last]).is_ok());
+    let layout = b.wr(4).mr_interleaved(&mkey4, access, 1, &[last]).unwrap();
+    assert_eq!(layout.len(), 64, "1 × 64 bytes");
     assert!(matches!(
         b.wr(5).mr_interleaved(&mkey4, access, 2, &[last]),
         Err(Error::OutOfRange {
@@ -495,11 +626,6 @@ fn mr_interleaved_needs_one_more_mkey_entry_and_stays_in_its_region() {
     assert!(MrInterleaved::new(&mr, LEN - 63, 64, 0).is_err());
     assert!(MrInterleaved::new(&mr, 0, 0, 0).is_err());
     assert_eq!(unsafe { b.complete() }.unwrap(), 2);
-    assert_eq!(
-        mkey4.layout_len(),
-        64,
-        "the last registration posted: 1 × 64 bytes"
-    );
     let calls = fx.qp_calls();
     let base = fx.base();
     let first = calls
@@ -666,41 +792,38 @@ fn send_with_invalidate_carries_the_rkey_and_needs_its_send_op() {
 }
 
 #[test]
-fn an_aborted_or_refused_batch_leaves_the_mkey_layout_as_it_was() {
+fn a_registration_returns_its_layout_which_bounds_remote_and_local_use() {
     let mut fx = Fx::new();
     let mr = fx.mr();
     let mkey = fx.mkey(8);
     let mut qp = fx.rc();
-    let access = AccessFlags::LOCAL_WRITE;
+    let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ;
     let mut b = qp.batch();
-    b.wr(1)
-        .mr_list(&mkey, access, &[mr.sge(0..100).unwrap()])
-        .unwrap();
-    drop(b);
-    assert_eq!(
-        mkey.layout_len(),
-        0,
-        "an aborted registration changed the layout"
-    );
-    fx.fq.complete_ret = libc::ENOMEM;
-    let mut b = qp.batch();
-    b.wr(2)
-        .mr_list(&mkey, access, &[mr.sge(0..200).unwrap()])
-        .unwrap();
-    assert!(matches!(
-        unsafe { b.complete() },
-        Err(Error::SendQueueFull { .. })
-    ));
-    assert_eq!(mkey.layout_len(), 0, "a refused batch changed the layout");
-    assert!(mkey.remote(0..1).is_err());
-    fx.fq.complete_ret = 0;
-    let mut b = qp.batch();
-    b.wr(3)
-        .mr_list(&mkey, access, &[mr.sge(0..300).unwrap()])
-        .unwrap();
+    let sges = [mr.sge(0..100).unwrap(), mr.sge(1000..1200).unwrap()];
+    let layout = b.wr(3).mr_list(&mkey, access, &sges).unwrap();
     unsafe { b.complete() }.unwrap();
-    assert_eq!(mkey.layout_len(), 300);
-    assert!(mkey.remote(0..300).is_ok() && mkey.remote(0..301).is_err());
+    assert_eq!(layout.len(), 300);
+    let r = layout.remote(100..300).unwrap();
+    assert_eq!(
+        (r.addr, r.len, r.rkey),
+        (100, 200, mkey.rkey()),
+        "zero-based"
+    );
+    assert!(matches!(
+        layout.remote(0..301),
+        Err(Error::OutOfRange { .. })
+    ));
+    // SAFETY: the SGE is only inspected.
+    let sge = unsafe { layout.sge(..) }.unwrap();
+    assert_eq!(
+        (sge.addr(), sge.length(), sge.lkey()),
+        (0, 300, mkey.lkey())
+    );
+    // SAFETY: as above.
+    assert!(unsafe { layout.sge(1..302) }.is_err());
+    // A layout registered elsewhere is described by hand.
+    assert_eq!(MkeyLayout::new(&mkey, 300), layout);
+    assert!(MkeyLayout::new(&mkey, 0).is_empty());
 }
 
 #[test]
@@ -718,10 +841,11 @@ fn more_interleaved_entries_than_the_stack_array_holds_arrive_whole() {
         .map(|i| MrInterleaved::new(&mr, i * 16, 8, 8).unwrap())
         .collect();
     let mut batch = qp.batch();
-    batch
+    let layout = batch
         .wr(1)
         .mr_interleaved(&mkey, AccessFlags::LOCAL_WRITE, 2, &entries)
         .unwrap();
+    assert_eq!(layout.len(), 20 * 8 * 2);
     unsafe { batch.complete() }.unwrap();
     let base = fx.base();
     let call = fx
@@ -734,5 +858,4 @@ fn more_interleaved_entries_than_the_stack_array_holds_arrive_whole() {
         .map(|i| (base + i * 16, 8, 8, 0x1111_2222))
         .collect();
     assert_eq!(call.args[5], Arg::Interleaved(want));
-    assert_eq!(mkey.layout_len(), 20 * 8 * 2);
 }

@@ -322,11 +322,7 @@ impl DcPair {
 
 /// The address of `dct` for work requests of a DCI whose PD holds `ah`.
 pub fn dc_addr<'a>(ah: &'a AddressHandle, dct: &Dct) -> DcAddr<'a> {
-    DcAddr {
-        ah,
-        remote_dctn: dct.dctn(),
-        remote_dc_key: DCT_KEY,
-    }
+    DcAddr::new(ah, dct.dctn(), DCT_KEY)
 }
 
 /// The path to the local port (`get_global_ah` in rdma-core's

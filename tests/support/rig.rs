@@ -159,7 +159,7 @@ pub fn pattern(len: usize, seed: u8) -> Vec<u8> {
 /// Asserts one successful completion with this wr_id and opcode.
 #[track_caller]
 pub fn assert_wc(wc: &WorkCompletion, wr_id: u64, opcode: WcOpcode) {
-    assert_eq!(wc.status, WcStatus::Success, "{wc:?}");
+    assert_eq!(wc.status, WcStatus::SUCCESS, "{wc:?}");
     assert_eq!(wc.wr_id, wr_id, "{wc:?}");
     assert_eq!(wc.opcode, opcode, "{wc:?}");
 }
