@@ -8,10 +8,15 @@
 //! - `c_best_<shape>`: C with rdma-core's inline functions, as a performance
 //!   engineer writes it (what does not change across the batch is set once);
 //! - `c_plain_<shape>`: the same C as the man pages' examples write it;
-//! - `rust_<shape>`: the safe API as a user writes it (`qp.batch()`,
-//!   `b.wr(id)...`, `complete()`), with the SGEs and remote buffers made by
-//!   `mr.sge(range)` / `RemoteBuf::slice` before the batch, as the C side
-//!   gets its `struct ibv_sge` array.
+//! - `rust_<shape>`: the safe API as a performance-minded user writes it:
+//!   the batch's flags set once (`qp.batch_with(flags)`), the peer's rkey
+//!   passed once and each address as C passes it (`RemoteBuf::unbounded`),
+//!   SGEs made by `mr.sge(range)` and memcpys checked by `qp.memcpy_op`
+//!   before the batch, as the C side gets its `struct ibv_sge` array;
+//! - `rust_<shape>_checked` (two shapes): the conveniences that cost, for
+//!   comparison: a flag per work request and a `RemoteBuf` whose length is
+//!   checked against the SGE's, or the memcpy's rules checked per work
+//!   request.
 //!
 //! Every function has a stable symbol, so `valgrind --tool=callgrind
 //! --toggle-collect=<symbol>` counts the instructions inside it, the
@@ -37,7 +42,7 @@ use mlx5dv::wqe::{Opcode, Wqe, WqeBuilder};
 use mlx5dv::{
     AccessFlags, AddressHandle, AhAttr, CompletionQueue, Context, DcAddr, Dci, DciStreams,
     MemcpyOp, MemoryRegion, Mkey, Mlx5SendOps, ProtectionDomain, QpCaps, QpEx, RawMlx5, RawQp, Rc,
-    RemoteBuf, Result, SendFlags, SendOps, Sge, WcFlags, WcOpcode, WcStatus,
+    RemoteBuf, Result, SendFlags, SendOps, Sge, WcOpcode, WcStatus,
 };
 use std::ffi::{c_int, c_void};
 use std::hint::black_box;
@@ -285,17 +290,30 @@ fn rust_raw_wqe(qp: &mut QpEx<Rc>, wqe: &Wqe) -> Result<u32> {
     unsafe { b.complete() }
 }
 
-/// `struct bench_wc` of `benches/c/bench.h`: what both sides read of each
-/// completion, the status and opcode as the crate's types.
+/// `struct bench_wc` of `benches/c/bench.h`: what the C loops read of each
+/// completion.
 #[repr(C)]
+#[derive(Clone, Copy, Debug)]
+struct CWc {
+    wr_id: u64,
+    status: u32,
+    opcode: u32,
+    byte_len: u32,
+    has_imm: u32,
+    imm: u32,
+    qp_num: u32,
+    vendor_err: u32,
+}
+
+/// The same, as a Rust user keeps it: the crate's types, the immediate as
+/// an `Option`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct BenchWc {
     wr_id: u64,
     status: WcStatus,
     opcode: WcOpcode,
     byte_len: u32,
-    has_imm: u32,
-    imm: u32,
+    imm: Option<u32>,
     qp_num: u32,
     vendor_err: u32,
 }
@@ -306,11 +324,22 @@ impl BenchWc {
         status: WcStatus::from_raw(0),
         opcode: WcOpcode::from_raw(0),
         byte_len: 0,
-        has_imm: 0,
-        imm: 0,
+        imm: None,
         qp_num: 0,
         vendor_err: 0,
     };
+
+    fn from_c(c: &CWc) -> Self {
+        BenchWc {
+            wr_id: c.wr_id,
+            status: WcStatus::from_raw(c.status),
+            opcode: WcOpcode::from_raw(c.opcode),
+            byte_len: c.byte_len,
+            imm: (c.has_imm != 0).then_some(c.imm),
+            qp_num: c.qp_num,
+            vendor_err: c.vendor_err,
+        }
+    }
 }
 
 #[no_mangle]
@@ -320,12 +349,9 @@ fn rust_poll_cq(cq: &CompletionQueue, out: &mut [BenchWc; BATCH]) -> Result<usiz
     cq.poll_each(BATCH, |wc| {
         let w = &mut out[n];
         n += 1;
-        let flags = wc.wc_flags();
         w.wr_id = wc.wr_id();
         w.status = wc.status();
-        let has_imm = flags.contains(WcFlags::WITH_IMM);
-        w.has_imm = has_imm as u32;
-        w.imm = if has_imm { wc.imm_data() } else { 0 };
+        w.imm = wc.imm();
         w.opcode = wc.opcode();
         w.byte_len = wc.byte_len();
         w.qp_num = wc.qp_num();
@@ -349,10 +375,7 @@ struct Shape {
     rust: fn(&mut Handles, &Plan<'_>) -> usize,
     /// The QP's `struct null_qp`; None for the poll.
     ring: fn(&BenchObjs) -> Option<*const c_void>,
-    /// The regression guard of `--check`: the Rust/C-best instruction
-    /// ratio measured when the shape was last tuned (BENCHMARKS.md), plus
-    /// 0.05. Not the goal (1.01): where the two differ, BENCHMARKS.md says
-    /// which instructions C does not execute.
+    /// The regression guard of `--check` (see `GOAL_GUARD`).
     ceiling: f64,
 }
 
@@ -384,17 +407,22 @@ impl Dct {
     }
 }
 
-// The ratios of BENCHMARKS.md plus 0.05.
-const CEILING_RC_WRITE_SGE: f64 = 1.37;
-const CEILING_RC_WRITE_SGE_CHECKED: f64 = 1.37;
-const CEILING_RC_INLINE_SEND: f64 = 1.03;
-const CEILING_DCI_WRITE_SGE: f64 = 1.31;
-const CEILING_DCI_WRITE_SGE_STREAM: f64 = 1.49;
-const CEILING_MEMCPY: f64 = 1.33;
-const CEILING_MEMCPY_CHECKED: f64 = 1.33;
-const CEILING_MR_LIST: f64 = 2.06;
-const CEILING_RAW_WQE: f64 = 1.02;
-const CEILING_POLL_CQ: f64 = 1.81;
+// The regression guards of `--check` (what scripts/test runs). The shapes
+// that meet the goal (at most 1.01 times C best, BENCHMARKS.md) are held
+// at 1.02: the goal plus room for one instruction per batch from another
+// compiler's register allocation. The others are held at the ratio
+// BENCHMARKS.md gives plus 0.05.
+const GOAL_GUARD: f64 = 1.02;
+const CEILING_RC_WRITE_SGE: f64 = GOAL_GUARD;
+const CEILING_RC_WRITE_SGE_CHECKED: f64 = 1.33;
+const CEILING_RC_INLINE_SEND: f64 = GOAL_GUARD;
+const CEILING_DCI_WRITE_SGE: f64 = GOAL_GUARD;
+const CEILING_DCI_WRITE_SGE_STREAM: f64 = GOAL_GUARD;
+const CEILING_MEMCPY: f64 = GOAL_GUARD;
+const CEILING_MEMCPY_CHECKED: f64 = 1.38;
+const CEILING_MR_LIST: f64 = GOAL_GUARD;
+const CEILING_RAW_WQE: f64 = GOAL_GUARD;
+const CEILING_POLL_CQ: f64 = 1.07;
 
 const SHAPES: &[Shape] = &[
     Shape {
@@ -651,10 +679,11 @@ fn check_same_work(c: &CSide, h: &mut Handles, p: &Plan<'_>) {
     let ids: Vec<u64> = h.completions.iter().map(|c| c.wr_id).collect();
     assert_eq!(ids, (0..BATCH as u64).collect::<Vec<_>>());
     // SAFETY: `c.wc` holds the BATCH completions the C poll loops wrote
-    // last, as `struct bench_wc`, which `BenchWc` lays out.
-    let c_wcs = unsafe { &*(c.wc as *const [BenchWc; BATCH]) };
+    // last, as `struct bench_wc`, which `CWc` lays out.
+    let c_wcs = unsafe { &*(c.wc as *const [CWc; BATCH]) };
     assert_eq!(
-        &h.completions, c_wcs,
+        h.completions.to_vec(),
+        c_wcs.iter().map(BenchWc::from_c).collect::<Vec<_>>(),
         "poll_cq: Rust read other completions than C"
     );
 }

@@ -344,6 +344,26 @@ impl From<&PolledWc<'_>> for WorkCompletion {
 /// as long as the callback it is handed to: the CQ moves on to the next
 /// completion when the callback returns. [`WorkCompletion::from`] copies
 /// every field.
+///
+/// Keeping the view past its callback is a compile error:
+///
+/// ```compile_fail,E0521
+/// # fn demo(cq: &mlx5dv::CompletionQueue) -> mlx5dv::Result<()> {
+/// let mut last = None;
+/// cq.poll_each(1, |wc| last = Some(wc))?; // error: `wc` escapes the closure
+/// # Ok(())
+/// # }
+/// ```
+///
+/// What it reads can be kept:
+///
+/// ```no_run
+/// # fn demo(cq: &mlx5dv::CompletionQueue) -> mlx5dv::Result<()> {
+/// let mut last = None;
+/// cq.poll_each(1, |wc| last = Some((wc.wr_id(), mlx5dv::WorkCompletion::from(wc))))?;
+/// # Ok(())
+/// # }
+/// ```
 pub struct PolledWc<'p> {
     cq: NonNull<ffi::ibv_cq_ex>,
     ops: &'p PollOps,
@@ -402,22 +422,11 @@ impl PolledWc<'_> {
     /// `ibv_wc_read_imm_data`).
     #[inline]
     pub fn imm(&self) -> Option<u32> {
-        let has = self.wc_flags().contains(WcFlags::WITH_IMM);
-        // Selected rather than branched on twice: `imm().unwrap_or(0)`
-        // and `imm().is_some()` then compile to what C writes.
-        let raw = if has { self.imm_data_raw() } else { 0 };
-        has.then_some(u32::from_be(raw))
-    }
-
-    /// The immediate data in host byte order, read without looking at the
-    /// flags (`ibv_wc_read_imm_data`, byte-swapped): for a caller that has
-    /// read [`wc_flags`](Self::wc_flags) already and found
-    /// [`WcFlags::WITH_IMM`]. Without that flag the value means nothing
-    /// (with [`WcFlags::WITH_INV`] it is the invalidated rkey, swapped).
-    /// [`imm`](Self::imm) reads the flags itself.
-    #[inline]
-    pub fn imm_data(&self) -> u32 {
-        u32::from_be(self.imm_data_raw())
+        if self.wc_flags().contains(WcFlags::WITH_IMM) {
+            Some(u32::from_be(self.imm_data_raw()))
+        } else {
+            None
+        }
     }
 
     /// The rkey a received send-with-invalidate invalidated
@@ -742,8 +751,8 @@ impl CompletionQueue {
         if max == 0 {
             return Ok(0);
         }
-        let _lock = self.0.poll_lock.lock();
         let inner = &*self.0;
+        let _lock = PollLock::lock(inner);
         let wc = PolledWc {
             cq: inner.cq,
             ops: &inner.ops,
@@ -757,13 +766,13 @@ impl CompletionQueue {
             return if rc == libc::ENOENT {
                 Ok(0)
             } else {
-                Err(self.poll_failed("ibv_start_poll", rc))
+                Err(inner.poll_failed("ibv_start_poll", rc))
             };
         }
         if inner.one_per_poll {
-            return self.poll_each_one_per_start(&wc, max, &mut f);
+            return inner.poll_each_one_per_start(&wc, max, &mut f);
         }
-        let poll = EndPoll(&wc);
+        let poll = EndPoll(inner);
         // Written as `f; while n < max { next_poll; f }`, the count is one
         // register, the same at every exit, and the back edge is the test
         // of the count (no copy of it, no extra jump). `f` is inlined
@@ -778,60 +787,16 @@ impl CompletionQueue {
                 if rc == libc::ENOENT {
                     break;
                 }
-                return Err(self.next_poll_failed(poll, rc));
+                // The error path ends the poll itself: nothing of `poll`
+                // has to be kept for it.
+                std::mem::forget(poll);
+                return Err(inner.next_poll_failed(rc));
             }
             f(&wc);
             n += 1;
         }
         drop(poll);
         Ok(n)
-    }
-
-    /// Ends the poll `next_poll` failed in, and returns its error.
-    #[cold]
-    #[inline(never)]
-    fn next_poll_failed(&self, poll: EndPoll<'_, '_>, rc: i32) -> Error {
-        drop(poll);
-        self.poll_failed("ibv_next_poll", rc)
-    }
-
-    /// [`poll_each`](Self::poll_each) for a CQ that polls one completion
-    /// per `start_poll` / `end_poll` pair (see [`SOFT_ROCE_VENDOR_ID`]),
-    /// from the first `start_poll`'s completion on. Inlined: were `f`
-    /// passed to a call, what it captures would have to live in memory
-    /// (not in registers) in the main loop too.
-    #[inline(always)]
-    fn poll_each_one_per_start<F>(&self, wc: &PolledWc<'_>, max: usize, f: &mut F) -> Result<usize>
-    where
-        F: FnMut(&PolledWc<'_>),
-    {
-        let mut n = 0;
-        loop {
-            {
-                // Ends this poll; the next one starts afresh.
-                let _poll = EndPoll(wc);
-                f(wc);
-            }
-            n += 1;
-            if n == max {
-                return Ok(n);
-            }
-            let mut attr = ffi::ibv_poll_cq_attr::default();
-            // SAFETY: the CQ is live, polled under the caller's lock, and no
-            // poll is in progress.
-            match unsafe { (wc.ops.start_poll)(wc.cq.as_ptr(), &mut attr) } {
-                0 => {}
-                libc::ENOENT => return Ok(n),
-                rc => return Err(self.poll_failed("ibv_start_poll", rc)),
-            }
-        }
-    }
-
-    /// The error of a failed `start_poll` / `next_poll`.
-    #[cold]
-    #[inline(never)]
-    fn poll_failed(&self, call: &'static str, rc: i32) -> Error {
-        Error::verbs(call, rc, self.0.ctx.name())
     }
 
     /// Moves up to `max` completions into `out` and returns how many
@@ -889,6 +854,57 @@ impl CompletionQueue {
     }
 }
 
+impl CqInner {
+    /// [`CompletionQueue::poll_each`] for a CQ that polls one completion
+    /// per `start_poll` / `end_poll` pair (see [`SOFT_ROCE_VENDOR_ID`]),
+    /// from the first `start_poll`'s completion on. Inlined: were `f`
+    /// passed to a call, what it captures would have to live in memory
+    /// (not in registers) in the main loop too.
+    #[inline(always)]
+    fn poll_each_one_per_start<F>(&self, wc: &PolledWc<'_>, max: usize, f: &mut F) -> Result<usize>
+    where
+        F: FnMut(&PolledWc<'_>),
+    {
+        let mut n = 0;
+        loop {
+            {
+                // Ends this poll; the next one starts afresh.
+                let _poll = EndPoll(self);
+                f(wc);
+            }
+            n += 1;
+            if n == max {
+                return Ok(n);
+            }
+            let mut attr = ffi::ibv_poll_cq_attr::default();
+            // SAFETY: the CQ is live, polled under the caller's lock, and no
+            // poll is in progress.
+            match unsafe { (wc.ops.start_poll)(wc.cq.as_ptr(), &mut attr) } {
+                0 => {}
+                libc::ENOENT => return Ok(n),
+                rc => return Err(self.poll_failed("ibv_start_poll", rc)),
+            }
+        }
+    }
+
+    /// The error of a failed `start_poll` / `next_poll`.
+    #[cold]
+    #[inline(never)]
+    fn poll_failed(&self, call: &'static str, rc: i32) -> Error {
+        Error::verbs(call, rc, self.ctx.name())
+    }
+
+    /// Ends the poll `next_poll` failed in, and returns its error.
+    #[cold]
+    #[inline(never)]
+    fn next_poll_failed(&self, rc: i32) -> Error {
+        // SAFETY: called, under the poll lock, instead of dropping the
+        // `EndPoll` of the poll in progress: it ends that poll once.
+        unsafe { (self.ops.end_poll)(self.cq.as_ptr()) };
+        self.poll_failed("ibv_next_poll", rc)
+    }
+}
+
 /// The lock that serialises the polls of one CQ: a futex word, as std's
 /// `Mutex` on Linux is (0 free, 1 held, 2 held with waiters), without the
 /// poisoning, which would cost more than the lock itself on every poll
@@ -900,37 +916,44 @@ struct PollLock(AtomicU32);
 
 const UNLOCKED: u32 = 0;
 const LOCKED: u32 = 1;
-/// Locked, and a thread may be waiting in `futex_wait`.
+/// Locked, and a thread may be asleep in `FUTEX_WAIT`.
 const CONTENDED: u32 = 2;
 
-/// Releases the [`PollLock`] when dropped.
-struct PollGuard<'a>(&'a PollLock);
+/// Holds the poll lock of a CQ; releases it when dropped. It holds the CQ,
+/// not the lock's address: the lock is a field of it, at an offset the
+/// release instruction folds in, so that nothing more is kept in a register
+/// or on the stack for the release.
+struct PollGuard<'a>(&'a CqInner);
 
 impl PollLock {
     const fn new() -> Self {
         PollLock(AtomicU32::new(UNLOCKED))
     }
 
+    /// Takes the lock of `cq`.
     #[inline]
-    fn lock(&self) -> PollGuard<'_> {
-        if self
+    fn lock(cq: &CqInner) -> PollGuard<'_> {
+        let lock = &cq.poll_lock;
+        if lock
             .0
             .compare_exchange(UNLOCKED, LOCKED, Ordering::Acquire, Ordering::Relaxed)
             .is_err()
         {
-            self.lock_contended();
+            PollLock::lock_contended(cq);
         }
-        PollGuard(self)
+        PollGuard(cq)
     }
 
     /// The slow path of `lock`: spin a little, then sleep on the futex
-    /// until the holder's release wakes us.
+    /// until the holder's release wakes us. Given the CQ, not the lock, as
+    /// [`PollGuard`] is.
     #[cold]
     #[inline(never)]
-    fn lock_contended(&self) {
-        let mut state = self.spin();
+    fn lock_contended(cq: &CqInner) {
+        let this = &cq.poll_lock;
+        let mut state = this.spin();
         if state == UNLOCKED {
-            match self
+            match this
                 .0
                 .compare_exchange(UNLOCKED, LOCKED, Ordering::Acquire, Ordering::Relaxed)
             {
@@ -941,11 +964,11 @@ impl PollLock {
         loop {
             // Marked CONTENDED before sleeping, so that the release wakes us;
             // taken this way it stays CONTENDED (another may be asleep).
-            if state != CONTENDED && self.0.swap(CONTENDED, Ordering::Acquire) == UNLOCKED {
+            if state != CONTENDED && this.0.swap(CONTENDED, Ordering::Acquire) == UNLOCKED {
                 return;
             }
-            futex(&self.0, libc::FUTEX_WAIT, CONTENDED);
-            state = self.spin();
+            futex(&this.0, libc::FUTEX_WAIT, CONTENDED);
+            state = this.spin();
         }
     }
 
@@ -962,22 +985,22 @@ impl PollLock {
             spins -= 1;
         }
     }
+
+    /// Wakes a thread waiting for the lock of `cq`.
+    #[cold]
+    #[inline(never)]
+    fn wake_one(cq: &CqInner) {
+        futex(&cq.poll_lock.0, libc::FUTEX_WAKE, 1);
+    }
 }
 
 impl Drop for PollGuard<'_> {
     #[inline]
     fn drop(&mut self) {
-        if self.0 .0.swap(UNLOCKED, Ordering::Release) == CONTENDED {
-            self.0.wake_one();
+        let lock = &self.0.poll_lock;
+        if lock.0.swap(UNLOCKED, Ordering::Release) == CONTENDED {
+            PollLock::wake_one(self.0);
         }
-    }
-}
-
-impl PollLock {
-    #[cold]
-    #[inline(never)]
-    fn wake_one(&self) {
-        futex(&self.0, libc::FUTEX_WAKE, 1);
     }
 }
 
@@ -1000,12 +1023,16 @@ fn futex(word: &AtomicU32, op: i32, val: u32) {
     }
 }
 
-/// Ends the poll in progress on the view's CQ when dropped
-/// (`ibv_end_poll`): on every return of a poll, and when its callback
-/// panics.
-struct EndPoll<'a, 'p>(&'a PolledWc<'p>);
+/// Ends the poll in progress on a CQ when dropped (`ibv_end_poll`): on
+/// every return of a poll, and when its callback panics. Made right after
+/// a successful `start_poll`, under the poll lock.
+///
+/// It holds the CQ, from which the entry and the CQ pointer are read when
+/// it ends the poll, so that nothing more is kept for it while the poll
+/// runs.
+struct EndPoll<'a>(&'a CqInner);
 
-impl Drop for EndPoll<'_, '_> {
+impl Drop for EndPoll<'_> {
     #[inline]
     fn drop(&mut self) {
         // SAFETY: made right after a successful start_poll, under the
@@ -1667,5 +1694,54 @@ mod tests {
             fx.cq.poll_each(32, |wc| assert_eq!(wc.wr_id(), 2)).unwrap(),
             1
         );
+    }
+
+    #[test]
+    fn threads_polling_one_cq_take_turns_and_share_out_every_completion() {
+        use std::sync::atomic::AtomicBool;
+        const N: u64 = 600;
+        let mut fx = Fx::new(ids(N));
+        let inside = AtomicBool::new(false);
+        let got = std::thread::scope(|s| {
+            let workers: Vec<_> = (0..4)
+                .map(|_| {
+                    s.spawn(|| {
+                        let mut mine = Vec::new();
+                        loop {
+                            let n = fx
+                                .cq
+                                .poll_each(7, |wc| {
+                                    // Two polls at once would meet here.
+                                    assert!(!inside.swap(true, Ordering::SeqCst));
+                                    mine.push(wc.wr_id());
+                                    std::thread::yield_now();
+                                    inside.store(false, Ordering::SeqCst);
+                                })
+                                .unwrap();
+                            if n == 0 {
+                                return mine;
+                            }
+                        }
+                    })
+                })
+                .collect();
+            workers
+                .into_iter()
+                .map(|w| w.join().unwrap())
+                .collect::<Vec<_>>()
+        });
+        // Each thread saw its completions in order, and together they saw
+        // each exactly once.
+        for mine in &got {
+            assert!(mine.windows(2).all(|w| w[0] < w[1]), "{mine:?}");
+        }
+        let mut all: Vec<u64> = got.concat();
+        all.sort_unstable();
+        assert_eq!(all, (0..N).collect::<Vec<_>>());
+        // The provider saw well-formed polls only, each ended once.
+        let log = fx.log();
+        let ends = log.iter().filter(|e| **e == "end_poll").count();
+        assert_eq!(ends, (N as usize).div_ceil(7));
+        assert_eq!(fx.cq.0.poll_lock.0.load(Ordering::SeqCst), UNLOCKED);
     }
 }

@@ -327,7 +327,7 @@ impl<T: Transport> QpEx<T> {
     }
 
     /// Moves the QP to ERR: outstanding work requests complete with
-    /// `WrFlushErr`.
+    /// [`WcStatus::WR_FLUSH_ERR`](crate::WcStatus::WR_FLUSH_ERR).
     pub fn to_error(&self) -> Result<()> {
         let mut a = ffi::ibv_qp_attr {
             qp_state: ffi::IBV_QPS_ERR,

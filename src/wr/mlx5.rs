@@ -255,7 +255,7 @@ impl<'m> Wr<'_, 'm, Rc> {
     ///
     /// At most the mkey's `max_entries` SGEs, and at most what the QP's WQE
     /// holds: `(max_inline_data + 4) / 16` (4 with the default 64).
-    /// Signalled, it completes with [`WcOpcode::Umr`](crate::WcOpcode).
+    /// Signalled, it completes with [`WcOpcode::UMR`](crate::WcOpcode::UMR).
     #[inline]
     pub fn mr_list(
         self,
@@ -307,7 +307,7 @@ impl<'m> Wr<'_, 'm, Rc> {
     /// repeat header), and the QP's WQE must hold them:
     /// `(max_inline_data + 4) / 16 - 1` entries (3 with the default 64).
     /// Every repeat of every entry must stay inside its region.
-    /// Signalled, it completes with [`WcOpcode::Umr`](crate::WcOpcode).
+    /// Signalled, it completes with [`WcOpcode::UMR`](crate::WcOpcode::UMR).
     pub fn mr_interleaved(
         self,
         mkey: &'m Mkey,
@@ -386,7 +386,7 @@ impl<'m> Wr<'_, 'm, Rc> {
     /// created with [`Mlx5SendOps::RAW_WQE`]. The driver sets the WQE index
     /// and signature; the flags of this [`Wr`] are ignored (the WQE's own
     /// control segment has them); its completion, whatever the opcode, is
-    /// [`WcOpcode::RawWqe`](crate::WcOpcode).
+    /// [`WcOpcode::RAW_WQE`](crate::WcOpcode::RAW_WQE).
     ///
     /// # Safety
     ///
