@@ -646,3 +646,66 @@ fn polling_for_more_than_is_there_never_yields_phantom_completions() {
         );
     }
 }
+
+#[test]
+#[ignore = "needs an RDMA device: set MLX5DV_TEST_DEVICE"]
+fn a_hot_loop_with_batch_flags_unbounded_remotes_and_sges_by_reference() {
+    let mut p = Pair::new();
+    const N: usize = 32;
+    const MSG: usize = 64;
+    let data = pattern(N * MSG, 9);
+    p.a.mr.as_mut_slice()[..N * MSG].copy_from_slice(&data);
+    // What C has: one rkey, an address per write, an SGE array.
+    let region = p.b.mr.remote(..).unwrap();
+    let raddr: Vec<u64> = (0..N)
+        .map(|i| region.addr + 8192 + (i * MSG) as u64)
+        .collect();
+    let sges: Vec<Sge> = (0..N)
+        .map(|i| p.a.mr.sge(i * MSG..(i + 1) * MSG).unwrap())
+        .collect();
+    let mut b = p.a.qp.batch_with(SendFlags::SIGNALED);
+    for (i, (sge, &addr)) in sges.iter().zip(&raddr).enumerate() {
+        b.wr(100 + i as u64)
+            .rdma_write(RemoteBuf::unbounded(addr, region.rkey))
+            .sge(sge)
+            .unwrap();
+    }
+    // SAFETY: both regions outlive the polls below.
+    assert_eq!(unsafe { b.complete() }.unwrap(), N as u32);
+
+    // Every WR was signalled by the batch's flags: N completions, read in
+    // place.
+    let mut seen = Vec::new();
+    let deadline = std::time::Instant::now() + WAIT;
+    while seen.len() < N && std::time::Instant::now() < deadline {
+        p.a.send_cq
+            .poll_each(N - seen.len(), |wc| {
+                seen.push((wc.wr_id(), wc.status(), wc.opcode(), wc.byte_len()))
+            })
+            .unwrap();
+    }
+    let want: Vec<_> = (0..N as u64)
+        .map(|i| (100 + i, WcStatus::SUCCESS, WcOpcode::RDMA_WRITE, MSG as u32))
+        .collect();
+    assert_eq!(seen, want);
+    assert_eq!(&p.b.mr.as_slice()[8192..8192 + N * MSG], &data[..]);
+
+    // Unbounded on this side, bounded by the responder's device: a write
+    // past the end of the peer's region is a remote access error.
+    let past = RemoteBuf::unbounded(region.addr + region.len - 32, region.rkey);
+    let mut b = p.a.qp.batch_with(SendFlags::SIGNALED);
+    b.wr(200).rdma_write(past).sge(&sges[0]).unwrap();
+    // SAFETY: as above.
+    unsafe { b.complete() }.unwrap();
+    let wcs = p.a.send_cq.wait(1, WAIT).unwrap();
+    assert_eq!(
+        (wcs[0].wr_id, wcs[0].status),
+        (200, WcStatus::REM_ACCESS_ERR),
+        "{:?}",
+        wcs[0]
+    );
+    assert!(
+        p.b.mr.as_slice()[MR_LEN - 32..].iter().all(|&x| x == 0),
+        "the refused write landed"
+    );
+}

@@ -124,6 +124,12 @@
 //!
 //! Dropping a batch without completing it aborts it (`ibv_wr_abort`):
 //! nothing of it is posted.
+//!
+//! Flags: [`QpEx::batch_with`] sets the flags of every work request of a
+//! batch once (C's `qpx->wr_flags = ...` before its loop); [`Wr::flags`]
+//! and its shorthands add flags to one work request, which are written
+//! before its builder and replaced by the batch's after its data. So a
+//! loop of work requests with the same flags costs no flag write at all.
 
 use crate::cq::WorkCompletion;
 use crate::error::{Error, Result};
