@@ -190,7 +190,10 @@ impl<T: Transport> QpEx<T> {
             }
         };
         let qp = QpEx {
-            ops: Box::new(ops),
+            ops: Box::new(WrOps {
+                depth: p.caps.max_send_wr,
+                ..ops
+            }),
             qp: p.qp,
             qpx: p.qpx,
             mlx5: p.mlx5,

@@ -21,6 +21,11 @@ macro_rules! entries {
             pub(crate) start: unsafe extern "C" fn(Q),
             pub(crate) complete: unsafe extern "C" fn(Q) -> i32,
             pub(crate) abort: unsafe extern "C" fn(Q),
+            /// The send queue's depth (`max_send_wr`), for the error of a
+            /// refused batch: kept here, beside the entry whose failure it
+            /// explains, so that a batch needs nothing else of the QP
+            /// after its last work request.
+            pub(crate) depth: u32,
             $( $(#[$doc])* pub(crate) $field: unsafe extern "C" fn($($ty),*), )*
         }
 
@@ -134,6 +139,7 @@ impl WrOps {
             start,
             complete,
             abort,
+            depth: 0,
             set_sge: generic!(true, wr_set_sge, set_sge),
             set_sge_list: generic!(true, wr_set_sge_list, set_sge_list),
             set_inline_data: generic!(true, wr_set_inline_data, set_inline_data),

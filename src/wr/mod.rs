@@ -417,7 +417,7 @@ impl<'q, 'm, T: Transport> WrBatch<'q, 'm, T> {
             return Err(complete_failed(
                 rc,
                 this.state.posted as u32,
-                this.state.caps().max_send_wr,
+                this.state.ops().depth,
             ));
         }
         Ok(this.state.posted as u32)
