@@ -694,7 +694,7 @@ fn a_hot_loop_with_batch_flags_unbounded_remotes_and_sges_by_reference() {
     // past the end of the peer's region is a remote access error.
     let past = RemoteBuf::unbounded(region.addr + region.len - 32, region.rkey);
     let mut b = p.a.qp.batch_with(SendFlags::SIGNALED);
-    b.wr(200).rdma_write(past).sge(&sges[0]).unwrap();
+    b.wr(200).rdma_write(past).sge(sges[0]).unwrap();
     // SAFETY: as above.
     unsafe { b.complete() }.unwrap();
     let wcs = p.a.send_cq.wait(1, WAIT).unwrap();

@@ -192,6 +192,7 @@ impl<T: Transport> QpEx<T> {
         let qp = QpEx {
             ops: Box::new(WrOps {
                 depth: p.caps.max_send_wr,
+                mqpx: p.mlx5.mqpx.map_or(std::ptr::null_mut(), NonNull::as_ptr),
                 ..ops
             }),
             qp: p.qp,

@@ -26,6 +26,9 @@ macro_rules! entries {
             /// explains, so that a batch needs nothing else of the QP
             /// after its last work request.
             pub(crate) depth: u32,
+            /// The QP's mlx5 extension (NULL without one), the first
+            /// argument of the mlx5 entries: read at each call with them.
+            pub(crate) mqpx: M,
             $( $(#[$doc])* pub(crate) $field: unsafe extern "C" fn($($ty),*), )*
         }
 
@@ -140,6 +143,7 @@ impl WrOps {
             complete,
             abort,
             depth: 0,
+            mqpx: std::ptr::null_mut(),
             set_sge: generic!(true, wr_set_sge, set_sge),
             set_sge_list: generic!(true, wr_set_sge_list, set_sge_list),
             set_inline_data: generic!(true, wr_set_inline_data, set_inline_data),

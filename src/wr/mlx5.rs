@@ -10,7 +10,6 @@ use crate::mr::{AccessFlags, MemoryRegion, Sge};
 use crate::qp::{Mlx5SendOps, QpEx, Rc, SendOps, Transport};
 use crate::wqe::Wqe;
 use std::marker::PhantomData;
-use std::ptr::NonNull;
 
 /// Bytes of the inline-data segment header a UMR's entries share the WQE
 /// with (`struct mlx5_wqe_inl_data_seg`).
@@ -135,21 +134,17 @@ fn check_memcpy(dest: &Sge<'_>, src: &Sge<'_>, max: u64) -> Result<()> {
 }
 
 impl<'m, T: Transport> Wr<'_, 'm, T> {
-    /// The mlx5 extension, if the QP was created with `op`. (A QP has mlx5
-    /// ops only with its extension: QP creation refuses them otherwise, so
-    /// one test decides.)
+    /// Whether the QP was created with the mlx5 builder `op`. (A QP has
+    /// mlx5 ops only with its mlx5 extension, which the provider's entries
+    /// are called with: QP creation refuses them otherwise.)
     #[inline(always)]
-    fn mlx5_op(&self, op: Mlx5SendOps, name: &'static str) -> Result<*mut ffi::mlx5dv_qp_ex> {
+    fn mlx5_op(&self, op: Mlx5SendOps, name: &'static str) -> Result<()> {
         if !self.state.mlx5.ops.contains(op) {
             return Err(Error::Unsupported {
                 what: not_in_mlx5_ops(name, op),
             });
         }
-        Ok(self
-            .state
-            .mlx5
-            .mqpx
-            .map_or(std::ptr::null_mut(), NonNull::as_ptr))
+        Ok(())
     }
 
     /// A DMA memcpy of `src` to `dest` on the device (`mlx5dv_wr_memcpy`),
@@ -163,9 +158,9 @@ impl<'m, T: Transport> Wr<'_, 'm, T> {
     /// [`memcpy_op`](Self::memcpy_op) posts with no check left.
     #[inline(always)]
     pub fn memcpy(self, dest: Sge<'m>, src: Sge<'m>) -> Result<()> {
-        let mqpx = self.mlx5_op(Mlx5SendOps::MEMCPY, "memcpy")?;
+        self.mlx5_op(Mlx5SendOps::MEMCPY, "memcpy")?;
         check_memcpy(&dest, &src, self.state.mlx5.max_memcpy)?;
-        self.post_memcpy(mqpx, &dest, &src)
+        self.post_memcpy(&dest, &src)
     }
 
     /// The DMA memcpy `op`, whose lengths [`QpEx::memcpy_op`] checked when
@@ -190,28 +185,23 @@ impl<'m, T: Transport> Wr<'_, 'm, T> {
     /// ```
     #[inline(always)]
     pub fn memcpy_op(self, op: &MemcpyOp<'m>) -> Result<()> {
-        let mqpx = self.mlx5_op(Mlx5SendOps::MEMCPY, "memcpy")?;
-        self.post_memcpy(mqpx, &op.dest, &op.src)
+        self.mlx5_op(Mlx5SendOps::MEMCPY, "memcpy")?;
+        self.post_memcpy(&op.dest, &op.src)
     }
 
     /// Hands a checked memcpy to the provider.
     #[inline(always)]
-    fn post_memcpy(
-        self,
-        mqpx: *mut ffi::mlx5dv_qp_ex,
-        dest: &Sge<'m>,
-        src: &Sge<'m>,
-    ) -> Result<()> {
+    fn post_memcpy(self, dest: &Sge<'m>, src: &Sge<'m>) -> Result<()> {
         self.commit(
             SendFlags::empty(),
             #[inline(always)]
-            |_, ops, _| {
+            |_, ops| {
                 // SAFETY: the mlx5 extension of a QP created with MEMCPY, whose
                 // wr_memcpy entry was resolved non-NULL at creation; both
                 // ranges have the length passed (checked equal).
                 unsafe {
                     (ops.memcpy)(
-                        mqpx,
+                        ops.mqpx,
                         dest.lkey(),
                         dest.addr(),
                         src.lkey(),
@@ -237,7 +227,7 @@ impl<'m, T: Transport> Wr<'_, 'm, T> {
         self.commit(
             SendFlags::empty(),
             #[inline(always)]
-            |q, ops, _| {
+            |q, ops| {
                 // SAFETY: the live extended QP; wr_local_inv was resolved non-NULL
                 // at creation since LOCAL_INV is in its send ops.
                 unsafe { (ops.local_inv)(q, rkey) }
@@ -263,7 +253,7 @@ impl<'m> Wr<'_, 'm, Rc> {
         access: AccessFlags,
         sges: &[Sge<'m>],
     ) -> Result<MkeyLayout<'m>> {
-        let mqpx = self.mlx5_op(Mlx5SendOps::MR_LIST, "mr_list")?;
+        self.mlx5_op(Mlx5SendOps::MR_LIST, "mr_list")?;
         let wqe_max = (self.state.caps().max_inline_data + INL_HDR) / ENTRY;
         check_entries(
             "mr_list entries",
@@ -276,14 +266,14 @@ impl<'m> Wr<'_, 'm, Rc> {
         self.commit(
             SendFlags::INLINE,
             #[inline(always)]
-            |_, ops, _| {
+            |_, ops| {
                 // SAFETY: the mlx5 extension of an RC QP created with MR_LIST,
                 // whose wr_mr_list entry was checked non-NULL; the mkey and the
                 // SGE array are valid for the call (the provider copies them
                 // into the WQE); the count fits u16 (checked above).
                 unsafe {
                     (ops.mr_list)(
-                        mqpx,
+                        ops.mqpx,
                         mkey.as_ptr(),
                         access.bits(),
                         raw.len() as u16,
@@ -315,7 +305,7 @@ impl<'m> Wr<'_, 'm, Rc> {
         repeat_count: u32,
         entries: &[MrInterleaved<'m>],
     ) -> Result<MkeyLayout<'m>> {
-        let mqpx = self.mlx5_op(Mlx5SendOps::MR_INTERLEAVED, "mr_interleaved")?;
+        self.mlx5_op(Mlx5SendOps::MR_INTERLEAVED, "mr_interleaved")?;
         let mkey_max = u32::from(mkey.max_entries()).saturating_sub(1);
         let wqe_max = ((self.state.caps().max_inline_data + INL_HDR) / ENTRY).saturating_sub(1);
         check_entries(
@@ -362,14 +352,14 @@ impl<'m> Wr<'_, 'm, Rc> {
         self.commit(
             SendFlags::INLINE,
             #[inline(always)]
-            |_, ops, _| {
+            |_, ops| {
                 // SAFETY: the mlx5 extension of an RC QP created with
                 // MR_INTERLEAVED, whose entry was checked non-NULL; the mkey and
                 // the array are valid for the call (copied into the WQE); the
                 // count fits u16 (checked above).
                 unsafe {
                     (ops.mr_interleaved)(
-                        mqpx,
+                        ops.mqpx,
                         mkey.as_ptr(),
                         access.bits(),
                         repeat_count,
@@ -396,7 +386,7 @@ impl<'m> Wr<'_, 'm, Rc> {
     /// segments must be valid for this QP.
     #[inline]
     pub unsafe fn raw_wqe(self, wqe: &Wqe) -> Result<()> {
-        let mqpx = self.mlx5_op(Mlx5SendOps::RAW_WQE, "raw_wqe")?;
+        self.mlx5_op(Mlx5SendOps::RAW_WQE, "raw_wqe")?;
         // The provider copies the WQE whole and advances the send queue by
         // its 64-byte blocks without checking them against the QP's WQE
         // size: a larger WQE would overwrite the next ones. The QP's WQE
@@ -415,12 +405,12 @@ impl<'m> Wr<'_, 'm, Rc> {
         self.commit(
             SendFlags::empty(),
             #[inline(always)]
-            |_, ops, _| {
+            |_, ops| {
                 // SAFETY: the mlx5 extension of a QP created with RAW_WQE, whose
                 // entry was checked non-NULL; the WQE's bytes are valid for the
                 // call and as long as its DS count says (Wqe keeps them in step);
                 // what it asks of the device is the caller's promise.
-                unsafe { (ops.raw_wqe)(mqpx, wqe.as_ptr()) }
+                unsafe { (ops.raw_wqe)(ops.mqpx, wqe.as_ptr()) }
             },
         )
     }

@@ -749,7 +749,7 @@ impl<'m, T: Transport, K> Op<'_, 'm, T, K> {
         wr.commit(
             extra,
             #[inline(always)]
-            |q, ops, _| {
+            |q, ops| {
                 // SAFETY: `q` is the live extended QP of an open batch; `ops`
                 // are its provider's entries, and the builder's is a real one
                 // (resolved non-NULL at creation for every op in send_ops, and
@@ -789,9 +789,8 @@ impl<T: Transport> Wr<'_, '_, T> {
     fn commit(
         self,
         extra: SendFlags,
-        build: impl FnOnce(*mut ffi::ibv_qp_ex, &WrOps, Option<NonNull<ffi::mlx5dv_qp_ex>>),
+        build: impl FnOnce(*mut ffi::ibv_qp_ex, &WrOps),
     ) -> Result<()> {
-        let mqpx = self.state.mlx5.mqpx;
         if let Some(RawDc {
             stream_id: Some(_), ..
         }) = self.dc
@@ -816,17 +815,18 @@ impl<T: Transport> Wr<'_, '_, T> {
             }
         }
         let ops = self.state.ops();
-        build(q, ops, mqpx);
-        if let (Some(dc), Some(m)) = (self.dc, mqpx) {
-            // SAFETY: a DCI has its mlx5 extension, whose DC setters were
-            // resolved non-NULL at creation (the stream setter when it has
+        build(q, ops);
+        if let Some(dc) = self.dc {
+            // SAFETY: a DCI has its mlx5 extension (`ops.mqpx`: QP creation
+            // refuses a DCI without it), whose DC setters were resolved
+            // non-NULL at creation (the stream setter when it has
             // streams, and only then can `stream_id` be Some here); the
             // address handle is borrowed for the Wr's lifetime.
             unsafe {
                 match dc.stream_id {
-                    None => (ops.set_dc_addr)(m.as_ptr(), dc.ah, dc.remote_dctn, dc.remote_dc_key),
+                    None => (ops.set_dc_addr)(ops.mqpx, dc.ah, dc.remote_dctn, dc.remote_dc_key),
                     Some(id) => (ops.set_dc_addr_stream)(
-                        m.as_ptr(),
+                        ops.mqpx,
                         dc.ah,
                         dc.remote_dctn,
                         dc.remote_dc_key,
