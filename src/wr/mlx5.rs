@@ -2,12 +2,12 @@
 //! list and interleaved mkey registration, raw WQEs; and the local
 //! invalidate that makes an mkey registrable again.
 
-use super::{SendFlags, Wr};
+use super::{Data, SendFlags, Wr};
 use crate::error::{Error, Result};
 use crate::ffi;
 use crate::mkey::{Mkey, MkeyLayout};
 use crate::mr::{AccessFlags, MemoryRegion, Sge};
-use crate::qp::{Mlx5SendOps, QpEx, Rc, SendOps, Transport};
+use crate::qp::{Mlx5Info, Mlx5SendOps, QpEx, Rc, SendOps, Transport};
 use crate::wqe::Wqe;
 use std::marker::PhantomData;
 
@@ -95,6 +95,22 @@ impl<'m> MemcpyOp<'m> {
     }
 }
 
+impl Mlx5Info {
+    /// Whether the QP was created with the mlx5 builder `op`, else
+    /// [`Error::Unsupported`] naming it. (A QP has mlx5 ops only with its
+    /// mlx5 extension, which the provider's entries are called with: QP
+    /// creation refuses them otherwise, so one test decides.)
+    #[inline(always)]
+    fn require(&self, op: Mlx5SendOps, name: &'static str) -> Result<()> {
+        if !self.ops.contains(op) {
+            return Err(Error::Unsupported {
+                what: not_in_mlx5_ops(name, op),
+            });
+        }
+        Ok(())
+    }
+}
+
 impl<T: Transport> QpEx<T> {
     /// Checks a DMA memcpy of `src` to `dest` against this QP once, for
     /// [`Wr::memcpy_op`]: the QP was created with [`Mlx5SendOps::MEMCPY`],
@@ -102,11 +118,7 @@ impl<T: Transport> QpEx<T> {
     /// `max_wr_memcpy_length`. (Posted on another QP, the device's own
     /// limit applies there; the lengths stay equal.)
     pub fn memcpy_op<'m>(&self, dest: Sge<'m>, src: Sge<'m>) -> Result<MemcpyOp<'m>> {
-        if self.mlx5.mqpx.is_none() || !self.mlx5.ops.contains(Mlx5SendOps::MEMCPY) {
-            return Err(Error::Unsupported {
-                what: not_in_mlx5_ops("memcpy", Mlx5SendOps::MEMCPY),
-            });
-        }
+        self.mlx5.require(Mlx5SendOps::MEMCPY, "memcpy")?;
         check_memcpy(&dest, &src, self.mlx5.max_memcpy)?;
         Ok(MemcpyOp { dest, src })
     }
@@ -134,17 +146,10 @@ fn check_memcpy(dest: &Sge<'_>, src: &Sge<'_>, max: u64) -> Result<()> {
 }
 
 impl<'m, T: Transport> Wr<'_, 'm, T> {
-    /// Whether the QP was created with the mlx5 builder `op`. (A QP has
-    /// mlx5 ops only with its mlx5 extension, which the provider's entries
-    /// are called with: QP creation refuses them otherwise.)
+    /// Whether the QP was created with the mlx5 builder `op`.
     #[inline(always)]
     fn mlx5_op(&self, op: Mlx5SendOps, name: &'static str) -> Result<()> {
-        if !self.state.mlx5.ops.contains(op) {
-            return Err(Error::Unsupported {
-                what: not_in_mlx5_ops(name, op),
-            });
-        }
-        Ok(())
+        self.state.mlx5.require(op, name)
     }
 
     /// A DMA memcpy of `src` to `dest` on the device (`mlx5dv_wr_memcpy`),
@@ -283,7 +288,7 @@ impl<'m> Wr<'_, 'm, Rc> {
             },
         )?;
         // The sum is computed only when the caller uses the layout.
-        let total = sges.iter().map(|s| u64::from(s.length())).sum();
+        let total = Data::List(raw).len();
         Ok(MkeyLayout::new(mkey, total))
     }
 
