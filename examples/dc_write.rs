@@ -304,7 +304,7 @@ fn initiate(
     let ctx = pd.context();
     let mut src = MemoryRegion::new(pd, len, AccessFlags::LOCAL_WRITE)?;
     fill_pattern(src.as_mut_slice(), seed);
-    let cq = CompletionQueue::new(ctx, shape.batch * IN_FLIGHT + 16)?;
+    let mut cq = CompletionQueue::new(ctx, shape.batch * IN_FLIGHT + 16)?;
     let mut builder = QpBuilder::dci(pd, &cq);
     builder
         .caps(QpCaps {
@@ -338,7 +338,7 @@ fn initiate(
     let mut in_flight = 0u32;
     while posted < shape.iters {
         if in_flight == IN_FLIGHT {
-            common::wait_ok(&cq, 1)?;
+            common::wait_ok(&mut cq, 1)?;
             in_flight -= 1;
         }
         let n = (shape.iters - posted).min(u64::from(shape.batch)) as usize;
@@ -364,7 +364,7 @@ fn initiate(
         posted += n as u64;
         in_flight += 1;
     }
-    common::wait_ok(&cq, in_flight as usize)?;
+    common::wait_ok(&mut cq, in_flight as usize)?;
     report_bw(shape.size, posted, start.elapsed());
     Ok(posted)
 }

@@ -99,7 +99,7 @@ fn run(cli: &Cli) -> Result<(), Failure> {
     // The memcpy QP and the peer that puts it in RTS. Declared after the
     // memory, so destroyed before it is deregistered.
     let depth = batch * IN_FLIGHT;
-    let cq = CompletionQueue::new(&ctx, depth + 16)?;
+    let mut cq = CompletionQueue::new(&ctx, depth + 16)?;
     let peer_cq = CompletionQueue::new(&ctx, 16)?;
     let mut qp = QpBuilder::rc(&pd, &cq, &cq)
         .caps(QpCaps {
@@ -123,7 +123,7 @@ fn run(cli: &Cli) -> Result<(), Failure> {
     let mut in_flight = 0u32;
     while posted < iters {
         if in_flight == IN_FLIGHT {
-            wait_memcpy(&cq)?;
+            wait_memcpy(&mut cq)?;
             in_flight -= 1;
         }
         let n = (iters - posted).min(u64::from(batch)) as usize;
@@ -142,7 +142,7 @@ fn run(cli: &Cli) -> Result<(), Failure> {
         in_flight += 1;
     }
     for _ in 0..in_flight {
-        wait_memcpy(&cq)?;
+        wait_memcpy(&mut cq)?;
     }
     let secs = start.elapsed().as_secs_f64().max(1e-9);
     let bytes = size as f64 * posted as f64;
@@ -164,7 +164,7 @@ fn run(cli: &Cli) -> Result<(), Failure> {
 }
 
 /// Waits for one batch's completion and checks it is a memcpy's.
-fn wait_memcpy(cq: &CompletionQueue) -> Result<(), Failure> {
+fn wait_memcpy(cq: &mut CompletionQueue) -> Result<(), Failure> {
     let wc = common::wait_ok(cq, 1)?[0];
     if wc.opcode != WcOpcode::MEMCPY {
         return Err(Failure::Failed(format!(

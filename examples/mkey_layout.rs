@@ -79,6 +79,10 @@ struct Rig {
     owner: QpEx<Rc>,
     /// Writes through the mkey.
     writer: QpEx<Rc>,
+    /// The owner's CQ (its sends complete on it).
+    owner_cq: CompletionQueue,
+    /// The writer's CQ.
+    writer_cq: CompletionQueue,
     mkey: Mkey,
     target: MemoryRegion,
     source: MemoryRegion,
@@ -173,6 +177,8 @@ impl Rig {
         Ok(Rig {
             owner,
             writer,
+            owner_cq,
+            writer_cq,
             mkey,
             target,
             source,
@@ -187,10 +193,12 @@ impl Rig {
             .map(|r| self.target.sge(r.clone()))
             .collect::<Result<Vec<_>>>()?;
         let mut len = 0;
-        let wcs = self.owner.post_and_wait(common::WAIT, |b| {
-            len = b.wr(1).mr_list(&self.mkey, self.access, &sges)?.len();
-            Ok(())
-        })?;
+        let wcs = self
+            .owner
+            .post_and_wait(&mut self.owner_cq, common::WAIT, |b| {
+                len = b.wr(1).mr_list(&self.mkey, self.access, &sges)?.len();
+                Ok(())
+            })?;
         expect(&wcs, WcOpcode::UMR, "mr_list")?;
         println!(
             "mkey_layout: list layout of {} pieces registered ({} bytes)",
@@ -207,13 +215,15 @@ impl Rig {
             .map(|&(at, count, skip)| MrInterleaved::new(&self.target, at, count, skip))
             .collect::<Result<Vec<_>>>()?;
         let mut len = 0;
-        let wcs = self.owner.post_and_wait(common::WAIT, |b| {
-            len = b
-                .wr(2)
-                .mr_interleaved(&self.mkey, self.access, repeat, &entries)?
-                .len();
-            Ok(())
-        })?;
+        let wcs = self
+            .owner
+            .post_and_wait(&mut self.owner_cq, common::WAIT, |b| {
+                len = b
+                    .wr(2)
+                    .mr_interleaved(&self.mkey, self.access, repeat, &entries)?
+                    .len();
+                Ok(())
+            })?;
         expect(&wcs, WcOpcode::UMR, "mr_interleaved")?;
         println!(
             "mkey_layout: interleaved layout of {} entries × {repeat} repeats registered ({} bytes)",
@@ -228,7 +238,9 @@ impl Rig {
         let rkey = self.mkey.rkey();
         let wcs = self
             .owner
-            .post_and_wait(common::WAIT, |b| b.wr(3).local_inv(rkey))?;
+            .post_and_wait(&mut self.owner_cq, common::WAIT, |b| {
+                b.wr(3).local_inv(rkey)
+            })?;
         expect(&wcs, WcOpcode::LOCAL_INV, "local invalidate")?;
         println!("mkey_layout: layout invalidated");
         Ok(())
@@ -252,7 +264,9 @@ impl Rig {
         let src = self.source.sge(0..len)?;
         let wcs = self
             .writer
-            .post_and_wait(common::WAIT, |b| b.wr(4).rdma_write(remote).sge(src))?;
+            .post_and_wait(&mut self.writer_cq, common::WAIT, |b| {
+                b.wr(4).rdma_write(remote).sge(src)
+            })?;
         expect(&wcs, WcOpcode::RDMA_WRITE, "RDMA write through the mkey")?;
         // The expected target: the source's bytes, piece after piece.
         let mut want = vec![0u8; REGION];

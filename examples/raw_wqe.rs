@@ -90,8 +90,8 @@ fn run(cli: &Cli) -> Result<(), Failure> {
         );
     }
     // Declared after the memory, so destroyed before it is deregistered.
-    let send_cq = CompletionQueue::new(&ctx, 64)?;
-    let recv_cq = CompletionQueue::new(&ctx, 64)?;
+    let mut send_cq = CompletionQueue::new(&ctx, 64)?;
+    let mut recv_cq = CompletionQueue::new(&ctx, 64)?;
     let mut sender = QpBuilder::rc(&pd, &send_cq, &send_cq)
         .send_ops(SendOps::SEND)
         .mlx5_send_ops(Mlx5SendOps::RAW_WQE)
@@ -124,7 +124,7 @@ fn run(cli: &Cli) -> Result<(), Failure> {
             // is read only after the three receive completions below.
             unsafe { receiver.post_recv(slot as u64, &[sge])? };
         }
-        let wcs = sender.post_and_wait(common::WAIT, |b| {
+        let wcs = sender.post_and_wait(&mut send_cq, common::WAIT, |b| {
             b.wr(0).send().sge(src.sge(0..size)?)?;
             // SAFETY: the WQE names slot 1 of `src` by its lkey and
             // address; `src` is registered, is not written, and stays
@@ -141,7 +141,7 @@ fn run(cli: &Cli) -> Result<(), Failure> {
             }
         }
         for slot in 0..PER_ROUND {
-            let wc = common::wait_ok(&recv_cq, 1)?[0];
+            let wc = common::wait_ok(&mut recv_cq, 1)?[0];
             if wc.wr_id != slot as u64 || wc.byte_len as usize != size {
                 return Err(Failure::Failed(format!(
                     "round {round}: receive {slot} out of order or short: {wc:?}"

@@ -191,7 +191,7 @@ fn pingpong(ctx: &Context, cfg: &Config) -> Result<(), Failure> {
         .checked_mul(cfg.rx_depth as usize)
         .ok_or("--size × --rx-depth is too large".to_string())?;
     let recv_mr = MemoryRegion::new(&pd, recv_len, AccessFlags::LOCAL_WRITE)?;
-    let cq = CompletionQueue::new(ctx, cfg.rx_depth + 2)?;
+    let mut cq = CompletionQueue::new(ctx, cfg.rx_depth + 2)?;
     // Declared after the memory, so dropped (destroyed) before it.
     let mut qp = QpBuilder::rc(&pd, &cq, &cq)
         .caps(QpCaps {
@@ -240,7 +240,7 @@ fn pingpong(ctx: &Context, cfg: &Config) -> Result<(), Failure> {
     let (mut rcnt, mut scnt) = (0u64, 0u64);
     let mut last_progress = Instant::now();
     while rcnt < cfg.iters || scnt < cfg.iters {
-        let Some(wc) = common::poll_one(&cq)? else {
+        let Some(wc) = common::poll_one(&mut cq)? else {
             if last_progress.elapsed() > STALL {
                 return Err(Failure::Failed(format!(
                     "no completion for {} s (sent {scnt}, received {rcnt} of {})",

@@ -294,7 +294,7 @@ fn write_all(
     let start = Instant::now();
     while posted < shape.iters {
         if in_flight == IN_FLIGHT {
-            common::wait_ok(&side.cq, 1)?;
+            common::wait_ok(&mut side.cq, 1)?;
             in_flight -= 1;
         }
         let n = (shape.iters - posted).min(u64::from(shape.batch)) as usize;
@@ -313,6 +313,6 @@ fn write_all(
         posted += n as u64;
         in_flight += 1;
     }
-    common::wait_ok(&side.cq, in_flight as usize)?;
+    common::wait_ok(&mut side.cq, in_flight as usize)?;
     Ok((posted, start.elapsed()))
 }

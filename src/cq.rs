@@ -17,9 +17,23 @@ use std::ffi::CStr;
 use std::fmt;
 use std::marker::PhantomData;
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+/// Calls the poll entry `$entry` of a CQ (`NonNull<ibv_cq_ex>`) straight
+/// from its `struct ibv_cq_ex`, as the header's inline functions do, with
+/// the CQ and then the other arguments. To be used inside `unsafe`: the
+/// CQ must be live and its entries checked non-NULL when the handle was
+/// made (`check_poll_entries`; providers set them once, at creation).
+macro_rules! entry {
+    ($cq:expr, $entry:ident $(, $arg:expr)*) => {{
+        let cq: *mut ffi::ibv_cq_ex = $cq.as_ptr();
+        match (*cq).$entry {
+            Some(f) => f(cq $(, $arg)*),
+            None => std::hint::unreachable_unchecked(),
+        }
+    }};
+}
 
 /// Declares the named values of a `u32` newtype: one associated const each,
 /// and `name()`, which maps a value back to its const's name.
@@ -348,7 +362,7 @@ impl From<&PolledWc<'_>> for WorkCompletion {
 /// Keeping the view past its callback is a compile error:
 ///
 /// ```compile_fail,E0521
-/// # fn demo(cq: &mlx5dv::CompletionQueue) -> mlx5dv::Result<()> {
+/// # fn demo(cq: &mut mlx5dv::CompletionQueue) -> mlx5dv::Result<()> {
 /// let mut last = None;
 /// cq.poll_each(1, |wc| last = Some(wc))?; // error: `wc` escapes the closure
 /// # Ok(())
@@ -358,7 +372,7 @@ impl From<&PolledWc<'_>> for WorkCompletion {
 /// What it reads can be kept:
 ///
 /// ```no_run
-/// # fn demo(cq: &mlx5dv::CompletionQueue) -> mlx5dv::Result<()> {
+/// # fn demo(cq: &mut mlx5dv::CompletionQueue) -> mlx5dv::Result<()> {
 /// let mut last = None;
 /// cq.poll_each(1, |wc| last = Some((wc.wr_id(), mlx5dv::WorkCompletion::from(wc))))?;
 /// # Ok(())
@@ -366,9 +380,9 @@ impl From<&PolledWc<'_>> for WorkCompletion {
 /// ```
 pub struct PolledWc<'p> {
     cq: NonNull<ffi::ibv_cq_ex>,
-    ops: &'p PollOps,
-    // Not Send, not Sync: it stands for a poll in progress on this thread.
-    _poll: PhantomData<*mut ()>,
+    // Borrows the poll of `CompletionQueue::poll_each`; not Send, not Sync:
+    // it stands for a poll in progress on this thread.
+    _poll: PhantomData<(&'p mut (), *mut ())>,
 }
 
 impl PolledWc<'_> {
@@ -399,7 +413,7 @@ impl PolledWc<'_> {
     pub fn opcode(&self) -> WcOpcode {
         // SAFETY: a provider entry of this live CQ, called while it is
         // positioned on a completion.
-        WcOpcode(unsafe { (self.ops.read_opcode)(self.cq.as_ptr()) })
+        WcOpcode(unsafe { entry!(self.cq, read_opcode) })
     }
 
     /// Bytes received or transferred (`ibv_wc_read_byte_len`).
@@ -407,14 +421,14 @@ impl PolledWc<'_> {
     pub fn byte_len(&self) -> u32 {
         // SAFETY: as in `opcode`; the CQ reports byte_len (WC_FLAGS, or
         // the promise of `CompletionQueue::from_raw`).
-        unsafe { (self.ops.read_byte_len)(self.cq.as_ptr()) }
+        unsafe { entry!(self.cq, read_byte_len) }
     }
 
     /// The completion's flags (`ibv_wc_read_wc_flags`).
     #[inline]
     pub fn wc_flags(&self) -> WcFlags {
         // SAFETY: as in `opcode`.
-        WcFlags::from_bits_retain(unsafe { (self.ops.read_wc_flags)(self.cq.as_ptr()) })
+        WcFlags::from_bits_retain(unsafe { entry!(self.cq, read_wc_flags) })
     }
 
     /// The immediate data in host byte order, when the completion carries
@@ -445,7 +459,7 @@ impl PolledWc<'_> {
     #[inline]
     pub fn qp_num(&self) -> u32 {
         // SAFETY: as in `byte_len`.
-        unsafe { (self.ops.read_qp_num)(self.cq.as_ptr()) }
+        unsafe { entry!(self.cq, read_qp_num) }
     }
 
     /// The provider's vendor error code, 0 on success
@@ -453,7 +467,7 @@ impl PolledWc<'_> {
     #[inline]
     pub fn vendor_err(&self) -> u32 {
         // SAFETY: as in `opcode`.
-        unsafe { (self.ops.read_vendor_err)(self.cq.as_ptr()) }
+        unsafe { entry!(self.cq, read_vendor_err) }
     }
 
     /// `Ok(())` when successful, else [`Error::WorkCompletion`] (reads
@@ -489,7 +503,7 @@ impl PolledWc<'_> {
     #[inline]
     fn imm_data_raw(&self) -> u32 {
         // SAFETY: as in `byte_len` (the CQ reports the immediate).
-        unsafe { (self.ops.read_imm_data)(self.cq.as_ptr()) }
+        unsafe { entry!(self.cq, read_imm_data) }
     }
 }
 
@@ -503,27 +517,58 @@ impl fmt::Debug for PolledWc<'_> {
 /// the extended poll API (`ibv_start_poll`, `ibv_next_poll`,
 /// `ibv_end_poll`).
 ///
-/// A cheap, cloneable handle: several QPs may share it and several threads
-/// may poll it (polls are serialised by a lock).
-#[derive(Clone)]
-pub struct CompletionQueue(pub(crate) Arc<CqInner>);
+/// One handle polls the CQ: polling takes `&mut self`, so the compiler
+/// keeps two polls of one CQ apart, and a poll costs no lock of this
+/// crate (the provider's own, held from `ibv_start_poll` to `ibv_end_poll`,
+/// is the one C pays too). Several QPs may complete on the CQ: they are
+/// built with `&CompletionQueue` and keep the CQ alive (it is destroyed
+/// when the handle and the last of them are dropped). To poll one CQ from
+/// several threads, share the handle in a `Mutex`:
+///
+/// ```no_run
+/// # fn demo(cq: mlx5dv::CompletionQueue) {
+/// use std::sync::{Arc, Mutex};
+///
+/// let cq = Arc::new(Mutex::new(cq));
+/// let poller = {
+///     let cq = Arc::clone(&cq);
+///     std::thread::spawn(move || {
+///         let mut cq = cq.lock().unwrap();
+///         cq.poll_each(16, |wc| println!("{}: {}", wc.wr_id(), wc.status()))
+///     })
+/// };
+/// # let _ = poller.join();
+/// # }
+/// ```
+pub struct CompletionQueue {
+    /// The CQ (also in `inner`): read from the handle itself by a poll.
+    cq: NonNull<ffi::ibv_cq_ex>,
+    /// The attribute `start_poll` is given: zero, input only. Kept here,
+    /// at hand beside the CQ, rather than made afresh on each poll.
+    attr: ffi::ibv_poll_cq_attr,
+    inner: Arc<CqInner>,
+}
 
+/// What keeps a CQ alive: the handle's and each QP's share of it.
 pub(crate) struct CqInner {
     pub(crate) cq: NonNull<ffi::ibv_cq_ex>,
-    /// The provider's poll entries, resolved at creation.
-    ops: PollOps,
-    /// Poll one completion per `start_poll` / `end_poll` pair, never calling
-    /// `next_poll` (see [`SOFT_ROCE_VENDOR_ID`]).
-    one_per_poll: bool,
-    poll_lock: PollLock,
     owned: bool,
     capacity: u32,
     // Dropped after the CQ is destroyed.
+    one_per_start: Option<Box<OnePerStart>>,
     ctx: Context,
 }
 
-// SAFETY: the CQ is polled only under `poll_lock`; creation and destruction
-// are thread-safe verbs calls.
+// SAFETY: the CQ is polled only through `&mut CompletionQueue` (one thread
+// at a time); what `&self` reaches (the pointer, the capacity, the context)
+// is read-only, and creation and destruction are thread-safe verbs calls.
+unsafe impl Send for CompletionQueue {}
+// SAFETY: as above.
+unsafe impl Sync for CompletionQueue {}
+// SAFETY: a shared `CqInner` is only read (QPs give its pointer to verbs
+// calls); its `OnePerStart`, whose `Cell` a poll sets, is touched only by
+// polls, which hold the CQ's handle mutably (one thread at a time); the CQ
+// is destroyed by the last owner.
 unsafe impl Send for CqInner {}
 // SAFETY: as above.
 unsafe impl Sync for CqInner {}
@@ -531,87 +576,136 @@ unsafe impl Sync for CqInner {}
 impl Drop for CqInner {
     fn drop(&mut self) {
         if self.owned {
-            // SAFETY: created by this crate; QPs using it hold this Arc, so
-            // none is left; destroyed once.
+            // SAFETY: created by this crate; the handle and every QP using
+            // it hold this Arc, so none is left; destroyed once.
             let rc = unsafe { ffi::ibv_destroy_cq(ffi::ibv_cq_ex_to_cq(self.cq.as_ptr())) };
             crate::report_destroy_failure("ibv_destroy_cq", rc, self.ctx.name());
         }
     }
 }
 
-type C = *mut ffi::ibv_cq_ex;
-
 /// The vendor id soft-RoCE (rxe) reports. Its provider's `next_poll`, on
 /// finding the CQ empty, already ends the poll (stores the consumer index
 /// and unlocks), so the `end_poll` that ibv_create_cq_ex(3) then requires
 /// advances and unlocks a second time and later polls return zeroed
-/// completions (seen with rdma-core 44). On such devices a CQ polls one
-/// completion per `start_poll` / `end_poll` pair, which is correct on every
-/// provider.
+/// completions (rdma-core 44 to 54; fixed in 55). A soft-RoCE CQ made by
+/// [`CompletionQueue::new`] therefore gets [`OnePerStart`] entries.
 const SOFT_ROCE_VENDOR_ID: u32 = 0x00FF_FFFF;
 
-/// The provider's poll entries (`struct ibv_cq_ex`), copied once when the
-/// CQ is made after each was found non-NULL, and called directly: the
-/// header's `ibv_start_poll` / `ibv_wc_read_*` are this same single
-/// indirect call.
-struct PollOps {
-    start_poll: unsafe extern "C" fn(C, *mut ffi::ibv_poll_cq_attr) -> i32,
-    next_poll: unsafe extern "C" fn(C) -> i32,
-    end_poll: unsafe extern "C" fn(C),
-    read_opcode: unsafe extern "C" fn(C) -> ffi::ibv_wc_opcode,
-    read_vendor_err: unsafe extern "C" fn(C) -> u32,
-    read_byte_len: unsafe extern "C" fn(C) -> u32,
-    read_imm_data: unsafe extern "C" fn(C) -> ffi::__be32,
-    read_qp_num: unsafe extern "C" fn(C) -> u32,
-    read_wc_flags: unsafe extern "C" fn(C) -> u32,
+/// The provider's own `start_poll` and `end_poll` of a CQ whose
+/// `next_poll` and `end_poll` entries were replaced by
+/// [`next_poll_one_per_start`] and [`end_poll_one_per_start`], which poll
+/// one completion per `start_poll` / `end_poll` pair of the provider's:
+/// correct on every provider, and a CQ polled through its entries (by
+/// [`CompletionQueue::poll_each`], or by C code given
+/// [`CompletionQueue::as_ptr`]) never reaches the provider's `next_poll`.
+/// The poll loop is then the same for every provider, with no test of
+/// which one it is.
+///
+/// Found through the CQ's `cq_context` (the application's pointer in
+/// `struct ibv_cq`, which this crate does not otherwise use); owned by the
+/// CQ's [`CqInner`], freed after the CQ is destroyed.
+struct OnePerStart {
+    start_poll: unsafe extern "C" fn(*mut ffi::ibv_cq_ex, *mut ffi::ibv_poll_cq_attr) -> i32,
+    end_poll: unsafe extern "C" fn(*mut ffi::ibv_cq_ex),
+    /// The provider's poll was ended by a `next_poll` whose `start_poll`
+    /// found the CQ empty (or failed): the `end_poll` that follows has
+    /// nothing to end. Only touched by a poll in progress, which holds the
+    /// CQ's handle mutably (one thread).
+    ended: std::cell::Cell<bool>,
 }
 
-impl PollOps {
+impl OnePerStart {
+    /// Replaces the `next_poll` and `end_poll` entries of `cq`, and points
+    /// its `cq_context` at the returned value, which must outlive every
+    /// poll of the CQ.
+    ///
     /// # Safety
-    /// `cq` is a live extended CQ.
-    unsafe fn resolve(cq: NonNull<ffi::ibv_cq_ex>, device: &str) -> Result<Self> {
-        // SAFETY: the caller's promise.
-        let c = unsafe { cq.as_ref() };
-        match (
-            c.start_poll,
-            c.next_poll,
-            c.end_poll,
-            c.read_opcode,
-            c.read_vendor_err,
-            c.read_byte_len,
-            c.read_imm_data,
-            c.read_qp_num,
-            c.read_wc_flags,
-        ) {
-            (
-                Some(start_poll),
-                Some(next_poll),
-                Some(end_poll),
-                Some(read_opcode),
-                Some(read_vendor_err),
-                Some(read_byte_len),
-                Some(read_imm_data),
-                Some(read_qp_num),
-                Some(read_wc_flags),
-            ) => Ok(PollOps {
-                start_poll,
-                next_poll,
-                end_poll,
-                read_opcode,
-                read_vendor_err,
-                read_byte_len,
-                read_imm_data,
-                read_qp_num,
-                read_wc_flags,
-            }),
-            _ => Err(Error::Unsupported {
-                what: format!(
-                    "the provider of {device} left an extended-CQ poll entry NULL \
-                     (start/next/end_poll, read_opcode, read_vendor_err, read_byte_len, \
-                     read_imm_data, read_qp_num or read_wc_flags)"
-                ),
-            }),
+    /// `cq` is live, its entries were checked non-NULL, no poll of it is in
+    /// progress, and nothing else uses its `cq_context`.
+    unsafe fn install(cq: NonNull<ffi::ibv_cq_ex>) -> Box<Self> {
+        let c = cq.as_ptr();
+        // SAFETY: the caller's promises: a live CQ with its entries set.
+        unsafe {
+            let this = Box::new(OnePerStart {
+                start_poll: (*c).start_poll.unwrap_unchecked(),
+                end_poll: (*c).end_poll.unwrap_unchecked(),
+                ended: std::cell::Cell::new(false),
+            });
+            (*c).cq_context = std::ptr::from_ref::<OnePerStart>(&this).cast_mut().cast();
+            (*c).next_poll = Some(next_poll_one_per_start);
+            (*c).end_poll = Some(end_poll_one_per_start);
+            this
         }
+    }
+
+    /// The value installed in `cq`.
+    ///
+    /// # Safety
+    /// `cq` had [`OnePerStart::install`], and its value lives.
+    unsafe fn of<'a>(cq: *mut ffi::ibv_cq_ex) -> &'a Self {
+        // SAFETY: the caller's promise: `cq_context` points at it.
+        unsafe { &*(*cq).cq_context.cast::<OnePerStart>() }
+    }
+}
+
+/// `next_poll` of a [`OnePerStart`] CQ: ends the provider's poll and
+/// starts the next one.
+unsafe extern "C" fn next_poll_one_per_start(cq: *mut ffi::ibv_cq_ex) -> i32 {
+    // SAFETY: installed only with its `OnePerStart`, which outlives every
+    // poll; called within a poll, as `ibv_next_poll` is.
+    unsafe {
+        let this = OnePerStart::of(cq);
+        (this.end_poll)(cq);
+        let mut attr = ffi::ibv_poll_cq_attr::default();
+        let rc = (this.start_poll)(cq, &mut attr);
+        if rc != 0 {
+            this.ended.set(true);
+        }
+        rc
+    }
+}
+
+/// `end_poll` of a [`OnePerStart`] CQ: ends the provider's poll, unless a
+/// `next_poll` already did.
+unsafe extern "C" fn end_poll_one_per_start(cq: *mut ffi::ibv_cq_ex) {
+    // SAFETY: as in `next_poll_one_per_start`.
+    unsafe {
+        let this = OnePerStart::of(cq);
+        if !this.ended.replace(false) {
+            (this.end_poll)(cq);
+        }
+    }
+}
+
+/// Checks, once, that the provider filled every poll entry of `cq` a poll
+/// calls: the hot path then calls them straight from `struct ibv_cq_ex`,
+/// as the header's `ibv_start_poll` / `ibv_wc_read_*` do.
+///
+/// # Safety
+/// `cq` is a live extended CQ.
+unsafe fn check_poll_entries(cq: NonNull<ffi::ibv_cq_ex>, device: &str) -> Result<()> {
+    // SAFETY: the caller's promise.
+    let c = unsafe { cq.as_ref() };
+    let filled = c.start_poll.is_some()
+        && c.next_poll.is_some()
+        && c.end_poll.is_some()
+        && c.read_opcode.is_some()
+        && c.read_vendor_err.is_some()
+        && c.read_byte_len.is_some()
+        && c.read_imm_data.is_some()
+        && c.read_qp_num.is_some()
+        && c.read_wc_flags.is_some();
+    if filled {
+        Ok(())
+    } else {
+        Err(Error::Unsupported {
+            what: format!(
+                "the provider of {device} left an extended-CQ poll entry NULL \
+                 (start/next/end_poll, read_opcode, read_vendor_err, read_byte_len, \
+                 read_imm_data, read_qp_num or read_wc_flags)"
+            ),
+        })
     }
 }
 
@@ -646,27 +740,28 @@ impl CompletionQueue {
         })?;
         // SAFETY: `cq` is a live CQ; `cqe` is the capacity it got.
         let capacity = unsafe { (*ffi::ibv_cq_ex_to_cq(cq.as_ptr())).cqe };
-        // SAFETY: a live extended CQ.
-        let ops = match unsafe { PollOps::resolve(cq, ctx.name()) } {
-            Ok(ops) => ops,
-            Err(e) => {
-                // SAFETY: created above, not shared; destroyed once.
-                unsafe { ffi::ibv_destroy_cq(ffi::ibv_cq_ex_to_cq(cq.as_ptr())) };
-                return Err(e);
-            }
-        };
-        let one_per_poll = ctx
-            .query_device()
-            .is_ok_and(|a| a.vendor_id == SOFT_ROCE_VENDOR_ID);
-        Ok(CompletionQueue(Arc::new(CqInner {
+        let mut inner = CqInner {
             cq,
-            ops,
-            one_per_poll,
-            poll_lock: PollLock::new(),
             owned: true,
             capacity: u32::try_from(capacity).unwrap_or(cqe),
+            one_per_start: None,
             ctx: ctx.clone(),
-        })))
+        };
+        // SAFETY: a live extended CQ (destroyed by `inner` on failure).
+        unsafe { check_poll_entries(cq, ctx.name()) }?;
+        if ctx
+            .query_device()
+            .is_ok_and(|a| a.vendor_id == SOFT_ROCE_VENDOR_ID)
+        {
+            // SAFETY: just created and checked; nothing polls it yet, and
+            // `cq_context` is unused (NULL at creation).
+            inner.one_per_start = Some(unsafe { OnePerStart::install(cq) });
+        }
+        Ok(CompletionQueue {
+            cq,
+            attr: ffi::ibv_poll_cq_attr::default(),
+            inner: Arc::new(inner),
+        })
     }
 
     /// Wraps an extended CQ created elsewhere; the handle does not destroy it.
@@ -675,41 +770,50 @@ impl CompletionQueue {
     ///
     /// `cq` must be a live CQ of `ctx`, created with `ibv_create_cq_ex` with
     /// at least `IBV_WC_EX_WITH_BYTE_LEN | IBV_WC_EX_WITH_IMM |
-    /// IBV_WC_EX_WITH_QP_NUM` in its `wc_flags`, polled by nobody else, and
-    /// kept alive until this handle, its clones and the QPs made with it
-    /// are dropped.
+    /// IBV_WC_EX_WITH_QP_NUM` in its `wc_flags`, polled by nobody else,
+    /// its poll entries left as the provider set them, and kept alive
+    /// until this handle and the QPs made with it are dropped.
     /// Fails with [`Error::Unsupported`] when the provider left a poll
     /// entry NULL. The handle polls as ibv_create_cq_ex(3) says; for a
     /// soft-RoCE CQ use [`CompletionQueue::new`], which works around that
     /// provider's `next_poll` (the device is not queried here).
     pub unsafe fn from_raw(ctx: &Context, cq: NonNull<ffi::ibv_cq_ex>) -> Result<Self> {
         // SAFETY: the caller promises a live CQ.
+        unsafe { check_poll_entries(cq, ctx.name()) }?;
+        // SAFETY: as above.
         let capacity = unsafe { (*ffi::ibv_cq_ex_to_cq(cq.as_ptr())).cqe };
-        Ok(CompletionQueue(Arc::new(CqInner {
+        Ok(CompletionQueue {
             cq,
-            // SAFETY: as above.
-            ops: unsafe { PollOps::resolve(cq, ctx.name()) }?,
-            one_per_poll: false,
-            poll_lock: PollLock::new(),
-            owned: false,
-            capacity: u32::try_from(capacity).unwrap_or(0),
-            ctx: ctx.clone(),
-        })))
+            attr: ffi::ibv_poll_cq_attr::default(),
+            inner: Arc::new(CqInner {
+                cq,
+                owned: false,
+                capacity: u32::try_from(capacity).unwrap_or(0),
+                one_per_start: None,
+                ctx: ctx.clone(),
+            }),
+        })
     }
 
     /// The raw extended CQ, valid while this handle lives.
     pub fn as_ptr(&self) -> *mut ffi::ibv_cq_ex {
-        self.0.cq.as_ptr()
+        self.cq.as_ptr()
     }
 
     /// How many completions the CQ holds (at least what was asked).
     pub fn capacity(&self) -> u32 {
-        self.0.capacity
+        self.inner.capacity
     }
 
     /// The context.
     pub fn context(&self) -> &Context {
-        &self.0.ctx
+        &self.inner.ctx
+    }
+
+    /// A share of the CQ that keeps it alive (held by the QPs that complete
+    /// on it).
+    pub(crate) fn share(&self) -> Arc<CqInner> {
+        Arc::clone(&self.inner)
     }
 
     /// Polls up to `max` completions, oldest first, handing each to `f`;
@@ -723,14 +827,11 @@ impl CompletionQueue {
     /// CQ moves on when `f` returns. The poll is ended on every path: after
     /// `max` completions, when the CQ runs empty, on an error of the
     /// provider (returned, after the completions already handed over) and
-    /// when `f` panics.
-    ///
-    /// Polls of one CQ are serialised by a lock, taken once per call: `f`
-    /// must not poll the same CQ (through this handle or a clone), which
-    /// would wait for itself forever.
+    /// when `f` panics. `f` cannot reach the CQ (it is borrowed for the
+    /// poll), so it cannot start a poll of it within this one.
     ///
     /// ```no_run
-    /// # fn demo(cq: &mlx5dv::CompletionQueue) -> mlx5dv::Result<()> {
+    /// # fn demo(cq: &mut mlx5dv::CompletionQueue) -> mlx5dv::Result<()> {
     /// let (mut bytes, mut failed) = (0u64, Vec::new());
     /// let n = cq.poll_each(32, |wc| {
     ///     if wc.is_success() {
@@ -744,35 +845,30 @@ impl CompletionQueue {
     /// # }
     /// ```
     #[inline]
-    pub fn poll_each<F>(&self, max: usize, mut f: F) -> Result<usize>
+    pub fn poll_each<F>(&mut self, max: usize, mut f: F) -> Result<usize>
     where
         F: FnMut(&PolledWc<'_>),
     {
         if max == 0 {
             return Ok(0);
         }
-        let inner = &*self.0;
-        let _lock = PollLock::lock(inner);
+        let cq = self.cq;
         let wc = PolledWc {
-            cq: inner.cq,
-            ops: &inner.ops,
+            cq,
             _poll: PhantomData,
         };
-        let mut attr = ffi::ibv_poll_cq_attr::default();
-        // SAFETY: the CQ is live and polled only under the lock held above;
-        // `ops` are its provider's entries.
-        let rc = unsafe { (inner.ops.start_poll)(inner.cq.as_ptr(), &mut attr) };
+        // SAFETY: the CQ is live, its entries were checked at creation, and
+        // no poll of it is in progress (`&mut self`); `attr` is ours,
+        // writable, and zero (`start_poll` only reads it).
+        let rc = unsafe { entry!(cq, start_poll, &mut self.attr) };
         if rc != 0 {
             return if rc == libc::ENOENT {
                 Ok(0)
             } else {
-                Err(inner.poll_failed("ibv_start_poll", rc))
+                Err(poll_failed(cq, "ibv_start_poll", rc))
             };
         }
-        if inner.one_per_poll {
-            return inner.poll_each_one_per_start(&wc, max, &mut f);
-        }
-        let poll = EndPoll(inner);
+        let poll = EndPoll(cq);
         // Written as `f; while n < max { next_poll; f }`, the count is one
         // register, the same at every exit, and the back edge is the test
         // of the count (no copy of it, no extra jump). `f` is inlined
@@ -781,28 +877,29 @@ impl CompletionQueue {
         let mut n = 1;
         while n < max {
             // SAFETY: a poll is in progress (ended by `poll`, not by `f`,
-            // which cannot reach the entries).
-            let rc = unsafe { (inner.ops.next_poll)(inner.cq.as_ptr()) };
+            // which cannot reach the CQ).
+            let rc = unsafe { entry!(cq, next_poll) };
             if rc != 0 {
                 if rc == libc::ENOENT {
-                    break;
+                    drop(poll);
+                    return Ok(n);
                 }
                 // The error path ends the poll itself: nothing of `poll`
                 // has to be kept for it.
                 std::mem::forget(poll);
-                return Err(inner.next_poll_failed(rc));
+                return Err(next_poll_failed(cq, rc));
             }
             f(&wc);
             n += 1;
         }
         drop(poll);
-        Ok(n)
+        Ok(max)
     }
 
     /// Moves up to `max` completions into `out` and returns how many
     /// ([`poll_each`](Self::poll_each), every field of each read into a
     /// [`WorkCompletion`]).
-    pub fn poll_into(&self, out: &mut Vec<WorkCompletion>, max: usize) -> Result<usize> {
+    pub fn poll_into(&mut self, out: &mut Vec<WorkCompletion>, max: usize) -> Result<usize> {
         self.poll_each(max, |wc| out.push(WorkCompletion::from(wc)))
     }
 
@@ -810,7 +907,7 @@ impl CompletionQueue {
     /// Returns them in arrival order; on timeout, the error says how many
     /// of the `n` came (those are lost to the caller: use
     /// [`poll_into`](Self::poll_into) to keep partial results).
-    pub fn wait(&self, n: usize, timeout: Duration) -> Result<Vec<WorkCompletion>> {
+    pub fn wait(&mut self, n: usize, timeout: Duration) -> Result<Vec<WorkCompletion>> {
         let mut out = Vec::with_capacity(n);
         self.wait_into(&mut out, n, timeout)?;
         Ok(out)
@@ -819,7 +916,7 @@ impl CompletionQueue {
     /// Like [`wait`](Self::wait), but appends to `out`, which keeps what
     /// arrived even on timeout.
     pub fn wait_into(
-        &self,
+        &mut self,
         out: &mut Vec<WorkCompletion>,
         n: usize,
         timeout: Duration,
@@ -836,7 +933,10 @@ impl CompletionQueue {
             }
             if start.elapsed() >= timeout {
                 return Err(Error::Timeout {
-                    what: format!("{n} completions on {} ({got} arrived)", self.0.ctx.name()),
+                    what: format!(
+                        "{n} completions on {} ({got} arrived)",
+                        self.inner.ctx.name()
+                    ),
                     waited_ms: start.elapsed().as_millis() as u64,
                 });
             }
@@ -854,198 +954,57 @@ impl CompletionQueue {
     }
 }
 
-impl CqInner {
-    /// [`CompletionQueue::poll_each`] for a CQ that polls one completion
-    /// per `start_poll` / `end_poll` pair (see [`SOFT_ROCE_VENDOR_ID`]),
-    /// from the first `start_poll`'s completion on. Inlined: were `f`
-    /// passed to a call, what it captures would have to live in memory
-    /// (not in registers) in the main loop too.
-    #[inline(always)]
-    fn poll_each_one_per_start<F>(&self, wc: &PolledWc<'_>, max: usize, f: &mut F) -> Result<usize>
-    where
-        F: FnMut(&PolledWc<'_>),
-    {
-        let mut n = 0;
-        loop {
-            {
-                // Ends this poll; the next one starts afresh.
-                let _poll = EndPoll(self);
-                f(wc);
-            }
-            n += 1;
-            if n == max {
-                return Ok(n);
-            }
-            let mut attr = ffi::ibv_poll_cq_attr::default();
-            // SAFETY: the CQ is live, polled under the caller's lock, and no
-            // poll is in progress.
-            match unsafe { (wc.ops.start_poll)(wc.cq.as_ptr(), &mut attr) } {
-                0 => {}
-                libc::ENOENT => return Ok(n),
-                rc => return Err(self.poll_failed("ibv_start_poll", rc)),
-            }
+/// The error of a failed `start_poll` / `next_poll` of `cq`, naming its
+/// device (found through the CQ, so that a poll keeps nothing else at hand
+/// for its errors).
+#[cold]
+#[inline(never)]
+fn poll_failed(cq: NonNull<ffi::ibv_cq_ex>, call: &'static str, rc: i32) -> Error {
+    // SAFETY: `cq` is live; its context and the context's device, when
+    // set, are live too, and the device's name is a NUL-terminated string
+    // it owns.
+    let device = unsafe {
+        let ctx = (*cq.as_ptr()).context;
+        if ctx.is_null() || (*ctx).device.is_null() {
+            "an unnamed device".to_string()
+        } else {
+            CStr::from_ptr(ffi::ibv_get_device_name((*ctx).device))
+                .to_string_lossy()
+                .into_owned()
         }
-    }
-
-    /// The error of a failed `start_poll` / `next_poll`.
-    #[cold]
-    #[inline(never)]
-    fn poll_failed(&self, call: &'static str, rc: i32) -> Error {
-        Error::verbs(call, rc, self.ctx.name())
-    }
-
-    /// Ends the poll `next_poll` failed in, and returns its error.
-    #[cold]
-    #[inline(never)]
-    fn next_poll_failed(&self, rc: i32) -> Error {
-        // SAFETY: called, under the poll lock, instead of dropping the
-        // `EndPoll` of the poll in progress: it ends that poll once.
-        unsafe { (self.ops.end_poll)(self.cq.as_ptr()) };
-        self.poll_failed("ibv_next_poll", rc)
-    }
+    };
+    Error::verbs(call, rc, device)
 }
 
-/// The lock that serialises the polls of one CQ: a futex word, as std's
-/// `Mutex` on Linux is (0 free, 1 held, 2 held with waiters), without the
-/// poisoning, which would cost more than the lock itself on every poll
-/// round: a poll whose callback panics is ended by [`EndPoll`], which
-/// leaves the CQ as consistent as any other poll does, so there is nothing
-/// to poison. Uncontended, taking it is one `lock cmpxchg` and releasing it
-/// one `xchg`.
-struct PollLock(AtomicU32);
-
-const UNLOCKED: u32 = 0;
-const LOCKED: u32 = 1;
-/// Locked, and a thread may be asleep in `FUTEX_WAIT`.
-const CONTENDED: u32 = 2;
-
-/// Holds the poll lock of a CQ; releases it when dropped. It holds the CQ,
-/// not the lock's address: the lock is a field of it, at an offset the
-/// release instruction folds in, so that nothing more is kept in a register
-/// or on the stack for the release.
-struct PollGuard<'a>(&'a CqInner);
-
-impl PollLock {
-    const fn new() -> Self {
-        PollLock(AtomicU32::new(UNLOCKED))
-    }
-
-    /// Takes the lock of `cq`.
-    #[inline]
-    fn lock(cq: &CqInner) -> PollGuard<'_> {
-        let lock = &cq.poll_lock;
-        if lock
-            .0
-            .compare_exchange(UNLOCKED, LOCKED, Ordering::Acquire, Ordering::Relaxed)
-            .is_err()
-        {
-            PollLock::lock_contended(cq);
-        }
-        PollGuard(cq)
-    }
-
-    /// The slow path of `lock`: spin a little, then sleep on the futex
-    /// until the holder's release wakes us. Given the CQ, not the lock, as
-    /// [`PollGuard`] is.
-    #[cold]
-    #[inline(never)]
-    fn lock_contended(cq: &CqInner) {
-        let this = &cq.poll_lock;
-        let mut state = this.spin();
-        if state == UNLOCKED {
-            match this
-                .0
-                .compare_exchange(UNLOCKED, LOCKED, Ordering::Acquire, Ordering::Relaxed)
-            {
-                Ok(_) => return,
-                Err(s) => state = s,
-            }
-        }
-        loop {
-            // Marked CONTENDED before sleeping, so that the release wakes us;
-            // taken this way it stays CONTENDED (another may be asleep).
-            if state != CONTENDED && this.0.swap(CONTENDED, Ordering::Acquire) == UNLOCKED {
-                return;
-            }
-            futex(&this.0, libc::FUTEX_WAIT, CONTENDED);
-            state = this.spin();
-        }
-    }
-
-    /// Waits a little while the lock is held without waiters; returns the
-    /// state last seen.
-    fn spin(&self) -> u32 {
-        let mut spins = 100;
-        loop {
-            let state = self.0.load(Ordering::Relaxed);
-            if state != LOCKED || spins == 0 {
-                return state;
-            }
-            std::hint::spin_loop();
-            spins -= 1;
-        }
-    }
-
-    /// Wakes a thread waiting for the lock of `cq`.
-    #[cold]
-    #[inline(never)]
-    fn wake_one(cq: &CqInner) {
-        futex(&cq.poll_lock.0, libc::FUTEX_WAKE, 1);
-    }
-}
-
-impl Drop for PollGuard<'_> {
-    #[inline]
-    fn drop(&mut self) {
-        let lock = &self.0.poll_lock;
-        if lock.0.swap(UNLOCKED, Ordering::Release) == CONTENDED {
-            PollLock::wake_one(self.0);
-        }
-    }
-}
-
-/// `futex(2)` on `word`, private to the process: `FUTEX_WAIT` sleeps while
-/// the word holds `val` (returning at once, or on a spurious wake-up, when
-/// it does not: the callers re-check), `FUTEX_WAKE` wakes up to `val`
-/// sleepers.
-fn futex(word: &AtomicU32, op: i32, val: u32) {
-    // SAFETY: `word` is a valid, aligned 32-bit word for the whole call;
-    // FUTEX_WAIT has no timeout (NULL) and FUTEX_WAKE reads no more
-    // arguments; neither writes memory.
-    unsafe {
-        libc::syscall(
-            libc::SYS_futex,
-            word.as_ptr(),
-            op | libc::FUTEX_PRIVATE_FLAG,
-            val,
-            std::ptr::null::<libc::timespec>(),
-        );
-    }
+/// Ends the poll `next_poll` failed in, and returns its error.
+#[cold]
+#[inline(never)]
+fn next_poll_failed(cq: NonNull<ffi::ibv_cq_ex>, rc: i32) -> Error {
+    // SAFETY: called instead of dropping the `EndPoll` of the poll in
+    // progress: it ends that poll once.
+    unsafe { entry!(cq, end_poll) };
+    poll_failed(cq, "ibv_next_poll", rc)
 }
 
 /// Ends the poll in progress on a CQ when dropped (`ibv_end_poll`): on
 /// every return of a poll, and when its callback panics. Made right after
-/// a successful `start_poll`, under the poll lock.
-///
-/// It holds the CQ, from which the entry and the CQ pointer are read when
-/// it ends the poll, so that nothing more is kept for it while the poll
-/// runs.
-struct EndPoll<'a>(&'a CqInner);
+/// a successful `start_poll`.
+struct EndPoll(NonNull<ffi::ibv_cq_ex>);
 
-impl Drop for EndPoll<'_> {
+impl Drop for EndPoll {
     #[inline]
     fn drop(&mut self) {
-        // SAFETY: made right after a successful start_poll, under the
-        // poll lock, and dropped once: it ends that poll.
-        unsafe { (self.0.ops.end_poll)(self.0.cq.as_ptr()) }
+        // SAFETY: made right after a successful start_poll of this live CQ,
+        // whose entries were checked at creation, and dropped once: it ends
+        // that poll.
+        unsafe { entry!(self.0, end_poll) }
     }
 }
-
 impl fmt::Debug for CompletionQueue {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("CompletionQueue")
-            .field("device", &self.0.ctx.name())
-            .field("capacity", &self.0.capacity)
+            .field("device", &self.inner.ctx.name())
+            .field("capacity", &self.inner.capacity)
             .finish()
     }
 }
@@ -1296,6 +1255,7 @@ mod tests {
         cq: CompletionQueue,
         raw: Box<ScriptCq>,
         _ctx: Box<ffi::ibv_context>,
+        _dev: Box<ffi::ibv_device>,
     }
 
     impl Fx {
@@ -1303,12 +1263,18 @@ mod tests {
             Self::with(cqes, false)
         }
 
-        /// `one_per_poll`: the CQ polls as on soft-RoCE.
-        fn with(cqes: Vec<Cqe>, one_per_poll: bool) -> Fx {
+        /// `one_per_start`: the CQ gets the entries a soft-RoCE CQ gets.
+        fn with(cqes: Vec<Cqe>, one_per_start: bool) -> Fx {
+            let mut dev: Box<ffi::ibv_device> = Box::default();
+            for (d, s) in dev.name.iter_mut().zip(b"fake0") {
+                *d = *s as _;
+            }
             let mut ctx: Box<ffi::ibv_context> = Box::default();
+            ctx.device = &mut *dev;
             let context = Context::fake(NonNull::from(&mut *ctx), "fake0", false);
             let mut raw = Box::new(ScriptCq {
                 cq: ffi::ibv_cq_ex {
+                    context: &mut *ctx,
                     cqe: 64,
                     start_poll: Some(start_poll),
                     next_poll: Some(next_poll),
@@ -1330,8 +1296,16 @@ mod tests {
             });
             let ptr = NonNull::from(&mut raw.cq);
             let mut cq = unsafe { CompletionQueue::from_raw(&context, ptr) }.unwrap();
-            Arc::get_mut(&mut cq.0).unwrap().one_per_poll = one_per_poll;
-            Fx { cq, raw, _ctx: ctx }
+            if one_per_start {
+                Arc::get_mut(&mut cq.inner).unwrap().one_per_start =
+                    Some(unsafe { OnePerStart::install(ptr) });
+            }
+            Fx {
+                cq,
+                raw,
+                _ctx: ctx,
+                _dev: dev,
+            }
         }
 
         /// The entries called since the last call, checked for violations.
@@ -1634,8 +1608,8 @@ mod tests {
         assert!(r.is_err());
         assert_eq!(got, [0, 1]);
         assert_eq!(fx.log(), ["start_poll", "next_poll", "end_poll"]);
-        // The lock was poisoned by the panic; the next poll goes on with
-        // what the provider has left.
+        // The panic ended the poll; the next one goes on with what the
+        // provider has left.
         assert_eq!(fx.cq.poll_each(32, |wc| got.push(wc.wr_id())).unwrap(), 2);
         assert_eq!(got, [0, 1, 2, 3]);
         assert_eq!(
@@ -1645,7 +1619,7 @@ mod tests {
     }
 
     #[test]
-    fn one_per_poll_pairs_every_completion_with_its_own_start_and_end() {
+    fn one_per_start_pairs_every_completion_with_its_own_start_and_end() {
         let mut fx = Fx::with(ids(3), true);
         let mut got = Vec::new();
         let n = fx
@@ -1655,8 +1629,8 @@ mod tests {
         assert_eq!(n, 3);
         assert_eq!(got, [(0, 64), (1, 65), (2, 66)]);
         let (s, r, e_) = ("start_poll", "read_byte_len", "end_poll");
-        // next_poll is never called (see SOFT_ROCE_VENDOR_ID); the last
-        // start_poll finds the CQ empty and is not ended.
+        // The provider's next_poll is never called (see OnePerStart); the
+        // last start_poll finds the CQ empty and is not ended.
         assert_eq!(fx.log(), [s, r, e_, s, r, e_, s, r, e_, s]);
 
         // max: no start_poll after the max-th completion.
@@ -1672,14 +1646,18 @@ mod tests {
             [&s, &e_, &s, &e_]
         );
 
-        // A start_poll error after the first completion ends nothing more
-        // and is returned.
+        // A start_poll error after the first completion (reported as the
+        // error of the next_poll it stands in) ends nothing more and is
+        // returned.
         let mut fx = Fx::with(ids(3), true);
         fx.raw.start_err = Some((2, libc::EIO));
         let mut got = Vec::new();
         let e = fx.cq.poll_each(32, |wc| got.push(wc.wr_id())).unwrap_err();
         assert_eq!(e.errno(), Some(libc::EIO));
-        assert!(e.to_string().starts_with("ibv_start_poll failed"), "{e}");
+        assert!(
+            e.to_string().starts_with("ibv_next_poll failed (fake0)"),
+            "{e}"
+        );
         assert_eq!(got, [0]);
         assert_eq!(fx.log(), [s, e_, s]);
 
@@ -1697,25 +1675,27 @@ mod tests {
     }
 
     #[test]
-    fn threads_polling_one_cq_take_turns_and_share_out_every_completion() {
-        use std::sync::atomic::AtomicBool;
+    fn threads_sharing_one_cq_in_a_mutex_share_out_every_completion() {
         const N: u64 = 600;
-        let mut fx = Fx::new(ids(N));
-        let inside = AtomicBool::new(false);
+        let Fx {
+            cq,
+            mut raw,
+            _ctx,
+            _dev,
+        } = Fx::new(ids(N));
+        let cq = std::sync::Mutex::new(cq);
         let got = std::thread::scope(|s| {
             let workers: Vec<_> = (0..4)
                 .map(|_| {
                     s.spawn(|| {
                         let mut mine = Vec::new();
                         loop {
-                            let n = fx
-                                .cq
+                            let n = cq
+                                .lock()
+                                .unwrap()
                                 .poll_each(7, |wc| {
-                                    // Two polls at once would meet here.
-                                    assert!(!inside.swap(true, Ordering::SeqCst));
                                     mine.push(wc.wr_id());
                                     std::thread::yield_now();
-                                    inside.store(false, Ordering::SeqCst);
                                 })
                                 .unwrap();
                             if n == 0 {
@@ -1738,10 +1718,27 @@ mod tests {
         let mut all: Vec<u64> = got.concat();
         all.sort_unstable();
         assert_eq!(all, (0..N).collect::<Vec<_>>());
-        // The provider saw well-formed polls only, each ended once.
-        let log = fx.log();
+        // The provider saw well-formed polls only (the scripted CQ logs a
+        // VIOLATION for a poll started inside another), each ended once.
+        drop(cq);
+        let log = std::mem::take(&mut raw.log);
+        assert!(!log.iter().any(|e| e.starts_with("VIOLATION")), "{log:?}");
         let ends = log.iter().filter(|e| **e == "end_poll").count();
         assert_eq!(ends, (N as usize).div_ceil(7));
-        assert_eq!(fx.cq.0.poll_lock.0.load(Ordering::SeqCst), UNLOCKED);
+    }
+
+    #[test]
+    fn a_polls_errors_name_the_device_of_its_cq() {
+        // Through the CQ's context and device; a CQ without them still
+        // gets an error.
+        let mut fx = Fx::new(ids(1));
+        fx.raw.start_err = Some((1, libc::EIO));
+        let e = fx.cq.poll_each(1, |_| {}).unwrap_err();
+        assert!(e.to_string().contains("(fake0)"), "{e}");
+        fx.raw.cq.context = std::ptr::null_mut();
+        fx.raw.start_err = Some((1, libc::EIO));
+        let e = fx.cq.poll_each(1, |_| {}).unwrap_err();
+        assert!(e.to_string().contains("(an unnamed device)"), "{e}");
+        assert_eq!(e.errno(), Some(libc::EIO));
     }
 }

@@ -17,7 +17,7 @@
 //! fn main() -> Result<()> {
 //!     let ctx = Context::open("mlx5_0")?; // or "rxe0", or Context::open_first()
 //!     let pd = ProtectionDomain::new(&ctx)?;
-//!     let cq_a = CompletionQueue::new(&ctx, 64)?;
+//!     let mut cq_a = CompletionQueue::new(&ctx, 64)?;
 //!     let cq_b = CompletionQueue::new(&ctx, 64)?;
 //!     let mut qp_a = QpBuilder::rc(&pd, &cq_a, &cq_a).build()?;
 //!     let qp_b = QpBuilder::rc(&pd, &cq_b, &cq_b).build()?;
@@ -43,7 +43,8 @@
 //!     src.as_mut_slice()[..5].copy_from_slice(b"hello");
 //!     let remote = dst.remote(0..5)?; // B's address, length and rkey
 //!
-//!     let completions = qp_a.post_and_wait(Duration::from_secs(5), |batch| {
+//!     // A's sends complete on `cq_a`, polled here until the write's has come.
+//!     let completions = qp_a.post_and_wait(&mut cq_a, Duration::from_secs(5), |batch| {
 //!         batch.wr(1).rdma_write(remote).sge(src.sge(0..5)?)
 //!     })?;
 //!     assert_eq!(completions[0].status, WcStatus::SUCCESS);
@@ -123,10 +124,13 @@
 //!
 //! [`Context`], [`ProtectionDomain`], [`CompletionQueue`], [`AddressHandle`]
 //! and [`MemoryRegion`] are `Send + Sync`: rdma-core's calls on them are
-//! thread-safe, and CQ polls are serialised by a lock in the handle. [`QpEx`]
-//! is `Send + Sync`, but posting takes `&mut self`, so one thread at a time
-//! builds a batch on a QP, as the extended API requires
-//! (`ibv_wr_start` … `ibv_wr_complete` must not interleave on one QP).
+//! thread-safe. Polling a CQ takes `&mut CompletionQueue` (the handle is
+//! not `Clone`; QPs built on it keep the CQ alive), so one thread at a time
+//! polls it, with no lock of the crate's: share it in a `Mutex` to poll it
+//! from several threads. [`QpEx`] is `Send + Sync`, but posting takes
+//! `&mut self`, so one thread at a time builds a batch on a QP, as the
+//! extended API requires (`ibv_wr_start` … `ibv_wr_complete` must not
+//! interleave on one QP).
 //!
 //! ## When a destroy call fails
 //!

@@ -38,11 +38,12 @@ enum Op {
     Write(RemoteBuf),
 }
 
-/// Posts one work request of `MSG` bytes from `src` on `dci` to `addr` (on
-/// DCI stream `stream` when given) and returns its completion, whatever
-/// its status.
+/// Posts one work request of `MSG` bytes from `src` on `dci` (whose sends
+/// complete on `cq`) to `addr` (on DCI stream `stream` when given) and
+/// returns its completion, whatever its status.
 fn post_one(
     dci: &mut QpEx<Dci>,
+    cq: &mut CompletionQueue,
     addr: DcAddr<'_>,
     stream: Option<u16>,
     wr_id: u64,
@@ -50,7 +51,7 @@ fn post_one(
     op: Op,
 ) -> WorkCompletion {
     let wcs = dci
-        .post_and_wait(WAIT, |b| {
+        .post_and_wait(cq, WAIT, |b| {
             let wr = match stream {
                 Some(id) => b.wr_stream(wr_id, addr, id),
                 None => b.wr(wr_id, addr),
@@ -75,6 +76,7 @@ fn write_once(from: &mut DcSide, to: &DcSide, stream: Option<u16>, wr_id: u64, d
     let addr = dc_addr(&from.ah, &to.dct);
     let wc = post_one(
         &mut from.dcis[0],
+        &mut from.send_cq,
         addr,
         stream,
         wr_id,
@@ -98,6 +100,7 @@ fn send_once(from: &mut DcSide, to: &mut DcSide, qp_idx: usize, wr_id: u64, data
     let addr = dc_addr(&from.ah, &to.dct);
     let wc = post_one(
         &mut from.dcis[qp_idx],
+        &mut from.send_cq,
         addr,
         None,
         wr_id,
@@ -273,6 +276,7 @@ fn stream_send(
     let addr = dc_addr(&p.client.ah, &p.server.dct);
     post_one(
         &mut p.client.dcis[0],
+        &mut p.client.send_cq,
         addr,
         Some(stream),
         wr_id,

@@ -61,7 +61,7 @@ fn memcpy_into(p: &mut RcPair, dest: &MemoryRegion, wr_id: u64) -> WorkCompletio
     let src = &p.a.mr;
     let wcs =
         p.a.qp
-            .post_and_wait(WAIT, |b| {
+            .post_and_wait(&mut p.a.send_cq, WAIT, |b| {
                 b.wr(wr_id).memcpy(dest.sge(0..MSG)?, src.sge(0..MSG)?)
             })
             .unwrap_or_else(|e| panic!("posting the memcpy: {e}"));
@@ -150,7 +150,9 @@ fn dma_memcpy_large_data_bad_flow() {
         .unwrap_or_else(|e| panic!("registering {len} bytes for the over-length memcpy: {e}"));
     let err =
         p.a.qp
-            .post_and_wait(WAIT, |b| b.wr(3).memcpy(big.sge(..)?, big.sge(..)?))
+            .post_and_wait(&mut p.a.send_cq, WAIT, |b| {
+                b.wr(3).memcpy(big.sge(..)?, big.sge(..)?)
+            })
             .unwrap_err();
     assert!(
         matches!(err, Error::OutOfRange { what: "memcpy length", value, .. } if value == over),

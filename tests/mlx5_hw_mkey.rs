@@ -93,7 +93,7 @@ fn reg_list<'k>(
     let mut len = 0;
     let wcs = side
         .qp
-        .post_and_wait(WAIT, |b| {
+        .post_and_wait(&mut side.send_cq, WAIT, |b| {
             let sges = pieces
                 .iter()
                 .map(|r| mr.sge(r.clone()))
@@ -120,7 +120,7 @@ fn reg_interleaved(side: &mut RcSide, mkey: &Mkey, wr_id: u64) {
     let mut len = 0;
     let wcs = side
         .qp
-        .post_and_wait(WAIT, |b| {
+        .post_and_wait(&mut side.send_cq, WAIT, |b| {
             let entries = [
                 MrInterleaved::new(mr, 0, 8, 2)?,
                 MrInterleaved::new(mr, 64, 8, 2)?,
@@ -187,7 +187,7 @@ fn traffic(
         let wcs =
             m.p.a
                 .qp
-                .post_and_wait(WAIT, |b| b.wr(i).send().sge(send))
+                .post_and_wait(&mut m.p.a.send_cq, WAIT, |b| b.wr(i).send().sge(send))
                 .unwrap();
         assert_wc(&wcs[0], i, WcOpcode::SEND);
         let rx = m.p.b.recv_cq.wait(1, WAIT).unwrap();
@@ -214,7 +214,7 @@ fn invalidate(side: &mut RcSide, mkey: &Mkey, wr_id: u64) {
     let key = mkey.lkey();
     let wcs = side
         .qp
-        .post_and_wait(WAIT, |b| b.wr(wr_id).local_inv(key))
+        .post_and_wait(&mut side.send_cq, WAIT, |b| b.wr(wr_id).local_inv(key))
         .unwrap_or_else(|e| panic!("invalidating {mkey:?}: {e}"));
     assert_eq!(wcs.len(), 1, "{wcs:?}");
     assert_wc(&wcs[0], wr_id, WcOpcode::LOCAL_INV);
@@ -284,7 +284,7 @@ fn mkey_list_bad_flow() {
     let err =
         m.p.a
             .qp
-            .post_and_wait(WAIT, |b| {
+            .post_and_wait(&mut m.p.a.send_cq, WAIT, |b| {
                 let sges = [
                     mr.sge(0..8)?,
                     mr.sge(16..24)?,
@@ -310,7 +310,7 @@ fn mkey_list_bad_flow() {
     let err =
         m.p.a
             .qp
-            .post_and_wait(WAIT, |b| {
+            .post_and_wait(&mut m.p.a.send_cq, WAIT, |b| {
                 let entries = [
                     MrInterleaved::new(mr, 0, 8, 2)?,
                     MrInterleaved::new(mr, 64, 8, 2)?,
@@ -420,7 +420,7 @@ fn mkey_remote_invalidate() {
     let wcs =
         m.p.a
             .qp
-            .post_and_wait(WAIT, |b| b.wr(301).send().sge(send))
+            .post_and_wait(&mut m.p.a.send_cq, WAIT, |b| b.wr(301).send().sge(send))
             .unwrap();
     assert_eq!(wcs[0].wr_id, 301, "{wcs:?}");
     assert_ne!(

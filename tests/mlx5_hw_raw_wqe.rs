@@ -78,7 +78,7 @@ fn mixed_raw_wqe_traffic() {
         let mr = &client.mr;
         let wcs = client
             .qp
-            .post_and_wait(WAIT, |b| {
+            .post_and_wait(&mut client.send_cq, WAIT, |b| {
                 if raw {
                     // The WQE names the client's region, which is borrowed
                     // (`mr`) and unchanged until post_and_wait has its

@@ -476,8 +476,8 @@ fn wr_rows<'a>(d: &Dev) -> Vec<Row<'a, Dev>> {
             expect,
             move |d: &mut Dev| {
                 let remote = d.p.b.mr.remote(0..8)?;
-                let (qp, mr) = (&mut d.p.a.qp, &d.p.a.mr);
-                let wcs = qp.post_and_wait(WAIT, |b| {
+                let (qp, cq, mr) = (&mut d.p.a.qp, &mut d.p.a.send_cq, &d.p.a.mr);
+                let wcs = qp.post_and_wait(cq, WAIT, |b| {
                     for i in 0..n {
                         b.wr(i as u64).rdma_write(remote).sge(mr.sge(0..8)?)?;
                     }
@@ -496,9 +496,9 @@ fn wr_rows<'a>(d: &Dev) -> Vec<Row<'a, Dev>> {
             move |d: &mut Dev| {
                 let remote = d.p.b.mr.remote(..)?;
                 let data = rig::pattern(len, 3);
-                d.p.a
-                    .qp
-                    .post_and_wait(WAIT, |b| b.wr(1).rdma_write(remote).inline(&data))?;
+                d.p.a.qp.post_and_wait(&mut d.p.a.send_cq, WAIT, |b| {
+                    b.wr(1).rdma_write(remote).inline(&data)
+                })?;
                 assert_eq!(&d.p.b.mr.as_slice()[..len], &data[..]);
                 Result::Ok(())
             },
@@ -517,7 +517,9 @@ fn wr_rows<'a>(d: &Dev) -> Vec<Row<'a, Dev>> {
                     .collect::<Result<Vec<_>>>()?;
                 d.p.a
                     .qp
-                    .post_and_wait(WAIT, |b| b.wr(1).rdma_write(remote).sge_list(&list))
+                    .post_and_wait(&mut d.p.a.send_cq, WAIT, |b| {
+                        b.wr(1).rdma_write(remote).sge_list(&list)
+                    })
                     .map(drop)
             },
         ));
@@ -552,7 +554,9 @@ fn wr_rows<'a>(d: &Dev) -> Vec<Row<'a, Dev>> {
                 let sge = d.p.a.mr.sge(0..len)?;
                 d.p.a
                     .qp
-                    .post_and_wait(WAIT, |b| b.wr(1).rdma_write(remote).sge(sge))
+                    .post_and_wait(&mut d.p.a.send_cq, WAIT, |b| {
+                        b.wr(1).rdma_write(remote).sge(sge)
+                    })
                     .map(drop)
             },
         ));
@@ -576,7 +580,7 @@ fn wr_rows<'a>(d: &Dev) -> Vec<Row<'a, Dev>> {
             let (dst, src) = (mr.sge(64..72)?, mr.sge(0..8)?);
             d.p.a
                 .qp
-                .post_and_wait(WAIT, |b| b.wr(1).memcpy(dst, src))
+                .post_and_wait(&mut d.p.a.send_cq, WAIT, |b| b.wr(1).memcpy(dst, src))
                 .map(drop)
         },
     ));

@@ -35,7 +35,7 @@ fn a_vanished_peer_gives_retry_exceeded_with_the_qp_named() {
     p.a.mr.as_mut_slice()[..64].copy_from_slice(&[7; 64]);
     let wcs =
         p.a.qp
-            .post_and_wait(WAIT, |b| {
+            .post_and_wait(&mut p.a.send_cq, WAIT, |b| {
                 b.wr(1).rdma_write(remote).sge(p.a.mr.sge(0..64)?)?;
                 b.wr(2).rdma_write(remote).sge(p.a.mr.sge(0..64)?)
             })
@@ -70,7 +70,9 @@ fn a_send_with_no_receive_posted_exhausts_rnr_retries() {
     let mut p = Pair::tuned(QpCaps::default(), SendOps::rc_default(), impatient);
     let wcs =
         p.a.qp
-            .post_and_wait(WAIT, |b| b.wr(9).send().inline(b"nobody listens"))
+            .post_and_wait(&mut p.a.send_cq, WAIT, |b| {
+                b.wr(9).send().inline(b"nobody listens")
+            })
             .unwrap();
     assert_eq!(
         (wcs[0].wr_id, wcs[0].status),
@@ -119,7 +121,7 @@ fn a_batch_larger_than_the_send_queue_is_refused_whole() {
     // A batch that fits goes through whole, each WR exactly once.
     let wcs =
         p.a.qp
-            .post_and_wait(WAIT, |b| {
+            .post_and_wait(&mut p.a.send_cq, WAIT, |b| {
                 for i in 0..depth {
                     let r = remote.slice(u64::from(i) * 8, 8)?;
                     b.wr(u64::from(i)).rdma_write(r).sge(p.a.mr.sge(0..8)?)?;
@@ -152,7 +154,7 @@ fn a_scoped_post_that_times_out_returns_after_the_flush() {
     let start = Instant::now();
     let err =
         p.a.qp
-            .post_and_wait(Duration::from_millis(300), |b| {
+            .post_and_wait(&mut p.a.send_cq, Duration::from_millis(300), |b| {
                 b.wr(1).rdma_write(remote).sge(p.a.mr.sge(0..16)?)?;
                 b.wr(2).rdma_write(remote).sge(p.a.mr.sge(16..32)?)
             })
@@ -174,7 +176,9 @@ fn a_scoped_post_that_times_out_returns_after_the_flush() {
     p.a.mr.as_mut_slice()[..4].copy_from_slice(b"back");
     let wcs =
         p.a.qp
-            .post_and_wait(WAIT, |b| b.wr(3).rdma_write(remote).sge(p.a.mr.sge(0..4)?))
+            .post_and_wait(&mut p.a.send_cq, WAIT, |b| {
+                b.wr(3).rdma_write(remote).sge(p.a.mr.sge(0..4)?)
+            })
             .unwrap();
     assert_wc(&wcs[0], 3, WcOpcode::RDMA_WRITE);
     assert_eq!(&p.b.mr.as_slice()[..4], b"back");
@@ -189,14 +193,18 @@ fn threads_posting_on_their_own_qps_share_one_cq_and_every_completion_is_account
     let ctx = open();
     let pd = ProtectionDomain::new(&ctx).unwrap();
     let opts = connect_options(&ctx);
-    let shared = CompletionQueue::new(&ctx, 1024).unwrap();
+    // One CQ polled from every thread: the handle is shared in a mutex.
+    let shared = Arc::new(Mutex::new(CompletionQueue::new(&ctx, 1024).unwrap()));
     let seen = Arc::new(Mutex::new(BTreeSet::new()));
     let mut handles = Vec::new();
     for t in 0..THREADS {
         let (ctx, pd, shared, seen) = (ctx.clone(), pd.clone(), shared.clone(), seen.clone());
         handles.push(std::thread::spawn(move || {
             let peer_cq = CompletionQueue::new(&ctx, 64).unwrap();
-            let mut qp = QpBuilder::rc(&pd, &shared, &shared).build().unwrap();
+            let mut qp = {
+                let cq = shared.lock().unwrap();
+                QpBuilder::rc(&pd, &cq, &cq).build().unwrap()
+            };
             let peer = QpBuilder::rc(&pd, &peer_cq, &peer_cq).build().unwrap();
             let (ea, eb) = (
                 qp.endpoint(10, &opts).unwrap(),
@@ -224,6 +232,8 @@ fn threads_posting_on_their_own_qps_share_one_cq_and_every_completion_is_account
                 // Poll the shared CQ: completions of any thread may come.
                 let mut got = Vec::new();
                 shared
+                    .lock()
+                    .unwrap()
                     .wait_into(&mut got, PER_BATCH as usize, WAIT)
                     .unwrap();
                 let mut seen = seen.lock().unwrap();
@@ -283,7 +293,7 @@ fn writing_where_the_peer_gave_no_write_access_is_a_remote_access_error() {
     let target = read_only.remote(0..64).unwrap();
     let wcs =
         p.a.qp
-            .post_and_wait(WAIT, |b| {
+            .post_and_wait(&mut p.a.send_cq, WAIT, |b| {
                 b.wr(1).rdma_write(target).sge(p.a.mr.sge(0..64)?)?;
                 b.wr(2).rdma_write(target).sge(p.a.mr.sge(0..64)?)
             })
@@ -308,7 +318,9 @@ fn writing_where_the_peer_gave_no_write_access_is_a_remote_access_error() {
     p.connect();
     let wcs =
         p.a.qp
-            .post_and_wait(WAIT, |b| b.wr(3).rdma_read(target).sge(p.a.mr.sge(0..64)?))
+            .post_and_wait(&mut p.a.send_cq, WAIT, |b| {
+                b.wr(3).rdma_read(target).sge(p.a.mr.sge(0..64)?)
+            })
             .unwrap();
     assert_wc(&wcs[0], 3, WcOpcode::RDMA_READ);
     assert_eq!(&p.a.mr.as_slice()[..64], &[0; 64]);
@@ -327,7 +339,9 @@ fn a_qp_that_refuses_remote_writes_fails_them_even_into_a_writable_region() {
     p.a.mr.as_mut_slice()[..64].copy_from_slice(&[5; 64]);
     let wcs =
         p.a.qp
-            .post_and_wait(WAIT, |b| b.wr(7).rdma_write(target).sge(p.a.mr.sge(0..64)?))
+            .post_and_wait(&mut p.a.send_cq, WAIT, |b| {
+                b.wr(7).rdma_write(target).sge(p.a.mr.sge(0..64)?)
+            })
             .unwrap();
     assert_eq!(
         (wcs[0].wr_id, wcs[0].status),
@@ -354,7 +368,7 @@ fn a_cq_overrun_keeps_the_completions_that_fit_and_drops_the_rest() {
     let ctx = open();
     let pd = ProtectionDomain::new(&ctx).unwrap();
     let opts = connect_options(&ctx);
-    let small = CompletionQueue::new(&ctx, 4).unwrap();
+    let mut small = CompletionQueue::new(&ctx, 4).unwrap();
     let cap = small.capacity();
     let peer_cq = CompletionQueue::new(&ctx, 64).unwrap();
     let caps = QpCaps {
@@ -411,7 +425,9 @@ fn a_cq_overrun_keeps_the_completions_that_fit_and_drops_the_rest() {
     assert_eq!(qp.state().unwrap(), QpState::Rts);
     let r = dst.remote(1024..1032).unwrap();
     let wcs = qp
-        .post_and_wait(WAIT, |b| b.wr(999).rdma_write(r).sge(src.sge(0..8)?))
+        .post_and_wait(&mut small, WAIT, |b| {
+            b.wr(999).rdma_write(r).sge(src.sge(0..8)?)
+        })
         .unwrap();
     assert_wc(&wcs[0], 999, WcOpcode::RDMA_WRITE);
 }

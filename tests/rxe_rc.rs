@@ -51,7 +51,7 @@ fn rdma_write_lands_byte_for_byte() {
     let remote = p.b.mr.remote(1024..1024 + 4096).unwrap();
     let wcs =
         p.a.qp
-            .post_and_wait(WAIT, |b| {
+            .post_and_wait(&mut p.a.send_cq, WAIT, |b| {
                 b.wr(7).rdma_write(remote).sge(p.a.mr.sge(0..4096)?)
             })
             .unwrap();
@@ -80,7 +80,7 @@ fn rdma_write_with_immediate_reaches_the_peer_with_its_immediate() {
     let remote = p.b.mr.remote(0..512).unwrap();
     let wcs =
         p.a.qp
-            .post_and_wait(WAIT, |b| {
+            .post_and_wait(&mut p.a.send_cq, WAIT, |b| {
                 b.wr(8)
                     .rdma_write_imm(remote, 0xDEAD_BEEF)
                     .sge(p.a.mr.sge(0..512)?)
@@ -107,7 +107,9 @@ fn send_fills_a_posted_receive() {
     };
     let wcs =
         p.a.qp
-            .post_and_wait(WAIT, |b| b.wr(6).send_imm(42).sge(p.a.mr.sge(0..1000)?))
+            .post_and_wait(&mut p.a.send_cq, WAIT, |b| {
+                b.wr(6).send_imm(42).sge(p.a.mr.sge(0..1000)?)
+            })
             .unwrap();
     assert_wc(&wcs[0], 6, WcOpcode::SEND);
     let rx = p.b.recv_cq.wait(1, WAIT).unwrap();
@@ -128,7 +130,7 @@ fn rdma_read_fetches_the_peers_bytes() {
     let remote = p.b.mr.remote(0..8192).unwrap();
     let wcs =
         p.a.qp
-            .post_and_wait(WAIT, |b| {
+            .post_and_wait(&mut p.a.send_cq, WAIT, |b| {
                 b.wr(11).rdma_read(remote).sge(p.a.mr.sge(100..100 + 8192)?)
             })
             .unwrap();
@@ -152,7 +154,7 @@ fn inline_send_needs_no_registered_source() {
     };
     let wcs =
         p.a.qp
-            .post_and_wait(WAIT, |b| b.wr(2).send().inline(&msg))
+            .post_and_wait(&mut p.a.send_cq, WAIT, |b| b.wr(2).send().inline(&msg))
             .unwrap();
     assert_wc(&wcs[0], 2, WcOpcode::SEND);
     let rx = p.b.recv_cq.wait(1, WAIT).unwrap();
@@ -164,7 +166,9 @@ fn inline_send_needs_no_registered_source() {
     let remote = p.b.mr.remote(8192..8192 + max).unwrap();
     let wcs =
         p.a.qp
-            .post_and_wait(WAIT, |b| b.wr(4).rdma_write(remote).inline(&msg))
+            .post_and_wait(&mut p.a.send_cq, WAIT, |b| {
+                b.wr(4).rdma_write(remote).inline(&msg)
+            })
             .unwrap();
     assert_wc(&wcs[0], 4, WcOpcode::RDMA_WRITE);
     assert_eq!(&p.b.mr.as_slice()[8192..8192 + max], &msg[..]);
@@ -174,7 +178,7 @@ fn inline_send_needs_no_registered_source() {
     let too_long = vec![0u8; max + 1];
     let err =
         p.a.qp
-            .post_and_wait(WAIT, |b| b.wr(3).send().inline(&too_long))
+            .post_and_wait(&mut p.a.send_cq, WAIT, |b| b.wr(3).send().inline(&too_long))
             .unwrap_err();
     assert!(
         matches!(
@@ -196,7 +200,7 @@ fn atomics_compare_swap_and_fetch_add() {
     let target = p.b.mr.remote(64..72).unwrap();
     let wcs =
         p.a.qp
-            .post_and_wait(WAIT, |b| {
+            .post_and_wait(&mut p.a.send_cq, WAIT, |b| {
                 b.wr(1)
                     .atomic_cmp_swp(target, 100, 500)
                     .sge(p.a.mr.sge(0..8)?)?;
@@ -223,7 +227,7 @@ fn atomics_compare_swap_and_fetch_add() {
     // An atomic needs exactly 8 bytes and an aligned target.
     let err =
         p.a.qp
-            .post_and_wait(WAIT, |b| {
+            .post_and_wait(&mut p.a.send_cq, WAIT, |b| {
                 b.wr(3).atomic_fetch_add(target, 1).sge(p.a.mr.sge(0..16)?)
             })
             .unwrap_err();
@@ -256,7 +260,7 @@ fn a_batch_of_64_mixed_work_requests_in_one_complete() {
     // 48..64 reads of B[32K..] into A[48K..].
     let wcs =
         p.a.qp
-            .post_and_wait(WAIT, |b| {
+            .post_and_wait(&mut p.a.send_cq, WAIT, |b| {
                 for i in 0..64u64 {
                     let i_ = i as usize;
                     match i {
@@ -327,7 +331,7 @@ fn sge_lists_gather_and_scatter_across_two_regions() {
     let remote = p.b.mr.remote(0..300).unwrap();
     let wcs =
         p.a.qp
-            .post_and_wait(WAIT, |b| {
+            .post_and_wait(&mut p.a.send_cq, WAIT, |b| {
                 let sges = [
                     p.a.mr.sge(100..200)?,
                     second.sge(0..100)?,
@@ -345,7 +349,7 @@ fn sge_lists_gather_and_scatter_across_two_regions() {
     // A[5000..5150).
     let wcs =
         p.a.qp
-            .post_and_wait(WAIT, |b| {
+            .post_and_wait(&mut p.a.send_cq, WAIT, |b| {
                 let sges = [second.sge(1000..1150)?, p.a.mr.sge(5000..5150)?];
                 b.wr(2).rdma_read(remote).sge_list(&sges)
             })
@@ -423,7 +427,9 @@ fn error_state_flushes_and_reset_reconnects() {
     let remote = p.b.mr.remote(0..8).unwrap();
     let wcs =
         p.a.qp
-            .post_and_wait(WAIT, |b| b.wr(41).rdma_write(remote).sge(p.a.mr.sge(0..8)?))
+            .post_and_wait(&mut p.a.send_cq, WAIT, |b| {
+                b.wr(41).rdma_write(remote).sge(p.a.mr.sge(0..8)?)
+            })
             .unwrap();
     assert_wc(&wcs[0], 41, WcOpcode::RDMA_WRITE);
     assert_eq!(&p.b.mr.as_slice()[..8], b"again!!!");
@@ -439,7 +445,7 @@ fn wrong_rkey_is_a_remote_access_error_then_flush_then_recovery() {
     bad.rkey ^= 0x00FF_0000;
     let wcs =
         p.a.qp
-            .post_and_wait(WAIT, |b| {
+            .post_and_wait(&mut p.a.send_cq, WAIT, |b| {
                 b.wr(50).rdma_write(bad).sge(p.a.mr.sge(0..64)?)?;
                 b.wr(51).rdma_write(good).sge(p.a.mr.sge(0..64)?)?;
                 b.wr(52).rdma_write(good).sge(p.a.mr.sge(0..64)?)
@@ -472,7 +478,9 @@ fn wrong_rkey_is_a_remote_access_error_then_flush_then_recovery() {
     p.connect();
     let wcs =
         p.a.qp
-            .post_and_wait(WAIT, |b| b.wr(53).rdma_write(good).sge(p.a.mr.sge(0..64)?))
+            .post_and_wait(&mut p.a.send_cq, WAIT, |b| {
+                b.wr(53).rdma_write(good).sge(p.a.mr.sge(0..64)?)
+            })
             .unwrap();
     assert_wc(&wcs[0], 53, WcOpcode::RDMA_WRITE);
     assert_eq!(&p.b.mr.as_slice()[..64], &[0x5A; 64]);
@@ -486,7 +494,9 @@ fn checks_fail_before_any_c_call() {
     // An op the QP was not created with.
     let err =
         p.a.qp
-            .post_and_wait(WAIT, |b| b.wr(1).send().sge(p.a.mr.sge(0..8)?))
+            .post_and_wait(&mut p.a.send_cq, WAIT, |b| {
+                b.wr(1).send().sge(p.a.mr.sge(0..8)?)
+            })
             .unwrap_err();
     assert!(matches!(err, Error::Unsupported { .. }), "{err}");
     // A range outside the region, at the limit and one past it.
@@ -499,7 +509,9 @@ fn checks_fail_before_any_c_call() {
     let remote = p.b.mr.remote(0..16).unwrap();
     let err =
         p.a.qp
-            .post_and_wait(WAIT, |b| b.wr(2).rdma_write(remote).sge(p.a.mr.sge(0..17)?))
+            .post_and_wait(&mut p.a.send_cq, WAIT, |b| {
+                b.wr(2).rdma_write(remote).sge(p.a.mr.sge(0..17)?)
+            })
             .unwrap_err();
     assert!(
         matches!(
@@ -515,7 +527,7 @@ fn checks_fail_before_any_c_call() {
     let max = p.a.qp.caps().max_send_sge as usize;
     let err =
         p.a.qp
-            .post_and_wait(WAIT, |b| {
+            .post_and_wait(&mut p.a.send_cq, WAIT, |b| {
                 let sges: Vec<Sge> = (0..=max).map(|i| p.a.mr.sge(i..i + 1).unwrap()).collect();
                 b.wr(3).rdma_write(p.b.mr.remote(..)?).sge_list(&sges)
             })
@@ -536,7 +548,9 @@ fn checks_fail_before_any_c_call() {
     p.a.mr.as_mut_slice()[..4].copy_from_slice(b"fine");
     let wcs =
         p.a.qp
-            .post_and_wait(WAIT, |b| b.wr(4).rdma_write(remote).sge(p.a.mr.sge(0..4)?))
+            .post_and_wait(&mut p.a.send_cq, WAIT, |b| {
+                b.wr(4).rdma_write(remote).sge(p.a.mr.sge(0..4)?)
+            })
             .unwrap();
     assert_wc(&wcs[0], 4, WcOpcode::RDMA_WRITE);
     assert_eq!(&p.b.mr.as_slice()[..4], b"fine");
@@ -546,7 +560,7 @@ fn checks_fail_before_any_c_call() {
 #[ignore = "needs an RDMA device: set MLX5DV_TEST_DEVICE"]
 fn a_qp_created_through_the_raw_api_is_driven_by_from_raw() {
     let mut p = Pair::new();
-    let cq = CompletionQueue::new(&p.ctx, 64).unwrap();
+    let mut cq = CompletionQueue::new(&p.ctx, 64).unwrap();
     let raw_cq = unsafe { ffi::ibv_cq_ex_to_cq(cq.as_ptr()) };
     let mut attr = ffi::ibv_qp_init_attr_ex {
         send_cq: raw_cq,
@@ -584,7 +598,7 @@ fn a_qp_created_through_the_raw_api_is_driven_by_from_raw() {
     p.a.mr.as_mut_slice()[..32].copy_from_slice(&pattern(32, 61));
     let remote = p.b.mr.remote(100..132).unwrap();
     let wcs = qp
-        .post_and_wait(WAIT, |b| {
+        .post_and_wait(&mut cq, WAIT, |b| {
             b.wr(70).rdma_write(remote).sge(p.a.mr.sge(0..32)?)
         })
         .unwrap();
@@ -601,6 +615,24 @@ fn raw_qp_num(qp: std::ptr::NonNull<ffi::ibv_qp>) -> u32 {
     unsafe { (*qp.as_ptr()).qp_num }
 }
 
+/// Posts `n` signalled 8-byte writes from A into `remote`, ids `first`,
+/// `first + 1`, ..., and gives them time to complete.
+fn post_signaled_writes(p: &mut Pair, remote: RemoteBuf, first: u64, n: u64) {
+    let mut batch = p.a.qp.batch();
+    for i in 0..n {
+        batch
+            .wr(first + i)
+            .signaled()
+            .rdma_write(remote.slice(i * 8, 8).unwrap())
+            .sge(p.a.mr.sge(0..8).unwrap())
+            .unwrap();
+    }
+    // SAFETY: the memory the SGEs name is A's region, which lives as long
+    // as `p`, past every completion the callers wait for.
+    unsafe { batch.complete() }.unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+}
+
 #[test]
 #[ignore = "needs an RDMA device: set MLX5DV_TEST_DEVICE"]
 fn polling_for_more_than_is_there_never_yields_phantom_completions() {
@@ -611,18 +643,7 @@ fn polling_for_more_than_is_there_never_yields_phantom_completions() {
     let remote = p.b.mr.remote(0..64).unwrap();
     let qpn = p.a.qp.qp_num();
     for round in 0..4u64 {
-        let mut batch = p.a.qp.batch();
-        for i in 0..=round {
-            let r = remote.slice(i * 8, 8).unwrap();
-            batch
-                .wr(round * 10 + i)
-                .signaled()
-                .rdma_write(r)
-                .sge(p.a.mr.sge(0..8).unwrap())
-                .unwrap();
-        }
-        unsafe { batch.complete() }.unwrap();
-        std::thread::sleep(Duration::from_millis(200));
+        post_signaled_writes(&mut p, remote, round * 10, round + 1);
         let mut got = Vec::new();
         let deadline = std::time::Instant::now() + WAIT;
         while (got.len() as u64) < round + 1 && std::time::Instant::now() < deadline {
@@ -645,6 +666,79 @@ fn polling_for_more_than_is_there_never_yields_phantom_completions() {
             "phantom: {more:?}"
         );
     }
+}
+
+#[test]
+#[ignore = "needs an RDMA device: set MLX5DV_TEST_DEVICE"]
+fn c_code_polling_through_as_ptr_drains_the_cq_with_the_header_functions() {
+    // The header's inline functions (through the sys layer's shims) on the
+    // raw CQ, as C code given `as_ptr()` would poll it: `next_poll` until
+    // ENOENT, then `end_poll`, twice in a row. On soft-RoCE the CQ's
+    // entries poll one completion per provider poll (rdma-core 44 to 54
+    // end the poll in `next_poll` themselves), so neither round loses,
+    // repeats or invents a completion, and the handle polls on after it.
+    let mut p = Pair::new();
+    let remote = p.b.mr.remote(0..64).unwrap();
+    let qpn = p.a.qp.qp_num();
+    let cq = p.a.send_cq.as_ptr();
+    for round in 0..2u64 {
+        post_signaled_writes(&mut p, remote, round * 10, 3);
+        let mut got = Vec::new();
+        let deadline = std::time::Instant::now() + WAIT;
+        while got.len() < 3 && std::time::Instant::now() < deadline {
+            let mut attr = ffi::ibv_poll_cq_attr::default();
+            // SAFETY: the handle is live and not polling; the poll is ended
+            // below whenever it was started.
+            let mut rc = unsafe { ffi::ibv_start_poll(cq, &mut attr) };
+            if rc == libc::ENOENT {
+                continue;
+            }
+            assert_eq!(rc, 0, "ibv_start_poll");
+            while rc == 0 {
+                // SAFETY: a poll is in progress.
+                unsafe {
+                    got.push((
+                        (*cq).wr_id,
+                        (*cq).status,
+                        ffi::ibv_wc_read_opcode(cq),
+                        ffi::ibv_wc_read_qp_num(cq),
+                    ));
+                    rc = ffi::ibv_next_poll(cq);
+                }
+            }
+            assert_eq!(rc, libc::ENOENT, "ibv_next_poll");
+            // SAFETY: ends the poll started above.
+            unsafe { ffi::ibv_end_poll(cq) };
+        }
+        let want: Vec<_> = (0..3)
+            .map(|i| {
+                (
+                    round * 10 + i,
+                    ffi::IBV_WC_SUCCESS,
+                    ffi::IBV_WC_RDMA_WRITE,
+                    qpn,
+                )
+            })
+            .collect();
+        assert_eq!(got, want);
+        let mut more = Vec::new();
+        assert_eq!(
+            p.a.send_cq.poll_into(&mut more, 32).unwrap(),
+            0,
+            "phantom: {more:?}"
+        );
+    }
+    // The handle polls what comes next.
+    let wcs =
+        p.a.qp
+            .post_and_wait(&mut p.a.send_cq, WAIT, |b| {
+                b.wr(99)
+                    .rdma_write(remote.slice(0, 8).unwrap())
+                    .sge(p.a.mr.sge(0..8).unwrap())
+            })
+            .unwrap();
+    assert_eq!(wcs.len(), 1);
+    assert_wc(&wcs[0], 99, WcOpcode::RDMA_WRITE);
 }
 
 #[test]

@@ -608,7 +608,7 @@ pub fn report_check(
 /// `ibv_next_poll` finds the queue empty (its `ibv_end_poll` then skips a
 /// queue entry and a later poll reads an empty one). Asking for one
 /// completion at a time never calls `ibv_next_poll`.
-pub fn poll_one(cq: &CompletionQueue) -> Result<Option<WorkCompletion>, Failure> {
+pub fn poll_one(cq: &mut CompletionQueue) -> Result<Option<WorkCompletion>, Failure> {
     let mut out = Vec::with_capacity(1);
     cq.poll_into(&mut out, 1)?;
     Ok(out.pop())
@@ -616,7 +616,7 @@ pub fn poll_one(cq: &CompletionQueue) -> Result<Option<WorkCompletion>, Failure>
 
 /// Waits for `n` completions on `cq`, at most [`WAIT`] for each, and checks
 /// that each succeeded.
-pub fn wait_ok(cq: &CompletionQueue, n: usize) -> Result<Vec<WorkCompletion>, Failure> {
+pub fn wait_ok(cq: &mut CompletionQueue, n: usize) -> Result<Vec<WorkCompletion>, Failure> {
     let mut wcs = Vec::with_capacity(n);
     for _ in 0..n {
         // `wait` with 1 polls one completion at a time (see `poll_one`).

@@ -2,13 +2,14 @@
 
 use super::{ffi_cq, query_state, ConnectOptions, QpState};
 use crate::ah::AhAttr;
-use crate::cq::CompletionQueue;
+use crate::cq::{CompletionQueue, CqInner};
 use crate::error::{check, Error, Result};
 use crate::ffi;
 use crate::pd::ProtectionDomain;
 use crate::srq::SharedReceiveQueue;
 use std::fmt;
 use std::ptr::NonNull;
+use std::sync::Arc;
 
 /// An mlx5 DC target (`mlx5dv_create_qp(3)` with `MLX5DV_DCTYPE_DCT`):
 /// receives what DCIs send to its DCT number with its access key; its
@@ -18,7 +19,7 @@ pub struct Dct {
     access_key: u64,
     // Dropped after the DCT is destroyed.
     pd: ProtectionDomain,
-    _cq: CompletionQueue,
+    _cq: Arc<CqInner>,
     _srq: SharedReceiveQueue,
 }
 
@@ -77,7 +78,7 @@ impl Dct {
             qp,
             access_key: dc_access_key,
             pd: pd.clone(),
-            _cq: cq.clone(),
+            _cq: cq.share(),
             _srq: srq.clone(),
         })
     }

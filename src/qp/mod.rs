@@ -16,13 +16,14 @@ pub use dct::Dct;
 pub use raw::{RawMlx5, RawQp};
 pub use types::{ConnectOptions, DciStreams, Endpoint, Mlx5SendOps, QpCaps, QpState, SendOps};
 
-use crate::cq::CompletionQueue;
+use crate::cq::{CompletionQueue, CqInner};
 use crate::error::{check, Error, Result};
 use crate::ffi;
 use crate::pd::ProtectionDomain;
 use std::fmt;
 use std::marker::PhantomData;
 use std::ptr::NonNull;
+use std::sync::Arc;
 
 pub(crate) use ops::WrOps;
 pub(crate) use rc::check_psn;
@@ -137,8 +138,8 @@ pub struct QpEx<T: Transport> {
     owned: bool,
     // Dropped after the QP is destroyed (fields drop after Drop::drop).
     pd: ProtectionDomain,
-    send_cq: CompletionQueue,
-    recv_cq: CompletionQueue,
+    send_cq: Arc<CqInner>,
+    _recv_cq: Arc<CqInner>,
     _t: PhantomData<T>,
 }
 
@@ -202,8 +203,8 @@ impl<T: Transport> QpEx<T> {
             send_ops: p.send_ops,
             owned: p.owned,
             pd: p.pd.clone(),
-            send_cq: p.send_cq.clone(),
-            recv_cq: p.recv_cq.clone(),
+            send_cq: p.send_cq.share(),
+            _recv_cq: p.recv_cq.share(),
             _t: PhantomData,
         };
         Ok(qp)
@@ -272,14 +273,9 @@ impl<T: Transport> QpEx<T> {
         &self.pd
     }
 
-    /// The CQ sends complete on.
-    pub fn send_cq(&self) -> &CompletionQueue {
-        &self.send_cq
-    }
-
-    /// The CQ receives complete on.
-    pub fn recv_cq(&self) -> &CompletionQueue {
-        &self.recv_cq
+    /// Whether `cq` is the CQ this QP's sends complete on.
+    pub fn completes_on(&self, cq: &CompletionQueue) -> bool {
+        self.send_cq.cq.as_ptr() == cq.as_ptr()
     }
 
     /// The current state (`ibv_query_qp(3)`).

@@ -115,10 +115,10 @@
 //! ```compile_fail,E0502
 //! # use mlx5dv::*;
 //! # use std::time::Duration;
-//! # fn f(qp: &mut QpEx<Rc>, mut mr: MemoryRegion, remote: RemoteBuf) -> Result<()> {
+//! # fn f(qp: &mut QpEx<Rc>, cq: &mut CompletionQueue, mut mr: MemoryRegion, remote: RemoteBuf) -> Result<()> {
 //! let sge = mr.sge(0..8)?;
 //! mr.as_mut_slice()[0] = 1; // `sge` still borrows `mr`
-//! qp.post_and_wait(Duration::from_secs(1), |b| b.wr(1).rdma_write(remote).sge(sge))?;
+//! qp.post_and_wait(cq, Duration::from_secs(1), |b| b.wr(1).rdma_write(remote).sge(sge))?;
 //! # Ok(()) }
 //! ```
 //!
@@ -131,7 +131,7 @@
 //! before its builder and replaced by the batch's after its data. So a
 //! loop of work requests with the same flags costs no flag write at all.
 
-use crate::cq::WorkCompletion;
+use crate::cq::{CompletionQueue, WorkCompletion};
 use crate::error::{Error, Result};
 use crate::ffi;
 use crate::mr::{RemoteBuf, Sge};
@@ -291,8 +291,9 @@ impl<T: Transport> QpEx<T> {
     /// completions (successful or not) in completion order. If `build`
     /// fails, the batch is aborted and its error returned.
     ///
-    /// The send CQ must not be polled by anyone else meanwhile; completions
-    /// of other QPs that share it and arrive meanwhile are returned too.
+    /// `cq` is the QP's send CQ ([`Error::InvalidArgument`] otherwise),
+    /// borrowed so that nothing else polls it meanwhile; completions of
+    /// other QPs that share it and arrive meanwhile are returned too.
     ///
     /// On timeout the QP is moved to ERR and the flushed completions are
     /// drained before [`Error::Timeout`] is returned, so the borrows end only
@@ -301,6 +302,7 @@ impl<T: Transport> QpEx<T> {
     /// the caller free memory the device may still write.
     pub fn post_and_wait<'m, F>(
         &mut self,
+        cq: &mut CompletionQueue,
         timeout: Duration,
         build: F,
     ) -> Result<Vec<WorkCompletion>>
@@ -308,7 +310,11 @@ impl<T: Transport> QpEx<T> {
         F: FnOnce(&mut WrBatch<'_, 'm, T>) -> Result<()>,
     {
         let qp_num = self.qp_num();
-        let cq = self.send_cq().clone();
+        if !self.completes_on(cq) {
+            return Err(Error::InvalidArgument(format!(
+                "post_and_wait on QP {qp_num}: the CQ given is not the QP's send CQ"
+            )));
+        }
         let mut batch = self.open_batch(SendFlags::SIGNALED);
         build(&mut batch)?;
         let n = batch.state.posted;
@@ -328,7 +334,7 @@ impl<T: Transport> QpEx<T> {
             cq.poll_into(&mut out, n - ours)?;
             ours += count_ours(&out, before);
             if ours < n && start.elapsed() >= timeout {
-                return Err(self.flush_after_timeout(&cq, n, ours, start));
+                return Err(self.flush_after_timeout(cq, n, ours, start));
             }
             if out.len() == before {
                 std::thread::yield_now();
@@ -341,7 +347,7 @@ impl<T: Transport> QpEx<T> {
     /// completions (flushed), aborting the process if they never come.
     fn flush_after_timeout(
         &self,
-        cq: &crate::cq::CompletionQueue,
+        cq: &mut CompletionQueue,
         n: usize,
         mut ours: usize,
         start: Instant,

@@ -310,7 +310,7 @@ fn post_and_wait_signals_every_work_request() {
     let mr = fx.mr();
     let mut qp = fx.rc();
     let wcs = qp
-        .post_and_wait(Duration::from_secs(1), |b| {
+        .post_and_wait(&mut fx.cq, Duration::from_secs(1), |b| {
             b.wr(1).rdma_write(remote(8)).sge(mr.sge(0..8)?)?;
             b.wr(2).rdma_read(remote(8)).sge(mr.sge(8..16)?)
         })
@@ -324,6 +324,32 @@ fn post_and_wait_signals_every_work_request() {
         .collect();
     assert_eq!(builders, [Some((1, SIG)), Some((2, SIG))]);
     assert_eq!(calls.last().unwrap().entry, "wr_complete");
+}
+
+#[test]
+fn post_and_wait_refuses_a_cq_that_is_not_the_send_cq_and_posts_nothing() {
+    let mut fx = Fx::new();
+    let mr = fx.mr();
+    let mut qp = fx.rc();
+    let mut other_fcq = FakeCq::new();
+    let mut other = unsafe {
+        CompletionQueue::from_raw(fx.cq.context(), NonNull::new(other_fcq.cq()).unwrap())
+    }
+    .unwrap();
+    assert!(qp.completes_on(&fx.cq));
+    assert!(!qp.completes_on(&other));
+    take();
+    let mut built = false;
+    let err = qp
+        .post_and_wait(&mut other, Duration::from_secs(1), |b| {
+            built = true;
+            b.wr(1).rdma_write(remote(8)).sge(mr.sge(0..8)?)
+        })
+        .unwrap_err();
+    assert!(matches!(err, Error::InvalidArgument(_)), "{err}");
+    assert!(!built, "the batch was not even opened");
+    let calls = take();
+    assert!(calls.is_empty(), "nothing reached the provider: {calls:?}");
 }
 
 #[test]
@@ -726,8 +752,7 @@ fn mkey_entries_sizes_the_wqe_so_the_entry_limits_follow() {
     let mut fx = Fx::new();
     let mr = fx.mr();
     let mkey = fx.mkey(64);
-    let cq = fx.cq.clone();
-    let mut b = QpBuilder::rc(&fx.pd, &cq, &cq);
+    let mut b = QpBuilder::rc(&fx.pd, &fx.cq, &fx.cq);
     b.mkey_entries(10, 6);
     let caps = b.caps;
     // 10 list entries: 16 × 10 - 4 = 156 bytes; 6 interleaved: 16 × 7 - 4 = 108.
@@ -757,7 +782,7 @@ fn mkey_entries_sizes_the_wqe_so_the_entry_limits_follow() {
         .mr_interleaved(&mkey, AccessFlags::LOCAL_WRITE, 1, &entries)
         .is_err());
     // The default sizes: a small mkey_entries request changes nothing.
-    let mut b = QpBuilder::rc(&fx.pd, &cq, &cq);
+    let mut b = QpBuilder::rc(&fx.pd, &fx.cq, &fx.cq);
     b.mkey_entries(4, 3);
     assert_eq!(b.caps.max_inline_data, QpCaps::default().max_inline_data);
 }
@@ -831,8 +856,7 @@ fn more_interleaved_entries_than_the_stack_array_holds_arrive_whole() {
     let mut fx = Fx::new();
     let mr = fx.mr();
     let mkey = fx.mkey(32);
-    let cq = fx.cq.clone();
-    let mut b = QpBuilder::rc(&fx.pd, &cq, &cq);
+    let mut b = QpBuilder::rc(&fx.pd, &fx.cq, &fx.cq);
     b.mkey_entries(0, 20);
     let caps = b.caps;
     let mut qp = fx.rc();
