@@ -36,7 +36,8 @@ macro_rules! entry {
 }
 
 /// Declares the named values of a `u32` newtype: one associated const each,
-/// and `name()`, which maps a value back to its const's name.
+/// `from_raw` and `to_raw`, and `name()`, which maps a value back to its
+/// const's name.
 macro_rules! named_values {
     ($ty:ident { $($(#[$doc:meta])* $name:ident = $raw:path,)* }) => {
         impl $ty {
@@ -44,6 +45,19 @@ macro_rules! named_values {
                 $(#[$doc])*
                 pub const $name: Self = Self($raw);
             )*
+
+            /// The value of a raw `u32` (any value: one without a const is
+            /// kept as it is).
+            #[inline]
+            pub const fn from_raw(raw: u32) -> Self {
+                Self(raw)
+            }
+
+            /// The raw value.
+            #[inline]
+            pub const fn to_raw(self) -> u32 {
+                self.0
+            }
 
             /// The name of the const this value is, if any.
             const fn name(self) -> Option<&'static str> {
@@ -145,19 +159,6 @@ named_values!(WcStatus {
 });
 
 impl WcStatus {
-    /// The status of a raw `enum ibv_wc_status` value (any value: one
-    /// without a const is kept as it is).
-    #[inline]
-    pub const fn from_raw(raw: u32) -> Self {
-        WcStatus(raw)
-    }
-
-    /// The raw value.
-    #[inline]
-    pub const fn to_raw(self) -> u32 {
-        self.0
-    }
-
     /// Whether the work request succeeded.
     #[inline]
     pub const fn is_success(self) -> bool {
@@ -236,21 +237,6 @@ named_values!(WcOpcode {
     /// An mlx5 DMA memcpy (`MLX5DV_WC_MEMCPY` = `IBV_WC_DRIVER3`).
     MEMCPY = ffi::MLX5DV_WC_MEMCPY,
 });
-
-impl WcOpcode {
-    /// The opcode of a raw value (any value: one without a const is kept as
-    /// it is).
-    #[inline]
-    pub const fn from_raw(raw: u32) -> Self {
-        WcOpcode(raw)
-    }
-
-    /// The raw value.
-    #[inline]
-    pub const fn to_raw(self) -> u32 {
-        self.0
-    }
-}
 
 bitflags::bitflags! {
     /// The flags of a work completion (`enum ibv_wc_flags`), as
@@ -961,16 +947,13 @@ impl CompletionQueue {
 #[inline(never)]
 fn poll_failed(cq: NonNull<ffi::ibv_cq_ex>, call: &'static str, rc: i32) -> Error {
     // SAFETY: `cq` is live; its context and the context's device, when
-    // set, are live too, and the device's name is a NUL-terminated string
-    // it owns.
+    // set, are live too.
     let device = unsafe {
         let ctx = (*cq.as_ptr()).context;
         if ctx.is_null() || (*ctx).device.is_null() {
             "an unnamed device".to_string()
         } else {
-            CStr::from_ptr(ffi::ibv_get_device_name((*ctx).device))
-                .to_string_lossy()
-                .into_owned()
+            crate::device::device_name((*ctx).device)
         }
     };
     Error::verbs(call, rc, device)

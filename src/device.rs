@@ -101,6 +101,18 @@ impl fmt::Debug for DeviceList {
     }
 }
 
+/// The kernel name of a device (`ibv_get_device_name`), e.g. `mlx5_0`.
+///
+/// # Safety
+/// `dev` is a live device.
+pub(crate) unsafe fn device_name(dev: *mut ffi::ibv_device) -> String {
+    // SAFETY: the caller's promise; the name is a NUL-terminated string
+    // the device owns.
+    unsafe { CStr::from_ptr(ffi::ibv_get_device_name(dev)) }
+        .to_string_lossy()
+        .into_owned()
+}
+
 /// One entry of a [`DeviceList`], valid while the list lives.
 #[derive(Clone, Copy)]
 pub struct Device<'list> {
@@ -111,11 +123,8 @@ pub struct Device<'list> {
 impl Device<'_> {
     /// The kernel name, e.g. `mlx5_0` or `rxe0`.
     pub fn name(&self) -> String {
-        // SAFETY: `ptr` is a live device; the name is a NUL-terminated
-        // string owned by it.
-        unsafe { CStr::from_ptr(ffi::ibv_get_device_name(self.ptr)) }
-            .to_string_lossy()
-            .into_owned()
+        // SAFETY: `ptr` is a live device.
+        unsafe { device_name(self.ptr) }
     }
 
     /// The node GUID, in host byte order.
@@ -215,9 +224,7 @@ impl Context {
         // valid while it is.
         let dev = unsafe { (*ctx.as_ptr()).device };
         // SAFETY: as above.
-        let name = unsafe { CStr::from_ptr(ffi::ibv_get_device_name(dev)) }
-            .to_string_lossy()
-            .into_owned();
+        let name = unsafe { device_name(dev) };
         // SAFETY: as above.
         let mlx5 = unsafe { ffi::mlx5dv_is_supported(dev) };
         Context(Arc::new(ContextInner {

@@ -36,7 +36,7 @@ mod support;
 use mlx5dv::*;
 use std::ops::Range;
 use support::hw::*;
-use support::rig::{assert_wc, pattern, WAIT};
+use support::rig::{assert_wc, pattern, permutations, WAIT};
 
 /// Iterations of the traffic loop (`self.iters` in `Mlx5MkeyTest.setUp`).
 const ITERS: u64 = 10;
@@ -448,9 +448,8 @@ fn mkey_drop_orders() {
         Mkey(Mkey),
     }
     let before = destroy_failures();
-    let mut order: Vec<usize> = (0..6).collect();
     let mut rounds = 0;
-    loop {
+    for order in permutations(6) {
         let ctx = open();
         let pd = ProtectionDomain::new(&ctx).unwrap();
         let mr = MemoryRegion::new(&pd, 4096, AccessFlags::LOCAL_WRITE).unwrap();
@@ -477,13 +476,6 @@ fn mkey_drop_orders() {
             drop(objs[i].take());
         }
         rounds += 1;
-        // The next permutation in lexicographic order.
-        let Some(i) = (0..5).rev().find(|&i| order[i] < order[i + 1]) else {
-            break;
-        };
-        let j = (i + 1..6).rev().find(|&j| order[j] > order[i]).unwrap();
-        order.swap(i, j);
-        order[i + 1..].reverse();
     }
     assert_eq!(rounds, 720);
     assert_eq!(destroy_failures(), before, "a destroy call failed in drop");

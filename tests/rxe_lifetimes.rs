@@ -62,21 +62,6 @@ fn make_all(ctx: &Context) -> Vec<Obj> {
 /// a time.
 static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-/// Every permutation of 0..n, in lexicographic order.
-fn permutations(n: usize) -> Vec<Vec<usize>> {
-    let mut p: Vec<usize> = (0..n).collect();
-    let mut all = vec![p.clone()];
-    loop {
-        let Some(i) = (0..n.saturating_sub(1)).rev().find(|&i| p[i] < p[i + 1]) else {
-            return all;
-        };
-        let j = (i + 1..n).rev().find(|&j| p[j] > p[i]).unwrap();
-        p.swap(i, j);
-        p[i + 1..].reverse();
-        all.push(p.clone());
-    }
-}
-
 #[test]
 #[ignore = "needs an RDMA device: set MLX5DV_TEST_DEVICE"]
 fn every_drop_order_of_the_object_graph_is_safe_and_every_destroy_succeeds() {

@@ -20,6 +20,22 @@ pub fn device_name() -> String {
     })
 }
 
+/// Every permutation of 0..n, in lexicographic order (the drop orders of
+/// the lifetime tests).
+pub fn permutations(n: usize) -> Vec<Vec<usize>> {
+    let mut p: Vec<usize> = (0..n).collect();
+    let mut all = vec![p.clone()];
+    loop {
+        let Some(i) = (0..n.saturating_sub(1)).rev().find(|&i| p[i] < p[i + 1]) else {
+            return all;
+        };
+        let j = (i + 1..n).rev().find(|&j| p[j] > p[i]).unwrap();
+        p.swap(i, j);
+        p[i + 1..].reverse();
+        all.push(p.clone());
+    }
+}
+
 pub fn open() -> Context {
     let name = device_name();
     Context::open(&name).unwrap_or_else(|e| panic!("cannot open {name}: {e}"))
