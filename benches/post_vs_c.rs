@@ -42,7 +42,7 @@ use mlx5dv::wqe::{Opcode, Wqe, WqeBuilder};
 use mlx5dv::{
     AccessFlags, AddressHandle, AhAttr, CompletionQueue, Context, DcAddr, Dci, DciStreams,
     MemcpyOp, MemoryRegion, Mkey, Mlx5SendOps, ProtectionDomain, QpCaps, QpEx, RawMlx5, RawQp, Rc,
-    RemoteBuf, Result, SendFlags, SendOps, Sge, WcOpcode, WcStatus,
+    RemoteBuf, Result, SendFlags, SendOps, Sge, SgeMut, WcOpcode, WcStatus,
 };
 use std::ffi::{c_int, c_void};
 use std::hint::black_box;
@@ -126,7 +126,9 @@ struct Handles {
 /// What a performance-minded user prepares before posting (the C side's
 /// `struct bench_plan` has the same): the batch's SGEs and remote buffers.
 struct Plan<'m> {
+    /// The write sources, and (as `dst`) the memcpy destinations.
     sge: [Sge<'m>; BATCH],
+    dst: [SgeMut<'m>; BATCH],
     src: [Sge<'m>; BATCH],
     /// The remote buffers as checked slices of the peer's region.
     remote: [RemoteBuf; BATCH],
@@ -140,22 +142,30 @@ struct Plan<'m> {
 }
 
 impl<'m> Plan<'m> {
-    fn new(mr: &'m MemoryRegion, remote: RemoteBuf, qp: &QpEx<Rc>) -> Result<Self> {
-        let at = |base: usize, i: usize| mr.sge(base + i * MSG..base + (i + 1) * MSG);
-        let mut sge = [at(0, 0)?; BATCH];
+    fn new(mr: &'m mut MemoryRegion, remote: RemoteBuf, qp: &QpEx<Rc>) -> Result<Self> {
+        // The region exclusively borrowed once: memcpy destinations are
+        // written by the device; each piece is also a source.
+        let whole = mr.sge_mut(..)?;
+        let at = |base: usize, i: usize| -> Result<SgeMut<'m>> {
+            let (_, tail) = whole.split_at((base + i * MSG) as u32)?;
+            Ok(tail.split_at(MSG as u32)?.0)
+        };
+        let mut dst = [at(0, 0)?; BATCH];
+        let mut sge = [dst[0].into_sge(); BATCH];
         let mut src = sge;
         let mut rem = [remote.slice(0, MSG as u64)?; BATCH];
         let mut raddr = [0; BATCH];
         for i in 0..BATCH {
-            sge[i] = at(0, i)?;
-            src[i] = at(4096, i)?;
+            dst[i] = at(0, i)?;
+            sge[i] = dst[i].into_sge();
+            src[i] = at(4096, i)?.into_sge();
             rem[i] = remote.slice((i * MSG) as u64, MSG as u64)?;
             raddr[i] = rem[i].addr;
         }
-        let list = [at(8192, 0)?, at(8192, 1)?];
-        let mut copy = [qp.memcpy_op(sge[0], src[0])?; BATCH];
+        let list = [at(8192, 0)?.into_sge(), at(8192, 1)?.into_sge()];
+        let mut copy = [qp.memcpy_op(dst[0], src[0])?; BATCH];
         for i in 0..BATCH {
-            copy[i] = qp.memcpy_op(sge[i], src[i])?;
+            copy[i] = qp.memcpy_op(dst[i], src[i])?;
         }
         let mut msg = [0u8; INLINE];
         for (i, b) in msg.iter_mut().enumerate() {
@@ -163,6 +173,7 @@ impl<'m> Plan<'m> {
         }
         Ok(Plan {
             sge,
+            dst,
             src,
             remote: rem,
             rkey: remote.rkey,
@@ -260,7 +271,7 @@ fn rust_memcpy(qp: &mut QpEx<Rc>, p: &Plan<'_>) -> Result<u32> {
 #[inline(never)]
 fn rust_memcpy_checked(qp: &mut QpEx<Rc>, p: &Plan<'_>) -> Result<u32> {
     let mut b = qp.batch();
-    for (i, (dest, src)) in p.sge.iter().zip(&p.src).enumerate() {
+    for (i, (dest, src)) in p.dst.iter().zip(&p.src).enumerate() {
         b.wr(i as u64).signaled().memcpy(*dest, *src)?;
     }
     // SAFETY: as above.
@@ -775,7 +786,7 @@ fn args() -> Args {
 
 fn main() {
     let a = args();
-    let (o, mut h, mr) = fixture().expect("the fake objects wrap");
+    let (o, mut h, mut mr) = fixture().expect("the fake objects wrap");
     // SAFETY: `o` is valid; the WQE outlives every use (it lives in `h`).
     unsafe { (*o.as_ptr()).wqe = h.wqe.as_ptr() };
     // SAFETY: as in fixture().
@@ -785,7 +796,7 @@ fn main() {
         len: (BATCH * MSG) as u64,
         rkey: r.rkey,
     };
-    let p = Plan::new(&mr, remote, &h.rc).expect("the plan fits the region");
+    let p = Plan::new(&mut mr, remote, &h.rc).expect("the plan fits the region");
     let c = CSide {
         o: o.as_ptr(),
         // SAFETY: `o` is valid.

@@ -150,7 +150,7 @@ fn run(cli: &Cli) -> Result<(), Failure> {
         let iters = initiate(&pd, &opts, shape, &info, seed)?;
         common::report_check(
             PROG,
-            check_pattern(target.mr.as_slice(), seed),
+            check_pattern(&target.mr.to_vec(..)?, seed),
             target.mr.len(),
             iters,
         )
@@ -249,7 +249,7 @@ fn server(
     common::answer_check(
         PROG,
         &mut stream,
-        target.mr.as_slice(),
+        &target.mr.to_vec(..)?,
         seed,
         done.get("writes")?,
     )
@@ -303,7 +303,7 @@ fn initiate(
     }
     let ctx = pd.context();
     let mut src = MemoryRegion::new(pd, len, AccessFlags::LOCAL_WRITE)?;
-    fill_pattern(src.as_mut_slice(), seed);
+    fill_pattern(src.as_mut_slice()?, seed);
     let mut cq = CompletionQueue::new(ctx, shape.batch * IN_FLIGHT + 16)?;
     let mut builder = QpBuilder::dci(pd, &cq);
     builder

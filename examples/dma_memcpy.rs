@@ -27,8 +27,8 @@
 mod common;
 
 use common::{
-    check_pattern, connect_options, exit, fill_pattern, open_device, random_psn, require_mlx5, val,
-    Cli, Failure,
+    check_pattern, connect_options, exit, open_device, pattern, random_psn, require_mlx5, val, Cli,
+    Failure,
 };
 use mlx5dv::*;
 use std::process::ExitCode;
@@ -92,9 +92,9 @@ fn run(cli: &Cli) -> Result<(), Failure> {
         .checked_mul(batch as usize)
         .ok_or("--size × --batch is too large".to_string())?;
     let mut src = MemoryRegion::new(&pd, len, access)?;
-    let dst = MemoryRegion::new(&pd, len, access)?;
+    let mut dst = MemoryRegion::new(&pd, len, access)?;
     let seed = (random_psn() % 251) as u8;
-    fill_pattern(src.as_mut_slice(), seed);
+    src.write_at(0, &pattern(len, seed))?;
 
     // The memcpy QP and the peer that puts it in RTS. Declared after the
     // memory, so destroyed before it is deregistered.
@@ -119,6 +119,9 @@ fn run(cli: &Cli) -> Result<(), Failure> {
     );
 
     let start = Instant::now();
+    // The destination slots, one exclusive borrow of `dst` cut in pieces,
+    // until every copy has completed.
+    let slots: Vec<SgeMut<'_>> = dst.sge_mut(..)?.chunks(size as u32)?.collect();
     let mut posted = 0u64;
     let mut in_flight = 0u32;
     while posted < iters {
@@ -128,11 +131,10 @@ fn run(cli: &Cli) -> Result<(), Failure> {
         }
         let n = (iters - posted).min(u64::from(batch)) as usize;
         let mut b = qp.batch();
-        for i in 0..n {
+        for (i, &dest) in slots[..n].iter().enumerate() {
             let wr = b.wr(posted + i as u64);
             let wr = if i + 1 == n { wr.signaled() } else { wr };
-            let slot = i * size..(i + 1) * size;
-            wr.memcpy(dst.sge(slot.clone())?, src.sge(slot)?)?;
+            wr.memcpy(dest, src.sge(i * size..(i + 1) * size)?)?;
         }
         // SAFETY: `src` is not written after it was filled, `dst` is not
         // read until every completion has been polled below, and both
@@ -152,7 +154,7 @@ fn run(cli: &Cli) -> Result<(), Failure> {
         bytes / secs / 1e9,
         posted as f64 / secs / 1e6
     );
-    match check_pattern(dst.as_slice(), seed) {
+    match check_pattern(&dst.to_vec(..)?, seed) {
         None => {
             println!("dma_memcpy: all {len} bytes of the destination checked");
             Ok(())

@@ -37,7 +37,7 @@
 mod common;
 
 use common::{
-    connect_options, exit, fill_pattern, open_device, random_psn, require_mlx5, val, Cli, Failure,
+    connect_options, exit, open_device, pattern, random_psn, require_mlx5, val, Cli, Failure,
 };
 use mlx5dv::*;
 use std::ops::Range;
@@ -258,8 +258,8 @@ impl Rig {
                 "the layout covers {len} bytes, the pieces {total}"
             )));
         }
-        self.target.as_mut_slice().fill(0);
-        fill_pattern(&mut self.source.as_mut_slice()[..len], seed);
+        self.target.fill(.., 0)?;
+        self.source.write_at(0, &pattern(len, seed))?;
         let remote = layout.remote(..)?;
         let src = self.source.sge(0..len)?;
         let wcs = self
@@ -272,10 +272,10 @@ impl Rig {
         let mut want = vec![0u8; REGION];
         let mut from = 0;
         for r in pieces {
-            want[r.clone()].copy_from_slice(&self.source.as_slice()[from..from + r.len()]);
+            self.source.read_at(from, &mut want[r.clone()])?;
             from += r.len();
         }
-        let got = self.target.as_slice();
+        let got = self.target.to_vec(..)?;
         if let Some(at) = (0..REGION).find(|&i| got[i] != want[i]) {
             return Err(Failure::Failed(format!(
                 "byte {at} of the target is {:#04x}, expected {:#04x}",

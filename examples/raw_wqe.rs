@@ -85,7 +85,7 @@ fn run(cli: &Cli) -> Result<(), Failure> {
     let mut dst = MemoryRegion::new(&pd, size * PER_ROUND, access)?;
     for slot in 0..PER_ROUND {
         fill_pattern(
-            &mut src.as_mut_slice()[slot * size..(slot + 1) * size],
+            &mut src.as_mut_slice()?[slot * size..(slot + 1) * size],
             slot as u8 + 1,
         );
     }
@@ -117,7 +117,7 @@ fn run(cli: &Cli) -> Result<(), Failure> {
 
     for round in 0..rounds {
         // No receive is posted now: clear what the last round received.
-        dst.as_mut_slice().fill(0);
+        dst.as_mut_slice()?.fill(0);
         for slot in 0..PER_ROUND {
             let sge = dst.sge(slot * size..(slot + 1) * size)?;
             // SAFETY: `dst` outlives the receiver (declared before it) and
@@ -149,7 +149,7 @@ fn run(cli: &Cli) -> Result<(), Failure> {
             }
         }
         for slot in 0..PER_ROUND {
-            let got = &dst.as_slice()[slot * size..(slot + 1) * size];
+            let got = &dst.as_slice()?[slot * size..(slot + 1) * size];
             if let Some(at) = check_pattern(got, slot as u8 + 1) {
                 return Err(Failure::Failed(format!(
                     "round {round}: message {slot} differs at byte {at}"

@@ -185,7 +185,7 @@ fn pingpong(ctx: &Context, cfg: &Config) -> Result<(), Failure> {
     let pd = ProtectionDomain::new(ctx)?;
     // The memory: one send buffer, and one receive slot per posted receive.
     let mut send_mr = MemoryRegion::new(&pd, cfg.size, AccessFlags::LOCAL_WRITE)?;
-    send_mr.as_mut_slice().fill(PAYLOAD);
+    send_mr.as_mut_slice()?.fill(PAYLOAD);
     let recv_len = cfg
         .size
         .checked_mul(cfg.rx_depth as usize)

@@ -37,8 +37,8 @@
 mod common;
 
 use common::{
-    check_pattern, connect_options, exit, fill_pattern, flag, open_device, random_psn, report_bw,
-    val, Cli, Failure, Msg,
+    check_pattern, connect_options, exit, flag, open_device, pattern, random_psn, report_bw, val,
+    Cli, Failure, Msg,
 };
 use mlx5dv::*;
 use std::io::BufReader;
@@ -221,7 +221,7 @@ fn server(
     common::answer_check(
         PROG,
         &mut stream,
-        side.mr.as_slice(),
+        &side.mr.to_vec(..)?,
         seed,
         done.get("writes")?,
     )
@@ -255,7 +255,7 @@ fn client(
             side.mr.len()
         )));
     }
-    fill_pattern(side.mr.as_mut_slice(), seed);
+    side.mr.write_at(0, &pattern(side.mr.len(), seed))?;
     let (iters, elapsed) = write_all(&mut side, remote, shape)?;
     report_bw(shape.size, iters, elapsed);
     Msg::new("done").num("writes", iters).send(&mut stream)?;
@@ -268,12 +268,12 @@ fn loopback(pd: &ProtectionDomain, opts: &ConnectOptions, shape: Shape) -> Resul
     target.connect(&writer.endpoint(opts)?, opts)?;
     writer.connect(&target.endpoint(opts)?, opts)?;
     let seed = (random_psn() % 251) as u8;
-    fill_pattern(writer.mr.as_mut_slice(), seed);
+    writer.mr.write_at(0, &pattern(writer.mr.len(), seed))?;
     let (iters, elapsed) = write_all(&mut writer, target.mr.remote(..)?, shape)?;
     report_bw(shape.size, iters, elapsed);
     common::report_check(
         PROG,
-        check_pattern(target.mr.as_slice(), seed),
+        check_pattern(&target.mr.to_vec(..)?, seed),
         target.mr.len(),
         iters,
     )

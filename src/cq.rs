@@ -13,6 +13,8 @@
 use crate::device::Context;
 use crate::error::{Error, Result};
 use crate::ffi;
+use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
 use std::ffi::CStr;
 use std::fmt;
 use std::marker::PhantomData;
@@ -350,7 +352,7 @@ impl From<&PolledWc<'_>> for WorkCompletion {
 /// ```compile_fail,E0521
 /// # fn demo(cq: &mut mlx5dv::CompletionQueue) -> mlx5dv::Result<()> {
 /// let mut last = None;
-/// cq.poll_each(1, |wc| last = Some(wc))?; // error: `wc` escapes the closure
+/// cq.poll_each(1, |wc| last = Some(wc))?; // ERROR: `wc` escapes the closure
 /// # Ok(())
 /// # }
 /// ```
@@ -478,7 +480,9 @@ impl PolledWc<'_> {
     /// which need the matching `IBV_WC_EX_WITH_*` flag at creation: see
     /// [`CompletionQueue::from_raw`]). Valid for reading this completion
     /// while the callback runs; starting, advancing or ending the poll
-    /// through it is not allowed.
+    /// through it is not allowed. For a completion handed out from the
+    /// backlog, it is a stand-in whose only entries are the readers this
+    /// view calls.
     #[inline]
     pub fn as_ptr(&self) -> *mut ffi::ibv_cq_ex {
         self.cq.as_ptr()
@@ -487,7 +491,7 @@ impl PolledWc<'_> {
     /// The raw CQE field of the immediate and the invalidated rkey
     /// (`ibv_wc_read_imm_data`), whatever the flags say.
     #[inline]
-    fn imm_data_raw(&self) -> u32 {
+    pub(crate) fn imm_data_raw(&self) -> u32 {
         // SAFETY: as in `byte_len` (the CQ reports the immediate).
         unsafe { entry!(self.cq, read_imm_data) }
     }
@@ -532,6 +536,11 @@ pub struct CompletionQueue {
     /// The attribute `start_poll` is given: zero, input only. Kept here,
     /// at hand beside the CQ, rather than made afresh on each poll.
     attr: ffi::ibv_poll_cq_attr,
+    /// Completions taken from the CQ by a scoped post
+    /// ([`QpEx::post_and_wait`](crate::QpEx::post_and_wait)) that were not
+    /// its own: handed out, oldest first, by the next polls, before any
+    /// new completion of the device.
+    backlog: VecDeque<RawWc>,
     inner: Arc<CqInner>,
 }
 
@@ -746,6 +755,7 @@ impl CompletionQueue {
         Ok(CompletionQueue {
             cq,
             attr: ffi::ibv_poll_cq_attr::default(),
+            backlog: VecDeque::new(),
             inner: Arc::new(inner),
         })
     }
@@ -771,6 +781,7 @@ impl CompletionQueue {
         Ok(CompletionQueue {
             cq,
             attr: ffi::ibv_poll_cq_attr::default(),
+            backlog: VecDeque::new(),
             inner: Arc::new(CqInner {
                 cq,
                 owned: false,
@@ -814,7 +825,14 @@ impl CompletionQueue {
     /// `max` completions, when the CQ runs empty, on an error of the
     /// provider (returned, after the completions already handed over) and
     /// when `f` panics. `f` cannot reach the CQ (it is borrowed for the
-    /// poll), so it cannot start a poll of it within this one.
+    /// poll), so it cannot start a poll of it within this one. Since the
+    /// provider may hold the CQ's lock meanwhile (mlx5 does), a QP dropped
+    /// in `f` is destroyed when the poll ends, and [`QpEx::reset`](crate::QpEx::reset)
+    /// is refused in `f`.
+    ///
+    /// Completions a scoped post ([`QpEx::post_and_wait`](crate::QpEx::post_and_wait))
+    /// took from the device but did not own are handed out first, oldest
+    /// first, before the device is polled again ([`backlog_len`](Self::backlog_len)).
     ///
     /// ```no_run
     /// # fn demo(cq: &mut mlx5dv::CompletionQueue) -> mlx5dv::Result<()> {
@@ -831,7 +849,20 @@ impl CompletionQueue {
     /// # }
     /// ```
     #[inline]
-    pub fn poll_each<F>(&mut self, max: usize, mut f: F) -> Result<usize>
+    pub fn poll_each<F>(&mut self, max: usize, f: F) -> Result<usize>
+    where
+        F: FnMut(&PolledWc<'_>),
+    {
+        if !self.backlog.is_empty() {
+            return Ok(self.replay(max, f));
+        }
+        self.poll_provider(max, f)
+    }
+
+    /// [`poll_each`](Self::poll_each) of the device's completions only,
+    /// leaving the backlog alone.
+    #[inline(always)]
+    pub(crate) fn poll_provider<F>(&mut self, max: usize, mut f: F) -> Result<usize>
     where
         F: FnMut(&PolledWc<'_>),
     {
@@ -854,7 +885,7 @@ impl CompletionQueue {
                 Err(poll_failed(cq, "ibv_start_poll", rc))
             };
         }
-        let poll = EndPoll(cq);
+        let poll = EndPoll::new(cq);
         // Written as `f; while n < max { next_poll; f }`, the count is one
         // register, the same at every exit, and the back edge is the test
         // of the count (no copy of it, no extra jump). `f` is inlined
@@ -880,6 +911,45 @@ impl CompletionQueue {
         }
         drop(poll);
         Ok(max)
+    }
+
+    /// Hands up to `max` completions of the backlog to `f`, through a
+    /// stand-in CQ whose readers return the stored fields; returns how many.
+    #[cold]
+    #[inline(never)]
+    fn replay<F>(&mut self, max: usize, mut f: F) -> usize
+    where
+        F: FnMut(&PolledWc<'_>),
+    {
+        let mut stand_in = Replay::new();
+        let mut n = 0;
+        while n < max {
+            let Some(raw) = self.backlog.pop_front() else {
+                break;
+            };
+            stand_in.ex.wr_id = raw.wr_id;
+            stand_in.ex.status = raw.status;
+            stand_in.cur = raw;
+            let wc = PolledWc {
+                cq: NonNull::from(&mut stand_in.ex),
+                _poll: PhantomData,
+            };
+            f(&wc);
+            n += 1;
+        }
+        n
+    }
+
+    /// Keeps completions that a scoped post polled but that were not its
+    /// own, for the next polls (after any already kept).
+    pub(crate) fn keep(&mut self, wcs: impl IntoIterator<Item = RawWc>) {
+        self.backlog.extend(wcs);
+    }
+
+    /// How many completions were taken from the device by a scoped post
+    /// and wait for the next polls.
+    pub fn backlog_len(&self) -> usize {
+        self.backlog.len()
     }
 
     /// Moves up to `max` completions into `out` and returns how many
@@ -966,13 +1036,23 @@ fn next_poll_failed(cq: NonNull<ffi::ibv_cq_ex>, rc: i32) -> Error {
     // SAFETY: called instead of dropping the `EndPoll` of the poll in
     // progress: it ends that poll once.
     unsafe { entry!(cq, end_poll) };
+    leave_poll();
     poll_failed(cq, "ibv_next_poll", rc)
 }
 
 /// Ends the poll in progress on a CQ when dropped (`ibv_end_poll`): on
 /// every return of a poll, and when its callback panics. Made right after
-/// a successful `start_poll`.
+/// a successful `start_poll`; while it lives, this thread is inside a
+/// provider poll ([`in_provider_poll`]).
 struct EndPoll(NonNull<ffi::ibv_cq_ex>);
+
+impl EndPoll {
+    #[inline(always)]
+    fn new(cq: NonNull<ffi::ibv_cq_ex>) -> Self {
+        POLLS.set(POLLS.get() + 1);
+        EndPoll(cq)
+    }
+}
 
 impl Drop for EndPoll {
     #[inline]
@@ -981,8 +1061,158 @@ impl Drop for EndPoll {
         // whose entries were checked at creation, and dropped once: it ends
         // that poll.
         unsafe { entry!(self.0, end_poll) }
+        leave_poll();
     }
 }
+
+// A provider may hold a CQ's lock from `start_poll` to `end_poll` (mlx5
+// does), and some verbs calls take the locks of a QP's CQs (mlx5's
+// `ibv_destroy_qp`, and `ibv_modify_qp` to RESET, which clean the CQs of
+// the QP's entries). Made from inside a poll callback on the thread that
+// holds the lock, such a call would wait for ever on itself. The crate
+// therefore counts, per thread, the provider polls in progress: a QP
+// dropped meanwhile is destroyed when the outermost poll ends, and a reset
+// is refused ([`in_provider_poll`]).
+thread_local! {
+    /// Provider polls in progress on this thread, plus [`DEFERRED_BIT`]
+    /// when destructions wait for the last of them to end.
+    static POLLS: Cell<u32> = const { Cell::new(0) };
+    /// What waits for the end of this thread's polls.
+    static DEFERRED: RefCell<Vec<Box<dyn FnOnce()>>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Set in [`POLLS`] while [`DEFERRED`] holds work.
+const DEFERRED_BIT: u32 = 1 << 31;
+
+#[inline(always)]
+fn leave_poll() {
+    let left = POLLS.get() - 1;
+    POLLS.set(left);
+    if left == DEFERRED_BIT {
+        run_deferred();
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn run_deferred() {
+    POLLS.set(0);
+    // One at a time: a destruction that drops the last share of a CQ (or
+    // anything else) runs with the list released.
+    while let Some(f) = DEFERRED.with(|d| d.borrow_mut().pop()) {
+        f();
+    }
+}
+
+/// Whether this thread is inside a provider poll of some CQ (a
+/// [`CompletionQueue::poll_each`] callback, at any depth).
+pub(crate) fn in_provider_poll() -> bool {
+    POLLS.get() & !DEFERRED_BIT != 0
+}
+
+/// Runs `f` when this thread's provider polls have all ended (at once when
+/// none is in progress).
+pub(crate) fn after_polls(f: Box<dyn FnOnce()>) {
+    if !in_provider_poll() {
+        f();
+        return;
+    }
+    DEFERRED.with(|d| d.borrow_mut().push(f));
+    POLLS.set(POLLS.get() | DEFERRED_BIT);
+}
+/// Every field of one completion as the provider reports it: what a
+/// scoped post keeps of a completion that is not its own.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct RawWc {
+    pub(crate) wr_id: u64,
+    pub(crate) status: u32,
+    opcode: u32,
+    byte_len: u32,
+    wc_flags: u32,
+    imm_data: u32,
+    pub(crate) qp_num: u32,
+    vendor_err: u32,
+}
+
+impl RawWc {
+    /// Every field of `wc` (the opcode, immediate and the like are read
+    /// whatever the status, as stored values only).
+    #[inline]
+    pub(crate) fn of(wc: &PolledWc<'_>) -> Self {
+        RawWc {
+            wr_id: wc.wr_id(),
+            status: wc.status().to_raw(),
+            opcode: wc.opcode().to_raw(),
+            byte_len: wc.byte_len(),
+            wc_flags: wc.wc_flags().bits(),
+            imm_data: wc.imm_data_raw(),
+            qp_num: wc.qp_num(),
+            vendor_err: wc.vendor_err(),
+        }
+    }
+}
+
+/// A stand-in `struct ibv_cq_ex` positioned on one stored completion: the
+/// fields and readers a [`PolledWc`] uses, and nothing else (its poll
+/// entries are NULL: a replayed completion is not part of a poll of the
+/// device).
+#[repr(C)]
+struct Replay {
+    /// First, so that a pointer to it is a pointer to the whole.
+    ex: ffi::ibv_cq_ex,
+    cur: RawWc,
+}
+
+impl Replay {
+    fn new() -> Box<Self> {
+        // SAFETY: every field of `ibv_cq_ex` is an integer, a raw pointer,
+        // an optional function pointer or plain C data, for all of which
+        // all-zero bytes are a valid value (NULL, None, 0).
+        let ex: ffi::ibv_cq_ex = unsafe { std::mem::MaybeUninit::zeroed().assume_init() };
+        let mut r = Box::new(Replay {
+            ex,
+            cur: RawWc {
+                wr_id: 0,
+                status: 0,
+                opcode: 0,
+                byte_len: 0,
+                wc_flags: 0,
+                imm_data: 0,
+                qp_num: 0,
+                vendor_err: 0,
+            },
+        });
+        r.ex.read_opcode = Some(replay_opcode);
+        r.ex.read_vendor_err = Some(replay_vendor_err);
+        r.ex.read_byte_len = Some(replay_byte_len);
+        r.ex.read_imm_data = Some(replay_imm_data);
+        r.ex.read_qp_num = Some(replay_qp_num);
+        r.ex.read_wc_flags = Some(replay_wc_flags);
+        r
+    }
+}
+
+/// The readers of a [`Replay`]: each returns one stored field.
+macro_rules! replay_readers {
+    ($($name:ident: $field:ident -> $ty:ty;)*) => {$(
+        unsafe extern "C" fn $name(cq: *mut ffi::ibv_cq_ex) -> $ty {
+            // SAFETY: installed only in a `Replay`, whose first field is the
+            // `ibv_cq_ex` this is called with (`repr(C)`): the pointer is
+            // a pointer to the live `Replay`.
+            unsafe { (*cq.cast::<Replay>()).cur.$field as $ty }
+        }
+    )*};
+}
+
+replay_readers! {
+    replay_opcode: opcode -> ffi::ibv_wc_opcode;
+    replay_vendor_err: vendor_err -> u32;
+    replay_byte_len: byte_len -> u32;
+    replay_imm_data: imm_data -> ffi::__be32;
+    replay_qp_num: qp_num -> u32;
+    replay_wc_flags: wc_flags -> ::std::os::raw::c_uint;
+}
+
 impl fmt::Debug for CompletionQueue {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("CompletionQueue")

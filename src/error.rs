@@ -78,6 +78,22 @@ pub enum Error {
         vendor_err: u32,
     },
 
+    /// A plain slice was asked of memory a remote peer may write (a region
+    /// registered with remote write, remote atomic or memory-window bind
+    /// access: [`MemoryRegion::is_peer_writable`](crate::MemoryRegion::is_peer_writable)).
+    /// Such memory can change at any moment, which a `&[u8]` or `&mut [u8]`
+    /// promises it does not, so it is not handed out as one: copy it out
+    /// with [`read_at`](crate::MemoryRegion::read_at) or
+    /// [`to_vec`](crate::MemoryRegion::to_vec), and in with
+    /// [`write_at`](crate::MemoryRegion::write_at) or
+    /// [`fill`](crate::MemoryRegion::fill).
+    #[error("{what}: memory a remote peer may write is not handed out as a plain slice (copy it with read_at/to_vec/write_at/fill)")]
+    PeerWritable {
+        /// What was asked, of which region, e.g. `as_slice of a 4096-byte
+        /// region with access AccessFlags(LOCAL_WRITE | REMOTE_WRITE) on rxe0`.
+        what: String,
+    },
+
     /// A batch held more work requests than the send queue had room for
     /// (`ibv_wr_complete` returned `ENOMEM` or `ENOSPC`): none of the batch
     /// was posted.

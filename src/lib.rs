@@ -40,7 +40,7 @@
 //!     let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
 //!     let mut src = MemoryRegion::new(&pd, 4096, access)?;
 //!     let dst = MemoryRegion::new(&pd, 4096, access)?;
-//!     src.as_mut_slice()[..5].copy_from_slice(b"hello");
+//!     src.write_at(0, b"hello")?; // a peer may write `src`: no plain slice of it
 //!     let remote = dst.remote(0..5)?; // B's address, length and rkey
 //!
 //!     // A's sends complete on `cq_a`, polled here until the write's has come.
@@ -49,7 +49,7 @@
 //!     })?;
 //!     assert_eq!(completions[0].status, WcStatus::SUCCESS);
 //!     assert_eq!(completions[0].opcode, WcOpcode::RDMA_WRITE);
-//!     assert_eq!(&dst.as_slice()[..5], b"hello");
+//!     assert_eq!(dst.to_vec(..5)?, b"hello");
 //!     Ok(())
 //! }
 //! ```
@@ -80,17 +80,64 @@
 //!   context, a QP its PD and CQs), so any drop order is safe; each object
 //!   is destroyed exactly once, when its last handle goes.
 //! - Work requests name local memory as a [`MemoryRegion`] plus a range,
-//!   checked against the region ([`MemoryRegion::sge`]); remote memory as a
-//!   [`RemoteBuf`] whose length bounds the transfer. Input that breaks a man
-//!   page rule is refused with a typed [`Error`] before any C call.
-//! - The device reads and writes posted memory after the post returns. The
-//!   safe [`QpEx::post_and_wait`] keeps that memory borrowed until the
-//!   completions (or, after a timeout, the flush) have arrived. Posting and
-//!   returning at once is [`WrBatch::complete`] and [`QpEx::post_recv`],
-//!   which are `unsafe`: their `# Safety` sections state what the caller
-//!   keeps true, and until when.
-//! - Memory registered with remote access can be changed by a peer at any
-//!   time, as in C.
+//!   checked against the region; remote memory as a [`RemoteBuf`] whose
+//!   length bounds the transfer. Input that breaks a man page rule is
+//!   refused with a typed [`Error`] before any C call. Flags a caller gives
+//!   are masked to those [`SendFlags`] defines: `IBV_SEND_INLINE` is set by
+//!   the crate, on inline data only.
+//! - Objects are not mixed across devices: a QP's CQs, a DCT's CQ and SRQ,
+//!   and the address handle of a DC address come from the context of the
+//!   QP's PD, or are refused.
+//!
+//! ## The memory model: who may touch which memory, and when
+//!
+//! Three agents touch a registered region besides the program: the local
+//! device (executing this program's work requests), remote peers (through
+//! the region's rkey) and other threads. The rules, and how the API holds
+//! them:
+//!
+//! | memory | who else touches it | until when | how it is enforced |
+//! |---|---|---|---|
+//! | a source of a work request (send, write, memcpy source) | the local device reads it | its completion, a flush, or the QP's reset | an [`Sge`] borrows the region shared for the batch's `'m`; nothing can write it meanwhile |
+//! | a destination (read, atomic, memcpy destination) | the local device writes it | as above | an [`SgeMut`] borrows the region exclusively for `'m`; nothing can read or write it meanwhile |
+//! | a region registered with `REMOTE_WRITE`, `REMOTE_ATOMIC` or `MW_BIND` | a peer may write it | at any time while it is registered | never a plain `&[u8]`: [`MemoryRegion::as_slice`] refuses ([`Error::PeerWritable`]); reads and writes are volatile copies ([`MemoryRegion::read_at`], [`to_vec`](MemoryRegion::to_vec), [`write_at`](MemoryRegion::write_at)), as `vm-memory` does for guest memory |
+//! | a region an mkey layout grants remote write or atomic access to | a peer, through the mkey | until the layout is invalidated | [`wr::Wr::mr_interleaved`] takes that access only over regions registered with it (so already peer-writable); [`wr::Wr::mr_list`], whose SGEs cannot say, refuses it |
+//! | any region | other threads | — | ordinary Rust borrows: `&mut MemoryRegion` to write through a slice |
+//!
+//! `'m` ends only when the device is done. The safe [`QpEx::post_and_wait`]
+//! returns — successfully or with any error — only after the completion of
+//! its last work request (a QP's send completions arrive in order, so that
+//! one proves the rest done) or, when that cannot be seen (a timeout, a
+//! failed poll, a batch the provider refused after publishing it, a CQ
+//! overrun), after moving the QP to ERR and awaiting the flush, or moving
+//! it to RESET, after which the device runs nothing of the QP. Its batch
+//! ([`ScopedBatch`]) cannot be completed, leaked to outlive the call, or
+//! swapped with another QP's (each closure's batch has a lifetime of its
+//! own), and dropping it (an error, a panic) aborts it.
+//!
+//! ## The completion model
+//!
+//! - A completion belongs to the work request whose QP number and id it
+//!   carries. A scoped post gives its work requests ids of its own (bit 63
+//!   set, from a random per-QP start) and gives the caller's ids back, so
+//!   receive completions, earlier batches' completions and other QPs'
+//!   completions on a shared CQ are never counted as its own.
+//! - No completion is dropped: those a scoped post polls but does not own
+//!   go to the CQ's backlog, handed out first by the next
+//!   [`CompletionQueue::poll_each`] (and `poll_into`, `wait`).
+//! - A scoped batch larger than its send queue or its CQ is refused before
+//!   anything is posted. A CQ that other QPs overrun loses completions (the
+//!   provider drops them): the scoped post still ends safely (above).
+//! - A provider may hold a CQ's lock from `start_poll` to `end_poll` (mlx5
+//!   does). Inside a [`CompletionQueue::poll_each`] callback, a QP or DCT
+//!   dropped is destroyed when the poll ends, and [`QpEx::reset`] is
+//!   refused: both take that lock in libmlx5.
+//! - A batch leaked with `mem::forget` would keep the provider's send-queue
+//!   lock: the next batch on the QP (or the QP's drop) aborts it first.
+//! - Posting and returning at once is [`WrBatch::complete`] and
+//!   [`QpEx::post_recv`], which are `unsafe`: their `# Safety` sections
+//!   state what the caller keeps true, and until when — including that an
+//!   error from `complete` may still have posted the batch.
 //! - A provider function-table entry is checked once, when the QP is made;
 //!   a builder whose op the QP was not created with returns
 //!   [`Error::Unsupported`] instead of calling a NULL entry.
@@ -115,8 +162,9 @@
 //! signalled work requests (and receives) complete than it holds before it
 //! is polled, the provider drops the excess (soft-RoCE does, and raises
 //! `IBV_EVENT_CQ_ERR`; mlx5 moves the CQ to error): the work requests ran,
-//! but their completions are gone, and a scoped post waiting for them times
-//! out. Give each CQ room for the send and receive queue depths of the QPs
+//! but their completions are gone. A scoped post larger than its CQ is
+//! refused before posting; one whose completions another QP's overrun
+//! drops times out, after stopping its QP as described above. Give each CQ room for the send and receive queue depths of the QPs
 //! it serves, or signal sparsely and poll before the CQ fills
 //! (`tests/rxe_faults.rs` shows what an overrun does).
 //!
@@ -202,7 +250,7 @@ pub use cq::{CompletionQueue, PolledWc, WcFlags, WcOpcode, WcStatus, WorkComplet
 pub use device::{Context, Device, DeviceAttr, DeviceList};
 pub use error::{Error, Result};
 pub use mkey::{Mkey, MkeyLayout};
-pub use mr::{AccessFlags, MemoryRegion, RemoteBuf, Sge};
+pub use mr::{AccessFlags, MemoryRegion, RemoteBuf, Sge, SgeMut};
 pub use pd::ProtectionDomain;
 pub use port::{Gid, GidEntry, GidType, LinkLayer, Mtu, PortAttr, PortState};
 pub use qp::{
@@ -210,7 +258,7 @@ pub use qp::{
     QpState, RawMlx5, RawQp, Rc, SendOps, Transport,
 };
 pub use srq::SharedReceiveQueue;
-pub use wr::{MemcpyOp, MrInterleaved, SendFlags, WrBatch};
+pub use wr::{MemcpyOp, MrInterleaved, ScopedBatch, SendFlags, WrBatch};
 
 /// How many destroy calls (`ibv_destroy_qp`, `ibv_dereg_mr`, ...) have
 /// failed in `Drop` in this process so far. Each failure is also printed on

@@ -5,9 +5,15 @@ use crate::ffi;
 use crate::pd::ProtectionDomain;
 use std::alloc::{self, Layout};
 use std::fmt;
-use std::marker::PhantomData;
 use std::ops::{Bound, RangeBounds};
 use std::ptr::NonNull;
+
+mod contents;
+mod sge;
+mod volatile;
+
+pub(crate) use sge::recv_wr;
+pub use sge::{Sge, SgeMut};
 
 bitflags::bitflags! {
     /// What the device may do with a memory region (`enum ibv_access_flags`).
@@ -43,11 +49,90 @@ const BUF_ALIGN: usize = 4096;
 /// The region keeps its protection domain alive.
 ///
 /// Work requests name local memory as a region plus a byte range, checked
-/// against the region ([`MemoryRegion::sge`]); [`MemoryRegion::remote`]
-/// describes a range for a peer's RDMA read, write or atomic.
+/// against the region ([`MemoryRegion::sge`], [`MemoryRegion::sge_mut`]);
+/// [`MemoryRegion::remote`] describes a range for a peer's RDMA read, write
+/// or atomic.
 ///
-/// Memory registered with remote access can be changed by a peer at any
-/// moment, exactly as in C; read it once the protocol says the peer is done.
+/// # Who may touch the memory, and when
+///
+/// Three agents reach a region's memory: this program, the local device
+/// (running the work requests posted here) and, with remote access, peers.
+/// The types keep them from meeting where one could break what the
+/// compiler assumes of the other:
+///
+/// - Memory the local device **reads** (the source of a send or an RDMA
+///   write) is named by an [`Sge`], which borrows the region shared: until
+///   the completion it can be read here but not written.
+/// - Memory the local device **writes** (the destination of an RDMA read,
+///   an atomic or a memcpy) is named by an [`SgeMut`], which borrows the
+///   region exclusively: until the completion nothing here reads or writes
+///   it, not even by copying.
+/// - Memory a **remote peer may write**: a region registered with
+///   [`REMOTE_WRITE`](AccessFlags::REMOTE_WRITE),
+///   [`REMOTE_ATOMIC`](AccessFlags::REMOTE_ATOMIC) or
+///   [`MW_BIND`](AccessFlags::MW_BIND) ([`is_peer_writable`](Self::is_peer_writable))
+///   can change at any moment while it is registered, whatever is borrowed
+///   here. Rust assumes the memory behind a `&[u8]` or `&mut [u8]` changes
+///   only through it, and an optimiser that relies on that moves or merges
+///   loads across the peer's write; so such a region never hands out a
+///   plain slice: [`as_slice`](Self::as_slice) and
+///   [`as_mut_slice`](Self::as_mut_slice) return [`Error::PeerWritable`].
+///   It is read and written by copying with volatile accesses
+///   ([`read_at`](Self::read_at), [`to_vec`](Self::to_vec),
+///   [`write_at`](Self::write_at), [`fill`](Self::fill)), which the
+///   compiler performs as written, as rust-vmm's `vm-memory` reaches guest
+///   memory. A copy taken while the peer is writing may mix old and new
+///   bytes: read once the protocol says the peer is done.
+/// - Any other region is this program's alone while no work request holds
+///   it: `as_slice` and `as_mut_slice` give plain slices. The copying
+///   methods work on every region.
+///
+/// A region peers may write, reached by copying:
+///
+/// ```no_run
+/// # use mlx5dv::*;
+/// # fn f(pd: &ProtectionDomain) -> Result<()> {
+/// let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
+/// let mut mr = MemoryRegion::new(pd, 4096, access)?;
+/// assert!(mr.is_peer_writable());
+/// assert!(matches!(mr.as_slice(), Err(Error::PeerWritable { .. })));
+/// mr.write_at(0, b"hello")?;
+/// // ... the peer RDMA-writes 64 bytes at 0 and says it is done ...
+/// let mut head = [0u8; 5];
+/// mr.read_at(0, &mut head)?;
+/// let message: Vec<u8> = mr.to_vec(0..64)?;
+/// # Ok(()) }
+/// ```
+///
+/// A region only this program and its device touch, as plain slices:
+///
+/// ```no_run
+/// # use mlx5dv::*;
+/// # fn f(pd: &ProtectionDomain) -> Result<()> {
+/// let mut mr = MemoryRegion::new(pd, 4096, AccessFlags::LOCAL_WRITE)?;
+/// mr.as_mut_slice()?[..5].copy_from_slice(b"hello");
+/// let src = mr.sge(0..5)?; // the device will read it: `mr` stays readable
+/// assert_eq!(&mr.as_slice()?[..5], b"hello");
+/// # let _ = src;
+/// # Ok(()) }
+/// ```
+///
+/// Memory the device writes, borrowed exclusively until the completions are
+/// in; one region cut into a read's destination and an atomic's:
+///
+/// ```no_run
+/// # use mlx5dv::*;
+/// # use std::time::Duration;
+/// # fn f(qp: &mut QpEx<Rc>, cq: &mut CompletionQueue, dst: &mut MemoryRegion,
+/// #      page: RemoteBuf, counter: RemoteBuf) -> Result<()> {
+/// let (page_into, old_into) = dst.sge_mut(0..4096 + 8)?.split_at(4096)?;
+/// qp.post_and_wait(cq, Duration::from_secs(5), |b| {
+///     b.wr(1).rdma_read(page).sge(page_into)?;
+///     b.wr(2).atomic_fetch_add(counter, 1).sge(old_into)
+/// })?;
+/// let old = dst.to_vec(4096..4096 + 8)?; // the entries are gone: `dst` is free
+/// # Ok(()) }
+/// ```
 pub struct MemoryRegion {
     mr: NonNull<ffi::ibv_mr>,
     addr: NonNull<u8>,
@@ -65,7 +150,8 @@ pub struct MemoryRegion {
 // caller of `register_raw`); ibv_mr may be used and deregistered from any
 // thread.
 unsafe impl Send for MemoryRegion {}
-// SAFETY: `&self` gives only shared reads of the buffer and of the keys;
+// SAFETY: `&self` gives only shared reads of the buffer (plain slices only
+// when no peer may write it, volatile copies otherwise) and of the keys;
 // writes need `&mut self`.
 unsafe impl Sync for MemoryRegion {}
 
@@ -111,8 +197,10 @@ impl MemoryRegion {
     ///
     /// `addr..addr + len` must be valid for reads and writes and stay
     /// allocated, and not be accessed through other references in conflict
-    /// with [`as_slice`](Self::as_slice) / [`as_mut_slice`](Self::as_mut_slice)
-    /// or with the device, until the region is dropped.
+    /// with the region's accessors ([`as_slice`](Self::as_slice),
+    /// [`as_mut_slice`](Self::as_mut_slice), [`read_at`](Self::read_at),
+    /// [`write_at`](Self::write_at), ...) or with the device, until the
+    /// region is dropped.
     pub unsafe fn register_raw(
         pd: &ProtectionDomain,
         addr: NonNull<u8>,
@@ -169,7 +257,10 @@ impl MemoryRegion {
     /// `mr` must be a live region of `pd` registered with `access`, whose
     /// memory is valid for reads and writes and is not accessed through
     /// other references in conflict with this handle, and which stays
-    /// registered until this handle is dropped.
+    /// registered until this handle is dropped. `access` must include every
+    /// remote access the region grants: from it the handle decides whether
+    /// peers may write the memory, and so whether it may be handed out as a
+    /// plain slice ([`is_peer_writable`](Self::is_peer_writable)).
     pub unsafe fn from_raw(
         pd: &ProtectionDomain,
         mr: NonNull<ffi::ibv_mr>,
@@ -239,42 +330,42 @@ impl MemoryRegion {
         self.mr.as_ptr()
     }
 
-    /// The memory.
-    pub fn as_slice(&self) -> &[u8] {
-        // SAFETY: `addr..addr + len` is valid for the region's life;
-        // writers need `&mut self`.
-        unsafe { std::slice::from_raw_parts(self.addr.as_ptr(), self.len) }
-    }
-
-    /// The memory, writable.
-    pub fn as_mut_slice(&mut self) -> &mut [u8] {
-        // SAFETY: as above, and `&mut self` makes this the only reference.
-        unsafe { std::slice::from_raw_parts_mut(self.addr.as_ptr(), self.len) }
-    }
-
     /// Checks `range` against the region and returns its (offset, length).
     pub(crate) fn check_range(&self, range: impl RangeBounds<usize>) -> Result<(usize, usize)> {
         range_within(self.len, range)
     }
 
-    /// A scatter/gather entry for `range` of this region: its address,
-    /// length and lkey. The range must lie inside the region and be at most
-    /// 4 GiB - 1 long (the SGE's 32-bit length).
+    /// A scatter/gather entry for `range` of this region, as the source of
+    /// a work request (memory the device reads): its address, length and
+    /// lkey, borrowing the region shared. The range must lie inside the
+    /// region and be shorter than 2^31 bytes: mlx5 reads bit 31 of a data
+    /// segment's byte count as its inline flag, and no RDMA message is
+    /// longer than 2^31.
     pub fn sge(&self, range: impl RangeBounds<usize>) -> Result<Sge<'_>> {
         let (offset, len) = self.check_range(range)?;
-        let length = u32::try_from(len).map_err(|_| Error::OutOfRange {
-            what: "SGE length",
-            value: len as u64,
-            limit: format!("at most {} (32-bit length)", u32::MAX),
-        })?;
-        Ok(Sge {
-            raw: ffi::ibv_sge {
-                addr: self.addr() + offset as u64,
-                length,
-                lkey: self.lkey(),
-            },
-            _mr: PhantomData,
-        })
+        Sge::of(self, offset, len)
+    }
+
+    /// A scatter/gather entry for `range` of this region, as the
+    /// destination of a work request (memory the device writes: an RDMA
+    /// read, an atomic, a memcpy), borrowing the region exclusively for as
+    /// long as the entry or a piece of it ([`SgeMut::split_at`],
+    /// [`SgeMut::chunks`]) is used. The range is checked as for
+    /// [`sge`](Self::sge).
+    ///
+    /// Nothing here may read the memory while the device may be writing it:
+    ///
+    /// ```compile_fail,E0502
+    /// # use mlx5dv::*;
+    /// # fn f(mr: &mut MemoryRegion) -> Result<()> {
+    /// let dst = mr.sge_mut(0..8)?;
+    /// let early = mr.as_slice()?; // ERROR: `dst` still borrows `mr` exclusively
+    /// println!("{:?} {:?}", dst.length(), early);
+    /// # Ok(()) }
+    /// ```
+    pub fn sge_mut(&mut self, range: impl RangeBounds<usize>) -> Result<SgeMut<'_>> {
+        let (offset, len) = self.check_range(range)?;
+        SgeMut::of(self, offset, len)
     }
 
     /// What a peer needs to reach `range` of this region with RDMA: its
@@ -357,93 +448,6 @@ impl fmt::Debug for MemoryRegion {
             .finish()
     }
 }
-
-/// A scatter/gather entry (`struct ibv_sge`): `length` bytes at `addr` of
-/// the region whose local key is `lkey`, borrowed from that region for `'m`.
-///
-/// Made by [`MemoryRegion::sge`], which checks the range; the borrow keeps
-/// the region alive and unchanged while a scoped post uses it. Same layout
-/// as `struct ibv_sge`, so a slice of them is handed to C as is.
-#[derive(Clone, Copy)]
-#[repr(transparent)]
-pub struct Sge<'m> {
-    raw: ffi::ibv_sge,
-    _mr: PhantomData<&'m MemoryRegion>,
-}
-
-impl Sge<'_> {
-    /// Start address.
-    pub fn addr(&self) -> u64 {
-        self.raw.addr
-    }
-
-    /// Length in bytes.
-    pub fn length(&self) -> u32 {
-        self.raw.length
-    }
-
-    /// The region's local key.
-    pub fn lkey(&self) -> u32 {
-        self.raw.lkey
-    }
-
-    /// An entry from raw parts (zero-based mkey entries).
-    pub(crate) fn from_raw(raw: ffi::ibv_sge) -> Self {
-        Sge {
-            raw,
-            _mr: PhantomData,
-        }
-    }
-
-    /// The entries as C sees them.
-    pub(crate) fn as_raw_slice<'a>(sges: &'a [Sge<'_>]) -> &'a [ffi::ibv_sge] {
-        // SAFETY: Sge is repr(transparent) over ibv_sge.
-        unsafe { std::slice::from_raw_parts(sges.as_ptr().cast(), sges.len()) }
-    }
-}
-
-/// A receive work request over `sges` (`struct ibv_recv_wr`), after checking
-/// their count against the queue's `max_sge` (`whose` names the queue).
-/// The returned value points into `sges`.
-pub(crate) fn recv_wr(
-    wr_id: u64,
-    sges: &[Sge<'_>],
-    max_sge: u32,
-    whose: &str,
-) -> Result<ffi::ibv_recv_wr> {
-    if sges.len() > max_sge as usize {
-        return Err(Error::OutOfRange {
-            what: "receive SGE count",
-            value: sges.len() as u64,
-            limit: format!("at most {max_sge} ({whose})"),
-        });
-    }
-    Ok(ffi::ibv_recv_wr {
-        wr_id,
-        next: std::ptr::null_mut(),
-        sg_list: Sge::as_raw_slice(sges).as_ptr() as *mut ffi::ibv_sge,
-        num_sge: sges.len() as i32,
-    })
-}
-
-impl fmt::Debug for Sge<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Sge")
-            .field("addr", &format_args!("{:#x}", self.raw.addr))
-            .field("length", &self.raw.length)
-            .field("lkey", &format_args!("{:#x}", self.raw.lkey))
-            .finish()
-    }
-}
-
-impl PartialEq for Sge<'_> {
-    fn eq(&self, other: &Self) -> bool {
-        (self.raw.addr, self.raw.length, self.raw.lkey)
-            == (other.raw.addr, other.raw.length, other.raw.lkey)
-    }
-}
-
-impl Eq for Sge<'_> {}
 
 /// A peer's memory: what an RDMA read, write or atomic targets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -600,17 +604,5 @@ mod tests {
                 ..
             })
         ));
-    }
-
-    #[test]
-    fn sge_has_the_layout_of_ibv_sge() {
-        assert_eq!(
-            std::mem::size_of::<Sge<'_>>(),
-            std::mem::size_of::<ffi::ibv_sge>()
-        );
-        assert_eq!(
-            std::mem::align_of::<Sge<'_>>(),
-            std::mem::align_of::<ffi::ibv_sge>()
-        );
     }
 }

@@ -70,7 +70,7 @@ fn wr_rows<'a>() -> Vec<Row<'a, Fx>> {
             move |fx| {
                 let r = remote(fx, 64);
                 let Fx { rc, mr, .. } = fx;
-                rc.batch().wr(1).rdma_read(r).sge(mr.sge(0..len)?)
+                rc.batch().wr(1).rdma_read(r).sge(mr.sge_mut(0..len)?)
             },
         ));
     }
@@ -99,7 +99,7 @@ fn wr_rows<'a>() -> Vec<Row<'a, Fx>> {
                 rc.batch()
                     .wr(1)
                     .atomic_fetch_add(r, 1)
-                    .sge(mr.sge(0..sge_len)?)
+                    .sge(mr.sge_mut(0..sge_len)?)
             },
         ));
         rows.push(wr_row(
@@ -111,7 +111,7 @@ fn wr_rows<'a>() -> Vec<Row<'a, Fx>> {
                 rc.batch()
                     .wr(1)
                     .atomic_cmp_swp(r, 0, 1)
-                    .sge(mr.sge(0..sge_len)?)
+                    .sge(mr.sge_mut(0..sge_len)?)
             },
         ));
     }
@@ -137,18 +137,22 @@ fn wr_rows<'a>() -> Vec<Row<'a, Fx>> {
             expect,
             move |fx| {
                 let Fx { rc, mr, .. } = fx;
-                let (d, s) = (mr.sge(LEN / 2..LEN / 2 + len)?, mr.sge(0..len)?);
+                let (s, d) = mr.sge_mut(..)?.split_at((LEN / 2) as u32)?;
+                let (d, s) = (d.split_at(len as u32)?.0, s.split_at(len as u32)?.0);
+                let s = s.into_sge();
                 rc.batch().wr(1).memcpy(d, s)
             },
         ));
     }
     rows.push(wr_row("memcpy(8 bytes into 16)", InvalidArgument, |fx| {
         let Fx { rc, mr, .. } = fx;
-        rc.batch().wr(1).memcpy(mr.sge(100..116)?, mr.sge(0..8)?)
+        let (s, d) = mr.sge_mut(0..116)?.split_at(100)?;
+        rc.batch().wr(1).memcpy(d, s.split_at(8)?.0.into_sge())
     }));
     rows.push(wr_row("memcpy on a QP without MEMCPY", Unsupported, |fx| {
         let Fx { plain, mr, .. } = fx;
-        plain.batch().wr(1).memcpy(mr.sge(100..108)?, mr.sge(0..8)?)
+        let (s, d) = mr.sge_mut(0..108)?.split_at(100)?;
+        plain.batch().wr(1).memcpy(d, s.split_at(8)?.0.into_sge())
     }));
 
     let list = "mr_list entries";

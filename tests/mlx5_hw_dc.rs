@@ -71,7 +71,7 @@ fn post_one(
 /// One RDMA write of `data` from `from`'s DCI 0 into `to`'s `dst`
 /// (one half of a round of `rdma_traffic`).
 fn write_once(from: &mut DcSide, to: &DcSide, stream: Option<u16>, wr_id: u64, data: &[u8]) {
-    from.src.as_mut_slice().copy_from_slice(data);
+    from.src.write_at(0, data).unwrap();
     let remote = to.dst.remote(0..MSG).unwrap();
     let addr = dc_addr(&from.ah, &to.dct);
     let wc = post_one(
@@ -85,7 +85,7 @@ fn write_once(from: &mut DcSide, to: &DcSide, stream: Option<u16>, wr_id: u64, d
     );
     assert_wc(&wc, wr_id, WcOpcode::RDMA_WRITE);
     assert_eq!(
-        to.dst.as_slice(),
+        to.dst.to_vec(..).unwrap(),
         data,
         "the DCT side's memory after the write"
     );
@@ -94,8 +94,8 @@ fn write_once(from: &mut DcSide, to: &DcSide, stream: Option<u16>, wr_id: u64, d
 /// One send of `data` from `from`'s DCI `qp_idx` to `to`'s DCT, received
 /// into `to`'s `dst` through its SRQ (one half of a round of `traffic`).
 fn send_once(from: &mut DcSide, to: &mut DcSide, qp_idx: usize, wr_id: u64, data: &[u8]) {
-    from.src.as_mut_slice().copy_from_slice(data);
-    to.dst.as_mut_slice().fill(0);
+    from.src.write_at(0, data).unwrap();
+    to.dst.fill(.., 0).unwrap();
     unsafe { to.srq.post_recv(wr_id, &[to.dst.sge(0..MSG).unwrap()]) }.unwrap();
     let addr = dc_addr(&from.ah, &to.dct);
     let wc = post_one(
@@ -111,7 +111,7 @@ fn send_once(from: &mut DcSide, to: &mut DcSide, qp_idx: usize, wr_id: u64, data
     let rx = to.recv_cq.wait(1, WAIT).unwrap();
     assert_wc(&rx[0], wr_id, WcOpcode::RECV);
     assert_eq!(rx[0].byte_len as usize, MSG, "{:?}", rx[0]);
-    assert_eq!(to.dst.as_slice(), data, "the received message");
+    assert_eq!(to.dst.to_vec(..).unwrap(), data, "the received message");
 }
 
 /// Ports `test_dc_rdma_write`: two DCIs per side (`qp_count=2`) with RDMA
@@ -271,7 +271,7 @@ fn stream_send(
         Some(b) => &mut b.mr,
         None => &mut p.client.src,
     };
-    src.as_mut_slice().copy_from_slice(data);
+    src.write_at(0, data).unwrap();
     let src: &MemoryRegion = src;
     let addr = dc_addr(&p.client.ah, &p.server.dct);
     post_one(
@@ -291,11 +291,15 @@ fn expect_received(p: &mut DcPair, wr_id: u64, data: &[u8]) {
     let rx = p.server.recv_cq.wait(1, WAIT).unwrap();
     assert_wc(&rx[0], wr_id, WcOpcode::RECV);
     assert_eq!(rx[0].byte_len as usize, MSG, "{:?}", rx[0]);
-    assert_eq!(p.server.dst.as_slice(), data, "the received message");
+    assert_eq!(
+        p.server.dst.to_vec(..).unwrap(),
+        data,
+        "the received message"
+    );
 }
 
 fn post_server_recv(p: &mut DcPair, wr_id: u64) {
-    p.server.dst.as_mut_slice().fill(0);
+    p.server.dst.fill(.., 0).unwrap();
     let sge = p.server.dst.sge(0..MSG).unwrap();
     unsafe { p.server.srq.post_recv(wr_id, &[sge]) }.unwrap();
 }

@@ -179,7 +179,7 @@ fn traffic(
 ) {
     for i in 0..rounds {
         let data = pattern(MSG, i as u8 + 1);
-        m.p.a.mr.as_mut_slice().copy_from_slice(&data);
+        m.p.a.mr.write_at(0, &data).unwrap();
         fill(&mut m.p.b.mr, .., SERVER_FILL);
         let recv = unsafe { MkeyLayout::new(&m.server, len as u64).sge(..) }.unwrap();
         unsafe { m.p.b.qp.post_recv(100 + i, &[recv]) }.unwrap();
@@ -199,9 +199,9 @@ fn traffic(
             server_pieces,
             &gather(&data, client_pieces, len),
         );
-        assert_eq!(m.p.b.mr.as_slice(), &expected[..], "round {i}");
+        assert_eq!(m.p.b.mr.to_vec(..).unwrap(), &expected[..], "round {i}");
         assert_eq!(
-            m.p.a.mr.as_slice(),
+            m.p.a.mr.to_vec(..).unwrap(),
             &data[..],
             "the client's region changed"
         );

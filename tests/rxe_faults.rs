@@ -32,7 +32,7 @@ fn a_vanished_peer_gives_retry_exceeded_with_the_qp_named() {
     // The peer QP goes away: nothing answers A's packets any more.
     p.b.qp.to_error().unwrap();
     p.b.qp.reset().unwrap();
-    p.a.mr.as_mut_slice()[..64].copy_from_slice(&[7; 64]);
+    p.a.mr.write_at(0, &[7; 64]).unwrap();
     let wcs =
         p.a.qp
             .post_and_wait(&mut p.a.send_cq, WAIT, |b| {
@@ -59,7 +59,7 @@ fn a_vanished_peer_gives_retry_exceeded_with_the_qp_named() {
         "{text}"
     );
     assert!(
-        p.b.mr.as_slice().iter().all(|&x| x == 0),
+        p.b.mr.to_vec(..).unwrap().iter().all(|&x| x == 0),
         "data reached the vanished peer"
     );
 }
@@ -93,7 +93,7 @@ fn a_batch_larger_than_the_send_queue_is_refused_whole() {
     };
     let mut p = Pair::with(caps, SendOps::rc_default());
     let depth = p.a.qp.caps().max_send_wr;
-    p.a.mr.as_mut_slice()[..8].copy_from_slice(b"12345678");
+    p.a.mr.write_at(0, b"12345678").unwrap();
     let remote = p.b.mr.remote(..).unwrap();
     // Providers may round the queue up past the depth they report (rxe
     // does, to a power of two): four times over is full on any of them.
@@ -117,7 +117,7 @@ fn a_batch_larger_than_the_send_queue_is_refused_whole() {
     std::thread::sleep(Duration::from_millis(300));
     let mut none = Vec::new();
     assert_eq!(p.a.send_cq.poll_into(&mut none, 64).unwrap(), 0, "{none:?}");
-    assert!(p.b.mr.as_slice().iter().all(|&x| x == 0));
+    assert!(p.b.mr.to_vec(..).unwrap().iter().all(|&x| x == 0));
     // A batch that fits goes through whole, each WR exactly once.
     let wcs =
         p.a.qp
@@ -133,7 +133,7 @@ fn a_batch_larger_than_the_send_queue_is_refused_whole() {
     assert_eq!(wcs.len() as u32, depth);
     assert_eq!(ids, (0..u64::from(depth)).collect());
     assert!(wcs.iter().all(|c| c.status == WcStatus::SUCCESS), "{wcs:?}");
-    let b = p.b.mr.as_slice();
+    let b = p.b.mr.to_vec(..).unwrap();
     for i in 0..depth as usize {
         assert_eq!(&b[i * 8..i * 8 + 8], b"12345678");
     }
@@ -173,7 +173,7 @@ fn a_scoped_post_that_times_out_returns_after_the_flush() {
     // And the QP comes back through RESET.
     p.a.qp.reset().unwrap();
     p.connect();
-    p.a.mr.as_mut_slice()[..4].copy_from_slice(b"back");
+    p.a.mr.write_at(0, b"back").unwrap();
     let wcs =
         p.a.qp
             .post_and_wait(&mut p.a.send_cq, WAIT, |b| {
@@ -181,7 +181,7 @@ fn a_scoped_post_that_times_out_returns_after_the_flush() {
             })
             .unwrap();
     assert_wc(&wcs[0], 3, WcOpcode::RDMA_WRITE);
-    assert_eq!(&p.b.mr.as_slice()[..4], b"back");
+    assert_eq!(p.b.mr.to_vec(..4).unwrap(), b"back");
 }
 
 #[test]
@@ -214,7 +214,7 @@ fn threads_posting_on_their_own_qps_share_one_cq_and_every_completion_is_account
             peer.connect(&ea, 20, &opts).unwrap();
             let mut src = MemoryRegion::new(&pd, 4096, access_all()).unwrap();
             let dst = MemoryRegion::new(&pd, 4096, access_all()).unwrap();
-            src.as_mut_slice().fill(t as u8 + 1);
+            src.fill(.., t as u8 + 1).unwrap();
             let remote = dst.remote(..).unwrap();
             let qpn = qp.qp_num();
             for b in 0..BATCHES {
@@ -260,8 +260,12 @@ fn threads_posting_on_their_own_qps_share_one_cq_and_every_completion_is_account
                 }
                 std::thread::sleep(Duration::from_millis(10));
             }
-            assert!(dst.as_slice()[..1024].iter().all(|&x| x == t as u8 + 1));
-            assert!(dst.as_slice()[1024..].iter().all(|&x| x == 0));
+            assert!(dst
+                .to_vec(..1024)
+                .unwrap()
+                .iter()
+                .all(|&x| x == t as u8 + 1));
+            assert!(dst.to_vec(1024..).unwrap().iter().all(|&x| x == 0));
             qpn
         }));
     }
@@ -289,7 +293,7 @@ fn writing_where_the_peer_gave_no_write_access_is_a_remote_access_error() {
         AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ,
     )
     .unwrap();
-    p.a.mr.as_mut_slice()[..64].copy_from_slice(&[9; 64]);
+    p.a.mr.write_at(0, &[9; 64]).unwrap();
     let target = read_only.remote(0..64).unwrap();
     let wcs =
         p.a.qp
@@ -309,7 +313,7 @@ fn writing_where_the_peer_gave_no_write_access_is_a_remote_access_error() {
         "{wcs:?}"
     );
     assert!(
-        read_only.as_slice().iter().all(|&x| x == 0),
+        read_only.as_slice().unwrap().iter().all(|&x| x == 0),
         "a refused write landed"
     );
     // Reading it is allowed: after recovery an RDMA read of it works.
@@ -319,11 +323,11 @@ fn writing_where_the_peer_gave_no_write_access_is_a_remote_access_error() {
     let wcs =
         p.a.qp
             .post_and_wait(&mut p.a.send_cq, WAIT, |b| {
-                b.wr(3).rdma_read(target).sge(p.a.mr.sge(0..64)?)
+                b.wr(3).rdma_read(target).sge(p.a.mr.sge_mut(0..64)?)
             })
             .unwrap();
     assert_wc(&wcs[0], 3, WcOpcode::RDMA_READ);
-    assert_eq!(&p.a.mr.as_slice()[..64], &[0; 64]);
+    assert_eq!(p.a.mr.to_vec(..64).unwrap(), &[0; 64]);
 }
 
 #[test]
@@ -336,7 +340,7 @@ fn a_qp_that_refuses_remote_writes_fails_them_even_into_a_writable_region() {
         o.access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ;
     });
     let target = p.b.mr.remote(0..64).unwrap();
-    p.a.mr.as_mut_slice()[..64].copy_from_slice(&[5; 64]);
+    p.a.mr.write_at(0, &[5; 64]).unwrap();
     let wcs =
         p.a.qp
             .post_and_wait(&mut p.a.send_cq, WAIT, |b| {
@@ -350,7 +354,7 @@ fn a_qp_that_refuses_remote_writes_fails_them_even_into_a_writable_region() {
     );
     assert_eq!(wcs[0].status.to_string(), "remote invalid request error");
     assert!(
-        p.b.mr.as_slice().iter().all(|&x| x == 0),
+        p.b.mr.to_vec(..).unwrap().iter().all(|&x| x == 0),
         "a refused write landed"
     );
 }
@@ -388,7 +392,7 @@ fn a_cq_overrun_keeps_the_completions_that_fit_and_drops_the_rest() {
     peer.connect(&ea, 2, &opts).unwrap();
     let mut src = MemoryRegion::new(&pd, 4096, access_all()).unwrap();
     let dst = MemoryRegion::new(&pd, 4096, access_all()).unwrap();
-    src.as_mut_slice().fill(3);
+    src.fill(.., 3).unwrap();
     let n = u64::from(2 * cap + 4);
     let mut batch = qp.batch();
     for i in 0..n {
@@ -418,7 +422,7 @@ fn a_cq_overrun_keeps_the_completions_that_fit_and_drops_the_rest() {
         assert_eq!(wc.qp_num, qp.qp_num());
     }
     // Every write was executed, whether or not its completion fit.
-    let d = dst.as_slice();
+    let d = dst.to_vec(..).unwrap();
     assert!(d[..n as usize * 8].iter().all(|&x| x == 3));
     assert!(d[n as usize * 8..].iter().all(|&x| x == 0));
     // The QP still works once its CQ is drained.

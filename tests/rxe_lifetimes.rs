@@ -88,7 +88,7 @@ fn every_drop_order_of_the_object_graph_is_safe_and_every_destroy_succeeds() {
                 assert_eq!(qp.state().unwrap(), QpState::Reset);
             }
             if let Some(Obj::Mr(mr)) = &objs[2] {
-                assert_eq!(mr.as_slice()[0], 0);
+                assert_eq!(mr.to_vec(..1).unwrap(), [0]);
             }
             drop(objs[i].take());
         }

@@ -47,7 +47,7 @@ fn device_port_and_gid_table() {
 fn rdma_write_lands_byte_for_byte() {
     let mut p = Pair::new();
     let data = pattern(4096, 3);
-    p.a.mr.as_mut_slice()[..4096].copy_from_slice(&data);
+    p.a.mr.write_at(0, &data).unwrap();
     let remote = p.b.mr.remote(1024..1024 + 4096).unwrap();
     let wcs =
         p.a.qp
@@ -57,7 +57,7 @@ fn rdma_write_lands_byte_for_byte() {
             .unwrap();
     assert_eq!(wcs.len(), 1);
     assert_wc(&wcs[0], 7, WcOpcode::RDMA_WRITE);
-    let b = p.b.mr.as_slice();
+    let b = p.b.mr.to_vec(..).unwrap();
     assert_eq!(&b[1024..1024 + 4096], &data[..]);
     assert!(
         b[..1024].iter().all(|&x| x == 0),
@@ -74,7 +74,7 @@ fn rdma_write_lands_byte_for_byte() {
 fn rdma_write_with_immediate_reaches_the_peer_with_its_immediate() {
     let mut p = Pair::new();
     let data = pattern(512, 9);
-    p.a.mr.as_mut_slice()[..512].copy_from_slice(&data);
+    p.a.mr.write_at(0, &data).unwrap();
     // The immediate consumes a receive at B (its SGE list may be empty).
     unsafe { p.b.qp.post_recv(99, &[]).unwrap() };
     let remote = p.b.mr.remote(0..512).unwrap();
@@ -91,7 +91,7 @@ fn rdma_write_with_immediate_reaches_the_peer_with_its_immediate() {
     assert_wc(&rx[0], 99, WcOpcode::RECV_RDMA_WITH_IMM);
     assert_eq!(rx[0].imm, Some(0xDEAD_BEEF));
     assert_eq!(rx[0].byte_len, 512);
-    assert_eq!(&p.b.mr.as_slice()[..512], &data[..]);
+    assert_eq!(p.b.mr.to_vec(..512).unwrap(), &data[..]);
 }
 
 #[test]
@@ -99,7 +99,7 @@ fn rdma_write_with_immediate_reaches_the_peer_with_its_immediate() {
 fn send_fills_a_posted_receive() {
     let mut p = Pair::new();
     let data = pattern(1000, 1);
-    p.a.mr.as_mut_slice()[..1000].copy_from_slice(&data);
+    p.a.mr.write_at(0, &data).unwrap();
     unsafe {
         p.b.qp
             .post_recv(5, &[p.b.mr.sge(2048..4096).unwrap()])
@@ -117,8 +117,8 @@ fn send_fills_a_posted_receive() {
     assert_eq!(rx[0].byte_len, 1000);
     assert_eq!(rx[0].imm, Some(42));
     assert_eq!(rx[0].qp_num, p.b.qp.qp_num());
-    assert_eq!(&p.b.mr.as_slice()[2048..3048], &data[..]);
-    assert!(p.b.mr.as_slice()[3048..].iter().all(|&x| x == 0));
+    assert_eq!(p.b.mr.to_vec(2048..3048).unwrap(), &data[..]);
+    assert!(p.b.mr.to_vec(3048..).unwrap().iter().all(|&x| x == 0));
 }
 
 #[test]
@@ -126,18 +126,20 @@ fn send_fills_a_posted_receive() {
 fn rdma_read_fetches_the_peers_bytes() {
     let mut p = Pair::new();
     let data = pattern(8192, 5);
-    p.b.mr.as_mut_slice()[..8192].copy_from_slice(&data);
+    p.b.mr.write_at(0, &data).unwrap();
     let remote = p.b.mr.remote(0..8192).unwrap();
     let wcs =
         p.a.qp
             .post_and_wait(&mut p.a.send_cq, WAIT, |b| {
-                b.wr(11).rdma_read(remote).sge(p.a.mr.sge(100..100 + 8192)?)
+                b.wr(11)
+                    .rdma_read(remote)
+                    .sge(p.a.mr.sge_mut(100..100 + 8192)?)
             })
             .unwrap();
     assert_wc(&wcs[0], 11, WcOpcode::RDMA_READ);
     assert_eq!(wcs[0].byte_len, 8192);
-    assert_eq!(&p.a.mr.as_slice()[100..100 + 8192], &data[..]);
-    assert!(p.a.mr.as_slice()[..100].iter().all(|&x| x == 0));
+    assert_eq!(p.a.mr.to_vec(100..100 + 8192).unwrap(), &data[..]);
+    assert!(p.a.mr.to_vec(..100).unwrap().iter().all(|&x| x == 0));
 }
 
 #[test]
@@ -160,7 +162,7 @@ fn inline_send_needs_no_registered_source() {
     let rx = p.b.recv_cq.wait(1, WAIT).unwrap();
     assert_wc(&rx[0], 1, WcOpcode::RECV);
     assert_eq!(rx[0].byte_len as usize, max);
-    assert_eq!(&p.b.mr.as_slice()[..max], &msg[..]);
+    assert_eq!(p.b.mr.to_vec(..max).unwrap(), &msg[..]);
 
     // An inline RDMA write: the bytes come from the WQE, not from an MR.
     let remote = p.b.mr.remote(8192..8192 + max).unwrap();
@@ -171,8 +173,8 @@ fn inline_send_needs_no_registered_source() {
             })
             .unwrap();
     assert_wc(&wcs[0], 4, WcOpcode::RDMA_WRITE);
-    assert_eq!(&p.b.mr.as_slice()[8192..8192 + max], &msg[..]);
-    assert!(p.b.mr.as_slice()[8192 + max..].iter().all(|&x| x == 0));
+    assert_eq!(p.b.mr.to_vec(8192..8192 + max).unwrap(), &msg[..]);
+    assert!(p.b.mr.to_vec(8192 + max..).unwrap().iter().all(|&x| x == 0));
 
     // One byte over the QP's inline limit is refused before any C call.
     let too_long = vec![0u8; max + 1];
@@ -196,21 +198,20 @@ fn inline_send_needs_no_registered_source() {
 #[ignore = "needs an RDMA device: set MLX5DV_TEST_DEVICE"]
 fn atomics_compare_swap_and_fetch_add() {
     let mut p = Pair::new();
-    p.b.mr.as_mut_slice()[64..72].copy_from_slice(&100u64.to_ne_bytes());
+    p.b.mr.write_at(64, &100u64.to_ne_bytes()).unwrap();
     let target = p.b.mr.remote(64..72).unwrap();
     let wcs =
         p.a.qp
             .post_and_wait(&mut p.a.send_cq, WAIT, |b| {
-                b.wr(1)
-                    .atomic_cmp_swp(target, 100, 500)
-                    .sge(p.a.mr.sge(0..8)?)?;
-                b.wr(2).atomic_fetch_add(target, 25).sge(p.a.mr.sge(8..16)?)
+                let (old_swap, old_add) = p.a.mr.sge_mut(0..16)?.split_at(8)?;
+                b.wr(1).atomic_cmp_swp(target, 100, 500).sge(old_swap)?;
+                b.wr(2).atomic_fetch_add(target, 25).sge(old_add)
             })
             .unwrap();
     assert_eq!(wcs.len(), 2);
     assert_wc(&wcs[0], 1, WcOpcode::COMP_SWAP);
     assert_wc(&wcs[1], 2, WcOpcode::FETCH_ADD);
-    let a = p.a.mr.as_slice();
+    let a = p.a.mr.to_vec(..).unwrap();
     assert_eq!(
         u64::from_ne_bytes(a[0..8].try_into().unwrap()),
         100,
@@ -221,14 +222,16 @@ fn atomics_compare_swap_and_fetch_add() {
         500,
         "old value of the add"
     );
-    let b = p.b.mr.as_slice();
+    let b = p.b.mr.to_vec(..).unwrap();
     assert_eq!(u64::from_ne_bytes(b[64..72].try_into().unwrap()), 525);
 
     // An atomic needs exactly 8 bytes and an aligned target.
     let err =
         p.a.qp
             .post_and_wait(&mut p.a.send_cq, WAIT, |b| {
-                b.wr(3).atomic_fetch_add(target, 1).sge(p.a.mr.sge(0..16)?)
+                b.wr(3)
+                    .atomic_fetch_add(target, 1)
+                    .sge(p.a.mr.sge_mut(0..16)?)
             })
             .unwrap_err();
     assert!(matches!(err, Error::InvalidArgument(_)), "{err}");
@@ -243,9 +246,9 @@ fn a_batch_of_64_mixed_work_requests_in_one_complete() {
     };
     let mut p = Pair::with(caps, SendOps::rc_default());
     let src = pattern(MR_LEN, 11);
-    p.a.mr.as_mut_slice().copy_from_slice(&src);
+    p.a.mr.write_at(0, &src).unwrap();
     let peer = pattern(MR_LEN, 200);
-    p.b.mr.as_mut_slice()[32 * 1024..].copy_from_slice(&peer[32 * 1024..]);
+    p.b.mr.write_at(32 * 1024, &peer[32 * 1024..]).unwrap();
     // 16 sends need 16 receives at B.
     for i in 0..16u64 {
         let at = 16 * 1024 + i as usize * 256;
@@ -261,6 +264,10 @@ fn a_batch_of_64_mixed_work_requests_in_one_complete() {
     let wcs =
         p.a.qp
             .post_and_wait(&mut p.a.send_cq, WAIT, |b| {
+                // A[48K..56K) is the reads' destination, borrowed exclusively
+                // in 512-byte pieces; the writes and sends read below it.
+                let (sources, dests) = p.a.mr.sge_mut(..56 * 1024)?.split_at(48 * 1024)?;
+                let mut dests = dests.chunks(512)?;
                 for i in 0..64u64 {
                     let i_ = i as usize;
                     match i {
@@ -268,17 +275,16 @@ fn a_batch_of_64_mixed_work_requests_in_one_complete() {
                             let r = remote.slice(i * 256, 256)?;
                             b.wr(i)
                                 .rdma_write(r)
-                                .sge(p.a.mr.sge(i_ * 256..i_ * 256 + 256)?)?
+                                .sge(piece(sources, i_ * 256, 256)?.into_sge())?
                         }
                         32..=47 => {
                             let at = 8192 + (i_ - 32) * 256;
-                            b.wr(i).send().sge(p.a.mr.sge(at..at + 256)?)?
+                            b.wr(i).send().sge(piece(sources, at, 256)?.into_sge())?
                         }
                         _ => {
                             let k = i_ - 48;
                             let r = remote.slice(32 * 1024 + k as u64 * 512, 512)?;
-                            let at = 48 * 1024 + k * 512;
-                            b.wr(i).rdma_read(r).sge(p.a.mr.sge(at..at + 512)?)?
+                            b.wr(i).rdma_read(r).sge(dests.next().unwrap())?
                         }
                     }
                 }
@@ -303,14 +309,14 @@ fn a_batch_of_64_mixed_work_requests_in_one_complete() {
         assert_wc(wc, 1000 + k as u64, WcOpcode::RECV);
         assert_eq!(wc.byte_len, 256);
     }
-    let b = p.b.mr.as_slice();
+    let b = p.b.mr.to_vec(..).unwrap();
     assert_eq!(&b[..8192], &src[..8192], "writes");
     assert_eq!(
         &b[16 * 1024..16 * 1024 + 4096],
         &src[8192..8192 + 4096],
         "sends"
     );
-    let a = p.a.mr.as_slice();
+    let a = p.a.mr.to_vec(..).unwrap();
     assert_eq!(
         &a[48 * 1024..56 * 1024],
         &peer[32 * 1024..40 * 1024],
@@ -323,10 +329,10 @@ fn a_batch_of_64_mixed_work_requests_in_one_complete() {
 fn sge_lists_gather_and_scatter_across_two_regions() {
     let mut p = Pair::new();
     let mut second = MemoryRegion::new(&p.pd, 4096, access_all()).unwrap();
-    p.a.mr.as_mut_slice()[..200].copy_from_slice(&pattern(200, 4));
-    second.as_mut_slice()[..100].copy_from_slice(&pattern(100, 90));
-    let first = p.a.mr.as_slice()[..200].to_vec();
-    let other = second.as_slice()[..100].to_vec();
+    p.a.mr.write_at(0, &pattern(200, 4)).unwrap();
+    second.write_at(0, &pattern(100, 90)).unwrap();
+    let first = p.a.mr.to_vec(..200).unwrap();
+    let other = second.to_vec(..100).unwrap();
     // Gather: A[100..200], second[0..100], A[0..100] → B[0..300).
     let remote = p.b.mr.remote(0..300).unwrap();
     let wcs =
@@ -342,28 +348,28 @@ fn sge_lists_gather_and_scatter_across_two_regions() {
             .unwrap();
     assert_wc(&wcs[0], 1, WcOpcode::RDMA_WRITE);
     let want: Vec<u8> = [&first[100..200], &other[..], &first[0..100]].concat();
-    assert_eq!(&p.b.mr.as_slice()[..300], &want[..]);
-    assert!(p.b.mr.as_slice()[300..].iter().all(|&x| x == 0));
+    assert_eq!(p.b.mr.to_vec(..300).unwrap(), &want[..]);
+    assert!(p.b.mr.to_vec(300..).unwrap().iter().all(|&x| x == 0));
 
     // Scatter: an RDMA read of B[0..300) into second[1000..1150) and
     // A[5000..5150).
     let wcs =
         p.a.qp
             .post_and_wait(&mut p.a.send_cq, WAIT, |b| {
-                let sges = [second.sge(1000..1150)?, p.a.mr.sge(5000..5150)?];
+                let sges = [second.sge_mut(1000..1150)?, p.a.mr.sge_mut(5000..5150)?];
                 b.wr(2).rdma_read(remote).sge_list(&sges)
             })
             .unwrap();
     assert_wc(&wcs[0], 2, WcOpcode::RDMA_READ);
-    assert_eq!(&second.as_slice()[1000..1150], &want[..150]);
-    assert_eq!(&p.a.mr.as_slice()[5000..5150], &want[150..]);
+    assert_eq!(second.to_vec(1000..1150).unwrap(), &want[..150]);
+    assert_eq!(p.a.mr.to_vec(5000..5150).unwrap(), &want[150..]);
 }
 
 #[test]
 #[ignore = "needs an RDMA device: set MLX5DV_TEST_DEVICE"]
 fn unsafe_complete_then_poll_and_a_dropped_batch_posts_nothing() {
     let mut p = Pair::new();
-    p.a.mr.as_mut_slice()[..64].copy_from_slice(&[0xAB; 64]);
+    p.a.mr.write_at(0, &[0xAB; 64]).unwrap();
     let remote = p.b.mr.remote(0..64).unwrap();
     {
         // Built, then dropped: aborted, nothing reaches the wire.
@@ -380,7 +386,7 @@ fn unsafe_complete_then_poll_and_a_dropped_batch_posts_nothing() {
     std::thread::sleep(Duration::from_millis(300));
     assert_eq!(p.a.send_cq.poll_into(&mut none, 16).unwrap(), 0, "{none:?}");
     assert!(
-        p.b.mr.as_slice()[..64].iter().all(|&x| x == 0),
+        p.b.mr.to_vec(..64).unwrap().iter().all(|&x| x == 0),
         "an aborted write landed"
     );
 
@@ -404,7 +410,7 @@ fn unsafe_complete_then_poll_and_a_dropped_batch_posts_nothing() {
     assert_wc(&wcs[0], 2, WcOpcode::RDMA_WRITE);
     std::thread::sleep(Duration::from_millis(100));
     assert_eq!(p.a.send_cq.poll_into(&mut none, 16).unwrap(), 0, "{none:?}");
-    assert_eq!(&p.b.mr.as_slice()[..64], &[0xAB; 64]);
+    assert_eq!(p.b.mr.to_vec(..64).unwrap(), &[0xAB; 64]);
 }
 
 #[test]
@@ -423,7 +429,7 @@ fn error_state_flushes_and_reset_reconnects() {
     p.b.qp.reset().unwrap();
     assert_eq!(p.a.qp.state().unwrap(), QpState::Reset);
     p.connect();
-    p.a.mr.as_mut_slice()[..8].copy_from_slice(b"again!!!");
+    p.a.mr.write_at(0, b"again!!!").unwrap();
     let remote = p.b.mr.remote(0..8).unwrap();
     let wcs =
         p.a.qp
@@ -432,14 +438,14 @@ fn error_state_flushes_and_reset_reconnects() {
             })
             .unwrap();
     assert_wc(&wcs[0], 41, WcOpcode::RDMA_WRITE);
-    assert_eq!(&p.b.mr.as_slice()[..8], b"again!!!");
+    assert_eq!(p.b.mr.to_vec(..8).unwrap(), b"again!!!");
 }
 
 #[test]
 #[ignore = "needs an RDMA device: set MLX5DV_TEST_DEVICE"]
 fn wrong_rkey_is_a_remote_access_error_then_flush_then_recovery() {
     let mut p = Pair::new();
-    p.a.mr.as_mut_slice()[..64].copy_from_slice(&[0x5A; 64]);
+    p.a.mr.write_at(0, &[0x5A; 64]).unwrap();
     let good = p.b.mr.remote(0..64).unwrap();
     let mut bad = good;
     bad.rkey ^= 0x00FF_0000;
@@ -468,7 +474,7 @@ fn wrong_rkey_is_a_remote_access_error_then_flush_then_recovery() {
     }
     assert_eq!(p.a.qp.state().unwrap(), QpState::Err);
     assert!(
-        p.b.mr.as_slice()[..64].iter().all(|&x| x == 0),
+        p.b.mr.to_vec(..64).unwrap().iter().all(|&x| x == 0),
         "a flushed write landed"
     );
 
@@ -483,7 +489,7 @@ fn wrong_rkey_is_a_remote_access_error_then_flush_then_recovery() {
             })
             .unwrap();
     assert_wc(&wcs[0], 53, WcOpcode::RDMA_WRITE);
-    assert_eq!(&p.b.mr.as_slice()[..64], &[0x5A; 64]);
+    assert_eq!(p.b.mr.to_vec(..64).unwrap(), &[0x5A; 64]);
 }
 
 #[test]
@@ -545,7 +551,7 @@ fn checks_fail_before_any_c_call() {
     // None of it reached the device, and the QP still works.
     let mut none = Vec::new();
     assert_eq!(p.a.send_cq.poll_into(&mut none, 8).unwrap(), 0);
-    p.a.mr.as_mut_slice()[..4].copy_from_slice(b"fine");
+    p.a.mr.write_at(0, b"fine").unwrap();
     let wcs =
         p.a.qp
             .post_and_wait(&mut p.a.send_cq, WAIT, |b| {
@@ -553,7 +559,7 @@ fn checks_fail_before_any_c_call() {
             })
             .unwrap();
     assert_wc(&wcs[0], 4, WcOpcode::RDMA_WRITE);
-    assert_eq!(&p.b.mr.as_slice()[..4], b"fine");
+    assert_eq!(p.b.mr.to_vec(..4).unwrap(), b"fine");
 }
 
 #[test]
@@ -595,7 +601,7 @@ fn a_qp_created_through_the_raw_api_is_driven_by_from_raw() {
     let theirs = p.b.qp.endpoint(0x88, &p.opts).unwrap();
     qp.connect(&theirs, 0x77, &p.opts).unwrap();
     p.b.qp.connect(&mine, 0x88, &p.opts).unwrap();
-    p.a.mr.as_mut_slice()[..32].copy_from_slice(&pattern(32, 61));
+    p.a.mr.write_at(0, &pattern(32, 61)).unwrap();
     let remote = p.b.mr.remote(100..132).unwrap();
     let wcs = qp
         .post_and_wait(&mut cq, WAIT, |b| {
@@ -604,7 +610,7 @@ fn a_qp_created_through_the_raw_api_is_driven_by_from_raw() {
         .unwrap();
     assert_wc(&wcs[0], 70, WcOpcode::RDMA_WRITE);
     assert_eq!(wcs[0].qp_num, raw_qp_num(raw));
-    assert_eq!(&p.b.mr.as_slice()[100..132], &pattern(32, 61)[..]);
+    assert_eq!(p.b.mr.to_vec(100..132).unwrap(), &pattern(32, 61)[..]);
     // The handle does not destroy what it did not create: the raw QP is
     // still alive and is destroyed here, once.
     drop(qp);
@@ -748,7 +754,7 @@ fn a_hot_loop_with_batch_flags_unbounded_remotes_and_sges_by_reference() {
     const N: usize = 32;
     const MSG: usize = 64;
     let data = pattern(N * MSG, 9);
-    p.a.mr.as_mut_slice()[..N * MSG].copy_from_slice(&data);
+    p.a.mr.write_at(0, &data).unwrap();
     // What C has: one rkey, an address per write, an SGE array.
     let region = p.b.mr.remote(..).unwrap();
     let raddr: Vec<u64> = (0..N)
@@ -782,7 +788,7 @@ fn a_hot_loop_with_batch_flags_unbounded_remotes_and_sges_by_reference() {
         .map(|i| (100 + i, WcStatus::SUCCESS, WcOpcode::RDMA_WRITE, MSG as u32))
         .collect();
     assert_eq!(seen, want);
-    assert_eq!(&p.b.mr.as_slice()[8192..8192 + N * MSG], &data[..]);
+    assert_eq!(p.b.mr.to_vec(8192..8192 + N * MSG).unwrap(), &data[..]);
 
     // Unbounded on this side, bounded by the responder's device: a write
     // past the end of the peer's region is a remote access error.
@@ -799,7 +805,16 @@ fn a_hot_loop_with_batch_flags_unbounded_remotes_and_sges_by_reference() {
         wcs[0]
     );
     assert!(
-        p.b.mr.as_slice()[MR_LEN - 32..].iter().all(|&x| x == 0),
+        p.b.mr
+            .to_vec(MR_LEN - 32..)
+            .unwrap()
+            .iter()
+            .all(|&x| x == 0),
         "the refused write landed"
     );
+}
+
+/// `len` bytes at `at` of `whole`.
+fn piece(whole: SgeMut<'_>, at: usize, len: usize) -> Result<SgeMut<'_>> {
+    Ok(whole.split_at(at as u32)?.1.split_at(len as u32)?.0)
 }

@@ -306,6 +306,8 @@ struct bench_objs *bench_objs_new(void)
 	null_qp_init(o->rc, 0x101);
 	o->dci = zalloc(sizeof(*o->dci));
 	null_qp_init(o->dci, 0x102);
+	o->rc->ibv.qp_base.context = ctx;
+	o->dci->ibv.qp_base.context = ctx;
 	o->rc_qp = &o->rc->ibv.qp_base;
 	o->rc_qpx = &o->rc->ibv;
 	o->rc_mqpx = &o->rc->dv;

@@ -536,6 +536,15 @@ pub fn fill_pattern(buf: &mut [u8], seed: u8) {
     }
 }
 
+/// `len` bytes of the pattern of `seed` (see [`fill_pattern`]), to copy
+/// into a region peers may write, which is not handed out as a slice
+/// (`MemoryRegion::write_at`).
+pub fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    let mut v = vec![0; len];
+    fill_pattern(&mut v, seed);
+    v
+}
+
 /// The offset of the first byte of `buf` that breaks the pattern of
 /// `seed`, if any.
 pub fn check_pattern(buf: &[u8], seed: u8) -> Option<usize> {

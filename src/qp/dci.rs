@@ -13,12 +13,18 @@ use std::ptr::NonNull;
 ///
 /// Given to every work request of a DCI batch
 /// ([`WrBatch::wr`](crate::WrBatch::wr) on a `QpEx<Dci>`): a DCI work
-/// request without one does not compile. It borrows the address handle
+/// request without one does not compile. The address handle must come
+/// from the DCI's own device context (libmlx5 reads it as an mlx5 address
+/// handle): a work request with another's is refused with
+/// [`Error::InvalidArgument`](crate::Error::InvalidArgument) before any
+/// C call. It borrows the address handle
 /// and holds its raw pointer, read once here, so that a loop of work
 /// requests passes it on as C does.
 #[derive(Clone, Copy)]
 pub struct DcAddr<'a> {
     ah: NonNull<ffi::ibv_ah>,
+    /// The AH's context: a DCI takes addresses of its own context only.
+    ctx: *mut ffi::ibv_context,
     remote_dctn: u32,
     remote_dc_key: u64,
     _ah: PhantomData<&'a AddressHandle>,
@@ -29,8 +35,11 @@ impl<'a> DcAddr<'a> {
     /// `remote_dc_key`, reached through `ah`.
     #[inline]
     pub fn new(ah: &'a AddressHandle, remote_dctn: u32, remote_dc_key: u64) -> Self {
+        let raw = ah.as_non_null();
         DcAddr {
-            ah: ah.as_non_null(),
+            ah: raw,
+            // SAFETY: the AH is live (borrowed).
+            ctx: unsafe { (*raw.as_ptr()).context },
             remote_dctn,
             remote_dc_key,
             _ah: PhantomData,
@@ -41,6 +50,12 @@ impl<'a> DcAddr<'a> {
     #[inline]
     pub fn ah_ptr(&self) -> *mut ffi::ibv_ah {
         self.ah.as_ptr()
+    }
+
+    /// The context of the address handle.
+    #[inline]
+    pub(crate) fn context_ptr(&self) -> *mut ffi::ibv_context {
+        self.ctx
     }
 
     /// The remote DCT number.

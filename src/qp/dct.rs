@@ -47,6 +47,15 @@ impl Dct {
                 ),
             });
         }
+        for (what, other) in [("CQ", cq.context()), ("SRQ", srq.pd().context())] {
+            if other.as_ptr() != ctx.as_ptr() {
+                return Err(Error::InvalidArgument(format!(
+                    "DCT: the {what} belongs to {}, the PD to {}",
+                    other.name(),
+                    ctx.name()
+                )));
+            }
+        }
         let mut attr = ffi::ibv_qp_init_attr_ex {
             send_cq: ffi_cq(cq),
             recv_cq: ffi_cq(cq),
@@ -154,9 +163,17 @@ impl Dct {
 
 impl Drop for Dct {
     fn drop(&mut self) {
-        // SAFETY: created by this value and destroyed once.
-        let rc = unsafe { ffi::ibv_destroy_qp(self.qp.as_ptr()) };
-        crate::report_destroy_failure("ibv_destroy_qp", rc, self.pd.context().name());
+        let qp = self.qp;
+        let parents = (self.pd.clone(), Arc::clone(&self._cq), self._srq.clone());
+        // Dropped inside a poll callback, the DCT is destroyed when the poll
+        // ends (mlx5's ibv_destroy_qp takes its CQ's lock: see `QpEx`).
+        crate::cq::after_polls(Box::new(move || {
+            // SAFETY: created by the handle being dropped and destroyed once,
+            // here; its PD, CQ and SRQ are kept alive until after the call.
+            let rc = unsafe { ffi::ibv_destroy_qp(qp.as_ptr()) };
+            crate::report_destroy_failure("ibv_destroy_qp", rc, parents.0.context().name());
+            drop(parents);
+        }));
     }
 }
 

@@ -102,6 +102,16 @@ pub(crate) fn check_retries(opts: &ConnectOptions) -> Result<()> {
     Ok(())
 }
 
+/// The error of a call refused inside a poll callback.
+#[cold]
+pub(crate) fn in_poll_callback(call: &str, what: &str) -> Error {
+    Error::InvalidArgument(format!(
+        "{call} on {what} inside a poll_each callback: the provider may hold the CQ's \
+         lock until the poll ends, and this call would take it again (call it after \
+         the poll)"
+    ))
+}
+
 pub(crate) fn ffi_cq(cq: &CompletionQueue) -> *mut ffi::ibv_cq {
     // SAFETY: a pure pointer cast of a live extended CQ.
     unsafe { ffi::ibv_cq_ex_to_cq(cq.as_ptr()) }
@@ -136,6 +146,8 @@ pub struct QpEx<T: Transport> {
     pub(crate) caps: QpCaps,
     send_ops: SendOps,
     owned: bool,
+    /// The ids of the next scoped post ([`QpEx::post_and_wait`]).
+    pub(crate) scope: crate::wr::ScopeIds,
     // Dropped after the QP is destroyed (fields drop after Drop::drop).
     pd: ProtectionDomain,
     send_cq: Arc<CqInner>,
@@ -147,16 +159,34 @@ pub struct QpEx<T: Transport> {
 // posting needs `&mut self`, so one thread at a time builds a batch.
 unsafe impl<T: Transport> Send for QpEx<T> {}
 // SAFETY: `&self` methods are state transitions and queries, which the
-// provider and kernel serialise.
+// provider and kernel serialise; the batch state (`ops.open`) is only
+// touched through `&mut self` or by a batch, which borrows the QP mutably.
 unsafe impl<T: Transport> Sync for QpEx<T> {}
 
 impl<T: Transport> Drop for QpEx<T> {
     fn drop(&mut self) {
+        if self.ops.open.get() {
+            self.abort_leaked_batch();
+        }
         if self.owned {
-            // SAFETY: created by this value and destroyed once; no batch is
-            // alive (a batch borrows the QP mutably).
-            let rc = unsafe { ffi::ibv_destroy_qp(self.qp.as_ptr()) };
-            crate::report_destroy_failure("ibv_destroy_qp", rc, self.pd.context().name());
+            let qp = self.qp;
+            let parents = (
+                self.pd.clone(),
+                Arc::clone(&self.send_cq),
+                Arc::clone(&self._recv_cq),
+            );
+            // Dropped inside a poll callback, the QP is destroyed when the
+            // poll ends: mlx5's ibv_destroy_qp takes the locks of the QP's
+            // CQs, one of which the poll may hold on this thread.
+            crate::cq::after_polls(Box::new(move || {
+                // SAFETY: created by the handle being dropped and destroyed
+                // once, here; no batch is alive (a batch borrows the QP
+                // mutably, and a leaked one was aborted above); its PD and
+                // CQs are kept alive until after the call.
+                let rc = unsafe { ffi::ibv_destroy_qp(qp.as_ptr()) };
+                crate::report_destroy_failure("ibv_destroy_qp", rc, parents.0.context().name());
+                drop(parents);
+            }));
         }
     }
 }
@@ -202,6 +232,7 @@ impl<T: Transport> QpEx<T> {
             caps: p.caps,
             send_ops: p.send_ops,
             owned: p.owned,
+            scope: Default::default(),
             pd: p.pd.clone(),
             send_cq: p.send_cq.share(),
             _recv_cq: p.recv_cq.share(),
@@ -337,7 +368,15 @@ impl<T: Transport> QpEx<T> {
     }
 
     /// Moves the QP to RESET, from which it can be connected again.
+    ///
+    /// Refused ([`Error::InvalidArgument`]) inside a
+    /// [`poll_each`](crate::CompletionQueue::poll_each) callback: mlx5
+    /// cleans the QP's CQs on this transition, under the lock the poll
+    /// holds, and would wait for ever.
     pub fn reset(&self) -> Result<()> {
+        if crate::cq::in_provider_poll() {
+            return Err(in_poll_callback("ibv_modify_qp to RESET", &self.describe()));
+        }
         let mut a = ffi::ibv_qp_attr {
             qp_state: ffi::IBV_QPS_RESET,
             ..Default::default()

@@ -29,6 +29,13 @@ macro_rules! entries {
             /// The QP's mlx5 extension (NULL without one), the first
             /// argument of the mlx5 entries: read at each call with them.
             pub(crate) mqpx: M,
+            /// Whether a batch was started (`wr_start`) and not yet
+            /// completed or aborted. Only a batch that was leaked
+            /// (`mem::forget`) leaves it set when the next one opens: the
+            /// provider still holds the send queue's lock for it, so the
+            /// next batch aborts it first instead of waiting on that lock
+            /// for ever.
+            pub(crate) open: std::cell::Cell<bool>,
             $( $(#[$doc])* pub(crate) $field: unsafe extern "C" fn($($ty),*), )*
         }
 
@@ -144,6 +151,7 @@ impl WrOps {
             abort,
             depth: 0,
             mqpx: std::ptr::null_mut(),
+            open: std::cell::Cell::new(false),
             set_sge: generic!(true, wr_set_sge, set_sge),
             set_sge_list: generic!(true, wr_set_sge_list, set_sge_list),
             set_inline_data: generic!(true, wr_set_inline_data, set_inline_data),

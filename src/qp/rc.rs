@@ -130,7 +130,9 @@ impl QpEx<Rc> {
     /// The device writes the received data into the SGEs' memory after this
     /// returns: the regions must stay registered and their memory must not
     /// be read or written through other references until the receive's
-    /// completion (or its flush) has been polled.
+    /// completion (or its flush) has been polled, the QP has been moved to
+    /// RESET, or it has been destroyed. `wr_id` is below 2^63 when the QP's
+    /// send CQ is also its receive CQ (see [`WrBatch::complete`](crate::WrBatch::complete)).
     pub unsafe fn post_recv(&mut self, wr_id: u64, sges: &[Sge<'_>]) -> Result<()> {
         let mut wr = recv_wr(wr_id, sges, self.caps.max_recv_sge, "the QP's max_recv_sge")?;
         let mut bad = std::ptr::null_mut();

@@ -6,7 +6,7 @@ use super::{Data, SendFlags, Wr};
 use crate::error::{Error, Result};
 use crate::ffi;
 use crate::mkey::{Mkey, MkeyLayout};
-use crate::mr::{AccessFlags, MemoryRegion, Sge};
+use crate::mr::{AccessFlags, MemoryRegion, Sge, SgeMut};
 use crate::qp::{Mlx5Info, Mlx5SendOps, QpEx, Rc, SendOps, Transport};
 use crate::wqe::Wqe;
 use std::marker::PhantomData;
@@ -27,6 +27,9 @@ pub struct MrInterleaved<'m> {
     raw: ffi::mlx5dv_mr_interleaved,
     /// Where the region ends, to bound the repeated pattern.
     region_end: u64,
+    /// Whether a peer may already write the region (see
+    /// [`Wr::mr_interleaved`] on remote write access).
+    peer_writable: bool,
     _mr: PhantomData<&'m MemoryRegion>,
 }
 
@@ -59,6 +62,7 @@ impl<'m> MrInterleaved<'m> {
                 lkey: mr.lkey(),
             },
             region_end: mr.addr() + mr.len() as u64,
+            peer_writable: mr.is_peer_writable(),
             _mr: PhantomData,
         })
     }
@@ -79,13 +83,13 @@ impl<'m> MrInterleaved<'m> {
 /// nothing more. It borrows both ranges' memory for `'m`.
 #[derive(Debug, Clone, Copy)]
 pub struct MemcpyOp<'m> {
-    dest: Sge<'m>,
+    dest: SgeMut<'m>,
     src: Sge<'m>,
 }
 
 impl<'m> MemcpyOp<'m> {
     /// The destination.
-    pub fn dest(&self) -> Sge<'m> {
+    pub fn dest(&self) -> SgeMut<'m> {
         self.dest
     }
 
@@ -117,7 +121,7 @@ impl<T: Transport> QpEx<T> {
     /// both ranges have the same length, from 1 to the device's
     /// `max_wr_memcpy_length`. (Posted on another QP, the device's own
     /// limit applies there; the lengths stay equal.)
-    pub fn memcpy_op<'m>(&self, dest: Sge<'m>, src: Sge<'m>) -> Result<MemcpyOp<'m>> {
+    pub fn memcpy_op<'m>(&self, dest: SgeMut<'m>, src: Sge<'m>) -> Result<MemcpyOp<'m>> {
         self.mlx5.require(Mlx5SendOps::MEMCPY, "memcpy")?;
         check_memcpy(&dest, &src, self.mlx5.max_memcpy)?;
         Ok(MemcpyOp { dest, src })
@@ -127,7 +131,7 @@ impl<T: Transport> QpEx<T> {
 /// mlx5dv_wr_post(3)'s rules for a memcpy: equal lengths (the device
 /// copies one length), from 1 to `max`.
 #[inline(always)]
-fn check_memcpy(dest: &Sge<'_>, src: &Sge<'_>, max: u64) -> Result<()> {
+fn check_memcpy(dest: &SgeMut<'_>, src: &Sge<'_>, max: u64) -> Result<()> {
     if dest.length() != src.length() {
         return Err(Error::InvalidArgument(memcpy_uneven(
             dest.length(),
@@ -162,7 +166,7 @@ impl<'m, T: Transport> Wr<'_, 'm, T> {
     /// prepared beforehand, [`QpEx::memcpy_op`] checks the lengths once and
     /// [`memcpy_op`](Self::memcpy_op) posts with no check left.
     #[inline(always)]
-    pub fn memcpy(self, dest: Sge<'m>, src: Sge<'m>) -> Result<()> {
+    pub fn memcpy(self, dest: SgeMut<'m>, src: Sge<'m>) -> Result<()> {
         self.mlx5_op(Mlx5SendOps::MEMCPY, "memcpy")?;
         check_memcpy(&dest, &src, self.state.mlx5.max_memcpy)?;
         self.post_memcpy(&dest, &src)
@@ -174,9 +178,12 @@ impl<'m, T: Transport> Wr<'_, 'm, T> {
     ///
     /// ```no_run
     /// # use mlx5dv::*;
-    /// # fn f(qp: &mut QpEx<Rc>, dst: &MemoryRegion, src: &MemoryRegion) -> Result<()> {
-    /// let ops = (0..32)
-    ///     .map(|i| qp.memcpy_op(dst.sge(i * 64..(i + 1) * 64)?, src.sge(i * 64..(i + 1) * 64)?))
+    /// # fn f(qp: &mut QpEx<Rc>, dst: &mut MemoryRegion, src: &MemoryRegion) -> Result<()> {
+    /// // The device writes `dst`: its 64-byte pieces hold it exclusively.
+    /// let pieces = dst.sge_mut(0..32 * 64)?.chunks(64)?;
+    /// let ops = pieces
+    ///     .enumerate()
+    ///     .map(|(i, d)| qp.memcpy_op(d, src.sge(i * 64..(i + 1) * 64)?))
     ///     .collect::<Result<Vec<_>>>()?;
     /// let mut b = qp.batch_with(SendFlags::SIGNALED);
     /// for (i, op) in ops.iter().enumerate() {
@@ -196,7 +203,7 @@ impl<'m, T: Transport> Wr<'_, 'm, T> {
 
     /// Hands a checked memcpy to the provider.
     #[inline(always)]
-    fn post_memcpy(self, dest: &Sge<'m>, src: &Sge<'m>) -> Result<()> {
+    fn post_memcpy(self, dest: &SgeMut<'m>, src: &Sge<'m>) -> Result<()> {
         self.commit(
             SendFlags::empty(),
             #[inline(always)]
@@ -249,7 +256,16 @@ impl<'m> Wr<'_, 'm, Rc> {
     /// mkey has once this work request completes.
     ///
     /// At most the mkey's `max_entries` SGEs, and at most what the QP's WQE
-    /// holds: `(max_inline_data + 4) / 16` (4 with the default 64).
+    /// holds: `(max_inline_data + 4) / 16` (4 with the default 64); in all
+    /// at most 2^31 - 1 bytes (libmlx5 sums the layout in an `int`).
+    ///
+    /// `access` may not grant `REMOTE_WRITE` or `REMOTE_ATOMIC`
+    /// ([`Error::InvalidArgument`]): a peer could then write the listed
+    /// memory through the mkey after the SGEs' borrows end, and an SGE does
+    /// not say whether its region is one a peer may write (see the crate
+    /// docs' memory model). For a remote-writable layout use
+    /// [`mr_interleaved`](Self::mr_interleaved) with `bytes_skip` 0 and a
+    /// repeat count of 1 over regions registered with remote write access.
     /// Signalled, it completes with [`WcOpcode::UMR`](crate::WcOpcode::UMR).
     #[inline]
     pub fn mr_list(
@@ -267,7 +283,12 @@ impl<'m> Wr<'_, 'm, Rc> {
             "the mkey's max_entries",
         )?;
         check_entries("mr_list entries", sges.len(), wqe_max, WQE_LIMIT)?;
+        if access.intersects(PEER_WRITES) {
+            return Err(Error::InvalidArgument(list_peer_writes(access)));
+        }
         let raw = Sge::as_raw_slice(sges);
+        let total = Data::List(raw).len();
+        check_layout_len(total)?;
         self.commit(
             SendFlags::INLINE,
             #[inline(always)]
@@ -287,8 +308,6 @@ impl<'m> Wr<'_, 'm, Rc> {
                 }
             },
         )?;
-        // The sum is computed only when the caller uses the layout.
-        let total = Data::List(raw).len();
         Ok(MkeyLayout::new(mkey, total))
     }
 
@@ -301,7 +320,12 @@ impl<'m> Wr<'_, 'm, Rc> {
     /// The mkey needs one more entry than `entries.len()` (one holds the
     /// repeat header), and the QP's WQE must hold them:
     /// `(max_inline_data + 4) / 16 - 1` entries (3 with the default 64).
-    /// Every repeat of every entry must stay inside its region.
+    /// Every repeat of every entry must stay inside its region; the layout
+    /// is at most 2^31 - 1 bytes. With `REMOTE_WRITE` or `REMOTE_ATOMIC` in
+    /// `access`, every entry's region must itself be registered with remote
+    /// write or atomic access (so that it is already memory a peer may
+    /// write, never handed out as a plain slice); otherwise
+    /// [`Error::InvalidArgument`].
     /// Signalled, it completes with [`WcOpcode::UMR`](crate::WcOpcode::UMR).
     pub fn mr_interleaved(
         self,
@@ -328,7 +352,11 @@ impl<'m> Wr<'_, 'm, Rc> {
             });
         }
         let mut per_repeat = 0u64;
+        let peer_writes = access.intersects(PEER_WRITES);
         for e in entries {
+            if peer_writes && !e.peer_writable {
+                return Err(Error::InvalidArgument(interleaved_peer_writes(access)));
+            }
             match e.span_end(repeat_count) {
                 Some(end) if end <= e.region_end => {}
                 end => {
@@ -342,6 +370,7 @@ impl<'m> Wr<'_, 'm, Rc> {
             per_repeat += u64::from(e.raw.bytes_count);
         }
         let total = per_repeat.saturating_mul(u64::from(repeat_count));
+        check_layout_len(total)?;
         // The C array, on the stack for the usual sizes; filled once.
         let mut stack = [ffi::mlx5dv_mr_interleaved::default(); 16];
         let mut heap = Vec::new();
@@ -448,6 +477,55 @@ fn entries_out_of_range(max: u32, why: &str) -> String {
 #[inline(never)]
 fn not_in_mlx5_ops(name: &str, op: Mlx5SendOps) -> String {
     format!("{name}: the QP was not created with {op:?} in its mlx5 send ops")
+}
+
+/// The access that lets a peer write through an mkey.
+const PEER_WRITES: AccessFlags = AccessFlags::REMOTE_WRITE.union(AccessFlags::REMOTE_ATOMIC);
+
+/// An mkey layout is at most 2^31 - 1 bytes: rdma-core sums its entries in
+/// an `int`.
+#[inline(always)]
+fn check_layout_len(total: u64) -> Result<()> {
+    if total > i32::MAX as u64 {
+        return Err(Error::OutOfRange {
+            what: "mkey layout length",
+            value: total,
+            limit: layout_too_long(),
+        });
+    }
+    Ok(())
+}
+
+#[cold]
+#[inline(never)]
+fn layout_too_long() -> String {
+    format!(
+        "at most {} (2^31 - 1: libmlx5 sums the layout's length in an int)",
+        i32::MAX
+    )
+}
+
+#[cold]
+#[inline(never)]
+fn list_peer_writes(access: AccessFlags) -> String {
+    format!(
+        "mr_list with {:?}: a peer could write the listed memory through the mkey after \
+         its borrow ends, and an SGE does not say whether its region allows that; use \
+         mr_interleaved (one entry per piece, bytes_skip 0, repeat 1) over regions \
+         registered with that access",
+        access & PEER_WRITES
+    )
+}
+
+#[cold]
+#[inline(never)]
+fn interleaved_peer_writes(access: AccessFlags) -> String {
+    format!(
+        "mr_interleaved with {:?}: every entry's region must itself be registered with \
+         remote write or atomic access (a region that is not hands out plain slices, \
+         which a peer writing through the mkey would change under them)",
+        access & PEER_WRITES
+    )
 }
 
 #[cold]

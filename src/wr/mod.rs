@@ -24,7 +24,7 @@
 //! # use mlx5dv::*;
 //! # fn f(qp: &mut QpEx<Rc>, mr: &MemoryRegion) -> Result<()> {
 //! let mut batch = qp.batch();
-//! batch.wr(1).sge(mr.sge(..)?)?; // no builder chosen: no `sge` here
+//! batch.wr(1).sge(mr.sge(..)?)?; // ERROR: no builder chosen: no `sge` here
 //! # Ok(()) }
 //! ```
 //!
@@ -35,7 +35,7 @@
 //! # fn f(qp: &mut QpEx<Rc>, mr: &MemoryRegion, remote: RemoteBuf) -> Result<()> {
 //! let mut batch = qp.batch();
 //! let half = batch.wr(1).rdma_write(remote);
-//! unsafe { batch.complete()? }; // `half` still borrows the batch
+//! unsafe { batch.complete()? }; // ERROR: `half` still borrows the batch
 //! half.sge(mr.sge(..)?)?;
 //! # Ok(()) }
 //! ```
@@ -47,7 +47,7 @@
 //! # fn f(qp: &mut QpEx<Rc>) -> Result<()> {
 //! let batch = qp.batch();
 //! unsafe { batch.complete()? };
-//! unsafe { batch.complete()? }; // moved by the first complete
+//! unsafe { batch.complete()? }; // ERROR: moved by the first complete
 //! # Ok(()) }
 //! ```
 //!
@@ -57,7 +57,7 @@
 //! # use mlx5dv::*;
 //! # fn f(qp: &mut QpEx<Rc>) {
 //! let a = qp.batch();
-//! let b = qp.batch(); // the QP is already borrowed by `a`
+//! let b = qp.batch(); // ERROR: the QP is already borrowed by `a`
 //! drop((a, b));
 //! # }
 //! ```
@@ -69,7 +69,7 @@
 //! # use mlx5dv::*;
 //! # fn f(qp: &mut QpEx<Rc>, remote: RemoteBuf) -> Result<()> {
 //! let mut batch = qp.batch();
-//! batch.wr(1).rdma_read(remote).inline(b"x")?;
+//! batch.wr(1).rdma_read(remote).inline(b"x")?; // ERROR: a read has no inline data
 //! # Ok(()) }
 //! ```
 //!
@@ -80,7 +80,7 @@
 //! # use mlx5dv::*;
 //! # fn f(qp: &mut QpEx<Dci>, mr: &MemoryRegion, remote: RemoteBuf) -> Result<()> {
 //! let mut batch = qp.batch();
-//! batch.wr(1).rdma_write(remote).sge(mr.sge(..)?)?; // no DcAddr
+//! batch.wr(1).rdma_write(remote).sge(mr.sge(..)?)?; // ERROR: no DcAddr
 //! # Ok(()) }
 //! ```
 //!
@@ -91,7 +91,7 @@
 //! # use mlx5dv::*;
 //! # fn f(qp: &mut QpEx<Dci>, addr: DcAddr<'_>, mkey: &Mkey, mr: &MemoryRegion) -> Result<()> {
 //! let mut batch = qp.batch();
-//! batch.wr(1, addr).mr_list(mkey, AccessFlags::LOCAL_WRITE, &[mr.sge(..)?])?;
+//! batch.wr(1, addr).mr_list(mkey, AccessFlags::LOCAL_WRITE, &[mr.sge(..)?])?; // ERROR: RC only
 //! # Ok(()) }
 //! ```
 //!
@@ -109,16 +109,42 @@
 //! # Ok(()) }
 //! ```
 //!
-//! In the scoped form, memory a work request uses stays borrowed until its
-//! completion has arrived, so it cannot be changed or freed meanwhile:
+//! In the scoped form ([`QpEx::post_and_wait`]), memory a work request
+//! uses stays borrowed until the device is done with it: after a write
+//! from `src` is added, `src` cannot be changed, even within the closure
+//! that added it (the borrow lasts past the closure, to the completion):
 //!
 //! ```compile_fail,E0502
 //! # use mlx5dv::*;
 //! # use std::time::Duration;
-//! # fn f(qp: &mut QpEx<Rc>, cq: &mut CompletionQueue, mut mr: MemoryRegion, remote: RemoteBuf) -> Result<()> {
-//! let sge = mr.sge(0..8)?;
-//! mr.as_mut_slice()[0] = 1; // `sge` still borrows `mr`
-//! qp.post_and_wait(cq, Duration::from_secs(1), |b| b.wr(1).rdma_write(remote).sge(sge))?;
+//! # fn f(qp: &mut QpEx<Rc>, cq: &mut CompletionQueue, src: &mut MemoryRegion, remote: RemoteBuf) -> Result<()> {
+//! qp.post_and_wait(cq, Duration::from_secs(1), |b| {
+//!     b.wr(1).rdma_write(remote).sge(src.sge(0..8)?)?;
+//!     src.fill(0..8, 1) // ERROR: the posted write still borrows `src`
+//! })?;
+//! # Ok(()) }
+//! ```
+//!
+//! Memory the device writes (RDMA read, atomic and memcpy destinations) is
+//! named by an [`SgeMut`], which borrows its region
+//! exclusively: nothing may read it while the device writes it.
+//!
+//! ```compile_fail,E0277
+//! # use mlx5dv::*;
+//! # fn f(qp: &mut QpEx<Rc>, mr: &MemoryRegion, remote: RemoteBuf) -> Result<()> {
+//! let mut batch = qp.batch();
+//! batch.wr(1).rdma_read(remote).sge(mr.sge(0..8)?)?; // ERROR: a read's destination is an SgeMut, not an Sge
+//! # Ok(()) }
+//! ```
+//!
+//! An atomic has exactly one 8-byte SGE: there is no `sge_list` for it.
+//!
+//! ```compile_fail,E0599
+//! # use mlx5dv::*;
+//! # fn f(qp: &mut QpEx<Rc>, mr: &mut MemoryRegion, remote: RemoteBuf) -> Result<()> {
+//! let (lo, hi) = mr.sge_mut(0..8)?.split_at(4)?;
+//! let mut batch = qp.batch();
+//! batch.wr(1).atomic_fetch_add(remote, 1).sge_list(&[lo, hi])?; // ERROR: one SGE only
 //! # Ok(()) }
 //! ```
 //!
@@ -131,26 +157,38 @@
 //! before its builder and replaced by the batch's after its data. So a
 //! loop of work requests with the same flags costs no flag write at all.
 
-use crate::cq::{CompletionQueue, WorkCompletion};
 use crate::error::{Error, Result};
 use crate::ffi;
-use crate::mr::{RemoteBuf, Sge};
+use crate::mr::{RemoteBuf, Sge, SgeMut};
 use crate::qp::{DcAddr, Dci, Mlx5Info, QpCaps, QpEx, Rc, SendOps, Transport, WrOps};
 
 mod mlx5;
+mod scoped;
 #[cfg(test)]
 mod tests;
 
 pub use mlx5::{MemcpyOp, MrInterleaved};
+pub(crate) use scoped::ScopeIds;
+pub use scoped::ScopedBatch;
 use std::borrow::Borrow;
 use std::marker::PhantomData;
 use std::mem::ManuallyDrop;
 use std::ptr::NonNull;
-use std::time::{Duration, Instant};
 
 bitflags::bitflags! {
     /// Per-WR flags (`ibv_qp_ex.wr_flags`, `enum ibv_send_flags`).
-    /// `INLINE` is set by [`Op::inline`] itself.
+    ///
+    /// `IBV_SEND_INLINE` tells the device that a work request's data is in
+    /// the WQE itself, so the crate sets it on exactly the work requests
+    /// whose data is inline ([`Op::inline`], and the builders that need
+    /// it, such as [`Wr::mr_list`]) and clears it on every other: set on a
+    /// work request with SGEs, the device would send the WQE's own bytes as
+    /// data (a kernel crash on soft-RoCE). [`Wr::flags`] keeps `FENCE`,
+    /// `SIGNALED` and `SOLICITED` only; [`QpEx::batch_with`] also keeps
+    /// [`INLINE`](Self::INLINE), as a statement that the batch's work
+    /// requests carry inline data (so that they need no flag write of
+    /// their own). Any undefined bit (from
+    /// [`SendFlags::from_bits_retain`]) is masked out before C sees it.
     #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
     pub struct SendFlags: u32 {
         /// Wait for earlier RDMA reads and atomics before this WR
@@ -160,9 +198,17 @@ bitflags::bitflags! {
         const SIGNALED = ffi::IBV_SEND_SIGNALED;
         /// Solicited event at the receiver (`IBV_SEND_SOLICITED`).
         const SOLICITED = ffi::IBV_SEND_SOLICITED;
-        /// The data is copied into the WQE (`IBV_SEND_INLINE`).
+        /// The data is copied into the WQE (`IBV_SEND_INLINE`): applied by
+        /// the crate to inline data only (see above).
         const INLINE = ffi::IBV_SEND_INLINE;
     }
+}
+
+impl SendFlags {
+    /// What a caller may set on one work request.
+    const PER_WR: SendFlags = SendFlags::from_bits_retain(
+        SendFlags::FENCE.bits() | SendFlags::SIGNALED.bits() | SendFlags::SOLICITED.bits(),
+    );
 }
 
 /// Makes `'m` invariant: a batch's memory lifetime can be neither shortened
@@ -185,6 +231,8 @@ struct BatchState {
     flags: SendFlags,
     /// WRs handed to the provider so far.
     posted: usize,
+    /// The QP's context: a DC address must come from it.
+    ctx: *mut ffi::ibv_context,
 }
 
 impl BatchState {
@@ -216,7 +264,10 @@ impl BatchState {
 #[must_use = "a batch is aborted when dropped: call complete() to post it"]
 pub struct WrBatch<'q, 'm, T: Transport> {
     state: BatchState,
-    _qp: PhantomData<&'q mut QpEx<T>>,
+    /// Invariant in `'q`: in [`QpEx::post_and_wait`] the batch's `'q` is
+    /// the closure's own (higher-ranked), so no other batch has its type
+    /// and it cannot be swapped with one.
+    _qp: PhantomData<(&'q mut QpEx<T>, Invariant<'q>)>,
     _mem: PhantomData<Invariant<'m>>,
 }
 
@@ -254,23 +305,30 @@ impl<T: Transport> QpEx<T> {
     /// ```
     #[inline]
     pub fn batch_with<'m>(&mut self, flags: SendFlags) -> WrBatch<'_, 'm, T> {
-        self.open_batch(flags)
+        self.open_batch(flags.intersection(SendFlags::all()))
     }
 
     #[inline]
     fn open_batch<'m>(&mut self, flags: SendFlags) -> WrBatch<'_, 'm, T> {
         let qpx = self.qpx;
+        if self.ops.open.get() {
+            self.abort_leaked_batch();
+        }
         // SAFETY: the QP is live; `start` is its provider's wr_start entry
         // (resolved non-NULL at creation); `&mut self` excludes any other
-        // batch on it. `wr_flags` is the caller's field of the QP, read by
-        // the provider at each builder.
+        // live batch on it, and a leaked one was just aborted. `wr_flags`
+        // is the caller's field of the QP, read by the provider at each
+        // builder.
         unsafe {
             (self.ops.start)(qpx.as_ptr());
             (*qpx.as_ptr()).wr_flags = flags.bits();
         }
+        self.ops.open.set(true);
         WrBatch {
             state: BatchState {
                 qpx,
+                // SAFETY: the QP is live.
+                ctx: unsafe { (*self.qp.as_ptr()).context },
                 caps: NonNull::from(&self.caps),
                 send_ops: self.send_ops(),
                 mlx5: self.mlx5,
@@ -280,109 +338,6 @@ impl<T: Transport> QpEx<T> {
             },
             _qp: PhantomData,
             _mem: PhantomData,
-        }
-    }
-
-    /// Posts a batch and waits for all of its completions, keeping the
-    /// memory its SGEs borrow (`'m`) borrowed until they have arrived: the
-    /// safe way to post.
-    ///
-    /// `build` adds the work requests; every one is signalled. Returns their
-    /// completions (successful or not) in completion order. If `build`
-    /// fails, the batch is aborted and its error returned.
-    ///
-    /// `cq` is the QP's send CQ ([`Error::InvalidArgument`] otherwise),
-    /// borrowed so that nothing else polls it meanwhile; completions of
-    /// other QPs that share it and arrive meanwhile are returned too.
-    ///
-    /// On timeout the QP is moved to ERR and the flushed completions are
-    /// drained before [`Error::Timeout`] is returned, so the borrows end only
-    /// when the device is done with the memory. If the device does not
-    /// flush within 30 s after that, the process aborts: returning would let
-    /// the caller free memory the device may still write.
-    pub fn post_and_wait<'m, F>(
-        &mut self,
-        cq: &mut CompletionQueue,
-        timeout: Duration,
-        build: F,
-    ) -> Result<Vec<WorkCompletion>>
-    where
-        F: FnOnce(&mut WrBatch<'_, 'm, T>) -> Result<()>,
-    {
-        let qp_num = self.qp_num();
-        if !self.completes_on(cq) {
-            return Err(Error::InvalidArgument(format!(
-                "post_and_wait on QP {qp_num}: the CQ given is not the QP's send CQ"
-            )));
-        }
-        let mut batch = self.open_batch(SendFlags::SIGNALED);
-        build(&mut batch)?;
-        let n = batch.state.posted;
-        // SAFETY: the memory of every SGE is borrowed for 'm, which outlives
-        // this call; the call returns only after every WR of the batch has
-        // completed or been flushed (below).
-        unsafe { batch.complete()? };
-
-        let mut out = Vec::with_capacity(n);
-        let mut ours = 0usize;
-        let start = Instant::now();
-        let count_ours = |out: &[WorkCompletion], from: usize| {
-            out[from..].iter().filter(|c| c.qp_num == qp_num).count()
-        };
-        while ours < n {
-            let before = out.len();
-            cq.poll_into(&mut out, n - ours)?;
-            ours += count_ours(&out, before);
-            if ours < n && start.elapsed() >= timeout {
-                return Err(self.flush_after_timeout(cq, n, ours, start));
-            }
-            if out.len() == before {
-                std::thread::yield_now();
-            }
-        }
-        Ok(out)
-    }
-
-    /// Moves the QP to ERR and waits for the rest of a scoped batch's
-    /// completions (flushed), aborting the process if they never come.
-    fn flush_after_timeout(
-        &self,
-        cq: &mut CompletionQueue,
-        n: usize,
-        mut ours: usize,
-        start: Instant,
-    ) -> Error {
-        let arrived = ours;
-        let qp_num = self.qp_num();
-        let moved = self.to_error();
-        let deadline = Instant::now() + Duration::from_secs(30);
-        let mut sink = Vec::new();
-        while ours < n {
-            sink.clear();
-            match cq.poll_into(&mut sink, n - ours) {
-                Ok(_) => ours += sink.iter().filter(|c| c.qp_num == qp_num).count(),
-                Err(_) if Instant::now() < deadline => {}
-                Err(_) => break,
-            }
-            if Instant::now() >= deadline {
-                break;
-            }
-            std::thread::yield_now();
-        }
-        if ours < n {
-            eprintln!(
-                "mlx5dv: QP {qp_num:#x}: {} of {n} work requests neither completed nor \
-                 flushed 30 s after the move to ERR ({moved:?}); aborting, since their \
-                 memory cannot be released safely",
-                n - ours
-            );
-            std::process::abort();
-        }
-        Error::Timeout {
-            what: format!(
-                "{n} completions of QP {qp_num:#x} ({arrived} arrived; the rest were flushed)"
-            ),
-            waited_ms: start.elapsed().as_millis() as u64,
         }
     }
 }
@@ -399,18 +354,31 @@ impl<'q, 'm, T: Transport> WrBatch<'q, 'm, T> {
     }
 
     /// Posts the batch (`ibv_wr_complete`) and returns how many work
-    /// requests it held. On error nothing of the batch is posted.
+    /// requests it held.
+    ///
+    /// An error does not mean that nothing was posted: soft-RoCE publishes
+    /// the work requests to the device before its doorbell fails (for
+    /// example on a QP not yet in RTS), and they run once the QP can run
+    /// them. (mlx5 rolls a failed batch back; other providers may not.)
+    /// Treat a failed batch as posted until the QP has been moved to RESET
+    /// or destroyed, or their completions polled.
     ///
     /// # Safety
     ///
     /// The device reads and writes the memory of the batch's SGEs after
-    /// this returns: every region must stay registered and its memory must
-    /// not be freed, nor accessed in conflict with the device (written while
-    /// the device reads it, read or written while the device writes it),
-    /// until the work request's completion — or that of a later signalled
-    /// one on the same QP — has been polled, or the QP has been moved to
-    /// ERR and the flush completion polled. [`QpEx::post_and_wait`] keeps
-    /// these rules for you.
+    /// this returns, even when it returns an error: every region must stay
+    /// registered and its memory must not be freed, nor accessed in
+    /// conflict with the device (written while the device reads it, read
+    /// or written while the device writes it), until the work request's
+    /// completion — or that of a later signalled one on the same QP — has
+    /// been polled, or the QP has been moved to ERR and the flush
+    /// completion polled, or the QP has been moved to RESET or destroyed.
+    /// A peer may also reach memory through the keys the batch sends.
+    ///
+    /// The batch's work request ids are below 2^63: ids with bit 63 set
+    /// are those [`QpEx::post_and_wait`] gives its own work requests, and a
+    /// completion carrying one could be taken for one of them.
+    /// [`QpEx::post_and_wait`] keeps all of these rules for you.
     #[inline]
     pub unsafe fn complete(self) -> Result<u32> {
         // Disarm the abort of Drop before finalising: never both.
@@ -419,6 +387,7 @@ impl<'q, 'm, T: Transport> WrBatch<'q, 'm, T> {
         // SAFETY: the batch was started on this live QP and not finalised;
         // the memory rules are the caller's promise.
         let rc = unsafe { (this.state.ops().complete)(qpx) };
+        this.state.ops().open.set(false);
         if rc != 0 {
             return Err(complete_failed(
                 rc,
@@ -483,6 +452,7 @@ impl<'m> WrBatch<'_, 'm, Dci> {
 #[derive(Clone, Copy)]
 struct RawDc {
     ah: *mut ffi::ibv_ah,
+    ctx: *mut ffi::ibv_context,
     remote_dctn: u32,
     remote_dc_key: u64,
     stream_id: Option<u16>,
@@ -493,6 +463,7 @@ impl RawDc {
     fn new(addr: DcAddr<'_>, stream_id: Option<u16>) -> Self {
         RawDc {
             ah: addr.ah_ptr(),
+            ctx: addr.context_ptr(),
             remote_dctn: addr.remote_dctn(),
             remote_dc_key: addr.remote_dc_key(),
             stream_id,
@@ -505,6 +476,7 @@ impl<T: Transport> Drop for WrBatch<'_, '_, T> {
         // SAFETY: the batch was started and not completed (complete() does
         // not run Drop); abort discards every WR added since wr_start.
         unsafe { (self.state.ops().abort)(self.state.qpx.as_ptr()) };
+        self.state.ops().open.set(false);
     }
 }
 
@@ -520,10 +492,11 @@ pub struct Wr<'b, 'm, T: Transport> {
 }
 
 impl<'b, 'm, T: Transport> Wr<'b, 'm, T> {
-    /// Adds `flags` to the batch's (`INLINE` is managed by [`Op::inline`]).
+    /// Adds `flags` to the batch's. Only the flags [`SendFlags`] defines
+    /// are kept (`IBV_SEND_INLINE` is set by [`Op::inline`] itself).
     #[inline]
     pub fn flags(mut self, flags: SendFlags) -> Self {
-        self.flags |= flags;
+        self.flags |= flags.intersection(SendFlags::PER_WR);
         self
     }
 
@@ -687,10 +660,11 @@ pub struct Op<'b, 'm, T: Transport, K> {
     _k: PhantomData<K>,
 }
 
-impl<'m, T: Transport, K> Op<'_, 'm, T, K> {
-    /// One SGE of local memory, given by value or by reference (`&Sge`:
-    /// then its fields are read only when the provider's setter is called,
-    /// as C reads `sge->lkey` there, which keeps registers free in a loop).
+impl<'m, T: Transport> Op<'_, 'm, T, Source> {
+    /// One SGE of local memory for the device to read, given by value or
+    /// by reference (`&Sge`: then its fields are read only when the
+    /// provider's setter is called, as C reads `sge->lkey` there, which
+    /// keeps registers free in a loop).
     #[inline(always)]
     pub fn sge(self, sge: impl Borrow<Sge<'m>>) -> Result<()> {
         let sge = sge.borrow();
@@ -698,19 +672,53 @@ impl<'m, T: Transport, K> Op<'_, 'm, T, K> {
         self.post(Data::Sge(raw))
     }
 
-    /// Several SGEs, gathered (sources) or scattered (destinations) in
-    /// order; at most the QP's `max_send_sge`.
+    /// Several SGEs, gathered in order; at most the QP's `max_send_sge`.
     #[inline]
     pub fn sge_list(self, sges: &[Sge<'m>]) -> Result<()> {
+        self.post_list(Sge::as_raw_slice(sges))
+    }
+}
+
+impl<'m, T: Transport> Op<'_, 'm, T, Destination> {
+    /// One SGE of local memory for the device to write, by value or by
+    /// reference: an [`SgeMut`], which holds its region exclusively
+    /// borrowed for `'m`, so nothing reads the memory while the device
+    /// writes it.
+    #[inline(always)]
+    pub fn sge(self, sge: impl Borrow<SgeMut<'m>>) -> Result<()> {
+        self.post(Data::Sge(sge.borrow().as_raw()))
+    }
+
+    /// Several SGEs, scattered in order; at most the QP's `max_send_sge`.
+    #[inline]
+    pub fn sge_list(self, sges: &[SgeMut<'m>]) -> Result<()> {
+        self.post_list(SgeMut::as_raw_slice(sges))
+    }
+}
+
+impl<'m, T: Transport> Op<'_, 'm, T, Atomic> {
+    /// The one 8-byte SGE the old value lands in (an [`SgeMut`]: the device
+    /// writes it). An atomic has exactly one SGE, so there is no
+    /// `sge_list` here.
+    #[inline(always)]
+    pub fn sge(self, sge: impl Borrow<SgeMut<'m>>) -> Result<()> {
+        self.post(Data::Sge(sge.borrow().as_raw()))
+    }
+}
+
+impl<'m, T: Transport, K> Op<'_, 'm, T, K> {
+    /// An SGE list, after checking its length against `max_send_sge`.
+    #[inline]
+    fn post_list(self, raw: &[ffi::ibv_sge]) -> Result<()> {
         let max = self.wr.state.caps().max_send_sge;
-        if sges.len() > max as usize {
+        if raw.len() > max as usize {
             return Err(Error::OutOfRange {
                 what: "SGE count",
-                value: sges.len() as u64,
+                value: raw.len() as u64,
                 limit: too_many_sges(max),
             });
         }
-        self.post(Data::List(Sge::as_raw_slice(sges)))
+        self.post(Data::List(raw))
     }
 
     /// Checks and hands the whole work request to the provider. Always
@@ -797,17 +805,19 @@ impl<T: Transport> Wr<'_, '_, T> {
         extra: SendFlags,
         build: impl FnOnce(*mut ffi::ibv_qp_ex, &WrOps),
     ) -> Result<()> {
-        if let Some(RawDc {
-            stream_id: Some(_), ..
-        }) = self.dc
-        {
-            if self.state.mlx5.streams.is_none() {
+        if let Some(dc) = self.dc {
+            if dc.ctx != self.state.ctx {
+                return Err(Error::InvalidArgument(foreign_ah()));
+            }
+            if dc.stream_id.is_some() && self.state.mlx5.streams.is_none() {
                 return Err(Error::Unsupported { what: no_streams() });
             }
         }
         let q = self.state.qpx.as_ptr();
         let batch_flags = self.state.flags;
-        let flags = self.flags | extra;
+        // INLINE only where the data is inline (`extra`), whatever the
+        // batch's flags say.
+        let flags = self.flags.difference(SendFlags::INLINE) | extra;
         // Written only when they differ from the batch's, which are in
         // wr_flags between work requests (a compile-time decision when the
         // batch is opened in the same function with constant flags).
@@ -919,6 +929,14 @@ fn too_many_sges(max: u32) -> String {
 #[inline(never)]
 fn inline_too_long(max: u32) -> String {
     format!("at most {max} (the QP's max_inline_data)")
+}
+
+#[cold]
+#[inline(never)]
+fn foreign_ah() -> String {
+    "mlx5dv_wr_set_dc_addr: the DC address's address handle belongs to another \
+     device context than the DCI's"
+        .into()
 }
 
 #[cold]

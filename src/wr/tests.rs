@@ -21,11 +21,12 @@ const INL: u32 = ffi::IBV_SEND_INLINE;
 const LEN: usize = 1 << 16;
 
 /// Fake objects under real handles (none of them owned, so nothing is
-/// destroyed on drop).
+/// destroyed on drop). The QP plays a device (echo mode): its work
+/// requests complete on `fcq`, and `ibv_modify_qp` on it reaches the fake
+/// context `vctx`.
 struct Fx {
     fq: Box<FakeQp>,
-    qp: Box<ffi::ibv_qp>,
-    _ctx: Box<ffi::ibv_context>,
+    vctx: Box<FakeVerbsContext>,
     _pd: Box<ffi::ibv_pd>,
     fcq: Box<FakeCq>,
     mr_raw: Box<ffi::ibv_mr>,
@@ -38,10 +39,11 @@ struct Fx {
 
 impl Fx {
     fn new() -> Box<Fx> {
-        let mut ctx: Box<ffi::ibv_context> = Box::default();
+        let mut vctx = FakeVerbsContext::new("fake0");
         let mut pd_raw: Box<ffi::ibv_pd> = Box::default();
+        pd_raw.context = vctx.ctx();
         let mut fcq = FakeCq::new();
-        let context = Context::fake(NonNull::from(&mut *ctx), "fake0", true);
+        let context = Context::fake(NonNull::new(vctx.ctx()).unwrap(), "fake0", true);
         // SAFETY (test): fake objects that outlive the handles.
         let pd = unsafe { ProtectionDomain::from_raw(&context, NonNull::from(&mut *pd_raw)) };
         let cq = unsafe { CompletionQueue::from_raw(&context, NonNull::new(fcq.cq()).unwrap()) }
@@ -58,17 +60,22 @@ impl Fx {
             lkey: 0x5555_6666,
             rkey: 0x7777_8888,
         });
-        let mut qp: Box<ffi::ibv_qp> = Box::default();
-        qp.qp_num = wc::QP_NUM;
+        let mut fq = FakeQp::new();
+        fq.ibv.qp_base.qp_num = wc::QP_NUM;
+        vctx.add_qp(&mut fq);
+        fq.attach(&mut fcq);
+        let ah_raw = Box::new(ffi::ibv_ah {
+            context: vctx.ctx(),
+            ..Default::default()
+        });
         Box::new(Fx {
-            fq: FakeQp::new(),
-            qp,
-            _ctx: ctx,
+            fq,
+            vctx,
             _pd: pd_raw,
             fcq,
             mr_raw,
             mkey_raw,
-            ah_raw: Box::default(),
+            ah_raw,
             buf,
             pd,
             cq,
@@ -82,7 +89,7 @@ impl Fx {
         streams: Option<DciStreams>,
     ) -> QpEx<T> {
         QpEx::assemble(QpParts {
-            qp: NonNull::from(&mut *self.qp),
+            qp: NonNull::new(self.fq.qp()).unwrap(),
             qpx: NonNull::new(self.fq.ibv()).unwrap(),
             mlx5: Mlx5Info {
                 mqpx: NonNull::new(self.fq.dv()),
@@ -108,6 +115,42 @@ impl Fx {
         )
     }
 
+    /// An RC QP over the fakes that the handle owns: its drop calls
+    /// `ibv_destroy_qp`, which reaches the fake context's `destroy_qp`.
+    fn owned_rc(&mut self) -> QpEx<Rc> {
+        QpEx::assemble(QpParts {
+            qp: NonNull::new(self.fq.qp()).unwrap(),
+            qpx: NonNull::new(self.fq.ibv()).unwrap(),
+            mlx5: Mlx5Info::default(),
+            caps: QpCaps::default(),
+            send_ops: SendOps::rc_default(),
+            owned: true,
+            pd: &self.pd,
+            send_cq: &self.cq,
+            recv_cq: &self.cq,
+        })
+        .expect("every fake entry is filled")
+    }
+
+    /// Another fake context, with a PD and a CQ of it.
+    fn other_context(&self) -> Other {
+        let mut vctx = FakeVerbsContext::new("fake1");
+        let ctx = Context::fake(NonNull::new(vctx.ctx()).unwrap(), "fake1", true);
+        let mut pd_raw: Box<ffi::ibv_pd> = Box::default();
+        pd_raw.context = vctx.ctx();
+        let pd = unsafe { ProtectionDomain::from_raw(&ctx, NonNull::from(&mut *pd_raw)) };
+        let mut fcq = FakeCq::new();
+        let cq =
+            unsafe { CompletionQueue::from_raw(&ctx, NonNull::new(fcq.cq()).unwrap()) }.unwrap();
+        Other {
+            pd,
+            cq,
+            _pd_raw: pd_raw,
+            _fcq: fcq,
+            _vctx: vctx,
+        }
+    }
+
     fn mr(&self) -> MemoryRegion {
         unsafe {
             MemoryRegion::from_raw(&self.pd, NonNull::from(&*self.mr_raw), AccessFlags::all())
@@ -129,6 +172,16 @@ impl Fx {
         let cq = &self.fcq.cq as *const _ as usize;
         take().into_iter().filter(|c| c.obj != cq).collect()
     }
+}
+
+/// A context other than the fixture's, with a PD and a CQ (field order is
+/// drop order: the handles first).
+struct Other {
+    pd: ProtectionDomain,
+    cq: CompletionQueue,
+    _pd_raw: Box<ffi::ibv_pd>,
+    _fcq: Box<FakeCq>,
+    _vctx: Box<FakeVerbsContext>,
 }
 
 fn remote(len: u64) -> RemoteBuf {
@@ -239,6 +292,8 @@ fn batch_flags_are_written_once_and_a_work_requests_own_flags_only_for_it() {
 fn an_unbounded_remote_buffer_passes_its_key_and_address_unchecked() {
     let mut fx = Fx::new();
     let mr = fx.mr();
+    let mut out = fx.mr();
+    let whole = out.sge_mut(..).unwrap();
     let mut qp = fx.rc();
     let mut b = qp.batch();
     let far = RemoteBuf::unbounded(0xFFFF_FFFF_FFFF_F000, 0x1234_5678);
@@ -247,7 +302,7 @@ fn an_unbounded_remote_buffer_passes_its_key_and_address_unchecked() {
         .rdma_write(far)
         .sge(mr.sge(0..4096).unwrap())
         .unwrap();
-    b.wr(2).rdma_read(far).sge(mr.sge(0..8).unwrap()).unwrap();
+    b.wr(2).rdma_read(far).sge(part(whole, 0..8)).unwrap();
     assert_eq!(unsafe { b.complete() }.unwrap(), 2);
     let calls = fx.qp_calls();
     for (i, entry) in [(1, "wr_rdma_write"), (3, "wr_rdma_read")] {
@@ -284,6 +339,8 @@ fn inline_data_gets_ibv_send_inline_from_the_wrapper() {
 fn refused_work_requests_never_reach_the_provider() {
     let mut fx = Fx::new();
     let mr = fx.mr();
+    let mut out = fx.mr();
+    let whole = out.sge_mut(..).unwrap();
     let mut qp = fx.qp::<Rc>(SendOps::RDMA_WRITE, Mlx5SendOps::empty(), None);
     let mut b = qp.batch();
     assert!(matches!(
@@ -294,8 +351,7 @@ fn refused_work_requests_never_reach_the_provider() {
     assert!(matches!(too_long, Err(Error::OutOfRange { value: 9, .. })));
     assert!(b.wr(3).rdma_write(remote(65)).inline(&[0; 65]).is_err());
     assert!(matches!(
-        b.wr(4)
-            .memcpy(mr.sge(0..8).unwrap(), mr.sge(8..16).unwrap()),
+        b.wr(4).memcpy(part(whole, 0..8), mr.sge(8..16).unwrap()),
         Err(Error::Unsupported { .. })
     ));
     assert_eq!(b.len(), 0);
@@ -308,22 +364,58 @@ fn refused_work_requests_never_reach_the_provider() {
 fn post_and_wait_signals_every_work_request() {
     let mut fx = Fx::new();
     let mr = fx.mr();
+    let mut out = fx.mr();
+    let whole = out.sge_mut(..).unwrap();
     let mut qp = fx.rc();
+    take();
     let wcs = qp
         .post_and_wait(&mut fx.cq, Duration::from_secs(1), |b| {
             b.wr(1).rdma_write(remote(8)).sge(mr.sge(0..8)?)?;
-            b.wr(2).rdma_read(remote(8)).sge(mr.sge(8..16)?)
+            b.wr(2).rdma_read(remote(16)).sge(part(whole, 8..24))
         })
         .unwrap();
-    assert_eq!(wcs.len(), 2);
     let calls = fx.qp_calls();
+    // Every work request signalled, under an id of the scoped post's own:
+    // bit 63 set, consecutive.
     let builders: Vec<_> = calls
         .iter()
         .filter(|c| c.entry.starts_with("wr_rdma"))
-        .map(|c| c.wr)
+        .map(|c| c.wr.unwrap())
         .collect();
-    assert_eq!(builders, [Some((1, SIG)), Some((2, SIG))]);
-    assert_eq!(calls.last().unwrap().entry, "wr_complete");
+    assert_eq!(builders.len(), 2);
+    let first = builders[0].0;
+    assert_ne!(first & (1 << 63), 0, "{first:#x}");
+    assert_eq!(
+        builders,
+        [(first, SIG), ((first + 1) | (1 << 63), SIG)],
+        "{builders:x?}"
+    );
+    let names: Vec<_> = calls.iter().map(|c| c.entry).collect();
+    assert_eq!(
+        names,
+        [
+            "wr_start",
+            "wr_rdma_write",
+            "wr_set_sge",
+            "wr_rdma_read",
+            "wr_set_sge",
+            "wr_complete"
+        ]
+    );
+    // The completions, with the caller's ids, in order.
+    let got: Vec<_> = wcs
+        .iter()
+        .map(|w| (w.wr_id, w.status, w.opcode, w.byte_len, w.qp_num))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (1, WcStatus::SUCCESS, WcOpcode::RDMA_WRITE, 8, wc::QP_NUM),
+            (2, WcStatus::SUCCESS, WcOpcode::RDMA_READ, 16, wc::QP_NUM),
+        ]
+    );
+    assert_eq!(fx.cq.backlog_len(), 0);
+    assert!(fx.fcq.violations.is_empty(), "{:?}", fx.fcq.violations);
 }
 
 #[test]
@@ -356,6 +448,8 @@ fn post_and_wait_refuses_a_cq_that_is_not_the_send_cq_and_posts_nothing() {
 fn dci_work_requests_end_with_their_dc_address() {
     let mut fx = Fx::new();
     let mr = fx.mr();
+    let mut out = fx.mr();
+    let whole = out.sge_mut(..).unwrap();
     let ah_ptr = &mut *fx.ah_raw as *mut ffi::ibv_ah;
     let streams = DciStreams {
         log_num_concurent: 4,
@@ -381,7 +475,7 @@ fn dci_work_requests_end_with_their_dc_address() {
         .sge(mr.sge(0..8).unwrap())
         .unwrap();
     b.wr(4, addr)
-        .memcpy(mr.sge(0..32).unwrap(), mr.sge(32..64).unwrap())
+        .memcpy(part(whole, 0..32), mr.sge(32..64).unwrap())
         .unwrap();
     assert_eq!(unsafe { b.complete() }.unwrap(), 4);
     let f = &fx.fq;
@@ -436,11 +530,14 @@ fn dci_work_requests_end_with_their_dc_address() {
 fn memcpy_length_is_checked_at_its_boundaries() {
     let mut fx = Fx::new();
     let mr = fx.mr();
+    let mut out = fx.mr();
+    let whole = out.sge_mut(..).unwrap();
     let mut qp = fx.rc();
     qp.mlx5.max_memcpy = 4096;
     let mut b = qp.batch();
     let s = |r: std::ops::Range<usize>| mr.sge(r).unwrap();
-    let zero = b.wr(1).memcpy(s(0..0), s(8..8)).unwrap_err();
+    let d = |r: std::ops::Range<usize>| part(whole, r);
+    let zero = b.wr(1).memcpy(d(0..0), s(8..8)).unwrap_err();
     assert!(
         matches!(
             zero,
@@ -452,8 +549,8 @@ fn memcpy_length_is_checked_at_its_boundaries() {
         ),
         "{zero}"
     );
-    assert!(b.wr(2).memcpy(s(0..4096), s(8192..12288)).is_ok());
-    let over = b.wr(3).memcpy(s(0..4097), s(8192..12289)).unwrap_err();
+    assert!(b.wr(2).memcpy(d(0..4096), s(8192..12288)).is_ok());
+    let over = b.wr(3).memcpy(d(0..4097), s(8192..12289)).unwrap_err();
     assert!(
         matches!(
             over,
@@ -465,7 +562,7 @@ fn memcpy_length_is_checked_at_its_boundaries() {
         ),
         "{over}"
     );
-    let uneven = b.wr(4).memcpy(s(0..8), s(8..24)).unwrap_err();
+    let uneven = b.wr(4).memcpy(d(0..8), s(8..24)).unwrap_err();
     assert!(matches!(uneven, Error::InvalidArgument(_)), "{uneven}");
     assert_eq!(b.len(), 1);
 }
@@ -474,11 +571,14 @@ fn memcpy_length_is_checked_at_its_boundaries() {
 fn a_memcpy_op_is_checked_once_and_posts_the_same_call_as_memcpy() {
     let mut fx = Fx::new();
     let mr = fx.mr();
+    let mut out = fx.mr();
+    let whole = out.sge_mut(..).unwrap();
     let s = |r: std::ops::Range<usize>| mr.sge(r).unwrap();
+    let d = |r: std::ops::Range<usize>| part(whole, r);
     let mut qp = fx.rc();
     qp.mlx5.max_memcpy = 4096;
     // The checks of memcpy, made when the op is.
-    let zero = qp.memcpy_op(s(0..0), s(8..8)).unwrap_err();
+    let zero = qp.memcpy_op(d(0..0), s(8..8)).unwrap_err();
     assert!(
         matches!(
             zero,
@@ -490,7 +590,7 @@ fn a_memcpy_op_is_checked_once_and_posts_the_same_call_as_memcpy() {
         ),
         "{zero}"
     );
-    let over = qp.memcpy_op(s(0..4097), s(8192..12289)).unwrap_err();
+    let over = qp.memcpy_op(d(0..4097), s(8192..12289)).unwrap_err();
     assert!(
         matches!(
             over,
@@ -502,10 +602,10 @@ fn a_memcpy_op_is_checked_once_and_posts_the_same_call_as_memcpy() {
         ),
         "{over}"
     );
-    let uneven = qp.memcpy_op(s(0..8), s(8..24)).unwrap_err();
+    let uneven = qp.memcpy_op(d(0..8), s(8..24)).unwrap_err();
     assert!(matches!(uneven, Error::InvalidArgument(_)), "{uneven}");
-    let op = qp.memcpy_op(s(0..4096), s(8192..12288)).unwrap();
-    assert_eq!((op.dest(), op.src()), (s(0..4096), s(8192..12288)));
+    let op = qp.memcpy_op(d(0..4096), s(8192..12288)).unwrap();
+    assert_eq!((op.dest(), op.src()), (d(0..4096), s(8192..12288)));
     // Posted, it makes the call memcpy makes.
     let mut b = qp.batch_with(SendFlags::SIGNALED);
     b.wr(1).memcpy_op(&op).unwrap();
@@ -523,7 +623,7 @@ fn a_memcpy_op_is_checked_once_and_posts_the_same_call_as_memcpy() {
     // A QP without MEMCPY makes none, and a prepared one is refused there.
     let mut plain = fx.qp::<Rc>(SendOps::rc_default(), Mlx5SendOps::empty(), None);
     assert!(matches!(
-        plain.memcpy_op(s(0..8), s(8..16)),
+        plain.memcpy_op(d(0..8), s(8..16)),
         Err(Error::Unsupported { .. })
     ));
     let mut b = plain.batch();
@@ -882,4 +982,253 @@ fn more_interleaved_entries_than_the_stack_array_holds_arrive_whole() {
         .map(|i| (base + i * 16, 8, 8, 0x1111_2222))
         .collect();
     assert_eq!(call.args[5], Arg::Interleaved(want));
+}
+
+/// `r` of a destination SGE (the recording provider never touches memory,
+/// so a second handle on a test region stands for another region).
+fn part(whole: SgeMut<'_>, r: std::ops::Range<usize>) -> SgeMut<'_> {
+    let (_, tail) = whole.split_at(r.start as u32).unwrap();
+    tail.split_at((r.end - r.start) as u32).unwrap().0
+}
+
+// ----- the device's side: state transitions, destruction, polls -----
+
+/// The calls of entry `entry`, taken from `calls`.
+fn entries<'a>(calls: &'a [Call], entry: &str) -> Vec<&'a Call> {
+    calls.iter().filter(|c| c.entry == entry).collect()
+}
+
+#[test]
+fn state_transitions_reach_the_provider_through_libibverbs() {
+    let mut fx = Fx::new();
+    let qp = fx.rc();
+    take();
+    qp.to_error().unwrap();
+    qp.reset().unwrap();
+    let qp_ptr = fx.fq.qp() as usize;
+    let calls = take();
+    let modify = |state| Call {
+        entry: "modify_qp",
+        obj: qp_ptr,
+        wr: None,
+        args: vec![Arg::U32(state), Arg::U32(ffi::IBV_QP_STATE)],
+    };
+    assert_eq!(
+        calls,
+        [modify(ffi::IBV_QPS_ERR), modify(ffi::IBV_QPS_RESET)]
+    );
+    // libibverbs keeps the state it was given, and query_qp reports it.
+    assert_eq!(qp.state().unwrap(), QpState::Reset);
+    assert_eq!(take()[0].entry, "query_qp");
+}
+
+#[test]
+fn a_batch_mlx5_refused_is_rolled_back_and_not_waited_for() {
+    // mlx5 rolls back a batch whose wr_complete fails: nothing of it runs,
+    // so the scoped post returns at once, without stopping the QP.
+    let mut fx = Fx::new();
+    let mr = fx.mr();
+    let mut qp = fx.rc();
+    assert!(qp.pd().context().is_mlx5());
+    for (errno, full) in [(libc::EINVAL, false), (libc::ENOMEM, true)] {
+        fx.fq.complete_ret = errno;
+        take();
+        let err = qp
+            .post_and_wait(&mut fx.cq, Duration::from_secs(5), |b| {
+                b.wr(1).rdma_write(remote(8)).sge(mr.sge(0..8)?)
+            })
+            .unwrap_err();
+        if full {
+            assert!(
+                matches!(err, Error::SendQueueFull { batch: 1, .. }),
+                "{err}"
+            );
+        } else {
+            assert!(
+                matches!(
+                    err,
+                    Error::Verbs {
+                        call: "ibv_wr_complete",
+                        ..
+                    }
+                ),
+                "{err}"
+            );
+            assert_eq!(err.errno(), Some(libc::EINVAL));
+        }
+        let names: Vec<_> = take().iter().map(|c| c.entry).collect();
+        assert_eq!(
+            names,
+            ["wr_start", "wr_rdma_write", "wr_set_sge", "wr_complete"],
+            "no poll, no state change"
+        );
+        assert!(fx.fcq.queue.is_empty());
+    }
+}
+
+#[test]
+fn a_qp_dropped_inside_a_poll_callback_is_destroyed_after_the_poll_ends() {
+    let mut fx = Fx::new();
+    let qp = fx.owned_rc();
+    let qp_ptr = fx.fq.qp() as usize;
+    for wr_id in [5, 6] {
+        fx.fcq.push(Wc {
+            wr_id,
+            qp_num: wc::QP_NUM,
+            opcode: ffi::IBV_WC_RECV,
+            ..Wc::default()
+        });
+    }
+    take();
+    let mut held = Some(qp);
+    let mut seen = Vec::new();
+    let n = fx
+        .cq
+        .poll_each(8, |wc| {
+            seen.push(wc.wr_id());
+            if let Some(qp) = held.take() {
+                // A reset here would take the lock the poll may hold: it
+                // is refused, without a call into C.
+                let e = qp.reset().unwrap_err();
+                assert!(
+                    matches!(e, Error::InvalidArgument(ref m) if m.contains("poll_each callback")),
+                    "{e}"
+                );
+                drop(qp);
+            }
+        })
+        .unwrap();
+    assert_eq!((n, seen), (2, vec![5, 6]));
+    let calls = take();
+    let names: Vec<_> = calls.iter().map(|c| c.entry).collect();
+    assert_eq!(
+        names,
+        [
+            "start_poll",
+            "next_poll",
+            "next_poll",
+            "end_poll",
+            "destroy_qp"
+        ],
+        "destroyed after the poll ended, and no modify_qp"
+    );
+    assert_eq!(calls[4].obj, qp_ptr);
+    assert!(fx.fcq.violations.is_empty(), "{:?}", fx.fcq.violations);
+
+    // Outside a poll, the drop destroys at once.
+    let qp = fx.owned_rc();
+    take();
+    drop(qp);
+    assert_eq!(entries(&take(), "destroy_qp").len(), 1);
+}
+
+#[test]
+fn a_qp_dropped_in_a_nested_poll_waits_for_the_outermost_and_a_panic_ends_it() {
+    let mut fx = Fx::new();
+    let mut inner_fcq = FakeCq::new();
+    let mut inner = unsafe {
+        CompletionQueue::from_raw(fx.cq.context(), NonNull::new(inner_fcq.cq()).unwrap())
+    }
+    .unwrap();
+    let recv = |wr_id| Wc {
+        wr_id,
+        opcode: ffi::IBV_WC_RECV,
+        ..Wc::default()
+    };
+    fx.fcq.push(recv(1));
+    inner_fcq.push(recv(2));
+    let mut held = Some(fx.owned_rc());
+    take();
+    fx.cq
+        .poll_each(1, |_| {
+            inner.poll_each(1, |_| drop(held.take())).unwrap();
+            assert!(crate::cq::in_provider_poll());
+        })
+        .unwrap();
+    let outer = fx.fcq.cq() as usize;
+    let calls = take();
+    let seen: Vec<_> = calls.iter().map(|c| (c.entry, c.obj == outer)).collect();
+    assert_eq!(
+        seen,
+        [
+            ("start_poll", true),
+            ("start_poll", false),
+            ("end_poll", false),
+            ("end_poll", true),
+            ("destroy_qp", false),
+        ]
+    );
+    assert!(!crate::cq::in_provider_poll());
+
+    // A callback that panics after dropping a QP: the poll is ended while
+    // unwinding, and the QP destroyed after it.
+    fx.fcq.push(recv(3));
+    let mut held = Some(fx.owned_rc());
+    take();
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        fx.cq
+            .poll_each(1, |_| {
+                drop(held.take());
+                panic!("in the callback");
+            })
+            .unwrap()
+    }));
+    assert!(r.is_err());
+    let names: Vec<_> = take().iter().map(|c| c.entry).collect();
+    assert_eq!(names, ["start_poll", "end_poll", "destroy_qp"]);
+    assert!(!crate::cq::in_provider_poll());
+
+    // What waits for the polls runs in order of... the crate's choosing,
+    // but after the last end_poll, and at once when no poll is on.
+    let ran = std::rc::Rc::new(std::cell::Cell::new(false));
+    let r2 = ran.clone();
+    crate::cq::after_polls(Box::new(move || r2.set(true)));
+    assert!(ran.get());
+}
+
+#[test]
+fn a_dct_refuses_a_cq_or_srq_of_another_context_before_any_c_call() {
+    let mut fx = Fx::new();
+    let other = fx.other_context();
+    take();
+    // SRQs are made through libibverbs, which reaches the fake contexts.
+    let srq = SharedReceiveQueue::new(&fx.pd, 16, 1).unwrap();
+    let other_srq = SharedReceiveQueue::new(&other.pd, 16, 1).unwrap();
+    let calls = take();
+    let made: Vec<_> = calls.iter().map(|c| (c.entry, c.args.clone())).collect();
+    let args = vec![Arg::U32(16), Arg::U32(1)];
+    assert_eq!(made, [("create_srq", args.clone()), ("create_srq", args)]);
+    assert_eq!(calls[0].obj, &*fx._pd as *const ffi::ibv_pd as usize);
+
+    let e = Dct::new(&fx.pd, &other.cq, &srq, 7).unwrap_err();
+    assert!(
+        matches!(e, Error::InvalidArgument(ref m)
+            if m.contains("the CQ belongs to fake1, the PD to fake0")),
+        "{e}"
+    );
+    let e = Dct::new(&fx.pd, &fx.cq, &other_srq, 7).unwrap_err();
+    assert!(
+        matches!(e, Error::InvalidArgument(ref m)
+            if m.contains("the SRQ belongs to fake1, the PD to fake0")),
+        "{e}"
+    );
+    assert_eq!(take(), [], "refused before any C call");
+
+    // Of one context, the checks pass and libmlx5 is asked (and refuses a
+    // device that is not mlx5's: the fake's).
+    let e = Dct::new(&fx.pd, &fx.cq, &srq, 7).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::Verbs {
+                call: "mlx5dv_create_qp",
+                ..
+            }
+        ),
+        "{e}"
+    );
+    assert_eq!(e.errno(), Some(libc::EOPNOTSUPP));
+    drop((srq, other_srq));
+    let names: Vec<_> = take().iter().map(|c| c.entry).collect();
+    assert_eq!(names, ["destroy_srq", "destroy_srq"]);
 }

@@ -1,15 +1,20 @@
 //! Fake RDMA objects under the crate's real handles, for the host-side
-//! bad-input tables: a device, contexts, a PD, CQs, a memory region, mkeys,
-//! an address handle and QPs whose provider tables are the recording
-//! provider of `super::recorder`. None is owned by its handle, so nothing
-//! is destroyed; the C objects outlive the handles.
+//! bad-input tables and the recorded soundness tests: a device, contexts,
+//! a PD, CQs, a memory region, mkeys, an address handle and QPs whose
+//! provider tables are the recording provider of `super::recorder`. None
+//! is owned by its handle, so nothing is destroyed; the C objects outlive
+//! the handles.
+//!
+//! The QPs play a device (the recorder's echo mode): their work requests
+//! complete on the shared CQ `cq`, each QP with its own number, and
+//! `ibv_modify_qp` on them reaches the fake context (ERR flushes, RESET
+//! cleans). Tests reach the fakes through `Fx::_raw`.
 
 #![allow(dead_code, clippy::undocumented_unsafe_blocks)]
 
-use super::recorder::{self, FakeCq, FakeQp};
+use super::recorder::{self, FakeCq, FakeQp, FakeVerbsContext};
 use super::table::{row, Expect, Row};
 use mlx5dv::*;
-use std::ffi::c_void;
 use std::ptr::NonNull;
 
 pub const LEN: usize = 64 * 1024;
@@ -31,26 +36,24 @@ pub fn zeroed<T>() -> Box<T> {
     Box::new(unsafe { std::mem::zeroed() })
 }
 
-/// A `struct verbs_device` as libibverbs lays it out: the `ibv_device`,
-/// then the provider's ops pointer that `mlx5dv_is_supported` compares
-/// (NULL here: not an mlx5 device), then room for the rest.
-#[repr(C)]
-pub struct FakeDevice {
-    dev: ffi::ibv_device,
-    ops: *const c_void,
-    _rest: [u64; 64],
-}
+/// The QP numbers of the fixture's QPs (distinct: they share one CQ).
+pub const RC_QPN: u32 = 0x00AB_CDEF;
+pub const PLAIN_QPN: u32 = 0x00AB_CD02;
+pub const DCI_QPN: u32 = 0x00AB_CD03;
+pub const DCI_STREAMS_QPN: u32 = 0x00AB_CD04;
 
-/// A fake context on a fake device named `name`.
-pub fn fake_context(name: &str) -> (Box<FakeDevice>, Box<ffi::ibv_context>, Context) {
-    let mut dev: Box<FakeDevice> = zeroed();
-    for (d, s) in dev.dev.name.iter_mut().zip(name.bytes()) {
-        *d = s as std::ffi::c_char;
-    }
-    let mut ctx: Box<ffi::ibv_context> = zeroed();
-    ctx.device = &mut dev.dev;
-    let context = unsafe { Context::from_raw(NonNull::from(&mut *ctx)) };
-    (dev, ctx, context)
+/// Indices of `Raw::qps`.
+pub const RC: usize = 0;
+pub const PLAIN: usize = 1;
+pub const DCI: usize = 2;
+pub const DCI_STREAMS: usize = 3;
+
+/// A fake context (with its ops table: see `FakeVerbsContext`) on a fake
+/// device named `name`.
+pub fn fake_context(name: &str) -> (Box<FakeVerbsContext>, Context) {
+    let mut vctx = FakeVerbsContext::new(name);
+    let context = unsafe { Context::from_raw(NonNull::new(vctx.ctx()).unwrap()) };
+    (vctx, context)
 }
 
 /// The C objects behind the handles; they outlive them (dropped last).
@@ -58,15 +61,18 @@ pub fn fake_context(name: &str) -> (Box<FakeDevice>, Box<ffi::ibv_context>, Cont
 /// fixture is assembled and moved.
 #[allow(dead_code, clippy::vec_box)]
 pub struct Raw {
-    devs: Vec<Box<FakeDevice>>,
-    ctxs: Vec<Box<ffi::ibv_context>>,
-    pd: Box<ffi::ibv_pd>,
-    cqs: Vec<Box<FakeCq>>,
-    qps: Vec<(Box<FakeQp>, Box<ffi::ibv_qp>)>,
-    buf: Vec<u8>,
-    mr: Box<ffi::ibv_mr>,
-    mkeys: Vec<Box<ffi::mlx5dv_mkey>>,
-    ah: Box<ffi::ibv_ah>,
+    /// The context of everything, then another one (`other_cq`'s).
+    pub ctxs: Vec<Box<FakeVerbsContext>>,
+    pub pd: Box<ffi::ibv_pd>,
+    /// `cq`, `other_cq`, then those of `Fx::extra_rc`.
+    pub cqs: Vec<Box<FakeCq>>,
+    /// `rc`, `plain`, `dci`, `dci_streams` (indices `RC`, ...), then those
+    /// of `Fx::extra_rc`.
+    pub qps: Vec<Box<FakeQp>>,
+    pub buf: Vec<u8>,
+    pub mr: Box<ffi::ibv_mr>,
+    pub mkeys: Vec<Box<ffi::mlx5dv_mkey>>,
+    pub ah: Box<ffi::ibv_ah>,
 }
 
 /// Fake objects under real handles (none owned: nothing is destroyed).
@@ -88,6 +94,7 @@ pub struct Fx {
     pub ah: AddressHandle,
     pub ctx: Context,
     pub pd: ProtectionDomain,
+    /// The send and receive CQ of every QP ([`recorder::CQE`] entries).
     pub cq: CompletionQueue,
     /// A CQ of another context.
     pub other_cq: CompletionQueue,
@@ -96,8 +103,8 @@ pub struct Fx {
 
 impl Fx {
     pub fn new() -> Fx {
-        let (dev, ctx_raw, ctx) = fake_context("fake0");
-        let (dev2, ctx2_raw, ctx2) = fake_context("fake1");
+        let (mut vctx, ctx) = fake_context("fake0");
+        let (vctx2, ctx2) = fake_context("fake1");
         let mut pd_raw: Box<ffi::ibv_pd> = zeroed();
         pd_raw.context = ctx.as_ptr();
         let pd = unsafe { ProtectionDomain::from_raw(&ctx, NonNull::from(&mut *pd_raw)) };
@@ -109,12 +116,13 @@ impl Fx {
             unsafe { CompletionQueue::from_raw(&ctx2, NonNull::new(fcq2.cq()).unwrap()) }.unwrap();
 
         let mut qps = Vec::new();
-        let mut raw_qp = |mlx5: Option<(Mlx5SendOps, Option<DciStreams>)>| {
+        let mut raw_qp = |qpn: u32, mlx5: Option<(Mlx5SendOps, Option<DciStreams>)>| {
             let mut fq = FakeQp::new();
-            let mut qp: Box<ffi::ibv_qp> = zeroed();
-            qp.qp_num = 0x00AB_CDEF;
+            fq.ibv.qp_base.qp_num = qpn;
+            vctx.add_qp(&mut fq);
+            fq.attach(&mut fcq);
             let raw = RawQp {
-                qp: NonNull::from(&mut *qp),
+                qp: NonNull::new(fq.qp()).unwrap(),
                 qpx: NonNull::new(fq.ibv()).unwrap(),
                 pd: &pd,
                 send_cq: &cq,
@@ -128,20 +136,23 @@ impl Fx {
                     max_wr_memcpy_length: MEMCPY_MAX,
                 }),
             };
-            qps.push((fq, qp));
+            qps.push(fq);
             raw
         };
         let all = Mlx5SendOps::all();
         let none = Mlx5SendOps::empty();
-        let rc = unsafe { QpEx::<Rc>::from_raw_parts(raw_qp(Some((all, None)))) }.unwrap();
-        let plain = unsafe { QpEx::<Rc>::from_raw_parts(raw_qp(None)) }.unwrap();
-        let dci = unsafe { QpEx::<Dci>::from_raw_parts(raw_qp(Some((none, None)))) }.unwrap();
+        let rc = unsafe { QpEx::<Rc>::from_raw_parts(raw_qp(RC_QPN, Some((all, None)))) }.unwrap();
+        let plain = unsafe { QpEx::<Rc>::from_raw_parts(raw_qp(PLAIN_QPN, None)) }.unwrap();
+        let dci =
+            unsafe { QpEx::<Dci>::from_raw_parts(raw_qp(DCI_QPN, Some((none, None)))) }.unwrap();
         let streams = DciStreams {
             log_num_concurent: 2,
             log_num_errored: 1,
         };
-        let dci_streams =
-            unsafe { QpEx::<Dci>::from_raw_parts(raw_qp(Some((none, Some(streams))))) }.unwrap();
+        let dci_streams = unsafe {
+            QpEx::<Dci>::from_raw_parts(raw_qp(DCI_STREAMS_QPN, Some((none, Some(streams)))))
+        }
+        .unwrap();
 
         let mut buf = vec![0u8; LEN];
         let mut mr_raw: Box<ffi::ibv_mr> = zeroed();
@@ -162,7 +173,9 @@ impl Fx {
         });
         let mkey_small = unsafe { Mkey::from_raw(&pd, NonNull::from(&mut *mk_small), 2, false) };
         let mkey_big = unsafe { Mkey::from_raw(&pd, NonNull::from(&mut *mk_big), 64, false) };
+        // The address handle is of the QPs' context, as a DCI requires.
         let mut ah_raw: Box<ffi::ibv_ah> = zeroed();
+        ah_raw.context = ctx.as_ptr();
         let ah_attr = AhAttr {
             port: 1,
             dlid: 0,
@@ -185,8 +198,7 @@ impl Fx {
             cq,
             other_cq,
             _raw: Raw {
-                devs: vec![dev, dev2],
-                ctxs: vec![ctx_raw, ctx2_raw],
+                ctxs: vec![vctx, vctx2],
                 pd: pd_raw,
                 cqs: vec![fcq, fcq2],
                 qps,
@@ -196,6 +208,49 @@ impl Fx {
                 ah: ah_raw,
             },
         }
+    }
+
+    /// The fake behind QP `i` (`RC`, `PLAIN`, ...).
+    pub fn fq(&mut self, i: usize) -> &mut FakeQp {
+        &mut self._raw.qps[i]
+    }
+
+    /// The fake behind `cq`.
+    pub fn fcq(&mut self) -> &mut FakeCq {
+        &mut self._raw.cqs[0]
+    }
+
+    /// Another RC QP (number `qpn`, with every mlx5 send op, `caps`), alone
+    /// on a CQ of `cqe` entries of the fixture's context; its fakes are
+    /// the last of `_raw.qps` and `_raw.cqs`. The handles must be dropped
+    /// before the fixture.
+    pub fn extra_rc(&mut self, qpn: u32, caps: QpCaps, cqe: i32) -> (QpEx<Rc>, CompletionQueue) {
+        let mut fcq = FakeCq::with_capacity(cqe);
+        let cq = unsafe { CompletionQueue::from_raw(&self.ctx, NonNull::new(fcq.cq()).unwrap()) }
+            .unwrap();
+        let mut fq = FakeQp::new();
+        fq.ibv.qp_base.qp_num = qpn;
+        self._raw.ctxs[0].add_qp(&mut fq);
+        fq.attach(&mut fcq);
+        let raw = RawQp {
+            qp: NonNull::new(fq.qp()).unwrap(),
+            qpx: NonNull::new(fq.ibv()).unwrap(),
+            pd: &self.pd,
+            send_cq: &cq,
+            recv_cq: &cq,
+            caps,
+            send_ops: SendOps::rc_default(),
+            mlx5: Some(RawMlx5 {
+                mqpx: NonNull::new(fq.dv()).unwrap(),
+                ops: Mlx5SendOps::all(),
+                streams: None,
+                max_wr_memcpy_length: MEMCPY_MAX,
+            }),
+        };
+        let qp = unsafe { QpEx::<Rc>::from_raw_parts(raw) }.unwrap();
+        self._raw.qps.push(fq);
+        self._raw.cqs.push(fcq);
+        (qp, cq)
     }
 }
 

@@ -113,25 +113,10 @@ pub fn dci_streams_caps(ctx: &Context) -> Option<DciStreamsCaps> {
     }
 }
 
-/// Sets every byte of `range` of `mr` to `byte`.
+/// Sets every byte of `range` of `mr` to `byte` (volatile writes: the
+/// test regions are peer-writable).
 pub fn fill(mr: &mut MemoryRegion, range: impl RangeBounds<usize>, byte: u8) {
-    let (start, end) = bounds(mr.len(), range);
-    mr.as_mut_slice()[start..end].fill(byte);
-}
-
-fn bounds(len: usize, range: impl RangeBounds<usize>) -> (usize, usize) {
-    use std::ops::Bound::*;
-    let start = match range.start_bound() {
-        Included(&s) => s,
-        Excluded(&s) => s + 1,
-        Unbounded => 0,
-    };
-    let end = match range.end_bound() {
-        Included(&e) => e + 1,
-        Excluded(&e) => e,
-        Unbounded => len,
-    };
-    (start, end)
+    mr.fill(range, byte).expect("fill a range of the MR");
 }
 
 /// Keeps the mlx5 provider from scattering small received messages into

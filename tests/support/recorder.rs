@@ -9,11 +9,26 @@
 //! Rust → shim → provider table, with every width intact.
 //!
 //! Records are kept per thread, so tests may run in parallel.
+//!
+//! By default the fakes only record: the CQ reports one fixed completion
+//! for ever (`FakeCq::poll_ret`, the `wc` values). Attached to a CQ
+//! ([`FakeQp::attach`]), a fake QP also plays a device ("echo" mode): each
+//! work request it is given (one builder call, with the `wr_id` and
+//! `wr_flags` the QP held then) runs at `wr_complete` and leaves its
+//! completion in the CQ's queue ([`FakeCq::queue`]), which `start_poll` /
+//! `next_poll` hand out one by one and `ENOENT` ends. Tests can inject
+//! other completions ([`FakeCq::push`], [`FakeQp::interleave`]), make work
+//! requests fail ([`FakeQp::fail_at`]) or stall ([`FakeQp::budget`]), make
+//! `wr_complete` and `start_poll` fail, and see `ibv_modify_qp` /
+//! `ibv_destroy_qp` / `ibv_create_srq` arrive through a fake
+//! [`FakeVerbsContext`] (ERR flushes what is outstanding, RESET drops it and
+//! cleans the CQ of the QP's completions, as mlx5 does).
 
 #![allow(dead_code, clippy::undocumented_unsafe_blocks)]
 
 use mlx5dv::ffi;
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
 use std::ffi::c_void;
 
 /// One argument as the provider received it. Pointer arguments are recorded
@@ -64,21 +79,93 @@ pub fn take() -> Vec<Call> {
 }
 
 /// A fake QP: the generic extended QP and its mlx5 extension side by side,
-/// as the mlx5 provider keeps them in one object.
+/// as the mlx5 provider keeps them in one object. Its `ibv_qp` is the
+/// extended QP's `qp_base` ([`FakeQp::qp`]), as in libibverbs.
 #[repr(C)]
 pub struct FakeQp {
     pub ibv: ffi::ibv_qp_ex,
     pub dv: ffi::mlx5dv_qp_ex,
     /// What the fake `wr_complete` returns.
     pub complete_ret: i32,
+    // ----- the device (echo mode): see `attach` -----
+    /// The CQ its work requests complete on; NULL: record only.
+    pub echo_cq: *mut FakeCq,
+    /// The work requests of the open batch, in order.
+    pub pending: Vec<PostedWr>,
+    /// Work requests posted but not run (stalled by `budget`, or published
+    /// by a failed `wr_complete` with `publish_failed`): flushed by ERR,
+    /// dropped by RESET.
+    pub outstanding: VecDeque<PostedWr>,
+    /// How many more work requests the device runs; the rest stay
+    /// outstanding. None: no limit.
+    pub budget: Option<usize>,
+    /// The work request at this index of the next batch that runs completes
+    /// with (status, vendor_err); the QP then goes to ERR and every later
+    /// work request is flushed, as on a device.
+    pub fail_at: Option<(usize, u32, u32)>,
+    /// Whether a failed `wr_complete` still publishes its work requests
+    /// (soft-RoCE does; mlx5 rolls them back). They do not run: they wait,
+    /// outstanding, for the QP to be moved to ERR (flushed) or RESET.
+    pub publish_failed: bool,
+    /// Whether moving the QP to ERR flushes its outstanding work requests
+    /// (false: the flush is lost, as when another QP overran the CQ).
+    pub flush_on_err: bool,
+    /// Completions to push into the CQ after the i-th work request of the
+    /// next batch that runs (completions of other QPs, receives, ...).
+    pub between: Vec<(usize, Wc)>,
 }
 
-/// A fake extended CQ with one current completion.
+/// A work request as the fake device saw it at its builder.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PostedWr {
+    pub wr_id: u64,
+    pub flags: u32,
+    /// The opcode its completion reports.
+    pub opcode: u32,
+    /// The bytes its setters gave (SGEs, inline data).
+    pub byte_len: u32,
+}
+
+/// One completion as the fake CQ reports it in echo mode; `imm_data` is
+/// the raw CQE field (big-endian immediate, or the invalidated rkey).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Wc {
+    pub wr_id: u64,
+    pub status: u32,
+    pub opcode: u32,
+    pub byte_len: u32,
+    pub wc_flags: u32,
+    pub imm_data: u32,
+    pub qp_num: u32,
+    pub vendor_err: u32,
+}
+
+/// The vendor error the fake device reports on flushed completions (mlx5's
+/// syndrome for a flush).
+pub const FLUSH_VENDOR_ERR: u32 = 0xF9;
+
+/// A fake extended CQ. By default it has one current completion for ever
+/// (the `wc` values); in echo mode (`echo`, set by [`FakeQp::attach`]) it
+/// hands out the completions of `queue` in order.
 #[repr(C)]
 pub struct FakeCq {
     pub cq: ffi::ibv_cq_ex,
-    /// What `start_poll` and `next_poll` return.
+    /// What `start_poll` and `next_poll` return (default mode).
     pub poll_ret: i32,
+    /// Echo mode: poll `queue` instead of reporting one fixed completion.
+    pub echo: bool,
+    /// The completions not yet polled, oldest first (echo mode).
+    pub queue: VecDeque<Wc>,
+    /// The completion a poll is positioned on (echo mode).
+    pub cur: Option<Wc>,
+    /// Whether a poll is in progress (echo mode).
+    pub in_poll: bool,
+    /// The n-th `start_poll` from now (1: the next) fails with this errno
+    /// and polls nothing.
+    pub start_err: Option<(u32, i32)>,
+    /// Entries called out of order in echo mode (a reader outside a poll,
+    /// a poll started inside another, ...): a test expects none.
+    pub violations: Vec<&'static str>,
 }
 
 /// A fake device context whose `ops` table records `post_send`,
@@ -130,6 +217,7 @@ unsafe fn wr_of(qp: *mut ffi::ibv_qp_ex) -> (u64, u32) {
 }
 
 unsafe fn rec_qp(entry: &'static str, qp: *mut ffi::ibv_qp_ex, args: Vec<Arg>) {
+    unsafe { echo_wr(qp, entry, &args) };
     push(Call {
         entry,
         obj: qp as usize,
@@ -145,6 +233,7 @@ unsafe fn ibv_of(mqp: *mut ffi::mlx5dv_qp_ex) -> *mut ffi::ibv_qp_ex {
 }
 
 unsafe fn rec_dv(entry: &'static str, mqp: *mut ffi::mlx5dv_qp_ex, args: Vec<Arg>) {
+    unsafe { echo_wr(ibv_of(mqp), entry, &args) };
     push(Call {
         entry,
         obj: mqp as usize,
@@ -312,7 +401,10 @@ unsafe extern "C" fn wr_start(qp: *mut ffi::ibv_qp_ex) {
 
 unsafe extern "C" fn wr_complete(qp: *mut ffi::ibv_qp_ex) -> i32 {
     unsafe { rec_qp("wr_complete", qp, vec![]) };
-    unsafe { (*(qp as *mut FakeQp)).complete_ret }
+    let fq = unsafe { &mut *qp.cast::<FakeQp>() };
+    let ret = fq.complete_ret;
+    fq.complete_batch(ret);
+    ret
 }
 
 unsafe extern "C" fn wr_abort(qp: *mut ffi::ibv_qp_ex) {
@@ -489,6 +581,182 @@ unsafe extern "C" fn wr_memcpy(
     unsafe { rec_dv("wr_memcpy", mqp, args) }
 }
 
+// ----- the fake device (echo mode) -----
+
+/// The opcode of the completion of a work request whose builder is `entry`
+/// (None: `entry` is not a builder).
+fn wc_opcode(entry: &str) -> Option<u32> {
+    Some(match entry {
+        "wr_send" | "wr_send_imm" | "wr_send_inv" => ffi::IBV_WC_SEND,
+        "wr_send_tso" => ffi::IBV_WC_TSO,
+        "wr_rdma_write" | "wr_rdma_write_imm" => ffi::IBV_WC_RDMA_WRITE,
+        "wr_rdma_read" => ffi::IBV_WC_RDMA_READ,
+        "wr_atomic_cmp_swp" => ffi::IBV_WC_COMP_SWAP,
+        "wr_atomic_fetch_add" => ffi::IBV_WC_FETCH_ADD,
+        "wr_atomic_write" => ffi::IBV_WC_ATOMIC_WRITE,
+        "wr_bind_mw" => ffi::IBV_WC_BIND_MW,
+        "wr_local_inv" => ffi::IBV_WC_LOCAL_INV,
+        "wr_mr_list" | "wr_mr_interleaved" | "wr_mkey_configure" => ffi::MLX5DV_WC_UMR,
+        "wr_raw_wqe" => ffi::MLX5DV_WC_RAW_WQE,
+        "wr_memcpy" => ffi::MLX5DV_WC_MEMCPY,
+        _ => return None,
+    })
+}
+
+/// The bytes a data setter `entry` gives its work request (None: `entry`
+/// gives none).
+fn data_len(entry: &str, args: &[Arg]) -> Option<u32> {
+    match (entry, args) {
+        ("wr_set_sge", [_, _, Arg::U32(len)]) => Some(*len),
+        ("wr_set_sge_list", [_, _, Arg::Sges(l)]) => Some(l.iter().map(|s| s.1).sum()),
+        ("wr_set_inline_data", [_, Arg::Usize(len), _]) => Some(*len as u32),
+        ("wr_set_inline_data_list", [_, _, Arg::Bufs(b)]) => {
+            Some(b.iter().map(|b| b.len() as u32).sum())
+        }
+        _ => None,
+    }
+}
+
+/// What the fake device does with one QP entry call: a builder adds a work
+/// request (with the `wr_id` and `wr_flags` the QP holds now), a data
+/// setter gives it its length, `wr_start` and `wr_abort` drop the batch's.
+unsafe fn echo_wr(qp: *mut ffi::ibv_qp_ex, entry: &'static str, args: &[Arg]) {
+    let fq = unsafe { &mut *qp.cast::<FakeQp>() };
+    if fq.echo_cq.is_null() {
+        return;
+    }
+    if matches!(entry, "wr_start" | "wr_abort") {
+        fq.pending.clear();
+    } else if let Some(opcode) = wc_opcode(entry) {
+        fq.pending.push(PostedWr {
+            wr_id: fq.ibv.wr_id,
+            flags: fq.ibv.wr_flags,
+            opcode,
+            byte_len: 0,
+        });
+    } else if let Some(len) = data_len(entry, args) {
+        if let Some(wr) = fq.pending.last_mut() {
+            wr.byte_len += len;
+        }
+    }
+}
+
+fn flushed(wr: &PostedWr, qp_num: u32) -> Wc {
+    Wc {
+        wr_id: wr.wr_id,
+        status: ffi::IBV_WC_WR_FLUSH_ERR,
+        opcode: wr.opcode,
+        qp_num,
+        vendor_err: FLUSH_VENDOR_ERR,
+        ..Wc::default()
+    }
+}
+
+impl FakeQp {
+    /// Echo mode: work requests given to this QP complete on `cq`, which
+    /// hands out queued completions (see the module's docs).
+    pub fn attach(&mut self, cq: &mut FakeCq) {
+        self.echo_cq = cq;
+        cq.echo = true;
+    }
+
+    /// The QP number its completions carry (`qp_base.qp_num`).
+    pub fn qp_num(&self) -> u32 {
+        self.ibv.qp_base.qp_num
+    }
+
+    /// Pushes `wc` into the CQ after the `at`-th work request (from 0) of
+    /// the next batch that runs has completed (or, past its end, after
+    /// the batch).
+    pub fn interleave(&mut self, at: usize, wc: Wc) {
+        self.between.push((at, wc));
+    }
+
+    /// `wr_complete` of the open batch, which returned `ret`.
+    fn complete_batch(&mut self, ret: i32) {
+        if self.echo_cq.is_null() {
+            return;
+        }
+        let batch = std::mem::take(&mut self.pending);
+        if ret != 0 {
+            if self.publish_failed {
+                self.outstanding.extend(batch);
+            }
+            return;
+        }
+        self.run(batch);
+    }
+
+    /// Runs a batch: each work request completes (signalled ones and
+    /// failed ones leave a completion), fails (`fail_at`: the QP goes to
+    /// ERR), is flushed (the QP is in ERR) or stalls (`budget`).
+    fn run(&mut self, batch: Vec<PostedWr>) {
+        let cq = unsafe { &mut *self.echo_cq };
+        let qp_num = self.qp_num();
+        let fail = self.fail_at.take();
+        let between = std::mem::take(&mut self.between);
+        let n = batch.len();
+        for (i, wr) in batch.iter().enumerate() {
+            if self.ibv.qp_base.state == ffi::IBV_QPS_ERR {
+                cq.queue.push_back(flushed(wr, qp_num));
+            } else if self.budget == Some(0) {
+                self.outstanding.push_back(*wr);
+            } else {
+                if let Some(b) = &mut self.budget {
+                    *b -= 1;
+                }
+                let (status, vendor_err) = match fail {
+                    Some((at, status, vendor_err)) if at == i => (status, vendor_err),
+                    _ => (ffi::IBV_WC_SUCCESS, 0),
+                };
+                let ok = status == ffi::IBV_WC_SUCCESS;
+                if !ok {
+                    self.ibv.qp_base.state = ffi::IBV_QPS_ERR;
+                }
+                if !ok || wr.flags & ffi::IBV_SEND_SIGNALED != 0 {
+                    cq.queue.push_back(Wc {
+                        wr_id: wr.wr_id,
+                        status,
+                        opcode: wr.opcode,
+                        byte_len: if ok { wr.byte_len } else { 0 },
+                        qp_num,
+                        vendor_err,
+                        ..Wc::default()
+                    });
+                }
+            }
+            for (_, wc) in between.iter().filter(|(at, _)| *at == i) {
+                cq.queue.push_back(*wc);
+            }
+        }
+        for (_, wc) in between.iter().filter(|(at, _)| *at >= n) {
+            cq.queue.push_back(*wc);
+        }
+    }
+
+    /// What the device does when `ibv_modify_qp` moves the QP to `state`:
+    /// ERR flushes the outstanding work requests (unless `flush_on_err`
+    /// is false), RESET drops them and removes the QP's completions from
+    /// its CQ (mlx5 cleans the CQ on that transition).
+    fn moved_to(&mut self, state: u32) {
+        self.ibv.qp_base.state = state;
+        if self.echo_cq.is_null() {
+            return;
+        }
+        let cq = unsafe { &mut *self.echo_cq };
+        let qp_num = self.qp_num();
+        if state == ffi::IBV_QPS_ERR && self.flush_on_err {
+            for wr in self.outstanding.drain(..) {
+                cq.queue.push_back(flushed(&wr, qp_num));
+            }
+        } else if state == ffi::IBV_QPS_RESET {
+            self.outstanding.clear();
+            self.pending.clear();
+            cq.queue.retain(|wc| wc.qp_num != qp_num);
+        }
+    }
+}
+
 impl FakeQp {
     /// A QP whose every generic and mlx5 entry records.
     pub fn new() -> Box<Self> {
@@ -496,7 +764,16 @@ impl FakeQp {
             ibv: Default::default(),
             dv: Default::default(),
             complete_ret: 0,
+            echo_cq: std::ptr::null_mut(),
+            pending: Vec::new(),
+            outstanding: VecDeque::new(),
+            budget: None,
+            fail_at: None,
+            publish_failed: false,
+            flush_on_err: true,
+            between: Vec::new(),
         });
+        qp.ibv.qp_base.state = ffi::IBV_QPS_RTS;
         let q = &mut qp.ibv;
         q.wr_atomic_cmp_swp = Some(wr_atomic_cmp_swp);
         q.wr_atomic_fetch_add = Some(wr_atomic_fetch_add);
@@ -535,12 +812,20 @@ impl FakeQp {
         qp
     }
 
+    /// The extended QP (the whole fake's address: the provider's entries
+    /// reach the rest of it from there).
     pub fn ibv(&mut self) -> *mut ffi::ibv_qp_ex {
-        &mut self.ibv
+        std::ptr::addr_of_mut!(*self).cast()
+    }
+
+    /// The QP: the extended QP's `qp_base`, as in libibverbs.
+    pub fn qp(&mut self) -> *mut ffi::ibv_qp {
+        self.ibv().cast()
     }
 
     pub fn dv(&mut self) -> *mut ffi::mlx5dv_qp_ex {
-        &mut self.dv
+        let this: *mut Self = self;
+        unsafe { std::ptr::addr_of_mut!((*this).dv) }
     }
 
     /// Sets the generic WR attributes the next builder will see.
@@ -581,37 +866,113 @@ pub mod wc {
     pub const TM_TAG: u64 = 0xAAAA_5555_AAAA_5555;
 }
 
+unsafe fn fake_cq<'a>(cq: *mut ffi::ibv_cq_ex) -> &'a mut FakeCq {
+    unsafe { &mut *cq.cast::<FakeCq>() }
+}
+
+impl FakeCq {
+    fn position(&mut self, wc: Wc) {
+        self.cur = Some(wc);
+        self.cq.wr_id = wc.wr_id;
+        self.cq.status = wc.status;
+    }
+
+    /// The completion a reader reads (echo mode).
+    fn current(&mut self, reader: &'static str) -> Wc {
+        match self.cur {
+            Some(wc) if self.in_poll => wc,
+            _ => {
+                self.violations.push(reader);
+                Wc::default()
+            }
+        }
+    }
+}
+
 unsafe extern "C" fn start_poll(cq: *mut ffi::ibv_cq_ex, attr: *mut ffi::ibv_poll_cq_attr) -> i32 {
     let comp_mask = unsafe { (*attr).comp_mask };
     unsafe { rec_cq("start_poll", cq, vec![ptr(attr), Arg::U32(comp_mask)]) };
-    unsafe { (*(cq as *mut FakeCq)).poll_ret }
+    let f = unsafe { fake_cq(cq) };
+    if let Some((nth, errno)) = f.start_err {
+        if nth <= 1 {
+            f.start_err = None;
+            return errno;
+        }
+        f.start_err = Some((nth - 1, errno));
+    }
+    if !f.echo {
+        return f.poll_ret;
+    }
+    if f.in_poll {
+        f.violations.push("start_poll inside a poll");
+    }
+    match f.queue.pop_front() {
+        Some(wc) => {
+            f.in_poll = true;
+            f.position(wc);
+            0
+        }
+        None => libc::ENOENT,
+    }
 }
 
 unsafe extern "C" fn next_poll(cq: *mut ffi::ibv_cq_ex) -> i32 {
     unsafe { rec_cq("next_poll", cq, vec![]) };
-    unsafe { (*(cq as *mut FakeCq)).poll_ret }
+    let f = unsafe { fake_cq(cq) };
+    if !f.echo {
+        return f.poll_ret;
+    }
+    if !f.in_poll {
+        f.violations.push("next_poll outside a poll");
+    }
+    match f.queue.pop_front() {
+        Some(wc) => {
+            f.position(wc);
+            0
+        }
+        None => {
+            f.cur = None;
+            libc::ENOENT
+        }
+    }
 }
 
 unsafe extern "C" fn end_poll(cq: *mut ffi::ibv_cq_ex) {
-    unsafe { rec_cq("end_poll", cq, vec![]) }
+    unsafe { rec_cq("end_poll", cq, vec![]) };
+    let f = unsafe { fake_cq(cq) };
+    if f.echo {
+        if !f.in_poll {
+            f.violations.push("end_poll outside a poll");
+        }
+        f.in_poll = false;
+        f.cur = None;
+    }
 }
 
+/// A reader: records its call and returns the constant `$value`, or in
+/// echo mode the `$field` of the completion the poll is positioned on.
 macro_rules! reader {
-    ($name:ident -> $ty:ty = $value:expr) => {
+    ($name:ident -> $ty:ty = $value:expr $(, $field:ident)?) => {
         unsafe extern "C" fn $name(cq: *mut ffi::ibv_cq_ex) -> $ty {
             unsafe { rec_cq(stringify!($name), cq, vec![]) };
+            $(
+                let f = unsafe { fake_cq(cq) };
+                if f.echo {
+                    return f.current(stringify!($name)).$field as $ty;
+                }
+            )?
             $value
         }
     };
 }
 
-reader!(read_opcode -> ffi::ibv_wc_opcode = wc::OPCODE);
-reader!(read_vendor_err -> u32 = wc::VENDOR_ERR);
-reader!(read_byte_len -> u32 = wc::BYTE_LEN);
-reader!(read_imm_data -> ffi::__be32 = wc::IMM_DATA);
-reader!(read_qp_num -> u32 = wc::QP_NUM);
+reader!(read_opcode -> ffi::ibv_wc_opcode = wc::OPCODE, opcode);
+reader!(read_vendor_err -> u32 = wc::VENDOR_ERR, vendor_err);
+reader!(read_byte_len -> u32 = wc::BYTE_LEN, byte_len);
+reader!(read_imm_data -> ffi::__be32 = wc::IMM_DATA, imm_data);
+reader!(read_qp_num -> u32 = wc::QP_NUM, qp_num);
 reader!(read_src_qp -> u32 = wc::SRC_QP);
-reader!(read_wc_flags -> u32 = wc::WC_FLAGS);
+reader!(read_wc_flags -> u32 = wc::WC_FLAGS, wc_flags);
 reader!(read_slid -> u32 = wc::SLID);
 reader!(read_sl -> u8 = wc::SL);
 reader!(read_dlid_path_bits -> u8 = wc::DLID_PATH_BITS);
@@ -628,14 +989,30 @@ unsafe extern "C" fn read_tm_info(cq: *mut ffi::ibv_cq_ex, tm_info: *mut ffi::ib
     }
 }
 
+/// The capacity (`cqe`) of a fake CQ.
+pub const CQE: i32 = 64;
+
 impl FakeCq {
-    /// A CQ whose every poll entry records, with one current completion.
+    /// A CQ of [`CQE`] entries whose every poll entry records, with one
+    /// current completion (until [`FakeQp::attach`] puts it in echo mode).
     pub fn new() -> Box<Self> {
+        Self::with_capacity(CQE)
+    }
+
+    /// A CQ of `cqe` entries, as [`new`](Self::new).
+    pub fn with_capacity(cqe: i32) -> Box<Self> {
         let mut cq = Box::new(FakeCq {
             cq: Default::default(),
             poll_ret: 0,
+            echo: false,
+            queue: VecDeque::new(),
+            cur: None,
+            in_poll: false,
+            start_err: None,
+            violations: Vec::new(),
         });
         let c = &mut cq.cq;
+        c.cqe = cqe;
         c.start_poll = Some(start_poll);
         c.next_poll = Some(next_poll);
         c.end_poll = Some(end_poll);
@@ -657,8 +1034,16 @@ impl FakeCq {
         cq
     }
 
+    /// The extended CQ (the whole fake's address).
     pub fn cq(&mut self) -> *mut ffi::ibv_cq_ex {
-        &mut self.cq
+        std::ptr::addr_of_mut!(*self).cast()
+    }
+
+    /// Queues `wc` behind the completions already there (echo mode): a
+    /// receive, another QP's completion, an error, ...
+    pub fn push(&mut self, wc: Wc) {
+        self.echo = true;
+        self.queue.push_back(wc);
     }
 }
 
@@ -717,5 +1102,306 @@ impl FakeContext {
 
     pub fn ctx(&mut self) -> *mut ffi::ibv_context {
         &mut *self.ctx
+    }
+}
+
+// ----- a fake `struct verbs_context`: the ops libibverbs dispatches to -----
+
+/// A `struct verbs_device` as libibverbs lays it out: the `ibv_device`,
+/// then the provider's ops pointer that `mlx5dv_is_supported` compares
+/// (NULL here: not an mlx5 device, so libmlx5's `mlx5dv_*` calls on it
+/// fail with `EOPNOTSUPP`), then room for the rest.
+#[repr(C)]
+pub struct FakeDevice {
+    pub dev: ffi::ibv_device,
+    ops: *const c_void,
+    _rest: [u64; 64],
+}
+
+impl FakeDevice {
+    /// A fake device named `name`.
+    pub fn new(name: &str) -> Box<Self> {
+        let mut dev: Box<FakeDevice> = Box::new(unsafe { std::mem::zeroed() });
+        for (d, s) in dev.dev.name.iter_mut().zip(name.bytes()) {
+            *d = s as std::ffi::c_char;
+        }
+        dev
+    }
+}
+
+/// How many entries the fake provider-ops table has: more than
+/// `struct verbs_context_ops` holds in any rdma-core release, plus the
+/// fields before it in `struct verbs_ex_private`.
+const SLOTS: usize = 256;
+
+/// A fake `struct verbs_context`, whose `ibv_context` is its last field:
+/// libibverbs' `ibv_modify_qp`, `ibv_query_qp`, `ibv_destroy_qp`,
+/// `ibv_create_srq` and `ibv_destroy_srq` call the provider's op through
+/// `container_of(ctx, struct verbs_context, context)->priv->ops`. `priv`
+/// points at a table of [`SLOTS`] distinct recording entries; which entry
+/// is which op is learnt once, by calling each of those functions on a
+/// probe (the layout of `struct verbs_ex_private` is private to rdma-core
+/// and changes between releases; the part of `struct verbs_context` from
+/// `priv` to `context` is ABI and fixed).
+///
+/// The ops record (`modify_qp` with the new state and the mask,
+/// `query_qp`, `destroy_qp`, `create_srq` with max_wr and max_sge,
+/// `destroy_srq`) and succeed; on a QP registered with
+/// [`add_qp`](Self::add_qp), `modify_qp` also plays the device (see
+/// `FakeQp::moved_to`). The legacy `post_send` / `post_recv` / `poll_cq`
+/// entries of the context's `ops` record as [`FakeContext`]'s do.
+#[repr(C)]
+pub struct FakeVerbsContext {
+    /// `struct verbs_ex_private *priv`.
+    priv_: *const usize,
+    /// `query_device_ex` to `_ABI_placeholder3`.
+    _after_priv: [usize; 12],
+    /// `sz`.
+    _sz: usize,
+    /// `context`: the last field of `struct verbs_context`.
+    pub ctx: ffi::ibv_context,
+    // ----- the fake's own, after the C struct -----
+    pub dev: Box<FakeDevice>,
+    /// QPs whose `modify_qp` plays the device.
+    qps: Vec<*mut FakeQp>,
+    /// SRQs made by `create_srq` (freed with the context).
+    #[allow(clippy::vec_box)]
+    srqs: Vec<Box<ffi::ibv_srq>>,
+}
+
+impl FakeVerbsContext {
+    /// A fake context on a fake device named `name`.
+    pub fn new(name: &str) -> Box<Self> {
+        let names = op_names();
+        debug_assert!(names.iter().any(|n| *n == Some("modify_qp")));
+        Self::bare(name)
+    }
+
+    fn bare(name: &str) -> Box<Self> {
+        let mut c = Box::new(FakeVerbsContext {
+            priv_: slot_table().as_ptr(),
+            _after_priv: [0; 12],
+            _sz: 0,
+            ctx: Default::default(),
+            dev: FakeDevice::new(name),
+            qps: Vec::new(),
+            srqs: Vec::new(),
+        });
+        c.ctx.device = &mut c.dev.dev;
+        c.ctx.ops.post_send = Some(post_send);
+        c.ctx.ops.post_recv = Some(post_recv);
+        c.ctx.ops.poll_cq = Some(poll_cq);
+        c
+    }
+
+    /// The `ibv_context`.
+    pub fn ctx(&mut self) -> *mut ffi::ibv_context {
+        let this: *mut Self = self;
+        unsafe { std::ptr::addr_of_mut!((*this).ctx) }
+    }
+
+    /// Makes `qp` a QP of this context: its `qp_base.context` is this
+    /// context, and `ibv_modify_qp` on it plays the device.
+    pub fn add_qp(&mut self, qp: &mut FakeQp) {
+        qp.ibv.qp_base.context = self.ctx();
+        self.qps.push(qp);
+    }
+
+    /// The fake of a context whose ops table is the fake's.
+    unsafe fn of<'a>(ctx: *mut ffi::ibv_context) -> &'a mut Self {
+        let offset = std::mem::offset_of!(FakeVerbsContext, ctx);
+        unsafe { &mut *(ctx as *mut u8).sub(offset).cast::<Self>() }
+    }
+}
+
+/// One entry of the fake ops table: every op's arguments fit in the first
+/// four integer registers, and its return value (an int or a pointer) in
+/// the first return register.
+type Slot = unsafe extern "C" fn(usize, usize, usize, usize) -> usize;
+
+thread_local! {
+    /// While the table is being learnt: the slot the probe call reached.
+    static PROBED: Cell<Option<usize>> = const { Cell::new(None) };
+    static PROBING: Cell<bool> = const { Cell::new(false) };
+}
+
+unsafe extern "C" fn slot<const I: usize>(a0: usize, a1: usize, a2: usize, a3: usize) -> usize {
+    if PROBING.with(Cell::get) {
+        PROBED.with(|p| p.set(Some(I)));
+        return 0;
+    }
+    unsafe { verbs_op(I, [a0, a1, a2, a3]) }
+}
+
+macro_rules! slots16 {
+    ($hi:literal) => {
+        [
+            slot::<{ $hi * 16 }> as Slot,
+            slot::<{ $hi * 16 + 1 }>,
+            slot::<{ $hi * 16 + 2 }>,
+            slot::<{ $hi * 16 + 3 }>,
+            slot::<{ $hi * 16 + 4 }>,
+            slot::<{ $hi * 16 + 5 }>,
+            slot::<{ $hi * 16 + 6 }>,
+            slot::<{ $hi * 16 + 7 }>,
+            slot::<{ $hi * 16 + 8 }>,
+            slot::<{ $hi * 16 + 9 }>,
+            slot::<{ $hi * 16 + 10 }>,
+            slot::<{ $hi * 16 + 11 }>,
+            slot::<{ $hi * 16 + 12 }>,
+            slot::<{ $hi * 16 + 13 }>,
+            slot::<{ $hi * 16 + 14 }>,
+            slot::<{ $hi * 16 + 15 }>,
+        ]
+    };
+}
+
+/// The table `priv` points at: slot `i` is `slot::<i>`.
+fn slot_table() -> &'static [usize; SLOTS] {
+    static TABLE: std::sync::OnceLock<[usize; SLOTS]> = std::sync::OnceLock::new();
+    TABLE.get_or_init(|| {
+        let rows: [[Slot; 16]; SLOTS / 16] = [
+            slots16!(0),
+            slots16!(1),
+            slots16!(2),
+            slots16!(3),
+            slots16!(4),
+            slots16!(5),
+            slots16!(6),
+            slots16!(7),
+            slots16!(8),
+            slots16!(9),
+            slots16!(10),
+            slots16!(11),
+            slots16!(12),
+            slots16!(13),
+            slots16!(14),
+            slots16!(15),
+        ];
+        let mut t = [0usize; SLOTS];
+        for (i, f) in rows.iter().flatten().enumerate() {
+            t[i] = *f as usize;
+        }
+        t
+    })
+}
+
+/// Which op each slot is, learnt by calling each libibverbs function once
+/// on a probe whose context is a fake.
+fn op_names() -> &'static [Option<&'static str>; SLOTS] {
+    static NAMES: std::sync::OnceLock<[Option<&'static str>; SLOTS]> = std::sync::OnceLock::new();
+    NAMES.get_or_init(|| {
+        let mut probe = FakeVerbsContext::bare("probe");
+        let ctx = probe.ctx();
+        let mut qp = ffi::ibv_qp {
+            context: ctx,
+            ..Default::default()
+        };
+        let mut pd = ffi::ibv_pd {
+            context: ctx,
+            ..Default::default()
+        };
+        let mut srq = ffi::ibv_srq {
+            context: ctx,
+            ..Default::default()
+        };
+        let mut attr = ffi::ibv_qp_attr::default();
+        let mut init = ffi::ibv_qp_init_attr::default();
+        let mut srq_attr = ffi::ibv_srq_init_attr::default();
+        let mut names = [None; SLOTS];
+        let mut probe = |name: &'static str, call: &mut dyn FnMut()| {
+            PROBED.with(|p| p.set(None));
+            call();
+            let i = PROBED
+                .with(Cell::get)
+                .unwrap_or_else(|| panic!("ibv_{name} reached no slot of the fake ops table"));
+            assert!(names[i].is_none(), "{name} shares slot {i}");
+            names[i] = Some(name);
+        };
+        PROBING.with(|p| p.set(true));
+        probe("modify_qp", &mut || unsafe {
+            ffi::ibv_modify_qp(&mut qp, &mut attr, 0);
+        });
+        probe("query_qp", &mut || unsafe {
+            ffi::ibv_query_qp(&mut qp, &mut attr, 0, &mut init);
+        });
+        probe("destroy_qp", &mut || unsafe {
+            ffi::ibv_destroy_qp(&mut qp);
+        });
+        probe("create_srq", &mut || unsafe {
+            ffi::ibv_create_srq(&mut pd, &mut srq_attr);
+        });
+        probe("destroy_srq", &mut || unsafe {
+            ffi::ibv_destroy_srq(&mut srq);
+        });
+        PROBING.with(|p| p.set(false));
+        names
+    })
+}
+
+/// An op of a fake context: records it and plays it.
+unsafe fn verbs_op(i: usize, a: [usize; 4]) -> usize {
+    let Some(name) = op_names()[i] else {
+        // An op no test expects: recorded, and "succeeds" (0 / NULL).
+        push(Call {
+            entry: "unknown verbs op",
+            obj: a[0],
+            wr: None,
+            args: vec![Arg::Usize(i)],
+        });
+        return 0;
+    };
+    let record = |args: Vec<Arg>| {
+        push(Call {
+            entry: name,
+            obj: a[0],
+            wr: None,
+            args,
+        })
+    };
+    match name {
+        "modify_qp" | "query_qp" | "destroy_qp" => {
+            let qp = a[0] as *mut ffi::ibv_qp;
+            let attr = a[1] as *mut ffi::ibv_qp_attr;
+            let mask = a[2] as u32;
+            let fake = unsafe { FakeVerbsContext::of((*qp).context) };
+            let fq = fake
+                .qps
+                .iter()
+                .copied()
+                .find(|&f| unsafe { (*f).qp() } == qp);
+            match name {
+                "modify_qp" => {
+                    let state = unsafe { (*attr).qp_state };
+                    record(vec![Arg::U32(state), Arg::U32(mask)]);
+                    if let (Some(fq), true) = (fq, mask & ffi::IBV_QP_STATE != 0) {
+                        unsafe { (*fq).moved_to(state) };
+                    }
+                }
+                "query_qp" => {
+                    record(vec![Arg::U32(mask)]);
+                    unsafe { (*attr).qp_state = (*qp).state };
+                }
+                _ => record(vec![]),
+            }
+            0
+        }
+        "create_srq" => {
+            let pd = a[0] as *mut ffi::ibv_pd;
+            let init = unsafe { &*(a[1] as *const ffi::ibv_srq_init_attr) };
+            record(vec![
+                Arg::U32(init.attr.max_wr),
+                Arg::U32(init.attr.max_sge),
+            ]);
+            let fake = unsafe { FakeVerbsContext::of((*pd).context) };
+            let mut srq: Box<ffi::ibv_srq> = Box::default();
+            let p: *mut ffi::ibv_srq = &mut *srq;
+            fake.srqs.push(srq);
+            p as usize
+        }
+        _ => {
+            record(vec![]);
+            0
+        }
     }
 }

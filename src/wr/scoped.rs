@@ -1,0 +1,446 @@
+//! The scoped post: [`QpEx::post_and_wait`] and the batch its closure
+//! builds, [`ScopedBatch`].
+//!
+//! What it promises: when it returns — with its completions, or with any
+//! error — the device no longer uses the memory of any work request the
+//! closure added. So the borrows of that memory may end.
+//!
+//! How it keeps that promise:
+//! - Its work requests carry ids of its own (bit 63 set, a per-QP sequence
+//!   from a random start); the caller's ids are given back in the
+//!   completions. A completion is its own only when it carries the QP's
+//!   number and one of those ids, so receive completions, completions of
+//!   earlier batches and those of other QPs sharing the CQ are never taken
+//!   for its own. They are not lost either: they are kept in the CQ's
+//!   backlog, which the next polls hand out first.
+//! - A QP's send completions arrive in the order of its work requests, so
+//!   the completion of its last work request (successful, failed or
+//!   flushed) means that the device is done with all of them.
+//! - When it cannot see that completion — a timeout, a failed poll, a
+//!   batch the provider refused after publishing it (soft-RoCE), a CQ that
+//!   overran — it moves the QP to ERR and waits a bounded time for the
+//!   flush; failing that, it moves the QP to RESET, after which the device
+//!   runs nothing of the QP. Only then does it return.
+//! - The closure's batch has a lifetime of its own (the closure is
+//!   higher-ranked over it), so it cannot be swapped with another batch;
+//!   it has no `complete`, and dropping it (an error, a panic) aborts it.
+
+use super::{RawDc, SendFlags, WrBatch};
+use crate::cq::{CompletionQueue, RawWc, WorkCompletion};
+use crate::error::{Error, Result};
+use crate::qp::{DcAddr, Dci, QpEx, Rc, Transport};
+use std::collections::hash_map::RandomState;
+use std::hash::{BuildHasher, Hasher};
+use std::time::{Duration, Instant};
+
+/// The bit every scoped post's work request id has (see
+/// [`WrBatch::complete`]'s rule on ids).
+const SCOPED_ID_BIT: u64 = 1 << 63;
+
+/// How long a scoped post that has moved its QP to ERR waits for the flush
+/// of its work requests before it moves the QP to RESET.
+const FLUSH_WAIT: Duration = Duration::from_secs(5);
+
+/// The batch of a [`QpEx::post_and_wait`] closure: add work requests with
+/// [`wr`](ScopedBatch::wr) as on a [`WrBatch`]; the scoped post completes
+/// it. It cannot be completed, swapped with another batch or kept past the
+/// closure.
+///
+/// Another QP's batch cannot take its place:
+///
+/// ```compile_fail,E0521
+/// # use mlx5dv::*;
+/// # use std::time::Duration;
+/// # fn f(qp: &mut QpEx<Rc>, cq: &mut CompletionQueue, other: &mut QpEx<Rc>, other_cq: &mut CompletionQueue) -> Result<()> {
+/// other.post_and_wait(other_cq, Duration::from_secs(1), |theirs| {
+///     qp.post_and_wait(cq, Duration::from_secs(1), |mine| {
+///         std::mem::swap(mine, theirs); // ERROR: each closure's batch has a lifetime of its own
+///         Ok(())
+///     })?;
+///     Ok(())
+/// })?;
+/// # Ok(()) }
+/// ```
+#[must_use = "a work request is added only when its data is given"]
+pub struct ScopedBatch<'q, 'm, T: Transport> {
+    batch: WrBatch<'q, 'm, T>,
+    /// The id of the batch's first work request; the others follow.
+    base: u64,
+    /// The caller's id of each work request added, in order.
+    ids: Vec<u64>,
+}
+
+impl<'q, 'm, T: Transport> ScopedBatch<'q, 'm, T> {
+    /// How many work requests were added so far.
+    pub fn len(&self) -> u32 {
+        self.batch.len()
+    }
+
+    /// Whether none were.
+    pub fn is_empty(&self) -> bool {
+        self.batch.is_empty()
+    }
+
+    fn into_parts(self) -> (WrBatch<'q, 'm, T>, Vec<u64>) {
+        (self.batch, self.ids)
+    }
+
+    /// The id the next work request is posted with, after noting the
+    /// caller's. A work request started but never given its data is not
+    /// posted, and the next one takes its place.
+    #[inline]
+    fn next_id(&mut self, wr_id: u64) -> u64 {
+        let i = self.batch.state.posted;
+        self.ids.truncate(i);
+        self.ids.push(wr_id);
+        SCOPED_ID_BIT | (self.base.wrapping_add(i as u64) & !SCOPED_ID_BIT)
+    }
+}
+
+impl<'m> ScopedBatch<'_, 'm, Rc> {
+    /// Adds a work request whose completion carries `wr_id`, as
+    /// [`WrBatch::wr`]. It is signalled.
+    #[inline]
+    pub fn wr(&mut self, wr_id: u64) -> super::Wr<'_, 'm, Rc> {
+        let id = self.next_id(wr_id);
+        self.batch.start_wr(id, None)
+    }
+}
+
+impl<'m> ScopedBatch<'_, 'm, Dci> {
+    /// Adds a work request to the DCT at `addr`, whose completion carries
+    /// `wr_id`, as [`WrBatch::wr`] on a DCI. It is signalled.
+    #[inline]
+    pub fn wr<'s>(&'s mut self, wr_id: u64, addr: DcAddr<'s>) -> super::Wr<'s, 'm, Dci> {
+        let id = self.next_id(wr_id);
+        self.batch.start_wr(id, Some(RawDc::new(addr, None)))
+    }
+
+    /// Like [`wr`](Self::wr), on DCI stream `stream_id`, as
+    /// [`WrBatch::wr_stream`].
+    #[inline]
+    pub fn wr_stream<'s>(
+        &'s mut self,
+        wr_id: u64,
+        addr: DcAddr<'s>,
+        stream_id: u16,
+    ) -> super::Wr<'s, 'm, Dci> {
+        let id = self.next_id(wr_id);
+        self.batch
+            .start_wr(id, Some(RawDc::new(addr, Some(stream_id))))
+    }
+}
+
+/// What a scoped post has seen of its completions.
+struct Waiting<'a> {
+    qp_num: u32,
+    base: u64,
+    ids: &'a [u64],
+    /// Its completions, with the caller's ids.
+    ours: Vec<WorkCompletion>,
+    /// Whether its last work request's completion has come.
+    done: bool,
+}
+
+impl Waiting<'_> {
+    /// Polls the device's completions (not the backlog): its own are kept
+    /// here, every other one in the CQ's backlog.
+    fn poll(&mut self, cq: &mut CompletionQueue) -> Result<usize> {
+        let n = self.ids.len() as u64;
+        let mut others: Vec<RawWc> = Vec::new();
+        let (qp_num, base, ids) = (self.qp_num, self.base, self.ids);
+        let (ours, done) = (&mut self.ours, &mut self.done);
+        let polled = cq.poll_provider(64, |wc| {
+            let id = wc.wr_id();
+            let k = id.wrapping_sub(base) & !SCOPED_ID_BIT;
+            if id & SCOPED_ID_BIT != 0 && k < n && wc.qp_num() == qp_num {
+                let mut c = WorkCompletion::from(wc);
+                c.wr_id = ids[k as usize];
+                ours.push(c);
+                *done |= k == n - 1;
+            } else {
+                others.push(RawWc::of(wc));
+            }
+        });
+        if !others.is_empty() {
+            cq.keep(others);
+        }
+        polled
+    }
+}
+
+impl<T: Transport> QpEx<T> {
+    /// Posts a batch and waits until the device is done with all of it,
+    /// keeping the memory its SGEs borrow (`'m`) borrowed until then: the
+    /// safe way to post.
+    ///
+    /// `build` adds the work requests to a [`ScopedBatch`]; every one is
+    /// signalled. Returns their completions (successful or not), in the
+    /// order they were posted, each with the `wr_id` given to
+    /// [`ScopedBatch::wr`]. If `build` fails (or panics), the batch is
+    /// aborted: nothing of it was posted.
+    ///
+    /// `cq` is the QP's send CQ ([`Error::InvalidArgument`] otherwise),
+    /// borrowed so that nothing else polls it meanwhile. Only this batch's
+    /// completions are taken as its own (receive completions of the QP,
+    /// completions of earlier batches and of other QPs are not); the others
+    /// it polls are kept in the CQ's backlog, which the next
+    /// [`poll_each`](CompletionQueue::poll_each) (and every poll built on
+    /// it) hands out first. A batch larger than the CQ's
+    /// [`capacity`](CompletionQueue::capacity) is refused
+    /// ([`Error::OutOfRange`]) before anything is posted.
+    ///
+    /// When it returns, with its completions or with any error, the device
+    /// no longer uses the batch's memory:
+    /// - on timeout, a failed poll, or a batch the provider refused (which
+    ///   soft-RoCE may have published anyway: see [`WrBatch::complete`]),
+    ///   the QP is moved to ERR and the flushed completions are awaited
+    ///   (up to 5 s); if they do not all come (a CQ that overran loses
+    ///   them), the QP is moved to RESET, after which the device runs
+    ///   nothing of it. The error says which. The QP must then be
+    ///   connected again.
+    /// - a completion the CQ lost (an overrun by other QPs sharing it) is
+    ///   missing from the result; the completion of the last work request
+    ///   still proves every earlier one done.
+    /// - if even the move to RESET fails, returning would let the caller
+    ///   free memory the device may still write: the process aborts.
+    ///
+    /// ```no_run
+    /// # use mlx5dv::*;
+    /// # use std::time::Duration;
+    /// # fn f(qp: &mut QpEx<Rc>, cq: &mut CompletionQueue, src: &MemoryRegion, dst: &mut MemoryRegion, remote: RemoteBuf) -> Result<()> {
+    /// let into = dst.sge_mut(0..64)?; // the device writes here: borrowed exclusively
+    /// let wcs = qp.post_and_wait(cq, Duration::from_secs(5), |b| {
+    ///     b.wr(1).rdma_write(remote).sge(src.sge(0..64)?)?;
+    ///     b.wr(2).rdma_read(remote).sge(into)
+    /// })?;
+    /// assert_eq!(wcs.iter().map(|wc| wc.wr_id).collect::<Vec<_>>(), [1, 2]);
+    /// # Ok(()) }
+    /// ```
+    pub fn post_and_wait<'m, F>(
+        &mut self,
+        cq: &mut CompletionQueue,
+        timeout: Duration,
+        build: F,
+    ) -> Result<Vec<WorkCompletion>>
+    where
+        F: for<'q> FnOnce(&mut ScopedBatch<'q, 'm, T>) -> Result<()>,
+    {
+        let qp_num = self.qp_num();
+        if !self.completes_on(cq) {
+            return Err(Error::InvalidArgument(format!(
+                "post_and_wait on QP {qp_num}: the CQ given is not the QP's send CQ"
+            )));
+        }
+        let depth = self.caps.max_send_wr as usize;
+        let capacity = cq.capacity() as usize;
+        let base = self.scope.next;
+        let mut ids = std::mem::take(&mut self.scope.ids);
+        ids.clear();
+        let mut scoped = ScopedBatch {
+            batch: self.open_batch(SendFlags::SIGNALED),
+            base,
+            ids,
+        };
+        build(&mut scoped)?;
+        let n = scoped.batch.state.posted;
+        if n > depth {
+            return Err(Error::OutOfRange {
+                what: "scoped batch size",
+                value: n as u64,
+                limit: format!("at most {depth} (the send queue's depth)"),
+            });
+        }
+        if n > capacity {
+            return Err(Error::OutOfRange {
+                what: "scoped batch size",
+                value: n as u64,
+                limit: format!(
+                    "at most {capacity} (the send CQ's capacity: more completions \
+                     than it holds would be lost)"
+                ),
+            });
+        }
+        let (batch, mut ids) = scoped.into_parts();
+        ids.truncate(n);
+        if n == 0 {
+            drop(batch); // aborted: nothing to post
+            self.scope.ids = ids;
+            return Ok(Vec::new());
+        }
+        // SAFETY: the memory of every SGE is borrowed for 'm, which outlives
+        // this call; the call returns only when the device is done with
+        // every work request of the batch, even after an error of
+        // `complete` (below).
+        let posted = unsafe { batch.complete() };
+        self.scope.next = base.wrapping_add(n as u64) & !SCOPED_ID_BIT;
+        let mut waiting = Waiting {
+            qp_num,
+            base,
+            ids: &ids,
+            ours: Vec::with_capacity(n),
+            done: false,
+        };
+        let outcome = match posted {
+            Err(e) if self.provider_rolls_back() => Err(e),
+            Err(e) => Err(self.stop(cq, &mut waiting, e)),
+            Ok(_) => self.wait_scoped(cq, &mut waiting, timeout),
+        };
+        let ours = waiting.ours;
+        self.scope.ids = ids;
+        outcome.map(|()| ours)
+    }
+
+    /// Polls until the scoped batch's last completion has come; on timeout
+    /// or a failed poll, stops the QP ([`stop`](Self::stop)).
+    fn wait_scoped(
+        &self,
+        cq: &mut CompletionQueue,
+        w: &mut Waiting<'_>,
+        timeout: Duration,
+    ) -> Result<()> {
+        let start = Instant::now();
+        let mut idle = 0u32;
+        while !w.done {
+            match w.poll(cq) {
+                Ok(0) => {}
+                Ok(_) => {
+                    idle = 0;
+                    continue;
+                }
+                Err(e) => return Err(self.stop(cq, w, e)),
+            }
+            if start.elapsed() >= timeout {
+                let e = Error::Timeout {
+                    what: format!(
+                        "{} completions of QP {:#x} ({} arrived)",
+                        w.ids.len(),
+                        w.qp_num,
+                        w.ours.len()
+                    ),
+                    waited_ms: start.elapsed().as_millis() as u64,
+                };
+                return Err(self.stop(cq, w, e));
+            }
+            back_off(&mut idle);
+        }
+        Ok(())
+    }
+
+    /// Makes sure the device runs nothing more of a scoped batch whose end
+    /// was not seen: ERR, then the flush awaited for a bounded time, then
+    /// RESET. Returns `cause`, with what was done said in it.
+    #[cold]
+    #[inline(never)]
+    fn stop(&self, cq: &mut CompletionQueue, w: &mut Waiting<'_>, cause: Error) -> Error {
+        let to_err = self.to_error();
+        // A QP that cannot go to ERR (soft-RoCE refuses RESET → ERR) flushes
+        // nothing: straight to RESET then.
+        let wait = if to_err.is_ok() {
+            FLUSH_WAIT
+        } else {
+            Duration::ZERO
+        };
+        let deadline = Instant::now() + wait;
+        let mut idle = 0u32;
+        while !w.done && Instant::now() < deadline {
+            match w.poll(cq) {
+                Ok(0) | Err(_) => back_off(&mut idle),
+                Ok(_) => idle = 0,
+            }
+        }
+        let how = if w.done {
+            "the QP was moved to ERR and the rest flushed".to_string()
+        } else {
+            match self.reset() {
+                Ok(()) => match &to_err {
+                    Ok(()) => "the QP was moved to RESET: the device runs nothing more of \
+                               it (the flush after ERR did not come)"
+                        .to_string(),
+                    Err(e) => format!(
+                        "the QP was moved to RESET: the device runs nothing more of it \
+                         (the move to ERR was refused: {e})"
+                    ),
+                },
+                Err(e) => {
+                    eprintln!(
+                        "mlx5dv: QP {:#x}: a scoped batch may still be running and the QP \
+                         cannot be reset ({e}); aborting, since its memory cannot be \
+                         released safely",
+                        w.qp_num
+                    );
+                    std::process::abort();
+                }
+            }
+        };
+        said_with(cause, &how)
+    }
+
+    /// Whether the provider rolls back a batch whose `ibv_wr_complete`
+    /// fails (so that nothing of it was posted): mlx5 does.
+    fn provider_rolls_back(&self) -> bool {
+        self.pd().context().is_mlx5()
+    }
+
+    /// Aborts a batch that was leaked (`mem::forget`): the provider still
+    /// holds the send queue for it, and the next `wr_start` would wait on
+    /// it for ever. Its work requests are discarded, as a dropped batch's.
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn abort_leaked_batch(&mut self) {
+        // SAFETY: a batch was started on this live QP and neither
+        // completed nor aborted; it is gone (leaked: `&mut self` shows no
+        // batch borrows the QP), so nothing else will finalise it.
+        unsafe { (self.ops.abort)(self.qpx.as_ptr()) };
+        self.ops.open.set(false);
+    }
+}
+
+/// `cause`, with what the scoped post did after it added to its text.
+fn said_with(cause: Error, how: &str) -> Error {
+    match cause {
+        Error::Timeout { what, waited_ms } => Error::Timeout {
+            what: format!("{what}; {how}"),
+            waited_ms,
+        },
+        Error::Verbs {
+            call,
+            context,
+            source,
+        } => Error::Verbs {
+            call,
+            context: format!("{context}; {how}"),
+            source,
+        },
+        other => other,
+    }
+}
+
+/// Spins briefly, then yields, then sleeps 50 µs at a time.
+fn back_off(idle: &mut u32) {
+    *idle += 1;
+    if *idle < 1000 {
+        std::hint::spin_loop();
+    } else if *idle < 2000 {
+        std::thread::yield_now();
+    } else {
+        std::thread::sleep(Duration::from_micros(50));
+    }
+}
+
+/// A QP's scoped-post state: where the next batch's ids start (below bit
+/// 63, which each id also has), and a list reused for the caller's ids.
+pub(crate) struct ScopeIds {
+    next: u64,
+    ids: Vec<u64>,
+}
+
+impl Default for ScopeIds {
+    fn default() -> Self {
+        let random = RandomState::new().build_hasher().finish();
+        ScopeIds {
+            next: random & !SCOPED_ID_BIT,
+            ids: Vec::new(),
+        }
+    }
+}
