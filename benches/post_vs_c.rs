@@ -424,7 +424,9 @@ impl Dct {
 // compiler's register allocation. The others are held at the ratio
 // BENCHMARKS.md gives plus 0.05.
 const GOAL_GUARD: f64 = 1.02;
-const CEILING_RC_WRITE_SGE: f64 = GOAL_GUARD;
+// Above the goal since the soundness fixes (BENCHMARKS.md, "What the
+// soundness fixes cost"): held at the measured ratio plus 0.02.
+const CEILING_RC_WRITE_SGE: f64 = 1.06;
 const CEILING_RC_WRITE_SGE_CHECKED: f64 = 1.34;
 const CEILING_RC_INLINE_SEND: f64 = GOAL_GUARD;
 const CEILING_DCI_WRITE_SGE: f64 = GOAL_GUARD;
@@ -433,7 +435,7 @@ const CEILING_MEMCPY: f64 = GOAL_GUARD;
 const CEILING_MEMCPY_CHECKED: f64 = 1.38;
 const CEILING_MR_LIST: f64 = GOAL_GUARD;
 const CEILING_RAW_WQE: f64 = GOAL_GUARD;
-const CEILING_POLL_CQ: f64 = GOAL_GUARD;
+const CEILING_POLL_CQ: f64 = 1.05;
 
 const SHAPES: &[Shape] = &[
     Shape {

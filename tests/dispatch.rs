@@ -611,6 +611,143 @@ fn a_dci_batch_arrives_in_order_with_each_wrs_attributes() {
     assert_eq!(take(), expected);
 }
 
+/// The fake `struct verbs_context`: the non-inline verbs calls the crate
+/// makes on a QP or SRQ (`ibv_modify_qp`, ...) reach libibverbs, which
+/// dispatches them to the provider's ops: the fake's record them.
+#[test]
+fn libibverbs_dispatches_qp_and_srq_calls_to_the_fake_contexts_ops() {
+    let mut ctx = FakeVerbsContext::new("fake0");
+    let mut fq = FakeQp::new();
+    ctx.add_qp(&mut fq);
+    let qp = fq.qp();
+    let mut attr = ffi::ibv_qp_attr {
+        qp_state: ffi::IBV_QPS_ERR,
+        ..Default::default()
+    };
+    let mask = (ffi::IBV_QP_STATE | ffi::IBV_QP_PORT) as i32;
+    assert_eq!(unsafe { ffi::ibv_modify_qp(qp, &mut attr, mask) }, 0);
+    // libibverbs keeps the state it moved the QP to.
+    assert_eq!(fq.ibv.qp_base.state, ffi::IBV_QPS_ERR);
+    let mut out = ffi::ibv_qp_attr::default();
+    let mut init = ffi::ibv_qp_init_attr::default();
+    let m = ffi::IBV_QP_STATE as i32;
+    assert_eq!(unsafe { ffi::ibv_query_qp(qp, &mut out, m, &mut init) }, 0);
+    assert_eq!(out.qp_state, ffi::IBV_QPS_ERR);
+    assert_eq!(unsafe { ffi::ibv_destroy_qp(qp) }, 0);
+
+    let mut pd = ffi::ibv_pd {
+        context: ctx.ctx(),
+        ..Default::default()
+    };
+    let mut srq_attr = ffi::ibv_srq_init_attr::default();
+    srq_attr.attr.max_wr = 0x1234;
+    srq_attr.attr.max_sge = 3;
+    let srq = unsafe { ffi::ibv_create_srq(&mut pd, &mut srq_attr) };
+    assert!(!srq.is_null());
+    // libibverbs fills in the SRQ's context and PD.
+    assert_eq!(
+        unsafe { ((*srq).context, (*srq).pd) },
+        (ctx.ctx(), &mut pd as *mut _)
+    );
+    assert_eq!(unsafe { ffi::ibv_destroy_srq(srq) }, 0);
+
+    let q = qp as usize;
+    let call = |entry, obj, args| Call {
+        entry,
+        obj,
+        wr: None,
+        args,
+    };
+    assert_eq!(
+        take(),
+        [
+            call(
+                "modify_qp",
+                q,
+                vec![Arg::U32(ffi::IBV_QPS_ERR), Arg::U32(mask as u32)]
+            ),
+            call("query_qp", q, vec![Arg::U32(ffi::IBV_QP_STATE)]),
+            call("destroy_qp", q, vec![]),
+            call(
+                "create_srq",
+                &pd as *const _ as usize,
+                vec![Arg::U32(0x1234), Arg::U32(3)]
+            ),
+            call("destroy_srq", srq as usize, vec![]),
+        ]
+    );
+}
+
+/// Echo mode: the fake QP plays a device. Each work request completes on
+/// the CQ with the wr_id its builder saw, in order; the CQ hands them out
+/// one by one, and ENOENT when none is left.
+#[test]
+fn an_attached_fake_qp_completes_each_work_request_with_its_builders_wr_id() {
+    let mut qp = FakeQp::new();
+    let mut cq = FakeCq::new();
+    qp.ibv.qp_base.qp_num = DCTN;
+    qp.attach(&mut cq);
+    unsafe {
+        ffi::ibv_wr_start(qp.ibv());
+        qp.set_wr(1, ffi::IBV_SEND_SIGNALED);
+        ffi::ibv_wr_rdma_write(qp.ibv(), RKEY, ADDR);
+        ffi::ibv_wr_set_sge(qp.ibv(), LKEY, ADDR2, 64);
+        // Unsignalled: no completion.
+        qp.set_wr(2, 0);
+        ffi::ibv_wr_send(qp.ibv());
+        ffi::ibv_wr_set_sge(qp.ibv(), LKEY, ADDR2, 8);
+        qp.set_wr(3, ffi::IBV_SEND_SIGNALED);
+        ffi::mlx5dv_wr_memcpy(qp.dv(), LKEY, ADDR, LKEY, ADDR2, 32);
+        assert_eq!(ffi::ibv_wr_complete(qp.ibv()), 0);
+        // An aborted batch leaves nothing.
+        ffi::ibv_wr_start(qp.ibv());
+        qp.set_wr(4, ffi::IBV_SEND_SIGNALED);
+        ffi::ibv_wr_send(qp.ibv());
+        ffi::ibv_wr_abort(qp.ibv());
+    }
+    cq.push(Wc {
+        wr_id: 9,
+        status: ffi::IBV_WC_REM_OP_ERR,
+        qp_num: 7,
+        vendor_err: 5,
+        ..Wc::default()
+    });
+    take();
+    let mut attr = ffi::ibv_poll_cq_attr::default();
+    let mut got = Vec::new();
+    unsafe {
+        let mut rc = ffi::ibv_start_poll(cq.cq(), &mut attr);
+        while rc == 0 {
+            let c = cq.cq();
+            got.push((
+                (*c).wr_id,
+                (*c).status,
+                ffi::ibv_wc_read_opcode(c),
+                ffi::ibv_wc_read_byte_len(c),
+                ffi::ibv_wc_read_qp_num(c),
+                ffi::ibv_wc_read_vendor_err(c),
+            ));
+            rc = ffi::ibv_next_poll(c);
+        }
+        assert_eq!(rc, libc::ENOENT);
+        ffi::ibv_end_poll(cq.cq());
+        assert_eq!(ffi::ibv_start_poll(cq.cq(), &mut attr), libc::ENOENT);
+    }
+    let ok = ffi::IBV_WC_SUCCESS;
+    assert_eq!(
+        got,
+        [
+            (1, ok, ffi::IBV_WC_RDMA_WRITE, 64, DCTN, 0),
+            (3, ok, ffi::MLX5DV_WC_MEMCPY, 0, DCTN, 0),
+            (9, ffi::IBV_WC_REM_OP_ERR, 0, 0, 7, 5),
+        ]
+    );
+    assert!(cq.violations.is_empty(), "{:?}", cq.violations);
+    // A reader outside a poll is noticed.
+    unsafe { ffi::ibv_wc_read_opcode(cq.cq()) };
+    assert_eq!(cq.violations, ["read_opcode"]);
+}
+
 /// The names of the `static inline` functions a header defines.
 fn static_inline_functions(header: &str) -> BTreeSet<String> {
     let text = std::fs::read_to_string(header).unwrap_or_else(|e| panic!("read {header}: {e}"));

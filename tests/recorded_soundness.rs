@@ -896,8 +896,9 @@ fn mkey_layouts_longer_than_i32_max_are_refused_before_any_builder() {
     let max = (1usize << 31) - 1;
     let gib = 1usize << 30;
     let too_long = |e: Error, want: u64| {
+        let what = "mkey layout length";
         assert!(
-            matches!(e, Error::OutOfRange { what: "mkey layout length", value, .. } if value == want),
+            matches!(e, Error::OutOfRange { what: w, value, .. } if w == what && value == want),
             "{e}"
         );
     };

@@ -1173,7 +1173,7 @@ impl FakeVerbsContext {
     /// A fake context on a fake device named `name`.
     pub fn new(name: &str) -> Box<Self> {
         let names = op_names();
-        debug_assert!(names.iter().any(|n| *n == Some("modify_qp")));
+        debug_assert!(names.contains(&Some("modify_qp")));
         Self::bare(name)
     }
 
