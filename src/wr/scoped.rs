@@ -180,6 +180,10 @@ impl<T: Transport> QpEx<T> {
     /// [`ScopedBatch::wr`]. If `build` fails (or panics), the batch is
     /// aborted: nothing of it was posted.
     ///
+    /// Refused ([`Error::InvalidArgument`]) inside a
+    /// [`poll_each`](CompletionQueue::poll_each) callback: stopping the QP
+    /// may need a RESET, which cannot be made there.
+    ///
     /// `cq` is the QP's send CQ ([`Error::InvalidArgument`] otherwise),
     /// borrowed so that nothing else polls it meanwhile. Only this batch's
     /// completions are taken as its own (receive completions of the QP,
@@ -227,6 +231,12 @@ impl<T: Transport> QpEx<T> {
         F: for<'q> FnOnce(&mut ScopedBatch<'q, 'm, T>) -> Result<()>,
     {
         let qp_num = self.qp_num();
+        // Its error paths may need a RESET, which is refused inside a
+        // poll_each callback (of any CQ): refuse before posting rather than
+        // abort there.
+        if crate::cq::in_provider_poll() {
+            return Err(crate::qp::in_poll_callback("post_and_wait", &self.describe()));
+        }
         if !self.completes_on(cq) {
             return Err(Error::InvalidArgument(format!(
                 "post_and_wait on QP {qp_num}: the CQ given is not the QP's send CQ"
