@@ -235,7 +235,10 @@ impl<T: Transport> QpEx<T> {
         // poll_each callback (of any CQ): refuse before posting rather than
         // abort there.
         if crate::cq::in_provider_poll() {
-            return Err(crate::qp::in_poll_callback("post_and_wait", &self.describe()));
+            return Err(crate::qp::in_poll_callback(
+                "post_and_wait",
+                &self.describe(),
+            ));
         }
         if !self.completes_on(cq) {
             return Err(Error::InvalidArgument(format!(
