@@ -73,30 +73,13 @@ fn connect_qps(a: &QpEx<Rc>, b: &QpEx<Rc>, opts: &ConnectOptions) {
     b.connect(&ea, pb, opts).expect("connect B");
 }
 
-/// A side of the rig's `Pair`, built without connecting.
-fn side(ctx: &Context, pd: &ProtectionDomain, caps: QpCaps) -> Side {
-    let send_cq = CompletionQueue::new(ctx, 256).expect("send CQ");
-    let recv_cq = CompletionQueue::new(ctx, 256).expect("recv CQ");
-    let qp = QpBuilder::rc(pd, &send_cq, &recv_cq)
-        .caps(caps)
-        .build()
-        .expect("create RC QP");
-    let mr = MemoryRegion::new(pd, MR_LEN, access_all()).expect("register MR");
-    Side {
-        qp,
-        send_cq,
-        recv_cq,
-        mr,
-    }
-}
-
 /// Two RC QPs like the rig's `Pair`, left in RESET.
 fn unconnected_pair() -> Pair {
     let ctx = open();
     let pd = ProtectionDomain::new(&ctx).expect("alloc PD");
     let opts = connect_options(&ctx);
-    let a = side(&ctx, &pd, QpCaps::default());
-    let b = side(&ctx, &pd, QpCaps::default());
+    let a = side(&ctx, &pd, QpCaps::default(), SendOps::rc_default());
+    let b = side(&ctx, &pd, QpCaps::default(), SendOps::rc_default());
     Pair {
         ctx,
         pd,

@@ -102,7 +102,9 @@ pub fn access_all() -> AccessFlags {
         | AccessFlags::REMOTE_ATOMIC
 }
 
-fn side(ctx: &Context, pd: &ProtectionDomain, caps: QpCaps, ops: SendOps) -> Side {
+/// One side of a `Pair`: an RC QP with its own CQs and a region, not
+/// connected.
+pub fn side(ctx: &Context, pd: &ProtectionDomain, caps: QpCaps, ops: SendOps) -> Side {
     let send_cq = CompletionQueue::new(ctx, 256).expect("send CQ");
     let recv_cq = CompletionQueue::new(ctx, 256).expect("recv CQ");
     let qp = QpBuilder::rc(pd, &send_cq, &recv_cq)
