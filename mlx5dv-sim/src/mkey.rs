@@ -1,0 +1,1 @@
+//! Memory keys: list and interleaved layouts and their translation.

@@ -1,0 +1,1 @@
+//! WQE parsing and validation.
