@@ -317,13 +317,7 @@ impl From<&PolledWc<'_>> for WorkCompletion {
         // (`ibv_wc_read_invalidated_rkey` reads it with read_imm_data): one
         // flags read decides which it is.
         let flags = wc.wc_flags();
-        let (imm, invalidated_rkey) = if flags.contains(WcFlags::WITH_IMM) {
-            (Some(u32::from_be(wc.imm_data_raw())), None)
-        } else if flags.contains(WcFlags::WITH_INV) {
-            (None, Some(wc.imm_data_raw()))
-        } else {
-            (None, None)
-        };
+        let (imm, invalidated_rkey) = imm_or_inv(flags, || wc.imm_data_raw());
         WorkCompletion {
             wr_id: wc.wr_id(),
             status: wc.status(),
@@ -334,6 +328,38 @@ impl From<&PolledWc<'_>> for WorkCompletion {
             qp_num: wc.qp_num(),
             vendor_err: wc.vendor_err(),
         }
+    }
+}
+
+impl From<&RawWc> for WorkCompletion {
+    /// The completion a poll positioned on `wc` would read.
+    #[inline]
+    fn from(wc: &RawWc) -> Self {
+        let flags = WcFlags::from_bits_retain(wc.wc_flags);
+        let (imm, invalidated_rkey) = imm_or_inv(flags, || wc.imm_data);
+        WorkCompletion {
+            wr_id: wc.wr_id,
+            status: WcStatus::from_raw(wc.status),
+            opcode: WcOpcode::from_raw(wc.opcode),
+            byte_len: wc.byte_len,
+            imm,
+            invalidated_rkey,
+            qp_num: wc.qp_num,
+            vendor_err: wc.vendor_err,
+        }
+    }
+}
+
+/// The immediate (in host order) or the invalidated rkey a completion with
+/// `flags` carries in its shared field, read by `raw` only when it has one.
+#[inline]
+fn imm_or_inv(flags: WcFlags, raw: impl FnOnce() -> u32) -> (Option<u32>, Option<u32>) {
+    if flags.contains(WcFlags::WITH_IMM) {
+        (Some(u32::from_be(raw())), None)
+    } else if flags.contains(WcFlags::WITH_INV) {
+        (None, Some(raw()))
+    } else {
+        (None, None)
     }
 }
 

@@ -124,7 +124,10 @@
 //!   completions on a shared CQ are never counted as its own.
 //! - No completion is dropped: those a scoped post polls but does not own
 //!   go to the CQ's backlog, handed out first by the next
-//!   [`CompletionQueue::poll_each`] (and `poll_into`, `wait`).
+//!   [`CompletionQueue::poll_each`] (and `poll_into`, `wait`). When a
+//!   scoped post ends in an error, the completions of its own that it did
+//!   see go there too, with the caller's ids, to tell which work requests
+//!   ran.
 //! - A scoped batch larger than its send queue or its CQ is refused before
 //!   anything is posted. A CQ that other QPs overrun loses completions (the
 //!   provider drops them): the scoped post still ends safely (above).

@@ -367,10 +367,28 @@ fn post_and_wait_waits_for_its_last_work_request_then_stops_the_qp() {
     assert_eq!(modifies(&calls), [(ffi::IBV_QPS_ERR, ffi::IBV_QP_STATE)]);
     assert!(fx.fq(RC).outstanding.is_empty());
     assert_eq!(fx.fq(RC).ibv.qp_base.state, ffi::IBV_QPS_ERR);
-    // Only the impostor is left, in the backlog.
+    // The backlog holds the impostor, then what the batch saw of its own
+    // completions, with the caller's ids: two ran, two were flushed.
     let mut out = Vec::new();
     fx.cq.poll_into(&mut out, 8).unwrap();
-    assert_eq!(out, [expected(&impostor)]);
+    assert_eq!(out[0], expected(&impostor));
+    let ok = WcStatus::SUCCESS;
+    let flushed = WcStatus::from_raw(ffi::IBV_WC_WR_FLUSH_ERR);
+    let got: Vec<_> = out[1..]
+        .iter()
+        .map(|wc| (wc.wr_id, wc.status, wc.qp_num))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (0, ok, RC_QPN),
+            (1, ok, RC_QPN),
+            (2, flushed, RC_QPN),
+            (3, flushed, RC_QPN)
+        ]
+    );
+    assert_eq!(out[1].opcode, WcOpcode::RDMA_WRITE);
+    assert_eq!(out[1].byte_len, 8);
     no_violations(&mut fx);
 }
 
@@ -455,9 +473,17 @@ fn a_batch_the_provider_refused_but_published_is_flushed_before_returning() {
         .skip_while(|e| *e != "wr_complete")
         .collect();
     assert_eq!(after_complete, ["wr_complete", "modify_qp"]);
-    // Both flushes were its own: nothing is left anywhere.
+    // Both flushes were its own: the device has nothing left, and the
+    // flushes wait in the backlog with the caller's ids, to tell which
+    // work requests did not run.
     assert!(fx.fq(RC).outstanding.is_empty());
     assert!(fx.fcq().queue.is_empty());
+    let mut out = Vec::new();
+    fx.cq.poll_into(&mut out, 8).unwrap();
+    let got: Vec<_> = out.iter().map(|wc| (wc.wr_id, wc.status)).collect();
+    let flushed = WcStatus::from_raw(ffi::IBV_WC_WR_FLUSH_ERR);
+    assert_eq!(got, [(1, flushed), (2, flushed)]);
+    assert!(out.iter().all(|wc| wc.qp_num == RC_QPN));
     assert_eq!(fx.cq.backlog_len(), 0);
     no_violations(&mut fx);
 }
@@ -503,11 +529,79 @@ fn a_failed_poll_stops_the_qp_and_keeps_what_it_polled_of_others() {
     let first_poll = entries.iter().position(|e| *e == "start_poll").unwrap();
     let modify = entries.iter().position(|e| *e == "modify_qp").unwrap();
     assert!(first_poll < modify, "{entries:?}");
-    // The other QP's completion, polled while stopping, is kept.
+    // The other QP's completion, polled while stopping, is kept; so are
+    // the batch's own completions (the device ran both before the ERR),
+    // after it, with the caller's ids.
     let mut out = Vec::new();
-    assert_eq!(fx.cq.poll_into(&mut out, 8).unwrap(), 1);
-    assert_eq!((out[0].wr_id, out[0].qp_num), (9, PLAIN_QPN));
+    assert_eq!(fx.cq.poll_into(&mut out, 8).unwrap(), 3);
+    let got: Vec<_> = out.iter().map(|wc| (wc.wr_id, wc.qp_num)).collect();
+    assert_eq!(got, [(9, PLAIN_QPN), (1, RC_QPN), (2, RC_QPN)]);
+    assert!(
+        out[1..]
+            .iter()
+            .all(|wc| wc.status == WcStatus::SUCCESS && wc.opcode == WcOpcode::RDMA_WRITE),
+        "{out:#?}"
+    );
     no_violations(&mut fx);
+}
+
+#[test]
+fn post_and_wait_is_refused_inside_a_poll_callback_before_posting() {
+    // Its error paths may need a RESET, which mlx5 cannot make while a poll
+    // holds the CQ lock: it is refused before anything is posted, whichever
+    // CQ the callback is polling.
+    let mut fx = Fx::new();
+    let src = source(&mut fx);
+    let r = remote(&fx, 8);
+    let (other_qp, mut other_cq) = fx.extra_rc(0x42, CAPS, 16);
+    fx._raw.cqs.last_mut().unwrap().push(Wc {
+        wr_id: 5,
+        qp_num: 0x42,
+        opcode: ffi::IBV_WC_SEND,
+        ..Wc::default()
+    });
+    recorder::take();
+    let mut refused = None;
+    let n = other_cq
+        .poll_each(4, |wc| {
+            assert_eq!(wc.wr_id(), 5);
+            refused = Some(
+                fx.rc
+                    .post_and_wait(&mut fx.cq, Duration::from_secs(1), |b| {
+                        b.wr(1).rdma_write(r).sge(src.sge(0..8)?)
+                    })
+                    .unwrap_err(),
+            );
+        })
+        .unwrap();
+    assert_eq!(n, 1);
+    let e = refused.expect("the callback ran");
+    assert!(
+        matches!(e, Error::InvalidArgument(ref m) if m.contains("poll_each callback")),
+        "{e}"
+    );
+    let calls = recorder::take();
+    let on_qp: Vec<_> = names(&calls)
+        .into_iter()
+        .filter(|e| e.starts_with("wr_") || *e == "modify_qp")
+        .collect();
+    assert_eq!(
+        on_qp,
+        [] as [&str; 0],
+        "nothing started, posted or modified"
+    );
+    // Outside the callback the same post runs.
+    let wcs = fx
+        .rc
+        .post_and_wait(&mut fx.cq, Duration::from_secs(1), |b| {
+            b.wr(1).rdma_write(r).sge(src.sge(0..8)?)
+        })
+        .unwrap();
+    assert_eq!(
+        (wcs.len(), wcs[0].wr_id, wcs[0].status),
+        (1, 1, WcStatus::SUCCESS)
+    );
+    drop((other_qp, other_cq));
 }
 
 // ----- 3. a scoped batch larger than its send queue or CQ is refused -----

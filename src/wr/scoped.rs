@@ -137,7 +137,7 @@ struct Waiting<'a> {
     base: u64,
     ids: &'a [u64],
     /// Its completions, with the caller's ids.
-    ours: Vec<WorkCompletion>,
+    ours: Vec<RawWc>,
     /// Whether its last work request's completion has come.
     done: bool,
 }
@@ -154,7 +154,7 @@ impl Waiting<'_> {
             let id = wc.wr_id();
             let k = id.wrapping_sub(base) & !SCOPED_ID_BIT;
             if id & SCOPED_ID_BIT != 0 && k < n && wc.qp_num() == qp_num {
-                let mut c = WorkCompletion::from(wc);
+                let mut c = RawWc::of(wc);
                 c.wr_id = ids[k as usize];
                 ours.push(c);
                 *done |= k == n - 1;
@@ -202,7 +202,9 @@ impl<T: Transport> QpEx<T> {
     ///   (up to 5 s); if they do not all come (a CQ that overran loses
     ///   them), the QP is moved to RESET, after which the device runs
     ///   nothing of it. The error says which. The QP must then be
-    ///   connected again.
+    ///   connected again. The completions of the batch it did see (with
+    ///   the caller's ids) are kept in the CQ's backlog: the next
+    ///   [`poll_each`](CompletionQueue::poll_each) hands them out.
     /// - a completion the CQ lost (an overrun by other QPs sharing it) is
     ///   missing from the result; the completion of the last work request
     ///   still proves every earlier one done.
@@ -301,7 +303,15 @@ impl<T: Transport> QpEx<T> {
         };
         let ours = waiting.ours;
         self.scope.ids = ids;
-        outcome.map(|()| ours)
+        match outcome {
+            Ok(()) => Ok(ours.iter().map(WorkCompletion::from).collect()),
+            Err(e) => {
+                // The completions it did see tell the caller which work
+                // requests ran: the next polls hand them out.
+                cq.keep(ours);
+                Err(e)
+            }
+        }
     }
 
     /// Polls until the scoped batch's last completion has come; on timeout
