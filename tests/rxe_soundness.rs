@@ -366,7 +366,8 @@ struct Refused {
     /// A's state right after the refused post.
     state_after: Result<QpState>,
     /// With `How::UnsafeThenErr`: what the move to ERR yielded in A's send
-    /// CQ.
+    /// CQ. With `How::Scoped`: what the scoped post saw of its own
+    /// completions while stopping A, from the CQ's backlog.
     flushed: Vec<WorkCompletion>,
     /// Bytes of A's read destination written after the connect alone.
     landed_after_connect: usize,
@@ -455,6 +456,10 @@ fn refused_doorbell(at: At, how: How) -> Refused {
     let mut flushed = Vec::new();
     match how {
         How::Scoped => {
+            // What it saw of its own completions waits in the backlog,
+            // ahead of anything the device has.
+            let kept = p.a.send_cq.backlog_len();
+            p.a.send_cq.poll_into(&mut flushed, kept).unwrap();
             // The scoped post leaves A in RESET, or in ERR with its flushes
             // polled: out of ERR to connect it again.
             if matches!(state_after, Ok(QpState::Err)) {
@@ -532,12 +537,23 @@ fn a_refused_post_and_wait_never_runs_later() {
     for s in &seen {
         println!("{}", s.describe());
     }
+    let flushed = WcStatus::from_raw(mlx5dv::ffi::IBV_WC_WR_FLUSH_ERR);
     for s in &seen {
         assert!(
             matches!(s.state_after, Ok(QpState::Reset | QpState::Err)),
             "the refused scoped post left A in neither RESET nor ERR: {}",
             s.describe()
         );
+        // From INIT, the move to ERR flushed both reads, and the scoped
+        // post kept their flushes (with the caller's ids) for the caller;
+        // from RESET (which soft-RoCE cannot move to ERR) it reset A and
+        // saw nothing.
+        let want: &[(u64, WcStatus)] = match s.at {
+            At::Init => &[(1, flushed), (2, flushed)],
+            At::Reset => &[],
+        };
+        let got: Vec<_> = s.flushed.iter().map(|c| (c.wr_id, c.status)).collect();
+        assert_eq!(got, want, "{}", s.describe());
         assert!(
             s.refused_batch_never_ran(),
             "the refused batch ran later: {}",
@@ -839,10 +855,19 @@ fn a_timed_out_post_and_wait_keeps_other_qps_completions() {
         [(70, WcStatus::SUCCESS)],
         "X's completion was lost to Y's timed-out post_and_wait"
     );
-    assert_eq!(backlog, 1, "X's completion was not in the CQ's backlog");
-    assert!(
-        left.iter().all(|c| c.qp_num == x.qp_num()),
-        "completions of Y's scoped post were left in the CQ: {:?}",
+    // The backlog holds X's completion, then Y's own flushed send with the
+    // caller's id (kept so that the caller knows it did not run); nothing
+    // else of Y's scoped post is left in the CQ.
+    assert_eq!(backlog, 2, "X's completion was not in the CQ's backlog");
+    let flushed = WcStatus::from_raw(mlx5dv::ffi::IBV_WC_WR_FLUSH_ERR);
+    let got: Vec<_> = left.iter().map(|c| (c.wr_id, c.qp_num, c.status)).collect();
+    assert_eq!(
+        got,
+        [
+            (70, x.qp_num(), WcStatus::SUCCESS),
+            (71, y.qp_num(), flushed)
+        ],
+        "what the shared CQ held after Y's scoped post: {:?}",
         wcs_desc(&left)
     );
     let state = y.state().unwrap();
