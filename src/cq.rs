@@ -10,6 +10,7 @@
 //!   [`wait_into`](CompletionQueue::wait_into) collect owned
 //!   [`WorkCompletion`]s, every field read.
 
+use crate::channel::{cq_of, CompletionChannel};
 use crate::device::Context;
 use crate::error::{Error, Result};
 use crate::ffi;
@@ -19,6 +20,7 @@ use std::ffi::CStr;
 use std::fmt;
 use std::marker::PhantomData;
 use std::ptr::NonNull;
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -576,7 +578,14 @@ pub(crate) struct CqInner {
     owned: bool,
     capacity: u32,
     // Dropped after the CQ is destroyed.
-    one_per_start: Option<Box<OnePerStart>>,
+    one_per_start: Option<OnePerStartPtr>,
+    /// The thread polling the CQ ([`thread_token`]), 0 when none: a
+    /// provider may hold the CQ's lock meanwhile, and a batch built on a
+    /// QP of this CQ from that thread may take it again.
+    pub(crate) poller: AtomicUsize,
+    /// The channel the CQ's events go to: dropped after the CQ is
+    /// destroyed (a channel outlives its CQs).
+    channel: Option<CompletionChannel>,
     ctx: Context,
 }
 
@@ -597,6 +606,11 @@ unsafe impl Sync for CqInner {}
 impl Drop for CqInner {
     fn drop(&mut self) {
         if self.owned {
+            if let Some(channel) = &self.channel {
+                // SAFETY: attached when made; destroyed next. Its events
+                // are acknowledged, or ibv_destroy_cq would wait for ever.
+                unsafe { channel.detach(cq_of(self.cq)) };
+            }
             // SAFETY: created by this crate; the handle and every QP using
             // it hold this Arc, so none is left; destroyed once.
             let rc = unsafe { ffi::ibv_destroy_cq(ffi::ibv_cq_ex_to_cq(self.cq.as_ptr())) };
@@ -644,19 +658,21 @@ impl OnePerStart {
     /// # Safety
     /// `cq` is live, its entries were checked non-NULL, no poll of it is in
     /// progress, and nothing else uses its `cq_context`.
-    unsafe fn install(cq: NonNull<ffi::ibv_cq_ex>) -> Box<Self> {
+    unsafe fn install(cq: NonNull<ffi::ibv_cq_ex>) -> OnePerStartPtr {
         let c = cq.as_ptr();
         // SAFETY: the caller's promises: a live CQ with its entries set.
         unsafe {
-            let this = Box::new(OnePerStart {
+            // Held through a raw pointer from here on (not a `Box`, whose
+            // moves would claim it unique while `cq_context` points at it).
+            let this = NonNull::from(Box::leak(Box::new(OnePerStart {
                 start_poll: (*c).start_poll.unwrap_unchecked(),
                 end_poll: (*c).end_poll.unwrap_unchecked(),
                 ended: std::cell::Cell::new(false),
-            });
-            (*c).cq_context = std::ptr::from_ref::<OnePerStart>(&this).cast_mut().cast();
+            })));
+            (*c).cq_context = this.as_ptr().cast();
             (*c).next_poll = Some(next_poll_one_per_start);
             (*c).end_poll = Some(end_poll_one_per_start);
-            this
+            OnePerStartPtr(this)
         }
     }
 
@@ -667,6 +683,19 @@ impl OnePerStart {
     unsafe fn of<'a>(cq: *mut ffi::ibv_cq_ex) -> &'a Self {
         // SAFETY: the caller's promise: `cq_context` points at it.
         unsafe { &*(*cq).cq_context.cast::<OnePerStart>() }
+    }
+}
+
+/// The owner of a [`OnePerStart`] installed in a CQ's `cq_context`: frees
+/// it when dropped (after the CQ is destroyed).
+pub(crate) struct OnePerStartPtr(NonNull<OnePerStart>);
+
+impl Drop for OnePerStartPtr {
+    fn drop(&mut self) {
+        // SAFETY: made by `Box::leak` in `install`, freed only here, once;
+        // its CQ is destroyed (the field drops after the CQ), so no entry
+        // reads it any more.
+        drop(unsafe { Box::from_raw(self.0.as_ptr()) });
     }
 }
 
@@ -736,8 +765,20 @@ const WC_FLAGS: u64 = ffi::IBV_WC_EX_WITH_BYTE_LEN as u64
     | ffi::IBV_WC_EX_WITH_QP_NUM as u64;
 
 impl CompletionQueue {
-    /// Creates a CQ with room for at least `cqe` completions.
+    /// Creates a CQ with room for at least `cqe` completions. Its waits
+    /// poll (spinning, then yielding, then sleeping 50 µs at a time): see
+    /// [`with_channel`](Self::with_channel) for a CQ whose waits sleep in
+    /// the kernel.
     pub fn new(ctx: &Context, cqe: u32) -> Result<Self> {
+        Self::create(ctx, cqe, None)
+    }
+
+    /// Creates a CQ, on `channel` when given (of `ctx`).
+    pub(crate) fn create(
+        ctx: &Context,
+        cqe: u32,
+        channel: Option<&CompletionChannel>,
+    ) -> Result<Self> {
         if cqe == 0 || cqe > i32::MAX as u32 {
             return Err(Error::OutOfRange {
                 what: "CQ entries",
@@ -748,6 +789,7 @@ impl CompletionQueue {
         let mut attr = ffi::ibv_cq_init_attr_ex {
             cqe,
             wc_flags: WC_FLAGS,
+            channel: channel.map_or(std::ptr::null_mut(), CompletionChannel::as_ptr),
             ..Default::default()
         };
         // SAFETY: the context is open; `attr` is a valid, initialised
@@ -766,8 +808,15 @@ impl CompletionQueue {
             owned: true,
             capacity: u32::try_from(capacity).unwrap_or(cqe),
             one_per_start: None,
+            poller: AtomicUsize::new(0),
+            channel: channel.cloned(),
             ctx: ctx.clone(),
         };
+        if let Some(channel) = channel {
+            // SAFETY: just created on `channel`, and not armed; `inner`
+            // detaches it before destroying it.
+            unsafe { channel.attach(cq_of(cq)) };
+        }
         // SAFETY: a live extended CQ (destroyed by `inner` on failure).
         unsafe { check_poll_entries(cq, ctx.name()) }?;
         if ctx
@@ -813,6 +862,8 @@ impl CompletionQueue {
                 owned: false,
                 capacity: u32::try_from(capacity).unwrap_or(0),
                 one_per_start: None,
+                poller: AtomicUsize::new(0),
+                channel: None,
                 ctx: ctx.clone(),
             }),
         })
@@ -831,6 +882,12 @@ impl CompletionQueue {
     /// The context.
     pub fn context(&self) -> &Context {
         &self.inner.ctx
+    }
+
+    /// The completion channel the CQ's events go to, if it was created on
+    /// one ([`with_channel`](Self::with_channel)).
+    pub fn channel(&self) -> Option<&CompletionChannel> {
+        self.inner.channel.as_ref()
     }
 
     /// A share of the CQ that keeps it alive (held by the QPs that complete
@@ -911,7 +968,7 @@ impl CompletionQueue {
                 Err(poll_failed(cq, "ibv_start_poll", rc))
             };
         }
-        let poll = EndPoll::new(cq);
+        let poll = EndPoll::new(cq, &self.inner.poller);
         // Written as `f; while n < max { next_poll; f }`, the count is one
         // register, the same at every exit, and the back edge is the test
         // of the count (no copy of it, no extra jump). `f` is inlined
@@ -930,7 +987,7 @@ impl CompletionQueue {
                 // The error path ends the poll itself: nothing of `poll`
                 // has to be kept for it.
                 std::mem::forget(poll);
-                return Err(next_poll_failed(cq, rc));
+                return Err(next_poll_failed(cq, &self.inner.poller, rc));
             }
             f(&wc);
             n += 1;
@@ -957,7 +1014,8 @@ impl CompletionQueue {
             stand_in.ex.status = raw.status;
             stand_in.cur = raw;
             let wc = PolledWc {
-                cq: NonNull::from(&mut stand_in.ex),
+                // From the whole stand-in, whose readers reach past `ex`.
+                cq: NonNull::from(&mut *stand_in).cast(),
                 _poll: PhantomData,
             };
             f(&wc);
@@ -989,6 +1047,11 @@ impl CompletionQueue {
     /// Returns them in arrival order; on timeout, the error says how many
     /// of the `n` came (those are lost to the caller: use
     /// [`poll_into`](Self::poll_into) to keep partial results).
+    ///
+    /// While the CQ is empty, a CQ made on a channel
+    /// ([`with_channel`](Self::with_channel)) is armed and the wait sleeps
+    /// in the kernel until its event or the timeout; any other spins, then
+    /// yields, then sleeps 50 µs at a time.
     pub fn wait(&mut self, n: usize, timeout: Duration) -> Result<Vec<WorkCompletion>> {
         let mut out = Vec::with_capacity(n);
         self.wait_into(&mut out, n, timeout)?;
@@ -1004,6 +1067,7 @@ impl CompletionQueue {
         timeout: Duration,
     ) -> Result<()> {
         let start = Instant::now();
+        let deadline = start.checked_add(timeout);
         let mut got = 0;
         let mut idle_rounds = 0u32;
         while got < n {
@@ -1022,17 +1086,46 @@ impl CompletionQueue {
                     waited_ms: start.elapsed().as_millis() as u64,
                 });
             }
-            // Spin briefly, then back off so a slow peer does not burn a core.
-            idle_rounds += 1;
-            if idle_rounds < 1000 {
-                std::hint::spin_loop();
-            } else if idle_rounds < 2000 {
-                std::thread::yield_now();
-            } else {
-                std::thread::sleep(Duration::from_micros(50));
-            }
+            got += self.idle(&mut idle_rounds, deadline, |cq| cq.poll_into(out, n - got))?;
         }
         Ok(())
+    }
+
+    /// What a wait does when a poll found nothing. On a CQ with a channel:
+    /// arm, poll again with `poll`, then sleep in the kernel until an event
+    /// or `deadline` ([`sleep_on_channel`](Self::sleep_on_channel)).
+    /// Without one: spin briefly, then back off ([`back_off`]). Returns what
+    /// `poll` found (0 when it was not called).
+    #[inline]
+    pub(crate) fn idle<F>(
+        &mut self,
+        rounds: &mut u32,
+        deadline: Option<Instant>,
+        poll: F,
+    ) -> Result<usize>
+    where
+        F: FnOnce(&mut CompletionQueue) -> Result<usize>,
+    {
+        if self.inner.channel.is_some() {
+            return self.sleep_on_channel(deadline, poll);
+        }
+        back_off(rounds);
+        Ok(0)
+    }
+}
+
+/// Spins briefly, then yields, then sleeps 50 µs at a time, so that a wait
+/// on a CQ without a channel does not burn a core for long.
+pub(crate) fn back_off(rounds: &mut u32) {
+    // Saturating: a wait of days must not overflow (and panic, unwinding
+    // out of a scoped post whose work requests still run).
+    *rounds = rounds.saturating_add(1);
+    if *rounds < 1000 {
+        std::hint::spin_loop();
+    } else if *rounds < 2000 {
+        std::thread::yield_now();
+    } else {
+        std::thread::sleep(Duration::from_micros(50));
     }
 }
 
@@ -1058,10 +1151,11 @@ fn poll_failed(cq: NonNull<ffi::ibv_cq_ex>, call: &'static str, rc: i32) -> Erro
 /// Ends the poll `next_poll` failed in, and returns its error.
 #[cold]
 #[inline(never)]
-fn next_poll_failed(cq: NonNull<ffi::ibv_cq_ex>, rc: i32) -> Error {
+fn next_poll_failed(cq: NonNull<ffi::ibv_cq_ex>, poller: &AtomicUsize, rc: i32) -> Error {
     // SAFETY: called instead of dropping the `EndPoll` of the poll in
     // progress: it ends that poll once.
     unsafe { entry!(cq, end_poll) };
+    poller.store(0, Relaxed);
     leave_poll();
     poll_failed(cq, "ibv_next_poll", rc)
 }
@@ -1070,25 +1164,38 @@ fn next_poll_failed(cq: NonNull<ffi::ibv_cq_ex>, rc: i32) -> Error {
 /// every return of a poll, and when its callback panics. Made right after
 /// a successful `start_poll`; while it lives, this thread is inside a
 /// provider poll ([`in_provider_poll`]).
-struct EndPoll(NonNull<ffi::ibv_cq_ex>);
+struct EndPoll<'a>(NonNull<ffi::ibv_cq_ex>, &'a AtomicUsize);
 
-impl EndPoll {
+impl<'a> EndPoll<'a> {
+    /// Also marks the CQ as polled by this thread (`poller`).
     #[inline(always)]
-    fn new(cq: NonNull<ffi::ibv_cq_ex>) -> Self {
+    fn new(cq: NonNull<ffi::ibv_cq_ex>, poller: &'a AtomicUsize) -> Self {
         POLLS.set(POLLS.get() + 1);
-        EndPoll(cq)
+        poller.store(thread_token(), Relaxed);
+        EndPoll(cq, poller)
     }
 }
 
-impl Drop for EndPoll {
+impl Drop for EndPoll<'_> {
     #[inline]
     fn drop(&mut self) {
         // SAFETY: made right after a successful start_poll of this live CQ,
         // whose entries were checked at creation, and dropped once: it ends
         // that poll.
         unsafe { entry!(self.0, end_poll) }
+        self.1.store(0, Relaxed);
         leave_poll();
     }
+}
+
+/// A number of this thread, never 0, that no other thread has while this
+/// one lives: the address of a thread-local.
+#[inline(always)]
+pub(crate) fn thread_token() -> usize {
+    thread_local! {
+        static TOKEN: u8 = const { 0 };
+    }
+    TOKEN.with(|t| t as *const u8 as usize)
 }
 
 // A provider may hold a CQ's lock from `start_poll` to `end_poll` (mlx5
@@ -1255,6 +1362,16 @@ mod tests {
     use super::*;
     use std::collections::HashSet;
     use std::panic::{catch_unwind, AssertUnwindSafe};
+
+    #[test]
+    fn back_off_saturates_instead_of_overflowing() {
+        // A wait of 2^32 idle rounds (days) must not panic in a build with
+        // overflow checks: it would unwind out of a scoped post.
+        let mut rounds = u32::MAX - 1;
+        back_off(&mut rounds);
+        back_off(&mut rounds);
+        assert_eq!(rounds, u32::MAX);
+    }
 
     #[test]
     fn status_round_trips_and_prints_rdma_cores_text() {

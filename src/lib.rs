@@ -133,10 +133,25 @@
 //!   provider drops them): the scoped post still ends safely (above).
 //! - A provider may hold a CQ's lock from `start_poll` to `end_poll` (mlx5
 //!   does). Inside a [`CompletionQueue::poll_each`] callback, a QP or DCT
-//!   dropped is destroyed when the poll ends, and [`QpEx::reset`] is
-//!   refused: both take that lock in libmlx5.
+//!   dropped is destroyed when the poll ends, and [`QpEx::reset`] and
+//!   [`QpEx::post_and_wait`] are refused: they take that lock in libmlx5.
+//!   On the polling thread, a batch on a QP whose send CQ is the one being
+//!   polled takes no work request (libmlx5's builders take the CQ's lock
+//!   when the send queue looks full). These rules are per thread: a
+//!   callback that waits for another thread while that thread destroys,
+//!   resets or posts on a QP of the polled CQ can deadlock, as with any
+//!   lock held across a wait.
+//! - A batch holds at most the QP's `max_send_wr` work requests; the one
+//!   past that is refused before the provider sees it (libmlx5 would build
+//!   it over the last WQE). Work requests posted with the unsafe
+//!   [`WrBatch::complete`] take up the queue until they are known done,
+//!   and its `# Safety` section makes keeping room the caller's rule.
 //! - A batch leaked with `mem::forget` would keep the provider's send-queue
-//!   lock: the next batch on the QP (or the QP's drop) aborts it first.
+//!   lock: the next batch on the QP, a move to RESET (which would reset the
+//!   queue's indices under it) or the QP's drop aborts it first.
+//! - A DCI's memcpy and local invalidate are local operations: their WQEs
+//!   take no DC address (libmlx5 finishes them in the builder, and an
+//!   address set after it would overwrite them).
 //! - Posting and returning at once is [`WrBatch::complete`] and
 //!   [`QpEx::post_recv`], which are `unsafe`: their `# Safety` sections
 //!   state what the caller keeps true, and until when — including that an
@@ -171,11 +186,68 @@
 //! it serves, or signal sparsely and poll before the CQ fills
 //! (`tests/rxe_faults.rs` shows what an overrun does).
 //!
+//! ## Waiting without spinning
+//!
+//! A CQ made with [`CompletionQueue::new`] is waited for by polling:
+//! [`CompletionQueue::wait`] and [`QpEx::post_and_wait`] spin, then yield,
+//! then sleep 50 µs at a time — the fastest answer, at the price of a
+//! core. A CQ made on a [`CompletionChannel`]
+//! ([`CompletionQueue::with_channel`], `ibv_create_comp_channel(3)`) is
+//! waited for in the kernel: when a poll finds nothing, the wait arms the
+//! CQ (`ibv_req_notify_cq(3)`), polls once more (a completion that came
+//! before the arm raises no event), and only then sleeps in `poll(2)` on
+//! the channel's fd, for at most what is left of its timeout, until the
+//! CQ's event (`ibv_get_cq_event(3)`). That loop is the crate's, written
+//! once; a waiting thread costs no CPU (`tests/rxe_channel.rs` measures a
+//! 2 s wait at under 1 % of a core, against about 25 % for the polling
+//! wait on soft-RoCE).
+//!
+//! ```no_run
+//! use mlx5dv::*;
+//! use std::time::Duration;
+//!
+//! # fn main() -> Result<()> {
+//! let ctx = Context::open("rxe0")?;
+//! let pd = ProtectionDomain::new(&ctx)?;
+//! let channel = CompletionChannel::new(&ctx)?; // one fd, for many CQs
+//! let mut send_cq = CompletionQueue::with_channel(&ctx, 64, &channel)?;
+//! let mut recv_cq = CompletionQueue::with_channel(&ctx, 64, &channel)?;
+//! let qp = QpBuilder::rc(&pd, &send_cq, &recv_cq).build()?;
+//! // ... connect, post receives ...
+//! let wcs = recv_cq.wait(1, Duration::from_secs(10))?; // asleep meanwhile
+//!
+//! // Or an event loop of one's own: arm, poll, then wait for the fd
+//! // (`AsFd`, non-blocking: fit for epoll) and read which CQ it was.
+//! send_cq.req_notify(false)?;
+//! recv_cq.req_notify(true)?; // solicited completions only
+//! let event = channel.get_event(Duration::from_secs(1))?;
+//! assert!(event.cq() == send_cq.id() || event.cq() == recv_cq.id());
+//! # drop(qp); let _ = wcs;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! Every event is acknowledged (`ibv_ack_cq_events`): in batches while its
+//! CQ lives, the rest when the CQ is dropped, so `ibv_destroy_cq` never
+//! waits for ever. An event names its CQ by [`CqId`], a number, never by
+//! pointer; a CQ dropped while an event of it is being read is
+//! acknowledged by the reader and reported to nobody. The channel outlives
+//! its CQs (each holds it). Several threads may wait on CQs of one channel
+//! at once: one sleeps on the fd and hands the others their events.
+//!
+//! The device's asynchronous events (`ibv_get_async_event(3)`: a port
+//! down, a CQ overrun, a QP in fatal error, ...) come from
+//! [`Context::async_events`] as a typed [`AsyncEvent`], naming the object
+//! by number ([`AsyncEvent::CqErr`] by the CQ's [`CqId`], QP events by QP
+//! number), each acknowledged as it is read; blocking with a timeout, or
+//! not at all, or through the fd.
+//!
 //! ## Threads
 //!
-//! [`Context`], [`ProtectionDomain`], [`CompletionQueue`], [`AddressHandle`]
-//! and [`MemoryRegion`] are `Send + Sync`: rdma-core's calls on them are
-//! thread-safe. Polling a CQ takes `&mut CompletionQueue` (the handle is
+//! [`Context`], [`ProtectionDomain`], [`CompletionQueue`], [`AddressHandle`],
+//! [`MemoryRegion`] and [`CompletionChannel`] are `Send + Sync`:
+//! rdma-core's calls on them are thread-safe (a channel's fd is read under
+//! a lock of the crate's). Polling a CQ takes `&mut CompletionQueue` (the handle is
 //! not `Clone`; QPs built on it keep the CQ alive), so one thread at a time
 //! polls it, with no lock of the crate's: share it in a `Mutex` to poll it
 //! from several threads. [`QpEx`] is `Send + Sync`, but posting takes
@@ -186,8 +258,8 @@
 //! ## When a destroy call fails
 //!
 //! `Drop` cannot return an error: when `ibv_destroy_qp`, `ibv_dereg_mr`,
-//! `ibv_destroy_cq`, `ibv_dealloc_pd`, `ibv_destroy_ah` or
-//! `ibv_close_device` fails (the kernel refuses, e.g. because another
+//! `ibv_destroy_cq`, `ibv_dealloc_pd`, `ibv_destroy_ah`,
+//! `ibv_destroy_comp_channel` or `ibv_close_device` fails (the kernel refuses, e.g. because another
 //! object made outside this crate still uses it), one line naming the call,
 //! the errno and the device is printed on standard error and the handle is
 //! forgotten. A buffer allocated by a [`MemoryRegion`] whose deregistration
@@ -235,6 +307,8 @@ pub mod ffi;
 extern crate self as mlx5dv;
 
 mod ah;
+mod async_event;
+mod channel;
 mod cq;
 mod device;
 mod error;
@@ -249,6 +323,8 @@ pub mod wqe;
 pub mod wr;
 
 pub use ah::{AddressHandle, AhAttr, Grh};
+pub use async_event::{AsyncEvent, AsyncEvents};
+pub use channel::{CompletionChannel, CqEvent, CqId};
 pub use cq::{CompletionQueue, PolledWc, WcFlags, WcOpcode, WcStatus, WorkCompletion};
 pub use device::{Context, Device, DeviceAttr, DeviceList};
 pub use error::{Error, Result};

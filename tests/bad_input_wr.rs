@@ -247,8 +247,8 @@ fn wr_rows<'a>() -> Vec<Row<'a, Fx>> {
         ));
     }
     rows.push(wr_row(
-        "mr_interleaved(skip u32::MAX, repeat u32::MAX): the span overflows u64",
-        OutOfRange("interleaved pattern end"),
+        "mr_interleaved(skip u32::MAX, repeat u32::MAX): the stride is past 16 bits",
+        OutOfRange("interleaved entry stride"),
         |fx| {
             let Fx {
                 rc, mr, mkey_big, ..

@@ -625,7 +625,9 @@ fn a_scoped_batch_larger_than_the_send_queue_is_refused_before_posting() {
             });
         let calls = recorder::take();
         let mut want = vec!["wr_start"];
-        for _ in 0..n {
+        // The work request past the depth is refused before the provider
+        // sees it (libmlx5 would build it over the last one).
+        for _ in 0..n.min(depth) {
             want.extend(["wr_rdma_write", "wr_set_sge"]);
         }
         if n > depth {
@@ -633,8 +635,8 @@ fn a_scoped_batch_larger_than_the_send_queue_is_refused_before_posting() {
             assert!(
                 matches!(
                     err,
-                    Error::OutOfRange { what: "scoped batch size", value, ref limit }
-                        if value == n && limit.contains("send queue")
+                    Error::SendQueueFull { batch, depth: d }
+                        if u64::from(batch) == n && u64::from(d) == depth
                 ),
                 "{err}"
             );
@@ -849,7 +851,75 @@ fn a_leaked_batch_is_aborted_by_the_next_batch_and_by_the_qps_drop() {
     assert!(calls.iter().all(|c| c.obj == fq.ibv() as usize));
 }
 
+#[test]
+fn a_leaked_batch_is_aborted_before_a_reset_not_after() {
+    // mlx5's move to RESET resets the send queue's indices; the abort of a
+    // batch leaked before it restores the index saved at its wr_start, so
+    // an abort after the RESET would leave the queue pointing at stale
+    // WQEs, which the doorbell of the next batch would hand to the device
+    // again. The abort comes first, once.
+    let mut fx = Fx::new();
+    let src = source(&mut fx);
+    let r = remote(&fx, 8);
+    let mut b = fx.rc.batch_with(SendFlags::SIGNALED);
+    b.wr(1).rdma_write(r).sge(src.sge(0..8).unwrap()).unwrap();
+    std::mem::forget(b);
+    recorder::take();
+    fx.rc.reset().unwrap();
+    fx.rc.reset().unwrap();
+    let calls = recorder::take();
+    assert_eq!(names(&calls), ["wr_abort", "modify_qp", "modify_qp"]);
+    assert_eq!(
+        modifies(&calls),
+        [
+            (ffi::IBV_QPS_RESET, ffi::IBV_QP_STATE),
+            (ffi::IBV_QPS_RESET, ffi::IBV_QP_STATE)
+        ]
+    );
+    // The next batch starts afresh: no second abort.
+    drop(fx.rc.batch());
+    assert_eq!(names(&recorder::take()), ["wr_start", "wr_abort"]);
+}
+
 // ----- 12. a DC address of another context is refused -----
+
+#[test]
+fn a_dct_number_of_more_than_24_bits_is_refused_before_any_builder() {
+    // libmlx5 ORs the number into the address vector with its flag bit:
+    // a 25th bit would land in the AV's reserved bits.
+    let mut fx = Fx::new();
+    let src = source(&mut fx);
+    let r = remote(&fx, 8);
+    recorder::take();
+    let mut b = fx.dci.batch();
+    for dctn in [0x0100_0000, u32::MAX] {
+        let e = b
+            .wr(1, DcAddr::new(&fx.ah, dctn, 7))
+            .rdma_write(r)
+            .sge(src.sge(0..8).unwrap())
+            .unwrap_err();
+        assert!(
+            matches!(e, Error::OutOfRange { what: "remote DCT number", value, .. }
+                if value == u64::from(dctn)),
+            "{e}"
+        );
+    }
+    b.wr(2, DcAddr::new(&fx.ah, 0x00FF_FFFF, 7))
+        .rdma_write(r)
+        .sge(src.sge(0..8).unwrap())
+        .unwrap();
+    drop(b);
+    assert_eq!(
+        names(&recorder::take()),
+        [
+            "wr_start",
+            "wr_rdma_write",
+            "wr_set_sge",
+            "wr_set_dc_addr",
+            "wr_abort"
+        ]
+    );
+}
 
 #[test]
 fn a_dc_address_whose_ah_is_of_another_context_is_refused_before_any_builder() {
@@ -1008,26 +1078,28 @@ fn mkey_layouts_longer_than_i32_max_are_refused_before_any_builder() {
         b.wr(2).mr_list(&fx.mkey_big, access, &two_gib).unwrap_err(),
         1 << 31,
     );
+    // Interleaved entries have 16-bit strides: long layouts come from
+    // their repeats.
     let e = |off: usize, count: u32| MrInterleaved::new(&huge, off, count, 0).unwrap();
     too_long(
         b.wr(3)
-            .mr_interleaved(&fx.mkey_big, access, 2048, &[e(0, 1 << 20)])
+            .mr_interleaved(&fx.mkey_big, access, 1 << 16, &[e(0, 1 << 15)])
             .unwrap_err(),
         1 << 31,
     );
     too_long(
         b.wr(4)
-            .mr_interleaved(&fx.mkey_big, access, 1, &[e(0, u32::MAX)])
+            .mr_interleaved(&fx.mkey_big, access, 32770, &[e(0, 65535)])
             .unwrap_err(),
-        u32::MAX as u64,
+        65535 * 32770,
     );
     too_long(
         b.wr(5)
             .mr_interleaved(
                 &fx.mkey_big,
                 access,
-                1,
-                &[e(0, gib as u32), e(gib, gib as u32)],
+                1 << 15,
+                &[e(0, 1 << 15), e(1 << 31, 1 << 15)],
             )
             .unwrap_err(),
         1 << 31,
@@ -1126,4 +1198,193 @@ fn mkey_layouts_grant_peer_writes_only_over_peer_writable_regions() {
             ("wr_mr_interleaved", 8, Arg::U32(rr.bits())),
         ]
     );
+}
+
+// ----- the closing audit: mkeys and their entries -----
+
+#[test]
+fn mkey_layouts_refuse_a_foreign_mkey_empty_entries_and_strides_past_16_bits() {
+    let mut fx = Fx::new();
+    let rw = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
+    let lw = AccessFlags::LOCAL_WRITE;
+    // An mkey of another device context.
+    let other_ctx = fx.other_cq.context().clone();
+    let mut pd2_raw: Box<ffi::ibv_pd> = zeroed();
+    pd2_raw.context = other_ctx.as_ptr();
+    let pd2 = unsafe { ProtectionDomain::from_raw(&other_ctx, NonNull::from(&mut *pd2_raw)) };
+    let mut mk2 = Box::new(ffi::mlx5dv_mkey {
+        lkey: 0x7777_0001,
+        rkey: 0x7777_0002,
+    });
+    let foreign = unsafe { Mkey::from_raw(&pd2, NonNull::from(&mut *mk2), 64, false) };
+    recorder::take();
+    let mut b = fx.rc.batch();
+    let e = b
+        .wr(1)
+        .mr_list(&foreign, lw, &[fx.mr.sge(0..64).unwrap()])
+        .unwrap_err();
+    assert!(
+        matches!(e, Error::InvalidArgument(ref m) if m.contains("another device context")),
+        "{e}"
+    );
+    let entry = MrInterleaved::new(&fx.mr, 0, 64, 0).unwrap();
+    let e = b
+        .wr(2)
+        .mr_interleaved(&foreign, rw, 1, &[entry])
+        .unwrap_err();
+    assert!(
+        matches!(e, Error::InvalidArgument(ref m) if m.contains("another device context")),
+        "{e}"
+    );
+    // An empty SGE in a list layout.
+    let e = b
+        .wr(3)
+        .mr_list(
+            &fx.mkey_big,
+            lw,
+            &[fx.mr.sge(0..64).unwrap(), fx.mr.sge(64..64).unwrap()],
+        )
+        .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::OutOfRange {
+                what: "mr_list SGE length",
+                value: 0,
+                ..
+            }
+        ),
+        "{e}"
+    );
+    // An interleaved stride past the repeat entry's 16 bits.
+    let wide = MrInterleaved::new(&fx.mr, 0, 8, 65528).unwrap();
+    let e = b
+        .wr(4)
+        .mr_interleaved(&fx.mkey_big, rw, 1, &[wide])
+        .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::OutOfRange {
+                what: "interleaved entry stride",
+                value: 65536,
+                ..
+            }
+        ),
+        "{e}"
+    );
+    drop(b);
+    assert_eq!(names(&recorder::take()), ["wr_start", "wr_abort"]);
+    // At the limits, each passes.
+    let mut b = fx.rc.batch();
+    let widest = MrInterleaved::new(&fx.mr, 0, 8, 65527).unwrap();
+    b.wr(5)
+        .mr_interleaved(&fx.mkey_big, rw, 1, &[widest])
+        .unwrap();
+    b.wr(6)
+        .mr_list(&fx.mkey_big, lw, &[fx.mr.sge(0..1).unwrap()])
+        .unwrap();
+    drop(b);
+    assert_eq!(
+        names(&recorder::take()),
+        ["wr_start", "wr_mr_interleaved", "wr_mr_list", "wr_abort"]
+    );
+}
+
+// ----- the closing audit: the send queue's room -----
+
+#[test]
+fn a_batch_takes_no_work_request_inside_a_poll_of_its_own_send_cq() {
+    // mlx5's builders take the send CQ's lock when the queue looks full;
+    // the poll holds it on this thread: refused, before any builder.
+    let mut fx = Fx::new();
+    let src = source(&mut fx);
+    let r = remote(&fx, 8);
+    let (mut other, _other_cq) = fx.extra_rc(0x55, CAPS, 16);
+    fx.fcq().push(Wc {
+        wr_id: 5,
+        qp_num: RC_QPN,
+        opcode: ffi::IBV_WC_RECV,
+        ..Wc::default()
+    });
+    recorder::take();
+    let Fx { rc, cq, .. } = &mut fx;
+    let mut seen = Vec::new();
+    let n = cq
+        .poll_each(4, |wc| {
+            seen.push(wc.wr_id());
+            let mut b = rc.batch();
+            let e = b
+                .wr(1)
+                .rdma_write(r)
+                .sge(src.sge(0..8).unwrap())
+                .unwrap_err();
+            assert!(
+                matches!(e, Error::InvalidArgument(ref m) if m.contains("send CQ")),
+                "{e}"
+            );
+            drop(b);
+            // A QP whose send CQ is another one builds as usual.
+            let mut b = other.batch();
+            b.wr(2).rdma_write(r).sge(src.sge(0..8).unwrap()).unwrap();
+        })
+        .unwrap();
+    assert_eq!((n, seen), (1, vec![5]));
+    let on_qps: Vec<_> = recorder::take()
+        .into_iter()
+        .filter(|c| c.entry.starts_with("wr_"))
+        .map(|c| c.entry)
+        .collect();
+    assert_eq!(
+        on_qps,
+        [
+            "wr_start",
+            "wr_abort",
+            "wr_start",
+            "wr_rdma_write",
+            "wr_set_sge",
+            "wr_abort"
+        ]
+    );
+    // After the poll, the same QP builds again.
+    let mut b = fx.rc.batch();
+    b.wr(3).rdma_write(r).sge(src.sge(0..8).unwrap()).unwrap();
+    drop(b);
+    drop(other);
+}
+
+#[test]
+fn a_qp_without_a_send_queue_takes_no_work_request() {
+    // libmlx5 would build the first one at a NULL WQE pointer.
+    let mut fx = Fx::new();
+    let src = source(&mut fx);
+    let r = remote(&fx, 8);
+    let caps = QpCaps {
+        max_send_wr: 0,
+        ..CAPS
+    };
+    let (mut qp, mut cq) = fx.extra_rc(0x56, caps, 16);
+    recorder::take();
+    let mut b = qp.batch();
+    let e = b.wr(1).send().inline(b"x").unwrap_err();
+    assert!(
+        matches!(e, Error::SendQueueFull { batch: 1, depth: 0 }),
+        "{e}"
+    );
+    drop(b);
+    let e = qp
+        .post_and_wait(&mut cq, Duration::from_secs(1), |b| {
+            b.wr(1).rdma_write(r).sge(src.sge(0..8)?)
+        })
+        .unwrap_err();
+    assert!(
+        matches!(e, Error::SendQueueFull { batch: 1, depth: 0 }),
+        "{e}"
+    );
+    assert_eq!(
+        names(&recorder::take()),
+        ["wr_start", "wr_abort", "wr_start", "wr_abort"],
+        "no builder reached the provider"
+    );
+    drop((qp, cq));
 }

@@ -30,16 +30,30 @@ pub struct DcAddr<'a> {
     _ah: PhantomData<&'a AddressHandle>,
 }
 
+/// The largest DCT number: 24 bits.
+pub(crate) const MAX_DCTN: u32 = 0x00FF_FFFF;
+
 impl<'a> DcAddr<'a> {
     /// The DCT numbered `remote_dctn` (24 bits), with access key
-    /// `remote_dc_key`, reached through `ah`.
+    /// `remote_dc_key`, reached through `ah`. A number of more than 24
+    /// bits is refused ([`Error::OutOfRange`](crate::Error::OutOfRange))
+    /// by the work request that uses the address, before any C call
+    /// (libmlx5 would OR it into the address vector's flag bits).
     #[inline]
     pub fn new(ah: &'a AddressHandle, remote_dctn: u32, remote_dc_key: u64) -> Self {
         let raw = ah.as_non_null();
+        // An address with a DCT number of more than 24 bits gets no
+        // context: the work request's context check (one compare, made
+        // anyway) then refuses it, and the error says why.
+        let ctx = if remote_dctn > MAX_DCTN {
+            std::ptr::null_mut()
+        } else {
+            // SAFETY: the AH is live (borrowed).
+            unsafe { (*raw.as_ptr()).context }
+        };
         DcAddr {
             ah: raw,
-            // SAFETY: the AH is live (borrowed).
-            ctx: unsafe { (*raw.as_ptr()).context },
+            ctx,
             remote_dctn,
             remote_dc_key,
             _ah: PhantomData,

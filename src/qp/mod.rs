@@ -12,6 +12,7 @@ mod types;
 
 pub use builder::QpBuilder;
 pub use dci::DcAddr;
+pub(crate) use dci::MAX_DCTN;
 pub use dct::Dct;
 pub use raw::{RawMlx5, RawQp};
 pub use types::{ConnectOptions, DciStreams, Endpoint, Mlx5SendOps, QpCaps, QpState, SendOps};
@@ -150,7 +151,7 @@ pub struct QpEx<T: Transport> {
     pub(crate) scope: crate::wr::ScopeIds,
     // Dropped after the QP is destroyed (fields drop after Drop::drop).
     pd: ProtectionDomain,
-    send_cq: Arc<CqInner>,
+    pub(crate) send_cq: Arc<CqInner>,
     _recv_cq: Arc<CqInner>,
     _t: PhantomData<T>,
 }
@@ -165,9 +166,7 @@ unsafe impl<T: Transport> Sync for QpEx<T> {}
 
 impl<T: Transport> Drop for QpEx<T> {
     fn drop(&mut self) {
-        if self.ops.open.get() {
-            self.abort_leaked_batch();
-        }
+        self.abort_if_leaked();
         if self.owned {
             let qp = self.qp;
             let parents = (
@@ -377,6 +376,9 @@ impl<T: Transport> QpEx<T> {
         if crate::cq::in_provider_poll() {
             return Err(in_poll_callback("ibv_modify_qp to RESET", &self.describe()));
         }
+        // mlx5 resets the send queue's indices; a leaked batch's abort
+        // after that would restore its stale ones.
+        self.abort_if_leaked();
         let mut a = ffi::ibv_qp_attr {
             qp_state: ffi::IBV_QPS_RESET,
             ..Default::default()

@@ -34,8 +34,10 @@ macro_rules! entries {
             /// (`mem::forget`) leaves it set when the next one opens: the
             /// provider still holds the send queue's lock for it, so the
             /// next batch aborts it first instead of waiting on that lock
-            /// for ever.
-            pub(crate) open: std::cell::Cell<bool>,
+            /// for ever; so do a move to RESET (which resets the send
+            /// queue's indices under the leaked batch) and the QP's drop.
+            /// Atomic: a RESET through `&self` may run on any thread.
+            pub(crate) open: std::sync::atomic::AtomicBool,
             $( $(#[$doc])* pub(crate) $field: unsafe extern "C" fn($($ty),*), )*
         }
 
@@ -151,7 +153,7 @@ impl WrOps {
             abort,
             depth: 0,
             mqpx: std::ptr::null_mut(),
-            open: std::cell::Cell::new(false),
+            open: std::sync::atomic::AtomicBool::new(false),
             set_sge: generic!(true, wr_set_sge, set_sge),
             set_sge_list: generic!(true, wr_set_sge_list, set_sge_list),
             set_inline_data: generic!(true, wr_set_inline_data, set_inline_data),

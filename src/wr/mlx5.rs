@@ -2,7 +2,7 @@
 //! list and interleaved mkey registration, raw WQEs; and the local
 //! invalidate that makes an mkey registrable again.
 
-use super::{Data, SendFlags, Wr};
+use super::{Addressed, Data, SendFlags, Wr};
 use crate::error::{Error, Result};
 use crate::ffi;
 use crate::mkey::{Mkey, MkeyLayout};
@@ -150,7 +150,20 @@ fn check_memcpy(dest: &SgeMut<'_>, src: &Sge<'_>, max: u64) -> Result<()> {
 }
 
 impl<'m, T: Transport> Wr<'_, 'm, T> {
-    /// Whether the QP was created with the mlx5 builder `op`.
+    /// An mkey of another device context than the QP's is refused:
+    /// libmlx5 would write its key into this device's WQE.
+    #[inline]
+    fn check_mkey_context(&self, mkey: &Mkey, name: &'static str) -> Result<()> {
+        if mkey.pd().context().as_ptr() != self.state.ctx {
+            return Err(Error::InvalidArgument(format!(
+                "{name}: the mkey belongs to another device context than the QP's"
+            )));
+        }
+        Ok(())
+    }
+
+    /// Whether the QP was created with the mlx5 builder `op`; else
+    /// [`Error::Unsupported`].
     #[inline(always)]
     fn mlx5_op(&self, op: Mlx5SendOps, name: &'static str) -> Result<()> {
         self.state.mlx5.require(op, name)
@@ -160,6 +173,8 @@ impl<'m, T: Transport> Wr<'_, 'm, T> {
     /// for RC and DCI QPs created with [`Mlx5SendOps::MEMCPY`]. Both ranges
     /// have the same length, from 1 to the device's `max_wr_memcpy_length`.
     /// Signalled, it completes with [`WcOpcode::MEMCPY`](crate::WcOpcode).
+    /// On a DCI the copy is local: its WQE has no DC address, and the
+    /// address (and stream) the work request was started with is not used.
     ///
     /// A later work request that depends on `dest` must be fenced
     /// ([`Wr::fence`]), as mlx5dv_wr_post(3) says. For a loop of copies
@@ -204,8 +219,9 @@ impl<'m, T: Transport> Wr<'_, 'm, T> {
     /// Hands a checked memcpy to the provider.
     #[inline(always)]
     fn post_memcpy(self, dest: &SgeMut<'m>, src: &Sge<'m>) -> Result<()> {
-        self.commit(
+        self.commit_as(
             SendFlags::empty(),
+            Addressed::No,
             #[inline(always)]
             |_, ops| {
                 // SAFETY: the mlx5 extension of a QP created with MEMCPY, whose
@@ -227,7 +243,8 @@ impl<'m, T: Transport> Wr<'_, 'm, T> {
 
     /// A local invalidate of `rkey` (`ibv_wr_local_inv`): after it
     /// completes, an mkey's layout is gone and another can be registered.
-    /// Needs [`SendOps::LOCAL_INV`].
+    /// Needs [`SendOps::LOCAL_INV`]. On a DCI it is local: its WQE has no DC
+    /// address, and the work request's address is not used.
     #[inline]
     pub fn local_inv(self, rkey: u32) -> Result<()> {
         if !self.state.send_ops.contains(SendOps::LOCAL_INV) {
@@ -236,8 +253,9 @@ impl<'m, T: Transport> Wr<'_, 'm, T> {
                     .into(),
             });
         }
-        self.commit(
+        self.commit_as(
             SendFlags::empty(),
+            Addressed::No,
             #[inline(always)]
             |q, ops| {
                 // SAFETY: the live extended QP; wr_local_inv was resolved non-NULL
@@ -275,6 +293,7 @@ impl<'m> Wr<'_, 'm, Rc> {
         sges: &[Sge<'m>],
     ) -> Result<MkeyLayout<'m>> {
         self.mlx5_op(Mlx5SendOps::MR_LIST, "mr_list")?;
+        self.check_mkey_context(mkey, "mr_list")?;
         let wqe_max = (self.state.caps().max_inline_data + INL_HDR) / ENTRY;
         check_entries(
             "mr_list entries",
@@ -287,6 +306,15 @@ impl<'m> Wr<'_, 'm, Rc> {
             return Err(Error::InvalidArgument(list_peer_writes(access)));
         }
         let raw = Sge::as_raw_slice(sges);
+        if raw.iter().any(|s| s.length == 0) {
+            // An entry of 0 bytes in a UMR translation is not "nothing" to
+            // every device (a data segment's 0 means 2 GiB).
+            return Err(Error::OutOfRange {
+                what: "mr_list SGE length",
+                value: 0,
+                limit: "at least 1".into(),
+            });
+        }
         let total = Data::List(raw).len();
         check_layout_len(total)?;
         self.commit(
@@ -335,6 +363,7 @@ impl<'m> Wr<'_, 'm, Rc> {
         entries: &[MrInterleaved<'m>],
     ) -> Result<MkeyLayout<'m>> {
         self.mlx5_op(Mlx5SendOps::MR_INTERLEAVED, "mr_interleaved")?;
+        self.check_mkey_context(mkey, "mr_interleaved")?;
         let mkey_max = u32::from(mkey.max_entries()).saturating_sub(1);
         let wqe_max = ((self.state.caps().max_inline_data + INL_HDR) / ENTRY).saturating_sub(1);
         check_entries(
@@ -356,6 +385,19 @@ impl<'m> Wr<'_, 'm, Rc> {
         for e in entries {
             if peer_writes && !e.peer_writable {
                 return Err(Error::InvalidArgument(interleaved_peer_writes(access)));
+            }
+            // The WQE's repeat entry holds the stride (and so the count) in
+            // 16 bits: libmlx5 would truncate a larger one, and the device
+            // would map other bytes than the layout says.
+            let stride = u64::from(e.raw.bytes_count) + u64::from(e.raw.bytes_skip);
+            if stride > u64::from(u16::MAX) {
+                return Err(Error::OutOfRange {
+                    what: "interleaved entry stride",
+                    value: stride,
+                    limit: "at most 65535 (bytes_count + bytes_skip: a 16-bit field of the \
+                            WQE's repeat entry)"
+                        .into(),
+                });
             }
             match e.span_end(repeat_count) {
                 Some(end) if end <= e.region_end => {}

@@ -174,6 +174,7 @@ use std::borrow::Borrow;
 use std::marker::PhantomData;
 use std::mem::ManuallyDrop;
 use std::ptr::NonNull;
+use std::sync::atomic::Ordering::Relaxed;
 
 bitflags::bitflags! {
     /// Per-WR flags (`ibv_qp_ex.wr_flags`, `enum ibv_send_flags`).
@@ -231,6 +232,10 @@ struct BatchState {
     flags: SendFlags,
     /// WRs handed to the provider so far.
     posted: usize,
+    /// How many the batch may hold: the send queue's depth, or 0 when this
+    /// thread is inside a poll of the QP's send CQ (see
+    /// [`WrBatch`]'s rule on poll callbacks).
+    room: usize,
     /// The QP's context: a DC address must come from it.
     ctx: *mut ffi::ibv_context,
 }
@@ -261,6 +266,15 @@ impl BatchState {
 ///
 /// `'m` is how long the memory named by the batch's SGEs is borrowed: in
 /// [`QpEx::post_and_wait`] it outlives the wait for the completions.
+///
+/// A batch holds at most the QP's `max_send_wr` work requests: the one
+/// past that is refused ([`Error::SendQueueFull`]) before the provider
+/// sees it, since libmlx5 (rdma-core 44) would build it over the last
+/// WQE it wrote. Inside a [`poll_each`](crate::CompletionQueue::poll_each)
+/// callback of the QP's own send CQ, on the polling thread, a batch takes
+/// no work request ([`Error::InvalidArgument`]): libmlx5 holds that CQ's
+/// lock during the poll, and its builders take it again when the queue
+/// looks full. Build it after the poll (or poll another CQ).
 #[must_use = "a batch is aborted when dropped: call complete() to post it"]
 pub struct WrBatch<'q, 'm, T: Transport> {
     state: BatchState,
@@ -311,9 +325,7 @@ impl<T: Transport> QpEx<T> {
     #[inline]
     fn open_batch<'m>(&mut self, flags: SendFlags) -> WrBatch<'_, 'm, T> {
         let qpx = self.qpx;
-        if self.ops.open.get() {
-            self.abort_leaked_batch();
-        }
+        self.abort_if_leaked();
         // SAFETY: the QP is live; `start` is its provider's wr_start entry
         // (resolved non-NULL at creation); `&mut self` excludes any other
         // live batch on it, and a leaked one was just aborted. `wr_flags`
@@ -323,7 +335,16 @@ impl<T: Transport> QpEx<T> {
             (self.ops.start)(qpx.as_ptr());
             (*qpx.as_ptr()).wr_flags = flags.bits();
         }
-        self.ops.open.set(true);
+        self.ops.open.store(true, Relaxed);
+        // Inside a poll of its send CQ on this thread, mlx5 may hold that
+        // CQ's lock, which its builders take when the queue looks full:
+        // such a batch takes no work request.
+        let polled_here = self.send_cq.poller.load(Relaxed) == crate::cq::thread_token();
+        let room = if polled_here {
+            0
+        } else {
+            self.ops.depth as usize
+        };
         WrBatch {
             state: BatchState {
                 qpx,
@@ -335,6 +356,7 @@ impl<T: Transport> QpEx<T> {
                 ops: NonNull::from(&*self.ops),
                 flags,
                 posted: 0,
+                room,
             },
             _qp: PhantomData,
             _mem: PhantomData,
@@ -375,6 +397,15 @@ impl<'q, 'm, T: Transport> WrBatch<'q, 'm, T> {
     /// completion polled, or the QP has been moved to RESET or destroyed.
     /// A peer may also reach memory through the keys the batch sends.
     ///
+    /// Until then its work requests also take up the send queue: work
+    /// requests built on the QP (by any batch, the safe scoped post
+    /// included) while the queue has no room left for them make libmlx5
+    /// (rdma-core 44) write them over the last WQE it posted, which the
+    /// device may not have run yet. So the work requests posted and not
+    /// yet known done (their completion, or a later one's, polled), plus
+    /// those of any batch being built, must stay within the QP's
+    /// `max_send_wr`.
+    ///
     /// The batch's work request ids are below 2^63: ids with bit 63 set
     /// are those [`QpEx::post_and_wait`] gives its own work requests, and a
     /// completion carrying one could be taken for one of them.
@@ -387,7 +418,7 @@ impl<'q, 'm, T: Transport> WrBatch<'q, 'm, T> {
         // SAFETY: the batch was started on this live QP and not finalised;
         // the memory rules are the caller's promise.
         let rc = unsafe { (this.state.ops().complete)(qpx) };
-        this.state.ops().open.set(false);
+        this.state.ops().open.store(false, Relaxed);
         if rc != 0 {
             return Err(complete_failed(
                 rc,
@@ -476,7 +507,7 @@ impl<T: Transport> Drop for WrBatch<'_, '_, T> {
         // SAFETY: the batch was started and not completed (complete() does
         // not run Drop); abort discards every WR added since wr_start.
         unsafe { (self.state.ops().abort)(self.state.qpx.as_ptr()) };
-        self.state.ops().open.set(false);
+        self.state.ops().open.store(false, Relaxed);
     }
 }
 
@@ -805,9 +836,34 @@ impl<T: Transport> Wr<'_, '_, T> {
         extra: SendFlags,
         build: impl FnOnce(*mut ffi::ibv_qp_ex, &WrOps),
     ) -> Result<()> {
+        self.commit_as(extra, Addressed::Yes, build)
+    }
+
+    /// [`commit`](Self::commit), for a builder that may finish its WQE by
+    /// itself (`addressed` says whether the DC address follows it).
+    #[inline(always)]
+    fn commit_as(
+        mut self,
+        extra: SendFlags,
+        addressed: Addressed,
+        build: impl FnOnce(*mut ffi::ibv_qp_ex, &WrOps),
+    ) -> Result<()> {
+        // libmlx5 builds a work request past the send queue's room over the
+        // last one (rdma-core 44): refused before any C call.
+        if self.state.posted >= self.state.room {
+            return Err(no_room(self.state));
+        }
+        if let Addressed::No = addressed {
+            // libmlx5 finishes these WQEs in the builder, with no address
+            // segment: a DC setter after it would write its address over
+            // the finished WQE and, its setter count left from the previous
+            // work request, finish it a second time (skipping a send-queue
+            // slot whose stale WQE the device would then run).
+            self.dc = None;
+        }
         if let Some(dc) = self.dc {
             if dc.ctx != self.state.ctx {
-                return Err(Error::InvalidArgument(foreign_ah()));
+                return Err(bad_dc_addr(dc.remote_dctn));
             }
             if dc.stream_id.is_some() && self.state.mlx5.streams.is_none() {
                 return Err(Error::Unsupported { what: no_streams() });
@@ -860,6 +916,16 @@ impl<T: Transport> Wr<'_, '_, T> {
     }
 }
 
+/// Whether a work request's WQE takes the DC address of a DCI.
+#[derive(Clone, Copy)]
+pub(crate) enum Addressed {
+    /// It does: the address setter follows the builder.
+    Yes,
+    /// It does not: a local operation (DMA memcpy, local invalidate) whose
+    /// builder finishes the WQE.
+    No,
+}
+
 impl<T: Transport> Op<'_, '_, T, Source> {
     /// Inline data: copied into the work request while it is built, so it
     /// need not stay alive. At most the QP's `max_inline_data` bytes; sets
@@ -881,6 +947,24 @@ impl<T: Transport> Op<'_, '_, T, Source> {
 // The errors of the posting path. Their text is made out of line, so that
 // each check in the caller's loop stays one compare; the variant is built
 // at the check, so the caller's `?` knows it is an error.
+
+#[cold]
+#[inline(never)]
+fn no_room(state: &BatchState) -> Error {
+    let depth = state.ops().depth;
+    if state.room == 0 && depth != 0 {
+        return Error::InvalidArgument(
+            "a work request built inside a poll_each callback of its QP's send CQ: mlx5 may \
+             hold that CQ's lock, which its builders can take again (build the batch after \
+             the poll)"
+                .into(),
+        );
+    }
+    Error::SendQueueFull {
+        batch: state.posted as u32 + 1,
+        depth,
+    }
+}
 
 #[cold]
 #[inline(never)]
@@ -933,10 +1017,19 @@ fn inline_too_long(max: u32) -> String {
 
 #[cold]
 #[inline(never)]
-fn foreign_ah() -> String {
-    "mlx5dv_wr_set_dc_addr: the DC address's address handle belongs to another \
-     device context than the DCI's"
-        .into()
+fn bad_dc_addr(remote_dctn: u32) -> Error {
+    if remote_dctn > crate::qp::MAX_DCTN {
+        return Error::OutOfRange {
+            what: "remote DCT number",
+            value: u64::from(remote_dctn),
+            limit: "at most 0xffffff (24 bits)".into(),
+        };
+    }
+    Error::InvalidArgument(
+        "mlx5dv_wr_set_dc_addr: the DC address's address handle belongs to another \
+         device context than the DCI's"
+            .into(),
+    )
 }
 
 #[cold]

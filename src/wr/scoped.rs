@@ -26,11 +26,13 @@
 //!   it has no `complete`, and dropping it (an error, a panic) aborts it.
 
 use super::{RawDc, SendFlags, WrBatch};
-use crate::cq::{CompletionQueue, RawWc, WorkCompletion};
+use crate::cq::{back_off, CompletionQueue, RawWc, WorkCompletion};
 use crate::error::{Error, Result};
 use crate::qp::{DcAddr, Dci, QpEx, Rc, Transport};
 use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hasher};
+use std::io::Write;
+use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};
 
 /// The bit every scoped post's work request id has (see
@@ -184,6 +186,11 @@ impl<T: Transport> QpEx<T> {
     /// [`poll_each`](CompletionQueue::poll_each) callback: stopping the QP
     /// may need a RESET, which cannot be made there.
     ///
+    /// While it waits, a CQ made on a completion channel
+    /// ([`CompletionQueue::with_channel`]) is armed and the call sleeps in
+    /// the kernel until the CQ's event (or the timeout); on any other CQ it
+    /// polls, backing off from spinning to 50 µs sleeps.
+    ///
     /// `cq` is the QP's send CQ ([`Error::InvalidArgument`] otherwise),
     /// borrowed so that nothing else polls it meanwhile. Only this batch's
     /// completions are taken as its own (receive completions of the QP,
@@ -247,7 +254,6 @@ impl<T: Transport> QpEx<T> {
                 "post_and_wait on QP {qp_num}: the CQ given is not the QP's send CQ"
             )));
         }
-        let depth = self.caps.max_send_wr as usize;
         let capacity = cq.capacity() as usize;
         let base = self.scope.next;
         let mut ids = std::mem::take(&mut self.scope.ids);
@@ -259,13 +265,6 @@ impl<T: Transport> QpEx<T> {
         };
         build(&mut scoped)?;
         let n = scoped.batch.state.posted;
-        if n > depth {
-            return Err(Error::OutOfRange {
-                what: "scoped batch size",
-                value: n as u64,
-                limit: format!("at most {depth} (the send queue's depth)"),
-            });
-        }
         if n > capacity {
             return Err(Error::OutOfRange {
                 what: "scoped batch size",
@@ -288,6 +287,10 @@ impl<T: Transport> QpEx<T> {
         // every work request of the batch, even after an error of
         // `complete` (below).
         let posted = unsafe { batch.complete() };
+        // From here until the device is done, a panic must not unwind out
+        // of this call: it would end the borrows of memory the device may
+        // still use.
+        let unwinding = AbortOnUnwind;
         self.scope.next = base.wrapping_add(n as u64) & !SCOPED_ID_BIT;
         let mut waiting = Waiting {
             qp_num,
@@ -301,6 +304,7 @@ impl<T: Transport> QpEx<T> {
             Err(e) => Err(self.stop(cq, &mut waiting, e)),
             Ok(_) => self.wait_scoped(cq, &mut waiting, timeout),
         };
+        std::mem::forget(unwinding);
         let ours = waiting.ours;
         self.scope.ids = ids;
         match outcome {
@@ -323,6 +327,7 @@ impl<T: Transport> QpEx<T> {
         timeout: Duration,
     ) -> Result<()> {
         let start = Instant::now();
+        let deadline = start.checked_add(timeout);
         let mut idle = 0u32;
         while !w.done {
             match w.poll(cq) {
@@ -345,7 +350,11 @@ impl<T: Transport> QpEx<T> {
                 };
                 return Err(self.stop(cq, w, e));
             }
-            back_off(&mut idle);
+            match cq.idle(&mut idle, deadline, |cq| w.poll(cq)) {
+                Ok(0) => {}
+                Ok(_) => idle = 0,
+                Err(e) => return Err(self.stop(cq, w, e)),
+            }
         }
         Ok(())
     }
@@ -367,9 +376,15 @@ impl<T: Transport> QpEx<T> {
         let deadline = Instant::now() + wait;
         let mut idle = 0u32;
         while !w.done && Instant::now() < deadline {
-            match w.poll(cq) {
-                Ok(0) | Err(_) => back_off(&mut idle),
+            let polled = match w.poll(cq) {
+                // On a CQ with a channel: arm, poll, sleep until the flush.
+                Ok(0) => cq.idle(&mut idle, Some(deadline), |cq| w.poll(cq)),
+                other => other,
+            };
+            match polled {
+                Ok(0) => {}
                 Ok(_) => idle = 0,
+                Err(_) => back_off(&mut idle),
             }
         }
         let how = if w.done {
@@ -386,7 +401,10 @@ impl<T: Transport> QpEx<T> {
                     ),
                 },
                 Err(e) => {
-                    eprintln!(
+                    // Written without a panic on a closed stderr: nothing
+                    // may unwind here.
+                    let _ = writeln!(
+                        std::io::stderr(),
                         "mlx5dv: QP {:#x}: a scoped batch may still be running and the QP \
                          cannot be reset ({e}); aborting, since its memory cannot be \
                          released safely",
@@ -405,17 +423,49 @@ impl<T: Transport> QpEx<T> {
         self.pd().context().is_mlx5()
     }
 
-    /// Aborts a batch that was leaked (`mem::forget`): the provider still
-    /// holds the send queue for it, and the next `wr_start` would wait on
-    /// it for ever. Its work requests are discarded, as a dropped batch's.
+    /// Aborts a batch that was leaked (`mem::forget`), if there is one:
+    /// the provider still holds the send queue for it, and the next
+    /// `wr_start` would wait on it for ever; a move to RESET would reset
+    /// the queue's indices under it, and its abort would later restore
+    /// stale ones. Its work requests are discarded, as a dropped batch's.
+    #[inline]
+    pub(crate) fn abort_if_leaked(&self) {
+        if self.ops.open.load(Relaxed) {
+            self.abort_leaked_batch();
+        }
+    }
+
     #[cold]
     #[inline(never)]
-    pub(crate) fn abort_leaked_batch(&mut self) {
-        // SAFETY: a batch was started on this live QP and neither
-        // completed nor aborted; it is gone (leaked: `&mut self` shows no
-        // batch borrows the QP), so nothing else will finalise it.
-        unsafe { (self.ops.abort)(self.qpx.as_ptr()) };
-        self.ops.open.set(false);
+    fn abort_leaked_batch(&self) {
+        // Only the thread that clears the mark aborts (a RESET through
+        // `&self` may run on several threads at once).
+        if self.ops.open.swap(false, Relaxed) {
+            // SAFETY: a batch was started on this live QP and neither
+            // completed nor aborted, and it is gone: a live batch borrows
+            // the QP mutably, which excludes the `&self` this runs with,
+            // so it was leaked. Nothing else finalises it: the mark was
+            // cleared here. (libmlx5's send-queue lock is a spinlock that
+            // any thread may release.)
+            unsafe { (self.ops.abort)(self.qpx.as_ptr()) };
+        }
+    }
+}
+
+/// Aborts the process if dropped: held (and forgotten at the end) across
+/// the part of a scoped post where a panic would otherwise unwind past
+/// work requests the device still runs.
+struct AbortOnUnwind;
+
+impl Drop for AbortOnUnwind {
+    #[cold]
+    fn drop(&mut self) {
+        let _ = writeln!(
+            std::io::stderr(),
+            "mlx5dv: a panic inside a scoped post while its work requests may still \
+             run; aborting, since their memory cannot be released safely"
+        );
+        std::process::abort();
     }
 }
 
@@ -436,18 +486,6 @@ fn said_with(cause: Error, how: &str) -> Error {
             source,
         },
         other => other,
-    }
-}
-
-/// Spins briefly, then yields, then sleeps 50 µs at a time.
-fn back_off(idle: &mut u32) {
-    *idle += 1;
-    if *idle < 1000 {
-        std::hint::spin_loop();
-    } else if *idle < 2000 {
-        std::thread::yield_now();
-    } else {
-        std::thread::sleep(Duration::from_micros(50));
     }
 }
 

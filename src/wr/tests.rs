@@ -520,8 +520,53 @@ fn dci_work_requests_end_with_their_dc_address() {
                     Arg::Usize(32),
                 ],
             ),
-            dv_call("wr_set_dc_addr", f, (4, 0), dc(None)),
+            // A memcpy's WQE is finished by its builder, with no address:
+            // a DC setter after it would write over it.
             qp_call("wr_complete", f, (4, 0), vec![]),
+        ]
+    );
+}
+
+#[test]
+fn dci_memcpy_and_local_inv_take_no_dc_address_after_a_dc_work_request() {
+    // libmlx5 finishes a memcpy's and a local invalidate's WQE in the
+    // builder and does not reset its setter count: an address set after
+    // them would overwrite the finished WQE and, after a DC work request
+    // (which leaves the count at 1), finish it twice and skip a slot.
+    let mut fx = Fx::new();
+    let mr = fx.mr();
+    let mut out = fx.mr();
+    let whole = out.sge_mut(..).unwrap();
+    let ah_ptr = &mut *fx.ah_raw as *mut ffi::ibv_ah;
+    let ops = SendOps::rc_default() | SendOps::LOCAL_INV;
+    let mut qp = fx.qp::<Dci>(ops, Mlx5SendOps::MEMCPY, None);
+    let ah = unsafe { crate::ah::AddressHandle::fake(&fx.pd, NonNull::new(ah_ptr).unwrap()) };
+    let addr = DcAddr::new(&ah, 0x00AB_CDEF, 0xFEED_0000_DEAD_BEEF);
+    let mut b = qp.batch();
+    b.wr(1, addr)
+        .rdma_write(remote(8))
+        .sge(mr.sge(0..8).unwrap())
+        .unwrap();
+    b.wr(2, addr)
+        .memcpy(part(whole, 0..32), mr.sge(32..64).unwrap())
+        .unwrap();
+    b.wr(3, addr).local_inv(0x1234).unwrap();
+    b.wr(4, addr).send().sge(mr.sge(0..8).unwrap()).unwrap();
+    assert_eq!(unsafe { b.complete() }.unwrap(), 4);
+    let names: Vec<_> = fx.qp_calls().iter().map(|c| c.entry).collect();
+    assert_eq!(
+        names,
+        [
+            "wr_start",
+            "wr_rdma_write",
+            "wr_set_sge",
+            "wr_set_dc_addr",
+            "wr_memcpy",
+            "wr_local_inv",
+            "wr_send",
+            "wr_set_sge",
+            "wr_set_dc_addr",
+            "wr_complete"
         ]
     );
 }
