@@ -425,16 +425,17 @@ impl Dct {
 // BENCHMARKS.md gives plus 0.05.
 const GOAL_GUARD: f64 = 1.02;
 // Above the goal since the soundness fixes (BENCHMARKS.md, "What the
-// soundness fixes cost"): held at the measured ratio plus 0.02.
-const CEILING_RC_WRITE_SGE: f64 = 1.06;
-const CEILING_RC_WRITE_SGE_CHECKED: f64 = 1.34;
-const CEILING_RC_INLINE_SEND: f64 = GOAL_GUARD;
-const CEILING_DCI_WRITE_SGE: f64 = GOAL_GUARD;
-const CEILING_DCI_WRITE_SGE_STREAM: f64 = GOAL_GUARD;
-const CEILING_MEMCPY: f64 = GOAL_GUARD;
-const CEILING_MEMCPY_CHECKED: f64 = 1.38;
-const CEILING_MR_LIST: f64 = GOAL_GUARD;
-const CEILING_RAW_WQE: f64 = GOAL_GUARD;
+// soundness fixes cost": the send queue's bound is checked per work
+// request): held at the ratio `--quick` measured plus about 0.02.
+const CEILING_RC_WRITE_SGE: f64 = 1.09;
+const CEILING_RC_WRITE_SGE_CHECKED: f64 = 1.36;
+const CEILING_RC_INLINE_SEND: f64 = 1.08;
+const CEILING_DCI_WRITE_SGE: f64 = 1.09;
+const CEILING_DCI_WRITE_SGE_STREAM: f64 = 1.12;
+const CEILING_MEMCPY: f64 = 1.10;
+const CEILING_MEMCPY_CHECKED: f64 = 1.41;
+const CEILING_MR_LIST: f64 = 1.10;
+const CEILING_RAW_WQE: f64 = GOAL_GUARD + 0.02;
 const CEILING_POLL_CQ: f64 = 1.05;
 
 const SHAPES: &[Shape] = &[

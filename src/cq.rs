@@ -20,7 +20,6 @@ use std::ffi::CStr;
 use std::fmt;
 use std::marker::PhantomData;
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -579,10 +578,6 @@ pub(crate) struct CqInner {
     capacity: u32,
     // Dropped after the CQ is destroyed.
     one_per_start: Option<OnePerStartPtr>,
-    /// The thread polling the CQ ([`thread_token`]), 0 when none: a
-    /// provider may hold the CQ's lock meanwhile, and a batch built on a
-    /// QP of this CQ from that thread may take it again.
-    pub(crate) poller: AtomicUsize,
     /// The channel the CQ's events go to: dropped after the CQ is
     /// destroyed (a channel outlives its CQs).
     channel: Option<CompletionChannel>,
@@ -808,7 +803,6 @@ impl CompletionQueue {
             owned: true,
             capacity: u32::try_from(capacity).unwrap_or(cqe),
             one_per_start: None,
-            poller: AtomicUsize::new(0),
             channel: channel.cloned(),
             ctx: ctx.clone(),
         };
@@ -862,7 +856,6 @@ impl CompletionQueue {
                 owned: false,
                 capacity: u32::try_from(capacity).unwrap_or(0),
                 one_per_start: None,
-                poller: AtomicUsize::new(0),
                 channel: None,
                 ctx: ctx.clone(),
             }),
@@ -968,7 +961,7 @@ impl CompletionQueue {
                 Err(poll_failed(cq, "ibv_start_poll", rc))
             };
         }
-        let poll = EndPoll::new(cq, &self.inner.poller);
+        let poll = EndPoll::new(cq);
         // Written as `f; while n < max { next_poll; f }`, the count is one
         // register, the same at every exit, and the back edge is the test
         // of the count (no copy of it, no extra jump). `f` is inlined
@@ -987,7 +980,7 @@ impl CompletionQueue {
                 // The error path ends the poll itself: nothing of `poll`
                 // has to be kept for it.
                 std::mem::forget(poll);
-                return Err(next_poll_failed(cq, &self.inner.poller, rc));
+                return Err(next_poll_failed(cq, rc));
             }
             f(&wc);
             n += 1;
@@ -1151,11 +1144,10 @@ fn poll_failed(cq: NonNull<ffi::ibv_cq_ex>, call: &'static str, rc: i32) -> Erro
 /// Ends the poll `next_poll` failed in, and returns its error.
 #[cold]
 #[inline(never)]
-fn next_poll_failed(cq: NonNull<ffi::ibv_cq_ex>, poller: &AtomicUsize, rc: i32) -> Error {
+fn next_poll_failed(cq: NonNull<ffi::ibv_cq_ex>, rc: i32) -> Error {
     // SAFETY: called instead of dropping the `EndPoll` of the poll in
     // progress: it ends that poll once.
     unsafe { entry!(cq, end_poll) };
-    poller.store(0, Relaxed);
     leave_poll();
     poll_failed(cq, "ibv_next_poll", rc)
 }
@@ -1164,38 +1156,25 @@ fn next_poll_failed(cq: NonNull<ffi::ibv_cq_ex>, poller: &AtomicUsize, rc: i32) 
 /// every return of a poll, and when its callback panics. Made right after
 /// a successful `start_poll`; while it lives, this thread is inside a
 /// provider poll ([`in_provider_poll`]).
-struct EndPoll<'a>(NonNull<ffi::ibv_cq_ex>, &'a AtomicUsize);
+struct EndPoll(NonNull<ffi::ibv_cq_ex>);
 
-impl<'a> EndPoll<'a> {
-    /// Also marks the CQ as polled by this thread (`poller`).
+impl EndPoll {
     #[inline(always)]
-    fn new(cq: NonNull<ffi::ibv_cq_ex>, poller: &'a AtomicUsize) -> Self {
+    fn new(cq: NonNull<ffi::ibv_cq_ex>) -> Self {
         POLLS.set(POLLS.get() + 1);
-        poller.store(thread_token(), Relaxed);
-        EndPoll(cq, poller)
+        EndPoll(cq)
     }
 }
 
-impl Drop for EndPoll<'_> {
+impl Drop for EndPoll {
     #[inline]
     fn drop(&mut self) {
         // SAFETY: made right after a successful start_poll of this live CQ,
         // whose entries were checked at creation, and dropped once: it ends
         // that poll.
         unsafe { entry!(self.0, end_poll) }
-        self.1.store(0, Relaxed);
         leave_poll();
     }
-}
-
-/// A number of this thread, never 0, that no other thread has while this
-/// one lives: the address of a thread-local.
-#[inline(always)]
-pub(crate) fn thread_token() -> usize {
-    thread_local! {
-        static TOKEN: u8 = const { 0 };
-    }
-    TOKEN.with(|t| t as *const u8 as usize)
 }
 
 // A provider may hold a CQ's lock from `start_poll` to `end_poll` (mlx5
@@ -1351,6 +1330,7 @@ impl fmt::Debug for CompletionQueue {
         f.debug_struct("CompletionQueue")
             .field("device", &self.inner.ctx.name())
             .field("capacity", &self.inner.capacity)
+            .field("channel", &self.inner.channel.is_some())
             .finish()
     }
 }

@@ -94,11 +94,10 @@ pub enum Error {
         what: String,
     },
 
-    /// A batch held more work requests than the send queue had room for:
-    /// the work request past the QP's `max_send_wr` is refused when it is
-    /// added (the batch keeps the earlier ones, none posted yet), and
-    /// `ibv_wr_complete` refuses a batch (`ENOMEM` or `ENOSPC`: none of it
-    /// was posted) when earlier work requests still take up the queue.
+    /// A batch held more work requests than the send queue had room for
+    /// (`ibv_wr_complete` returned `ENOMEM` or `ENOSPC`): none of the batch
+    /// was posted. Also the error of any work request on a QP without a
+    /// send queue (`max_send_wr` 0: depth 0).
     #[error("send queue full: a batch of {batch} work requests did not fit the send queue of depth {depth}; none was posted")]
     SendQueueFull {
         /// Work requests in the batch.

@@ -135,17 +135,19 @@
 //!   does). Inside a [`CompletionQueue::poll_each`] callback, a QP or DCT
 //!   dropped is destroyed when the poll ends, and [`QpEx::reset`] and
 //!   [`QpEx::post_and_wait`] are refused: they take that lock in libmlx5.
-//!   On the polling thread, a batch on a QP whose send CQ is the one being
-//!   polled takes no work request (libmlx5's builders take the CQ's lock
-//!   when the send queue looks full). These rules are per thread: a
-//!   callback that waits for another thread while that thread destroys,
-//!   resets or posts on a QP of the polled CQ can deadlock, as with any
-//!   lock held across a wait.
-//! - A batch holds at most the QP's `max_send_wr` work requests; the one
-//!   past that is refused before the provider sees it (libmlx5 would build
-//!   it over the last WQE). Work requests posted with the unsafe
-//!   [`WrBatch::complete`] take up the queue until they are known done,
-//!   and its `# Safety` section makes keeping room the caller's rule.
+//!   A batch may be built and posted there: libmlx5's builders take the
+//!   lock only when the send queue is full, which the bound below rules
+//!   out. These rules are per thread: a callback that waits for another
+//!   thread while that thread destroys or resets a QP of the polled CQ can
+//!   deadlock, as with any lock held across a wait.
+//! - libmlx5 (rdma-core 44) builds a work request that finds the send
+//!   queue full over the last WQE it wrote (and takes the send CQ's lock
+//!   to find out). A batch holds at most the QP's `max_send_wr` work
+//!   requests: the one past that is refused before the provider sees it.
+//!   The safe API leaves the queue empty between batches; work requests
+//!   posted with the unsafe [`WrBatch::complete`] take it up until they are
+//!   known done, and its `# Safety` section makes keeping room for the next
+//!   batch the caller's rule.
 //! - A batch leaked with `mem::forget` would keep the provider's send-queue
 //!   lock: the next batch on the QP, a move to RESET (which would reset the
 //!   queue's indices under it) or the QP's drop aborts it first.
@@ -226,6 +228,11 @@
 //! # Ok(())
 //! # }
 //! ```
+//!
+//! For an event loop of one's own (`epoll`, an async runtime),
+//! [`CompletionQueue::poll_or_arm`] is the same race-free step: it polls,
+//! and when the CQ is empty arms it and polls again; `Ok(0)` means "armed:
+//! wait for the fd".
 //!
 //! Every event is acknowledged (`ibv_ack_cq_events`): in batches while its
 //! CQ lives, the rest when the CQ is dropped, so `ibv_destroy_cq` never

@@ -24,6 +24,9 @@ pub struct Mkey {
     remote_invalidate: bool,
     /// Created by this value (destroyed on drop).
     owned: bool,
+    /// The PD's device context, at hand for the check that a QP posting a
+    /// layout on the mkey is of the same one.
+    ctx: *mut ffi::ibv_context,
     // Dropped after the mkey is destroyed.
     pd: ProtectionDomain,
 }
@@ -78,6 +81,7 @@ impl Mkey {
             max_entries,
             remote_invalidate,
             owned: true,
+            ctx: pd.context().as_ptr(),
             pd: pd.clone(),
         })
     }
@@ -100,8 +104,15 @@ impl Mkey {
             max_entries,
             remote_invalidate,
             owned: false,
+            ctx: pd.context().as_ptr(),
             pd: pd.clone(),
         }
+    }
+
+    /// The device context of the mkey's PD.
+    #[inline]
+    pub(crate) fn context_ptr(&self) -> *mut ffi::ibv_context {
+        self.ctx
     }
 
     /// The local key.

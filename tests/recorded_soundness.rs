@@ -1294,63 +1294,73 @@ fn mkey_layouts_refuse_a_foreign_mkey_empty_entries_and_strides_past_16_bits() {
 // ----- the closing audit: the send queue's room -----
 
 #[test]
-fn a_batch_takes_no_work_request_inside_a_poll_of_its_own_send_cq() {
-    // mlx5's builders take the send CQ's lock when the queue looks full;
-    // the poll holds it on this thread: refused, before any builder.
+fn a_batch_in_a_poll_callback_of_its_own_send_cq_stays_within_the_queue() {
+    // mlx5's builders take the send CQ's lock when the queue is full; the
+    // poll holds it on this thread. A batch there (opened in the callback,
+    // or before the poll and carried into it) holds at most max_send_wr
+    // work requests: the one past that never reaches the provider.
     let mut fx = Fx::new();
     let src = source(&mut fx);
     let r = remote(&fx, 8);
-    let (mut other, _other_cq) = fx.extra_rc(0x55, CAPS, 16);
-    fx.fcq().push(Wc {
-        wr_id: 5,
-        qp_num: RC_QPN,
-        opcode: ffi::IBV_WC_RECV,
-        ..Wc::default()
-    });
+    let depth = CAPS.max_send_wr;
+    for wr_id in [5, 6] {
+        fx.fcq().push(Wc {
+            wr_id,
+            qp_num: RC_QPN,
+            opcode: ffi::IBV_WC_RECV,
+            ..Wc::default()
+        });
+    }
     recorder::take();
     let Fx { rc, cq, .. } = &mut fx;
+    let mut carried = None;
     let mut seen = Vec::new();
     let n = cq
-        .poll_each(4, |wc| {
+        .poll_each(1, |wc| {
             seen.push(wc.wr_id());
             let mut b = rc.batch();
-            let e = b
-                .wr(1)
-                .rdma_write(r)
-                .sge(src.sge(0..8).unwrap())
-                .unwrap_err();
-            assert!(
-                matches!(e, Error::InvalidArgument(ref m) if m.contains("send CQ")),
-                "{e}"
-            );
-            drop(b);
-            // A QP whose send CQ is another one builds as usual.
-            let mut b = other.batch();
-            b.wr(2).rdma_write(r).sge(src.sge(0..8).unwrap()).unwrap();
+            for i in 0..depth {
+                b.wr(u64::from(i))
+                    .rdma_write(r)
+                    .sge(src.sge(0..8).unwrap())
+                    .unwrap();
+            }
+            carried = Some(b.wr(99).rdma_write(r).sge(src.sge(0..8).unwrap()));
         })
         .unwrap();
     assert_eq!((n, seen), (1, vec![5]));
-    let on_qps: Vec<_> = recorder::take()
-        .into_iter()
-        .filter(|c| c.entry.starts_with("wr_"))
-        .map(|c| c.entry)
-        .collect();
-    assert_eq!(
-        on_qps,
-        [
-            "wr_start",
-            "wr_abort",
-            "wr_start",
-            "wr_rdma_write",
-            "wr_set_sge",
-            "wr_abort"
-        ]
+    let e = carried.unwrap().unwrap_err();
+    assert!(
+        matches!(e, Error::SendQueueFull { batch, depth: d } if batch == depth + 1 && d == depth),
+        "{e}"
     );
-    // After the poll, the same QP builds again.
+    let builders = recorder::take()
+        .iter()
+        .filter(|c| c.entry == "wr_rdma_write")
+        .count();
+    assert_eq!(
+        builders, depth as usize,
+        "the one past the depth was not built"
+    );
+
+    // A batch opened before the poll and filled in its callback: the same.
     let mut b = fx.rc.batch();
-    b.wr(3).rdma_write(r).sge(src.sge(0..8).unwrap()).unwrap();
+    let mut outcomes = Vec::new();
+    let n = fx
+        .cq
+        .poll_each(1, |_| {
+            for i in 0..=depth {
+                outcomes.push(b.wr(u64::from(i)).rdma_write(r).sge(src.sge(0..8).unwrap()));
+            }
+        })
+        .unwrap();
+    assert_eq!(n, 1);
     drop(b);
-    drop(other);
+    assert!(outcomes[..depth as usize].iter().all(|o| o.is_ok()));
+    assert!(matches!(
+        outcomes[depth as usize],
+        Err(Error::SendQueueFull { .. })
+    ));
 }
 
 #[test]

@@ -467,11 +467,9 @@ fn wr_rows<'a>(d: &Dev) -> Vec<Row<'a, Dev>> {
     let mut rows: Vec<Row<'a, Dev>> = Vec::new();
     let caps = d.p.a.qp.caps();
     let depth = caps.max_send_wr as usize;
-    // A scoped batch larger than the send queue's reported depth is
-    // refused before anything is posted (the queue the device made may be
-    // deeper: `complete` on an unscoped batch leaves that to the device,
-    // tests/rxe_faults.rs).
-    let refused = OutOfRange("scoped batch size");
+    // A batch larger than the send queue's reported depth is refused at
+    // the work request past it, before anything is posted.
+    let refused = SendQueueFull;
     for (n, expect) in [(depth, Ok), (depth + 1, refused), (4 * depth, refused)] {
         rows.push(row(
             format!("a batch of {n} writes, send queue depth {depth}"),

@@ -331,6 +331,57 @@ fn a_cq_dropped_with_events_unacknowledged_does_not_hang() {
 
 #[test]
 #[ignore = "needs an RDMA device: set MLX5DV_TEST_DEVICE"]
+fn cqs_dropped_while_another_thread_reads_their_channel_neither_hang_nor_fail() {
+    // A thread reads the channel all along, while CQs on it are armed,
+    // complete and are dropped at varying moments: before their event is
+    // raised, while it is read, after it was counted. Each drop returns
+    // (every event read is acknowledged, by the registry or by the reader
+    // that finds its CQ gone), and no destroy fails. Under memcheck this
+    // also checks that no event reaches a freed CQ.
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let ctx = open();
+    let channel = CompletionChannel::new(&ctx).unwrap();
+    let before = destroy_failures();
+    let stop = AtomicBool::new(false);
+    let events = std::thread::scope(|s| {
+        let reader = s.spawn(|| {
+            let mut n = 0;
+            while !stop.load(Ordering::Relaxed) {
+                match channel.get_event(Duration::from_millis(20)) {
+                    Ok(_) => n += 1,
+                    Err(Error::Timeout { .. }) => {}
+                    Err(e) => panic!("get_event: {e}"),
+                }
+            }
+            n
+        });
+        for round in 0..16u64 {
+            let mut p = pair_on(&ctx, [Some(&channel), Some(&channel), None, None]);
+            p.a.send_cq.req_notify(false).unwrap();
+            p.a.recv_cq.req_notify(false).unwrap();
+            write_from_a(&mut p, round);
+            std::thread::sleep(Duration::from_millis(round % 4 * 15));
+            let (done_tx, done_rx) = std::sync::mpsc::channel();
+            let dropper = std::thread::spawn(move || {
+                drop(p);
+                done_tx.send(()).unwrap();
+            });
+            done_rx
+                .recv_timeout(Duration::from_secs(20))
+                .unwrap_or_else(|_| panic!("round {round}: the drop hung"));
+            dropper.join().unwrap();
+        }
+        stop.store(true, Ordering::Relaxed);
+        reader.join().unwrap()
+    });
+    println!("the reader took {events} events of 16 rounds");
+    assert_eq!(destroy_failures(), before);
+    assert_eq!(channel.cq_count(), 0);
+    assert!(channel.try_get_event().unwrap().is_none());
+}
+
+#[test]
+#[ignore = "needs an RDMA device: set MLX5DV_TEST_DEVICE"]
 fn an_event_loop_on_the_fd_sees_it_readable_and_drains_it() {
     // What epoll or an async runtime does: wait for the fd, take every
     // event, poll the CQs named, re-arm.
@@ -431,6 +482,8 @@ fn a_channel_outlives_its_cqs_and_its_handle_may_go_first() {
             .unwrap();
     assert_wc(&sent[0], 6, WcOpcode::SEND);
     assert_wc(&p.b.recv_cq.wait(1, WAIT).unwrap()[0], 5, WcOpcode::RECV);
+    assert!(format!("{:?}", p.b.recv_cq).contains("channel: true"));
+    assert!(format!("{:?}", p.b.send_cq).contains("channel: false"));
     drop(p);
     assert_eq!(ch.cq_count(), 0);
     let dbg = format!("{ch:?}");
@@ -721,4 +774,47 @@ fn qp_errors_and_their_async_events_on_soft_roce() {
     let err = events.get_event(Duration::from_millis(300)).unwrap_err();
     assert!(matches!(err, Error::Timeout { .. }), "{err}");
     assert!(start.elapsed() >= Duration::from_millis(300));
+}
+
+#[test]
+#[ignore = "needs an RDMA device: set MLX5DV_TEST_DEVICE"]
+fn the_cq_events_example_plays_ping_pong_with_both_kinds_of_wait() {
+    // examples/cq_events.rs, built beside this test (target/<profile>/examples).
+    let exe = std::env::current_exe().unwrap();
+    let path = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .unwrap()
+        .join("examples/cq_events");
+    assert!(
+        path.exists(),
+        "build the examples first: {}",
+        path.display()
+    );
+    for extra in [&[][..], &["--poll"][..]] {
+        let out = std::process::Command::new(&path)
+            .args([
+                "-d",
+                &device_name(),
+                "-n",
+                "20",
+                "-s",
+                "256",
+                "--delay",
+                "10",
+            ])
+            .args(extra)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        println!("{text}{}", String::from_utf8_lossy(&out.stderr));
+        assert!(out.status.success(), "{:?}", out.status);
+        assert!(text.contains("20 round trips of 256 bytes"), "{text}");
+        let how = if extra.is_empty() {
+            "waits sleep on a completion channel"
+        } else {
+            "waits poll"
+        };
+        assert!(text.contains(how) && text.contains("CPU: ping"), "{text}");
+    }
 }

@@ -966,9 +966,10 @@ fn assert_refused(res: &Result<Vec<WorkCompletion>>, n: usize, limit_word: &str,
     assert!(took < Duration::from_secs(2), "the refusal took {took:?}");
 }
 
-/// Defect 8: a scoped post of more work requests than its CQ holds (and,
-/// likewise, more than its send queue holds) is refused with
-/// `OutOfRange { what: "scoped batch size" }` before anything is posted:
+/// Defect 8: a scoped post of more work requests than its CQ holds is
+/// refused with `OutOfRange { what: "scoped batch size" }` (and one of more
+/// than its send queue holds with `SendQueueFull`, at the work request
+/// past the depth) before anything is posted:
 /// nothing of it runs or completes, the QP stays in RTS, and it posts
 /// afterwards.
 #[test]
@@ -1085,7 +1086,18 @@ fn a_post_and_wait_of_more_than_its_cq_holds_is_refused_before_posting() {
                 "post_and_wait of {m} WRs on a send queue of {depth}: {:?}",
                 res.as_ref().map(|w| wcs_desc(w))
             );
-            assert_refused(&res, m, "depth", took);
+            // The work request past the depth is refused when it is added
+            // (the provider never sees it), and the batch with it.
+            match &res {
+                Err(Error::SendQueueFull { batch, depth: d }) => {
+                    assert_eq!((*batch as usize, *d as usize), (m, depth));
+                }
+                other => panic!(
+                    "a scoped batch of {m} WRs over the depth was not refused: {:?}",
+                    other.as_ref().map(|w| wcs_desc(w))
+                ),
+            }
+            assert!(took < Duration::from_secs(2), "the refusal took {took:?}");
             std::thread::sleep(Duration::from_millis(500));
             let stray = drain(&mut roomy, Duration::from_millis(300));
             assert!(stray.is_empty(), "{:?}", wcs_desc(&stray));

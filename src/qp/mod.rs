@@ -151,7 +151,7 @@ pub struct QpEx<T: Transport> {
     pub(crate) scope: crate::wr::ScopeIds,
     // Dropped after the QP is destroyed (fields drop after Drop::drop).
     pd: ProtectionDomain,
-    pub(crate) send_cq: Arc<CqInner>,
+    send_cq: Arc<CqInner>,
     _recv_cq: Arc<CqInner>,
     _t: PhantomData<T>,
 }

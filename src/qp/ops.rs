@@ -36,8 +36,11 @@ macro_rules! entries {
             /// next batch aborts it first instead of waiting on that lock
             /// for ever; so do a move to RESET (which resets the send
             /// queue's indices under the leaked batch) and the QP's drop.
-            /// Atomic: a RESET through `&self` may run on any thread.
-            pub(crate) open: std::sync::atomic::AtomicBool,
+            /// Atomic: a RESET through `&self` may run on several threads
+            /// at once. [`BATCH_CLOSED`](crate::wr::BATCH_CLOSED),
+            /// `BATCH_OPEN`, or `BATCH_ABORTING` while one thread aborts a
+            /// leaked batch (the others wait for it to finish).
+            pub(crate) open: std::sync::atomic::AtomicU8,
             $( $(#[$doc])* pub(crate) $field: unsafe extern "C" fn($($ty),*), )*
         }
 
@@ -153,7 +156,7 @@ impl WrOps {
             abort,
             depth: 0,
             mqpx: std::ptr::null_mut(),
-            open: std::sync::atomic::AtomicBool::new(false),
+            open: std::sync::atomic::AtomicU8::new(crate::wr::BATCH_CLOSED),
             set_sge: generic!(true, wr_set_sge, set_sge),
             set_sge_list: generic!(true, wr_set_sge_list, set_sge_list),
             set_inline_data: generic!(true, wr_set_inline_data, set_inline_data),

@@ -54,7 +54,11 @@ impl<T: Transport> QpEx<T> {
     /// of transport `T` and have been created with at least `send_ops` and
     /// the mlx5 ops, in `pd`, with these CQs; nothing else may post on it
     /// while this handle lives; and it must stay alive until this handle is
-    /// dropped.
+    /// dropped. No send work request posted on it before may still be
+    /// outstanding (its completion, or a later one's, polled; or the QP
+    /// reset), as the batches' bound on the send queue assumes an empty
+    /// queue, and none carried an id with bit 63 set (see
+    /// [`WrBatch::complete`](crate::WrBatch::complete)).
     pub unsafe fn from_raw_parts(raw: RawQp<'_>) -> Result<Self> {
         let mlx5 = raw.mlx5.map_or_else(Mlx5Info::default, |m| Mlx5Info {
             mqpx: Some(m.mqpx),

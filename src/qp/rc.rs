@@ -19,7 +19,11 @@ impl QpEx<Rc> {
     /// `IBV_QP_INIT_ATTR_SEND_OPS_FLAGS` including `send_ops`, in `pd`, with
     /// `send_cq`/`recv_cq` as its CQs and `caps` no larger than what it got;
     /// nothing else may post on it while this handle lives; it must stay
-    /// alive until this handle is dropped.
+    /// alive until this handle is dropped. No send work request posted on
+    /// it before may still be outstanding (its completion, or a later
+    /// one's, polled; or the QP reset), as the batches' bound on the send
+    /// queue assumes an empty queue, and none carried an id with bit 63
+    /// set (see [`WrBatch::complete`](crate::WrBatch::complete)).
     pub unsafe fn from_raw(
         qp: NonNull<ffi::ibv_qp>,
         pd: &ProtectionDomain,
@@ -133,6 +137,12 @@ impl QpEx<Rc> {
     /// completion (or its flush) has been polled, the QP has been moved to
     /// RESET, or it has been destroyed. `wr_id` is below 2^63 when the QP's
     /// send CQ is also its receive CQ (see [`WrBatch::complete`](crate::WrBatch::complete)).
+    ///
+    /// Called inside a [`poll_each`](crate::CompletionQueue::poll_each)
+    /// callback of the QP's receive CQ, the receive queue must have room
+    /// for it (fewer than `max_recv_wr` receives outstanding): libmlx5 takes
+    /// that CQ's lock to find the queue full, and the poll holds it on this
+    /// thread, so a full queue would wait for ever instead of failing.
     pub unsafe fn post_recv(&mut self, wr_id: u64, sges: &[Sge<'_>]) -> Result<()> {
         let mut wr = recv_wr(wr_id, sges, self.caps.max_recv_sge, "the QP's max_recv_sge")?;
         let mut bad = std::ptr::null_mut();

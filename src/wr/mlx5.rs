@@ -2,7 +2,7 @@
 //! list and interleaved mkey registration, raw WQEs; and the local
 //! invalidate that makes an mkey registrable again.
 
-use super::{Addressed, Data, SendFlags, Wr};
+use super::{Addressed, SendFlags, Wr};
 use crate::error::{Error, Result};
 use crate::ffi;
 use crate::mkey::{Mkey, MkeyLayout};
@@ -154,7 +154,7 @@ impl<'m, T: Transport> Wr<'_, 'm, T> {
     /// libmlx5 would write its key into this device's WQE.
     #[inline]
     fn check_mkey_context(&self, mkey: &Mkey, name: &'static str) -> Result<()> {
-        if mkey.pd().context().as_ptr() != self.state.ctx {
+        if mkey.context_ptr() != self.state.ctx {
             return Err(Error::InvalidArgument(format!(
                 "{name}: the mkey belongs to another device context than the QP's"
             )));
@@ -306,16 +306,19 @@ impl<'m> Wr<'_, 'm, Rc> {
             return Err(Error::InvalidArgument(list_peer_writes(access)));
         }
         let raw = Sge::as_raw_slice(sges);
-        if raw.iter().any(|s| s.length == 0) {
-            // An entry of 0 bytes in a UMR translation is not "nothing" to
-            // every device (a data segment's 0 means 2 GiB).
+        // One pass: the total, and whether an entry is empty (0 bytes in a
+        // UMR translation is not "nothing" to every device: a data
+        // segment's 0 means 2 GiB).
+        let (total, empty) = raw.iter().fold((0u64, false), |(t, e), s| {
+            (t + u64::from(s.length), e | (s.length == 0))
+        });
+        if empty {
             return Err(Error::OutOfRange {
                 what: "mr_list SGE length",
                 value: 0,
                 limit: "at least 1".into(),
             });
         }
-        let total = Data::List(raw).len();
         check_layout_len(total)?;
         self.commit(
             SendFlags::INLINE,

@@ -232,9 +232,9 @@ struct BatchState {
     flags: SendFlags,
     /// WRs handed to the provider so far.
     posted: usize,
-    /// How many the batch may hold: the send queue's depth, or 0 when this
-    /// thread is inside a poll of the QP's send CQ (see
-    /// [`WrBatch`]'s rule on poll callbacks).
+    /// How many the batch may hold: the send queue's depth
+    /// (`max_send_wr`), past which libmlx5 would build a work request over
+    /// the last WQE it wrote.
     room: usize,
     /// The QP's context: a DC address must come from it.
     ctx: *mut ffi::ibv_context,
@@ -269,12 +269,14 @@ impl BatchState {
 ///
 /// A batch holds at most the QP's `max_send_wr` work requests: the one
 /// past that is refused ([`Error::SendQueueFull`]) before the provider
-/// sees it, since libmlx5 (rdma-core 44) would build it over the last
-/// WQE it wrote. Inside a [`poll_each`](crate::CompletionQueue::poll_each)
-/// callback of the QP's own send CQ, on the polling thread, a batch takes
-/// no work request ([`Error::InvalidArgument`]): libmlx5 holds that CQ's
-/// lock during the poll, and its builders take it again when the queue
-/// looks full. Build it after the poll (or poll another CQ).
+/// sees it. libmlx5 (rdma-core 44) would build it over the last WQE it
+/// wrote (with no send queue at all, at no WQE), and would take the send
+/// CQ's lock to find the queue full: a lock that a
+/// [`poll_each`](crate::CompletionQueue::poll_each) of that CQ holds, so
+/// that a batch built in its callback would wait for ever. Within that
+/// bound, and with the queue empty (as the safe API always leaves it; see
+/// `complete`'s `# Safety` for work requests posted with it), neither
+/// happens, and a batch may be built and posted in a poll callback.
 #[must_use = "a batch is aborted when dropped: call complete() to post it"]
 pub struct WrBatch<'q, 'm, T: Transport> {
     state: BatchState,
@@ -335,16 +337,7 @@ impl<T: Transport> QpEx<T> {
             (self.ops.start)(qpx.as_ptr());
             (*qpx.as_ptr()).wr_flags = flags.bits();
         }
-        self.ops.open.store(true, Relaxed);
-        // Inside a poll of its send CQ on this thread, mlx5 may hold that
-        // CQ's lock, which its builders take when the queue looks full:
-        // such a batch takes no work request.
-        let polled_here = self.send_cq.poller.load(Relaxed) == crate::cq::thread_token();
-        let room = if polled_here {
-            0
-        } else {
-            self.ops.depth as usize
-        };
+        self.ops.open.store(BATCH_OPEN, Relaxed);
         WrBatch {
             state: BatchState {
                 qpx,
@@ -356,7 +349,7 @@ impl<T: Transport> QpEx<T> {
                 ops: NonNull::from(&*self.ops),
                 flags,
                 posted: 0,
-                room,
+                room: self.ops.depth as usize,
             },
             _qp: PhantomData,
             _mem: PhantomData,
@@ -418,7 +411,7 @@ impl<'q, 'm, T: Transport> WrBatch<'q, 'm, T> {
         // SAFETY: the batch was started on this live QP and not finalised;
         // the memory rules are the caller's promise.
         let rc = unsafe { (this.state.ops().complete)(qpx) };
-        this.state.ops().open.store(false, Relaxed);
+        this.state.ops().open.store(BATCH_CLOSED, Relaxed);
         if rc != 0 {
             return Err(complete_failed(
                 rc,
@@ -507,7 +500,7 @@ impl<T: Transport> Drop for WrBatch<'_, '_, T> {
         // SAFETY: the batch was started and not completed (complete() does
         // not run Drop); abort discards every WR added since wr_start.
         unsafe { (self.state.ops().abort)(self.state.qpx.as_ptr()) };
-        self.state.ops().open.store(false, Relaxed);
+        self.state.ops().open.store(BATCH_CLOSED, Relaxed);
     }
 }
 
@@ -848,10 +841,19 @@ impl<T: Transport> Wr<'_, '_, T> {
         addressed: Addressed,
         build: impl FnOnce(*mut ffi::ibv_qp_ex, &WrOps),
     ) -> Result<()> {
-        // libmlx5 builds a work request past the send queue's room over the
-        // last one (rdma-core 44): refused before any C call.
+        // A work request that finds the send queue full is built over the
+        // last WQE libmlx5 wrote (rdma-core 44); with the queue empty (all
+        // the safe API leaves it) and the batch within the queue's depth,
+        // none does, and libmlx5 never takes the send CQ's lock to check
+        // (which a poll of that CQ may hold on this thread). By value: the
+        // batch's state must not escape the caller's loop.
         if self.state.posted >= self.state.room {
-            return Err(no_room(self.state));
+            // Made here (two integers): the caller's `?` then knows it is
+            // an error, and its loop keeps one counter.
+            return Err(Error::SendQueueFull {
+                batch: self.state.posted as u32 + 1,
+                depth: self.state.room as u32,
+            });
         }
         if let Addressed::No = addressed {
             // libmlx5 finishes these WQEs in the builder, with no address
@@ -916,6 +918,14 @@ impl<T: Transport> Wr<'_, '_, T> {
     }
 }
 
+/// The states of a QP's batch mark (`WrOps::open`): no batch started
+/// and not finalised.
+pub(crate) const BATCH_CLOSED: u8 = 0;
+/// A batch was started (`wr_start`) and not yet completed or aborted.
+pub(crate) const BATCH_OPEN: u8 = 1;
+/// A thread is aborting a leaked batch.
+pub(crate) const BATCH_ABORTING: u8 = 2;
+
 /// Whether a work request's WQE takes the DC address of a DCI.
 #[derive(Clone, Copy)]
 pub(crate) enum Addressed {
@@ -947,24 +957,6 @@ impl<T: Transport> Op<'_, '_, T, Source> {
 // The errors of the posting path. Their text is made out of line, so that
 // each check in the caller's loop stays one compare; the variant is built
 // at the check, so the caller's `?` knows it is an error.
-
-#[cold]
-#[inline(never)]
-fn no_room(state: &BatchState) -> Error {
-    let depth = state.ops().depth;
-    if state.room == 0 && depth != 0 {
-        return Error::InvalidArgument(
-            "a work request built inside a poll_each callback of its QP's send CQ: mlx5 may \
-             hold that CQ's lock, which its builders can take again (build the batch after \
-             the poll)"
-                .into(),
-        );
-    }
-    Error::SendQueueFull {
-        batch: state.posted as u32 + 1,
-        depth,
-    }
-}
 
 #[cold]
 #[inline(never)]

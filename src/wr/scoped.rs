@@ -25,14 +25,14 @@
 //!   higher-ranked over it), so it cannot be swapped with another batch;
 //!   it has no `complete`, and dropping it (an error, a panic) aborts it.
 
-use super::{RawDc, SendFlags, WrBatch};
+use super::{RawDc, SendFlags, WrBatch, BATCH_ABORTING, BATCH_CLOSED, BATCH_OPEN};
 use crate::cq::{back_off, CompletionQueue, RawWc, WorkCompletion};
 use crate::error::{Error, Result};
 use crate::qp::{DcAddr, Dci, QpEx, Rc, Transport};
 use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hasher};
 use std::io::Write;
-use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 use std::time::{Duration, Instant};
 
 /// The bit every scoped post's work request id has (see
@@ -199,7 +199,9 @@ impl<T: Transport> QpEx<T> {
     /// [`poll_each`](CompletionQueue::poll_each) (and every poll built on
     /// it) hands out first. A batch larger than the CQ's
     /// [`capacity`](CompletionQueue::capacity) is refused
-    /// ([`Error::OutOfRange`]) before anything is posted.
+    /// ([`Error::OutOfRange`]) before anything is posted, and one larger
+    /// than the send queue at its work request past `max_send_wr`
+    /// ([`Error::SendQueueFull`], as on any batch).
     ///
     /// When it returns, with its completions or with any error, the device
     /// no longer uses the batch's memory:
@@ -430,7 +432,7 @@ impl<T: Transport> QpEx<T> {
     /// stale ones. Its work requests are discarded, as a dropped batch's.
     #[inline]
     pub(crate) fn abort_if_leaked(&self) {
-        if self.ops.open.load(Relaxed) {
+        if self.ops.open.load(Relaxed) != BATCH_CLOSED {
             self.abort_leaked_batch();
         }
     }
@@ -438,16 +440,30 @@ impl<T: Transport> QpEx<T> {
     #[cold]
     #[inline(never)]
     fn abort_leaked_batch(&self) {
-        // Only the thread that clears the mark aborts (a RESET through
-        // `&self` may run on several threads at once).
-        if self.ops.open.swap(false, Relaxed) {
-            // SAFETY: a batch was started on this live QP and neither
-            // completed nor aborted, and it is gone: a live batch borrows
-            // the QP mutably, which excludes the `&self` this runs with,
-            // so it was leaked. Nothing else finalises it: the mark was
-            // cleared here. (libmlx5's send-queue lock is a spinlock that
-            // any thread may release.)
-            unsafe { (self.ops.abort)(self.qpx.as_ptr()) };
+        // One thread aborts (a RESET through `&self` may run on several at
+        // once); the others wait until it has, so that none moves the QP
+        // to RESET while the abort still writes the queue's indices.
+        match self
+            .ops
+            .open
+            .compare_exchange(BATCH_OPEN, BATCH_ABORTING, Acquire, Acquire)
+        {
+            Ok(_) => {
+                // SAFETY: a batch was started on this live QP and neither
+                // completed nor aborted, and it is gone: a live batch
+                // borrows the QP mutably, which excludes the `&self` this
+                // runs with, so it was leaked. Nothing else finalises it:
+                // the mark says this thread aborts it. (libmlx5's
+                // send-queue lock is a spinlock that any thread may
+                // release.)
+                unsafe { (self.ops.abort)(self.qpx.as_ptr()) };
+                self.ops.open.store(BATCH_CLOSED, Release);
+            }
+            Err(_) => {
+                while self.ops.open.load(Acquire) == BATCH_ABORTING {
+                    std::hint::spin_loop();
+                }
+            }
         }
     }
 }

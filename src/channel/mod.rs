@@ -1,8 +1,8 @@
 //! Completion channels (`ibv_create_comp_channel(3)`): waiting for
 //! completions asleep in the kernel instead of on a core.
 //!
-//! A CQ created on a channel ([`CompletionQueue::with_channel`]) and armed
-//! ([`CompletionQueue::req_notify`], `ibv_req_notify_cq(3)`) raises one
+//! A CQ created on a channel ([`CompletionQueue::with_channel`](crate::CompletionQueue::with_channel)) and armed
+//! ([`CompletionQueue::req_notify`](crate::CompletionQueue::req_notify), `ibv_req_notify_cq(3)`) raises one
 //! event on the channel at its next completion; the event is read with
 //! `ibv_get_cq_event(3)` and must be acknowledged (`ibv_ack_cq_events`)
 //! before the CQ is destroyed, or `ibv_destroy_cq` waits for ever.
@@ -27,13 +27,21 @@
 //! - The channel outlives its CQs: each holds a share of it, dropped after
 //!   the CQ is destroyed.
 
-use crate::cq::{CompletionQueue, PolledWc};
+mod cq;
+mod fd;
+mod ops;
+#[cfg(test)]
+mod tests;
+
+pub(crate) use cq::cq_of;
+pub(crate) use fd::{clear_errno, poll_readable, set_nonblocking};
+
 use crate::device::Context;
 use crate::error::{Error, Result};
 use crate::ffi;
+use ops::{ChannelOps, VERBS};
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
-use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 use std::ptr::NonNull;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
@@ -46,7 +54,7 @@ const ACK_BATCH: u32 = 32;
 
 /// Which CQ an event names: the kernel's handle of the CQ
 /// (`struct ibv_cq`'s `handle`), unique among the live CQs of a context.
-/// [`CompletionQueue::id`] gives a CQ's; a [`CqEvent`] and an
+/// [`CompletionQueue::id`](crate::CompletionQueue::id) gives a CQ's; a [`CqEvent`] and an
 /// [`AsyncEvent::CqErr`](crate::AsyncEvent::CqErr) carry one.
 ///
 /// A number, not a pointer: an id kept after its CQ was dropped reaches
@@ -80,7 +88,7 @@ impl fmt::Debug for CqId {
 /// had a completion after it was armed.
 ///
 /// The CQ is no longer armed: poll it, then arm it again
-/// ([`CompletionQueue::req_notify`]) and poll once more before waiting for
+/// ([`CompletionQueue::req_notify`](crate::CompletionQueue::req_notify)) and poll once more before waiting for
 /// the next event (a completion that came between the poll and the arm
 /// raises none). The event has been counted for acknowledgement already.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -90,7 +98,7 @@ pub struct CqEvent {
 }
 
 impl CqEvent {
-    /// The CQ the event is for: compare with [`CompletionQueue::id`].
+    /// The CQ the event is for: compare with [`CompletionQueue::id`](crate::CompletionQueue::id).
     pub fn cq(&self) -> CqId {
         self.cq
     }
@@ -101,13 +109,13 @@ impl CqEvent {
 /// created on it raise their completion events.
 ///
 /// A cheap, cloneable handle, shareable by several CQs of one context
-/// ([`CompletionQueue::with_channel`]); each CQ keeps it alive, and it is
+/// ([`CompletionQueue::with_channel`](crate::CompletionQueue::with_channel)); each CQ keeps it alive, and it is
 /// destroyed (`ibv_destroy_comp_channel`) after its last CQ and handle.
 ///
 /// Its fd is in non-blocking mode (`O_NONBLOCK`), for `epoll` and async
 /// runtimes ([`AsFd`], [`AsRawFd`]): wait for it to be readable, then take
 /// the events with [`try_get_event`](Self::try_get_event). Or block, with
-/// a timeout, in [`get_event`](Self::get_event). [`CompletionQueue::wait`]
+/// a timeout, in [`get_event`](Self::get_event). [`CompletionQueue::wait`](crate::CompletionQueue::wait)
 /// and [`QpEx::post_and_wait`](crate::QpEx::post_and_wait) on a CQ with a
 /// channel sleep on it by themselves.
 ///
@@ -116,9 +124,16 @@ impl CqEvent {
 /// threads may wait on one channel at once (each for its own CQ, or for
 /// any event): one sleeps in `poll(2)` and hands the others what it reads.
 /// An event loop that waits on the fd itself should be the channel's only
-/// reader: an event that a [`CompletionQueue::wait`] on another thread
+/// reader: an event that a [`CompletionQueue::wait`](crate::CompletionQueue::wait) on another thread
 /// reads first is delivered (to the next [`try_get_event`](Self::try_get_event))
 /// without the fd becoming readable again.
+///
+/// With an async runtime, register the fd once for the channel (tokio's
+/// `AsyncFd` takes a clone of this handle: it is `AsRawFd`), and for each
+/// CQ loop on [`CompletionQueue::poll_or_arm`](crate::CompletionQueue::poll_or_arm): when it returns 0 the CQ is
+/// armed; await readability, take the events with
+/// [`try_get_event`](Self::try_get_event) until `None`, clear the
+/// readiness, and poll again.
 ///
 /// ```no_run
 /// use mlx5dv::*;
@@ -145,6 +160,9 @@ pub struct CompletionChannel(Arc<ChannelInner>);
 
 struct ChannelInner {
     chan: NonNull<ffi::ibv_comp_channel>,
+    /// The C calls on the channel and its events: libibverbs' (`VERBS`),
+    /// or a unit test's fakes.
+    ops: &'static ChannelOps,
     state: Mutex<State>,
     /// Signalled when the reading thread has read events, or stopped
     /// reading.
@@ -189,7 +207,7 @@ impl Drop for ChannelInner {
     fn drop(&mut self) {
         // SAFETY: created by this crate; every CQ on it holds this Arc, so
         // none is left; destroyed once.
-        let rc = unsafe { ffi::ibv_destroy_comp_channel(self.chan.as_ptr()) };
+        let rc = unsafe { (self.ops.destroy)(self.chan.as_ptr()) };
         crate::report_destroy_failure("ibv_destroy_comp_channel", rc, self.ctx.name());
     }
 }
@@ -204,6 +222,7 @@ impl CompletionChannel {
             .ok_or_else(|| Error::last_os("ibv_create_comp_channel", ctx.name()))?;
         let this = CompletionChannel(Arc::new(ChannelInner {
             chan,
+            ops: &VERBS,
             state: Mutex::new(State::default()),
             read: Condvar::new(),
             ctx: ctx.clone(),
@@ -221,7 +240,7 @@ impl CompletionChannel {
 
     /// The raw channel, valid while this handle lives. Its events are read
     /// by this crate: reading them elsewhere, or creating CQs on it other
-    /// than with [`CompletionQueue::with_channel`], breaks the count of
+    /// than with [`CompletionQueue::with_channel`](crate::CompletionQueue::with_channel), breaks the count of
     /// acknowledgements that `ibv_destroy_cq` waits for.
     pub fn as_ptr(&self) -> *mut ffi::ibv_comp_channel {
         self.0.chan.as_ptr()
@@ -302,7 +321,7 @@ impl CompletionChannel {
             if slot.unacked > 0 {
                 // SAFETY: the caller's promise: the CQ is live; these are
                 // the events read for it and not yet acknowledged.
-                unsafe { ffi::ibv_ack_cq_events(cq.as_ptr(), slot.unacked) };
+                unsafe { (self.0.ops.ack)(cq.as_ptr(), slot.unacked) };
             }
         }
     }
@@ -353,22 +372,22 @@ impl State {
     /// is not registered (its destroy is under way and waits for it).
     ///
     /// # Safety
-    /// `cq` was just returned by `ibv_get_cq_event` on this channel, under
+    /// `cq` was just returned by `ops.get_event` on this channel, under
     /// the channel's lock (still held).
-    unsafe fn record(&mut self, cq: *mut ffi::ibv_cq) {
+    unsafe fn record(&mut self, cq: *mut ffi::ibv_cq, ops: &ChannelOps) {
         let key = cq as usize;
         let Some(slot) = self.cqs.get_mut(&key) else {
             // SAFETY: the kernel names only CQs of this channel, and
             // libibverbs' ibv_destroy_cq waits until this event is
             // acknowledged: the CQ is live until then.
-            unsafe { ffi::ibv_ack_cq_events(cq, 1) };
+            unsafe { (ops.ack)(cq, 1) };
             return;
         };
         slot.unacked += 1;
         if slot.unacked >= ACK_BATCH {
             // SAFETY: registered, so live (it leaves the registry, under
             // this lock, before its destroy).
-            unsafe { ffi::ibv_ack_cq_events(cq, slot.unacked) };
+            unsafe { (ops.ack)(cq, slot.unacked) };
             slot.unacked = 0;
         }
         slot.notified = true;
@@ -408,24 +427,17 @@ impl ChannelInner {
     /// Reads every event waiting on the fd (non-blocking) into `st`.
     fn read_events(&self, st: &mut State) -> Result<()> {
         loop {
-            let mut cq = std::ptr::null_mut();
-            let mut cq_context = std::ptr::null_mut();
-            clear_errno();
             // SAFETY: the channel is live; its fd is non-blocking; the lock
-            // is held (`st`), so this thread alone reads it; the CQ it
-            // returns is live until its event is acknowledged.
-            let rc = unsafe { ffi::ibv_get_cq_event(self.chan.as_ptr(), &mut cq, &mut cq_context) };
-            if rc == 0 {
-                // SAFETY: just returned by ibv_get_cq_event, lock held.
-                unsafe { st.record(cq) };
-                continue;
-            }
-            match io::Error::last_os_error().raw_os_error() {
-                Some(libc::EAGAIN) => return Ok(()),
-                Some(libc::EINTR) => continue,
-                _ => {
-                    return Err(Error::last_os(
+            // is held (`st`), so this thread alone reads it.
+            match unsafe { (self.ops.get_event)(self.chan.as_ptr()) } {
+                // SAFETY: just returned by get_event, lock held.
+                Ok(cq) => unsafe { st.record(cq, self.ops) },
+                Err(libc::EAGAIN) => return Ok(()),
+                Err(libc::EINTR) => {}
+                Err(errno) => {
+                    return Err(Error::verbs(
                         "ibv_get_cq_event",
+                        errno,
                         format!("the completion channel of {}", self.ctx.name()),
                     ))
                 }
@@ -510,354 +522,5 @@ impl fmt::Debug for CompletionChannel {
             .field("fd", &self.as_raw_fd())
             .field("cqs", &self.cq_count())
             .finish()
-    }
-}
-
-impl CompletionQueue {
-    /// Creates a CQ with room for at least `cqe` completions whose events
-    /// go to `channel` (`ibv_create_cq_ex(3)` with its `channel`). The CQ
-    /// holds the channel alive.
-    ///
-    /// [`wait`](Self::wait), [`wait_into`](Self::wait_into) and
-    /// [`QpEx::post_and_wait`](crate::QpEx::post_and_wait) on it sleep in
-    /// the kernel (`poll(2)` on the channel) when the CQ is empty, instead
-    /// of spinning: they poll, arm the CQ, poll again and only then sleep,
-    /// so no completion is missed. `channel` must be of the same context
-    /// ([`Error::InvalidArgument`] otherwise).
-    pub fn with_channel(ctx: &Context, cqe: u32, channel: &CompletionChannel) -> Result<Self> {
-        if channel.context().as_ptr() != ctx.as_ptr() {
-            return Err(Error::InvalidArgument(format!(
-                "a CQ on {} cannot use a completion channel of another context ({})",
-                ctx.name(),
-                channel.context().name()
-            )));
-        }
-        CompletionQueue::create(ctx, cqe, Some(channel))
-    }
-
-    /// The CQ's id, which the events naming it carry ([`CqEvent::cq`],
-    /// [`AsyncEvent::CqErr`](crate::AsyncEvent::CqErr)).
-    pub fn id(&self) -> CqId {
-        // SAFETY: the CQ is live while `self` is.
-        unsafe { CqId::of(self.raw_cq().as_ptr()) }
-    }
-
-    /// Arms the CQ: its next completion (with `solicited_only`, its next
-    /// solicited one: a receive of a send with
-    /// [`SendFlags::SOLICITED`](crate::SendFlags::SOLICITED), or any
-    /// failed completion) raises one event on its channel
-    /// (`ibv_req_notify_cq(3)`).
-    ///
-    /// Completions already in the CQ raise none: arm, then poll, then wait
-    /// for the event ([`CompletionChannel::get_event`]). Refused
-    /// ([`Error::InvalidArgument`]) for a CQ without a channel.
-    pub fn req_notify(&mut self, solicited_only: bool) -> Result<()> {
-        let Some(channel) = self.channel() else {
-            return Err(self.no_channel("req_notify"));
-        };
-        // SAFETY: the CQ is live and was attached to its channel when made.
-        unsafe { channel.arm(self.raw_cq(), solicited_only) }
-    }
-
-    /// One step of an event loop over a CQ with a channel (on `epoll`, an
-    /// async runtime, or [`CompletionChannel::get_event`]), free of the
-    /// race between polling and arming: polls up to `max` completions into
-    /// `f` ([`poll_each`](Self::poll_each)); when there were none, arms the
-    /// CQ for its next completion and polls once more, since a completion
-    /// that came before the arm raises no event.
-    ///
-    /// Returns how many completions it handed over. `Ok(0)` means the CQ is
-    /// empty and armed: wait for the channel (its fd readable, then
-    /// [`CompletionChannel::try_get_event`] until `None`), and call again.
-    /// Refused before any C call on a CQ without a channel
-    /// ([`Error::InvalidArgument`]) and for `max == 0`
-    /// ([`Error::OutOfRange`]: nothing could be handed over, and the CQ
-    /// would be armed for a completion left unpolled).
-    ///
-    /// ```no_run
-    /// # use mlx5dv::*;
-    /// # use std::time::Duration;
-    /// # fn demo(cq: &mut CompletionQueue, channel: &CompletionChannel) -> Result<()> {
-    /// loop {
-    ///     let n = cq.poll_or_arm(16, |wc| println!("{}: {}", wc.wr_id(), wc.status()))?;
-    ///     if n > 0 {
-    ///         break;
-    ///     }
-    ///     // Asleep until the CQ's event (an event loop would wait for the fd).
-    ///     match channel.get_event(Duration::from_secs(1)) {
-    ///         Ok(_) | Err(Error::Timeout { .. }) => {}
-    ///         Err(e) => return Err(e),
-    ///     }
-    /// }
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub fn poll_or_arm<F>(&mut self, max: usize, mut f: F) -> Result<usize>
-    where
-        F: FnMut(&PolledWc<'_>),
-    {
-        if max == 0 {
-            return Err(Error::OutOfRange {
-                what: "poll_or_arm max",
-                value: 0,
-                limit: "at least 1".into(),
-            });
-        }
-        if self.channel().is_none() {
-            return Err(self.no_channel("poll_or_arm"));
-        }
-        let n = self.poll_each(max, &mut f)?;
-        if n > 0 {
-            return Ok(n);
-        }
-        self.req_notify(false)?;
-        self.poll_each(max, f)
-    }
-
-    /// The error of a channel operation asked of a CQ without a channel.
-    fn no_channel(&self, what: &str) -> Error {
-        Error::InvalidArgument(format!(
-            "{what} on a CQ of {} that has no completion channel \
-             (create it with CompletionQueue::with_channel)",
-            self.context().name()
-        ))
-    }
-
-    /// What a wait does on a CQ with a channel when a poll found nothing:
-    /// arms the CQ, polls once more with `poll` (a completion that came
-    /// before the arm raises no event) and, when that finds nothing
-    /// either, sleeps until the CQ's event or `deadline`. Returns what the
-    /// second poll returned (0 after a sleep, whether an event came or
-    /// not: the caller polls again and checks its time).
-    #[cold]
-    #[inline(never)]
-    pub(crate) fn sleep_on_channel<F>(
-        &mut self,
-        deadline: Option<Instant>,
-        poll: F,
-    ) -> Result<usize>
-    where
-        F: FnOnce(&mut CompletionQueue) -> Result<usize>,
-    {
-        let Some(channel) = self.channel().cloned() else {
-            return Ok(0);
-        };
-        let cq = self.raw_cq();
-        // SAFETY: the CQ is live and was attached to its channel when made.
-        unsafe { channel.arm(cq, false) }?;
-        let k = poll(self)?;
-        if k > 0 {
-            return Ok(k);
-        }
-        channel.wait_notified(cq, deadline)?;
-        Ok(0)
-    }
-
-    /// The CQ as a `struct ibv_cq`.
-    pub(crate) fn raw_cq(&self) -> NonNull<ffi::ibv_cq> {
-        let cq = NonNull::new(self.as_ptr()).expect("a CompletionQueue's CQ is not NULL");
-        cq_of(cq)
-    }
-}
-
-/// An extended CQ as its `struct ibv_cq` (`ibv_cq_ex_to_cq`).
-pub(crate) fn cq_of(cq: NonNull<ffi::ibv_cq_ex>) -> NonNull<ffi::ibv_cq> {
-    // SAFETY: `ibv_cq_ex_to_cq` converts the pointer and reads nothing.
-    let raw = unsafe { ffi::ibv_cq_ex_to_cq(cq.as_ptr()) };
-    NonNull::new(raw).unwrap_or(cq.cast())
-}
-
-/// Clears `errno`, so that a C call that fails without setting it is not
-/// taken for the failure before it.
-pub(crate) fn clear_errno() {
-    // SAFETY: `__errno_location` returns this thread's errno.
-    unsafe { *libc::__errno_location() = 0 };
-}
-
-/// Puts `fd` in non-blocking mode (`O_NONBLOCK`, `fcntl(2)`).
-pub(crate) fn set_nonblocking(fd: BorrowedFd<'_>, what: impl FnOnce() -> String) -> Result<()> {
-    let fd = fd.as_raw_fd();
-    // SAFETY: `fd` is open (borrowed); F_GETFL takes no argument.
-    let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
-    let rc = if flags < 0 {
-        flags
-    } else {
-        // SAFETY: as above; F_SETFL takes the flags.
-        unsafe { libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK) }
-    };
-    if rc < 0 {
-        return Err(Error::last_os("fcntl", format!("O_NONBLOCK on {}", what())));
-    }
-    Ok(())
-}
-
-/// Sleeps in `poll(2)` until `fd` is readable or `deadline` passes
-/// (`None`: never); returns whether it is readable (`false` on timeout and
-/// on `EINTR`), or the errno of a failed `poll`.
-pub(crate) fn poll_readable(
-    fd: BorrowedFd<'_>,
-    deadline: Option<Instant>,
-) -> std::result::Result<bool, i32> {
-    let timeout_ms = match deadline {
-        None => -1,
-        // Rounded up: a wait never ends before its deadline.
-        Some(d) => timeout_ms(d.saturating_duration_since(Instant::now())),
-    };
-    let mut pfd = libc::pollfd {
-        fd: fd.as_raw_fd(),
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    // SAFETY: one valid, writable pollfd; the fd is open (borrowed).
-    let rc = unsafe { libc::poll(&mut pfd, 1, timeout_ms) };
-    if rc < 0 {
-        let errno = io::Error::last_os_error()
-            .raw_os_error()
-            .unwrap_or(libc::EIO);
-        return if errno == libc::EINTR {
-            Ok(false)
-        } else {
-            Err(errno)
-        };
-    }
-    Ok(rc > 0)
-}
-
-/// `left` as a `poll(2)` timeout: whole milliseconds, rounded up, at most
-/// `i32::MAX`.
-fn timeout_ms(left: Duration) -> i32 {
-    i32::try_from(left.as_nanos().div_ceil(1_000_000)).unwrap_or(i32::MAX)
-}
-
-#[cfg(test)]
-mod tests {
-    #![allow(clippy::undocumented_unsafe_blocks)]
-
-    use super::*;
-    use std::os::fd::FromRawFd;
-
-    #[test]
-    fn poll_timeouts_round_up_and_saturate() {
-        assert_eq!(timeout_ms(Duration::ZERO), 0);
-        assert_eq!(timeout_ms(Duration::from_nanos(1)), 1);
-        assert_eq!(timeout_ms(Duration::from_micros(1500)), 2);
-        assert_eq!(timeout_ms(Duration::from_millis(7)), 7);
-        assert_eq!(timeout_ms(Duration::from_secs(u64::MAX)), i32::MAX);
-    }
-
-    #[test]
-    fn poll_readable_sleeps_until_the_deadline_then_sees_data() {
-        let mut fds = [0; 2];
-        // SAFETY: a writable array of two fds.
-        assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
-        // SAFETY: both were just opened and are owned here.
-        let (r, w) = unsafe {
-            (
-                std::os::fd::OwnedFd::from_raw_fd(fds[0]),
-                std::os::fd::OwnedFd::from_raw_fd(fds[1]),
-            )
-        };
-        set_nonblocking(r.as_fd(), || "a pipe".into()).unwrap();
-        let start = Instant::now();
-        let ready = poll_readable(r.as_fd(), Some(start + Duration::from_millis(50))).unwrap();
-        assert!(!ready);
-        assert!(start.elapsed() >= Duration::from_millis(50));
-        // SAFETY: one byte from a valid buffer into an open pipe.
-        assert_eq!(
-            unsafe { libc::write(w.as_raw_fd(), b"x".as_ptr().cast(), 1) },
-            1
-        );
-        assert!(poll_readable(r.as_fd(), None).unwrap());
-        // SAFETY: F_GETFL on an open fd.
-        let flags = unsafe { libc::fcntl(r.as_raw_fd(), libc::F_GETFL) };
-        assert_ne!(flags & libc::O_NONBLOCK, 0);
-    }
-
-    /// Provider entries that count their calls and find the CQ empty.
-    static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-    unsafe extern "C" fn start_poll(_: *mut ffi::ibv_cq_ex, _: *mut ffi::ibv_poll_cq_attr) -> i32 {
-        CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        libc::ENOENT
-    }
-    unsafe extern "C" fn next_poll(_: *mut ffi::ibv_cq_ex) -> i32 {
-        libc::ENOENT
-    }
-    unsafe extern "C" fn end_poll(_: *mut ffi::ibv_cq_ex) {}
-    unsafe extern "C" fn read_u32(_: *mut ffi::ibv_cq_ex) -> u32 {
-        0
-    }
-
-    #[test]
-    fn channel_operations_on_a_cq_without_one_are_refused_before_any_c_call() {
-        let mut ctx: Box<ffi::ibv_context> = Box::default();
-        let context = Context::fake(NonNull::from(&mut *ctx), "fake0", false);
-        let mut raw = Box::new(ffi::ibv_cq_ex {
-            context: &mut *ctx,
-            cqe: 8,
-            start_poll: Some(start_poll),
-            next_poll: Some(next_poll),
-            end_poll: Some(end_poll),
-            read_opcode: Some(read_u32),
-            read_vendor_err: Some(read_u32),
-            read_byte_len: Some(read_u32),
-            read_imm_data: Some(read_u32),
-            read_qp_num: Some(read_u32),
-            read_wc_flags: Some(read_u32),
-            ..Default::default()
-        });
-        let mut cq =
-            unsafe { CompletionQueue::from_raw(&context, NonNull::from(&mut *raw)) }.unwrap();
-        assert!(cq.channel().is_none());
-        let e = cq.req_notify(false).unwrap_err();
-        assert!(
-            matches!(&e, Error::InvalidArgument(m) if m.contains("req_notify") && m.contains("fake0")),
-            "{e}"
-        );
-        let e = cq.poll_or_arm(4, |_| {}).unwrap_err();
-        assert!(
-            matches!(&e, Error::InvalidArgument(m) if m.contains("poll_or_arm")),
-            "{e}"
-        );
-        let e = cq.poll_or_arm(0, |_| {}).unwrap_err();
-        assert!(matches!(e, Error::OutOfRange { value: 0, .. }), "{e}");
-        assert_eq!(
-            CALLS.load(std::sync::atomic::Ordering::Relaxed),
-            0,
-            "no poll was started"
-        );
-        // A wait on it polls (and backs off) without touching a channel.
-        let e = cq.wait(1, Duration::from_millis(20)).unwrap_err();
-        assert!(matches!(e, Error::Timeout { .. }), "{e}");
-        assert!(CALLS.load(std::sync::atomic::Ordering::Relaxed) > 0);
-        drop(cq);
-    }
-
-    #[test]
-    fn the_oldest_event_is_taken_first_and_each_cq_is_queued_once() {
-        let mut st = State::default();
-        for (key, id) in [(0x1000, 7), (0x2000, 9)] {
-            st.cqs.insert(
-                key,
-                Slot {
-                    id: CqId(id),
-                    unacked: 0,
-                    notified: false,
-                    queued: false,
-                },
-            );
-        }
-        // As `record` marks them (without the C calls).
-        for key in [0x2000usize, 0x1000, 0x2000] {
-            let slot = st.cqs.get_mut(&key).unwrap();
-            slot.notified = true;
-            if !slot.queued {
-                slot.queued = true;
-                st.ready.push_back(key);
-            }
-        }
-        assert_eq!(st.ready.len(), 2);
-        assert_eq!(st.pop_ready(), Some(CqId(9)));
-        assert_eq!(st.pop_ready(), Some(CqId(7)));
-        assert_eq!(st.pop_ready(), None);
     }
 }

@@ -1,0 +1,109 @@
+//! The file-descriptor calls the channel and the async events share:
+//! non-blocking mode, `poll(2)` with a deadline, `errno`.
+
+use crate::error::{Error, Result};
+use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd};
+use std::time::{Duration, Instant};
+
+/// Clears `errno`, so that a C call that fails without setting it is not
+/// taken for the failure before it.
+pub(crate) fn clear_errno() {
+    // SAFETY: `__errno_location` returns this thread's errno.
+    unsafe { *libc::__errno_location() = 0 };
+}
+
+/// Puts `fd` in non-blocking mode (`O_NONBLOCK`, `fcntl(2)`).
+pub(crate) fn set_nonblocking(fd: BorrowedFd<'_>, what: impl FnOnce() -> String) -> Result<()> {
+    let fd = fd.as_raw_fd();
+    // SAFETY: `fd` is open (borrowed); F_GETFL takes no argument.
+    let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+    let rc = if flags < 0 {
+        flags
+    } else {
+        // SAFETY: as above; F_SETFL takes the flags.
+        unsafe { libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK) }
+    };
+    if rc < 0 {
+        return Err(Error::last_os("fcntl", format!("O_NONBLOCK on {}", what())));
+    }
+    Ok(())
+}
+
+/// Sleeps in `poll(2)` until `fd` is readable or `deadline` passes
+/// (`None`: never); returns whether it is readable (`false` on timeout and
+/// on `EINTR`), or the errno of a failed `poll`.
+pub(crate) fn poll_readable(
+    fd: BorrowedFd<'_>,
+    deadline: Option<Instant>,
+) -> std::result::Result<bool, i32> {
+    let timeout_ms = match deadline {
+        None => -1,
+        // Rounded up: a wait never ends before its deadline.
+        Some(d) => timeout_ms(d.saturating_duration_since(Instant::now())),
+    };
+    let mut pfd = libc::pollfd {
+        fd: fd.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid, writable pollfd; the fd is open (borrowed).
+    let rc = unsafe { libc::poll(&mut pfd, 1, timeout_ms) };
+    if rc < 0 {
+        let errno = io::Error::last_os_error()
+            .raw_os_error()
+            .unwrap_or(libc::EIO);
+        return if errno == libc::EINTR {
+            Ok(false)
+        } else {
+            Err(errno)
+        };
+    }
+    Ok(rc > 0)
+}
+
+/// `left` as a `poll(2)` timeout: whole milliseconds, rounded up, at most
+/// `i32::MAX`.
+fn timeout_ms(left: Duration) -> i32 {
+    i32::try_from(left.as_nanos().div_ceil(1_000_000)).unwrap_or(i32::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::undocumented_unsafe_blocks)]
+
+    use super::*;
+    use std::os::fd::{AsFd, FromRawFd, OwnedFd};
+
+    #[test]
+    fn poll_timeouts_round_up_and_saturate() {
+        assert_eq!(timeout_ms(Duration::ZERO), 0);
+        assert_eq!(timeout_ms(Duration::from_nanos(1)), 1);
+        assert_eq!(timeout_ms(Duration::from_micros(1500)), 2);
+        assert_eq!(timeout_ms(Duration::from_millis(7)), 7);
+        assert_eq!(timeout_ms(Duration::from_secs(u64::MAX)), i32::MAX);
+    }
+
+    #[test]
+    fn poll_readable_sleeps_until_the_deadline_then_sees_data() {
+        let mut fds = [0; 2];
+        // SAFETY: a writable array of two fds.
+        assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+        // SAFETY: both were just opened and are owned here.
+        let (r, w) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+        set_nonblocking(r.as_fd(), || "a pipe".into()).unwrap();
+        let start = Instant::now();
+        let ready = poll_readable(r.as_fd(), Some(start + Duration::from_millis(50))).unwrap();
+        assert!(!ready);
+        assert!(start.elapsed() >= Duration::from_millis(50));
+        // SAFETY: one byte from a valid buffer into an open pipe.
+        assert_eq!(
+            unsafe { libc::write(w.as_raw_fd(), b"x".as_ptr().cast(), 1) },
+            1
+        );
+        assert!(poll_readable(r.as_fd(), None).unwrap());
+        // SAFETY: F_GETFL on an open fd.
+        let flags = unsafe { libc::fcntl(r.as_raw_fd(), libc::F_GETFL) };
+        assert_ne!(flags & libc::O_NONBLOCK, 0);
+    }
+}

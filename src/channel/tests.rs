@@ -1,0 +1,310 @@
+//! The channel's waits and acknowledgements over a pipe with fake C
+//! calls, and the channel operations a CQ without one refuses.
+
+#![allow(clippy::undocumented_unsafe_blocks)]
+
+use super::*;
+use crate::cq::CompletionQueue;
+use std::io;
+use std::os::fd::{FromRawFd, OwnedFd};
+
+/// A pipe: (read end, write end).
+fn pipe() -> (OwnedFd, OwnedFd) {
+    let mut fds = [0; 2];
+    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+    unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) }
+}
+
+/// The acknowledgements the fake `ack` was asked for: (CQ, count).
+static ACKS: Mutex<Vec<(usize, u32)>> = Mutex::new(Vec::new());
+
+/// Reads one event from the pipe the fake channel's fd is: the CQ's
+/// address, 8 bytes, as the kernel's `cq_handle`.
+unsafe fn fake_get_event(
+    chan: *mut ffi::ibv_comp_channel,
+) -> std::result::Result<*mut ffi::ibv_cq, i32> {
+    let mut buf = [0u8; 8];
+    let n = unsafe { libc::read((*chan).fd, buf.as_mut_ptr().cast(), 8) };
+    match n {
+        8 => Ok(usize::from_ne_bytes(buf) as *mut ffi::ibv_cq),
+        0 => Err(libc::EIO), // the write end was closed
+        _ => Err(io::Error::last_os_error().raw_os_error().unwrap()),
+    }
+}
+
+unsafe fn fake_ack(cq: *mut ffi::ibv_cq, n: u32) {
+    ACKS.lock().unwrap().push((cq as usize, n));
+}
+
+unsafe fn fake_destroy(_: *mut ffi::ibv_comp_channel) -> i32 {
+    0
+}
+
+static FAKES: ChannelOps = ChannelOps {
+    get_event: fake_get_event,
+    ack: fake_ack,
+    destroy: fake_destroy,
+};
+
+/// A channel over a pipe, with CQs whose handles are `ids`: events are
+/// sent by writing a CQ's address into the pipe.
+struct Fx {
+    channel: CompletionChannel,
+    tx: OwnedFd,
+    /// Never grown after the CQs are attached: their addresses stay.
+    cqs: Vec<ffi::ibv_cq>,
+    _rx: OwnedFd,
+    _raw: Box<ffi::ibv_comp_channel>,
+    _ctx: Box<ffi::ibv_context>,
+}
+
+impl Fx {
+    fn new(ids: &[u32]) -> Fx {
+        let (rx, tx) = pipe();
+        set_nonblocking(rx.as_fd(), || "a pipe".into()).unwrap();
+        let mut ctx: Box<ffi::ibv_context> = Box::default();
+        let context = Context::fake(NonNull::from(&mut *ctx), "fake0", false);
+        let mut raw = Box::new(ffi::ibv_comp_channel {
+            context: &mut *ctx,
+            fd: rx.as_raw_fd(),
+            refcnt: 0,
+        });
+        let channel = CompletionChannel(Arc::new(ChannelInner {
+            chan: NonNull::from(&mut *raw),
+            ops: &FAKES,
+            state: Mutex::new(State::default()),
+            read: Condvar::new(),
+            ctx: context,
+        }));
+        let mut cqs: Vec<ffi::ibv_cq> = ids
+            .iter()
+            .map(|&handle| ffi::ibv_cq {
+                handle,
+                ..Default::default()
+            })
+            .collect();
+        for cq in &mut cqs {
+            unsafe { channel.attach(NonNull::from(cq)) };
+        }
+        Fx {
+            channel,
+            tx,
+            cqs,
+            _rx: rx,
+            _raw: raw,
+            _ctx: ctx,
+        }
+    }
+
+    fn cq(&self, i: usize) -> NonNull<ffi::ibv_cq> {
+        NonNull::from(&self.cqs[i])
+    }
+
+    /// Raises an event for CQ `i` (or any address).
+    fn event(&self, cq: NonNull<ffi::ibv_cq>) {
+        let bytes = (cq.as_ptr() as usize).to_ne_bytes();
+        let n = unsafe { libc::write(self.tx.as_raw_fd(), bytes.as_ptr().cast(), 8) };
+        assert_eq!(n, 8);
+    }
+
+    /// The acknowledgements made for CQ `cq` so far.
+    fn acks(cq: NonNull<ffi::ibv_cq>) -> Vec<u32> {
+        let key = cq.as_ptr() as usize;
+        let acks = ACKS.lock().unwrap();
+        acks.iter().filter(|a| a.0 == key).map(|a| a.1).collect()
+    }
+}
+
+#[test]
+fn threads_waiting_for_cqs_of_one_channel_each_wake_for_their_own_event() {
+    let fx = Fx::new(&[1, 2, 3]);
+    let deadline = Some(Instant::now() + Duration::from_secs(20));
+    let (c0, c1, c2) = (fx.cq(0), fx.cq(1), fx.cq(2));
+    std::thread::scope(|s| {
+        let ch = &fx.channel;
+        let w: Vec<_> = [c0, c1, c2]
+            .into_iter()
+            .map(|cq| {
+                let cq = cq.as_ptr() as usize;
+                s.spawn(move || {
+                    let cq = NonNull::new(cq as *mut ffi::ibv_cq).unwrap();
+                    let start = Instant::now();
+                    assert!(ch.wait_notified(cq, deadline).unwrap());
+                    start.elapsed()
+                })
+            })
+            .collect();
+        // Whichever thread reads the pipe, each wakes for its own CQ,
+        // in the order the events come.
+        for cq in [c2, c0, c1] {
+            std::thread::sleep(Duration::from_millis(100));
+            fx.event(cq);
+        }
+        let took: Vec<Duration> = w.into_iter().map(|t| t.join().unwrap()).collect();
+        assert!(took[2] < took[0] && took[0] < took[1], "{took:?}");
+        assert!(took[1] < Duration::from_secs(10), "{took:?}");
+    });
+    // Each event was counted, none acknowledged yet (fewer than a batch).
+    assert!(Fx::acks(c0).is_empty());
+    // Events of CQs nobody waits for are handed to get_event, oldest
+    // first, each CQ once however many events it had.
+    fx.event(c1);
+    fx.event(c0);
+    fx.event(c1);
+    let ids: Vec<CqId> = std::iter::from_fn(|| fx.channel.try_get_event().unwrap())
+        .map(|e| e.cq())
+        .collect();
+    assert_eq!(ids, [CqId(2), CqId(1)]);
+}
+
+#[test]
+fn events_are_acknowledged_in_batches_and_the_rest_when_their_cq_goes() {
+    let fx = Fx::new(&[7, 8]);
+    let (c0, c1) = (fx.cq(0), fx.cq(1));
+    for _ in 0..40 {
+        fx.event(c0);
+    }
+    fx.event(c1);
+    assert_eq!(fx.channel.try_get_event().unwrap().unwrap().cq(), CqId(7));
+    assert_eq!(fx.channel.try_get_event().unwrap().unwrap().cq(), CqId(8));
+    assert!(fx.channel.try_get_event().unwrap().is_none());
+    assert_eq!(Fx::acks(c0), [ACK_BATCH]);
+    assert_eq!(fx.channel.cq_count(), 2);
+    // Dropping a CQ acknowledges what is left of its events ...
+    unsafe { fx.channel.detach(c0) };
+    assert_eq!(Fx::acks(c0), [ACK_BATCH, 40 - ACK_BATCH]);
+    assert_eq!(fx.channel.cq_count(), 1);
+    // ... and an event read for a CQ no longer registered (its destroy
+    // waits for it) is acknowledged at once, and given to nobody.
+    fx.event(c0);
+    assert!(fx.channel.try_get_event().unwrap().is_none());
+    assert_eq!(Fx::acks(c0), [ACK_BATCH, 40 - ACK_BATCH, 1]);
+    unsafe { fx.channel.detach(c1) };
+    assert_eq!(Fx::acks(c1), [1]);
+    assert_eq!(fx.channel.cq_count(), 0);
+}
+
+#[test]
+fn waits_end_at_their_deadline_and_errors_name_the_call() {
+    let fx = Fx::new(&[5]);
+    let c0 = fx.cq(0);
+    let start = Instant::now();
+    let woken = fx
+        .channel
+        .wait_notified(c0, Some(start + Duration::from_millis(100)))
+        .unwrap();
+    assert!(!woken);
+    let took = start.elapsed();
+    assert!(
+        took >= Duration::from_millis(100) && took < Duration::from_secs(5),
+        "{took:?}"
+    );
+    let start = Instant::now();
+    let e = fx.channel.get_event(Duration::from_millis(50)).unwrap_err();
+    assert!(matches!(e, Error::Timeout { .. }), "{e}");
+    assert!(start.elapsed() >= Duration::from_millis(50));
+    // An event that came before the wait wakes it at once.
+    fx.event(c0);
+    assert!(fx.channel.wait_notified(c0, None).unwrap());
+    // A failing read is returned, naming the call, and leaves no
+    // reader behind: the next wait fails too, rather than hang.
+    let Fx { channel, tx, .. } = fx;
+    drop(tx);
+    for _ in 0..2 {
+        let e = channel.get_event(Duration::from_secs(5)).unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("ibv_get_cq_event failed (the completion channel of fake0)"),
+            "{e}"
+        );
+        assert_eq!(e.errno(), Some(libc::EIO));
+    }
+    assert!(format!("{channel:?}").contains("cqs: 1"));
+}
+
+/// Provider entries that count their calls and find the CQ empty.
+static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+unsafe extern "C" fn start_poll(_: *mut ffi::ibv_cq_ex, _: *mut ffi::ibv_poll_cq_attr) -> i32 {
+    CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    libc::ENOENT
+}
+unsafe extern "C" fn next_poll(_: *mut ffi::ibv_cq_ex) -> i32 {
+    libc::ENOENT
+}
+unsafe extern "C" fn end_poll(_: *mut ffi::ibv_cq_ex) {}
+unsafe extern "C" fn read_u32(_: *mut ffi::ibv_cq_ex) -> u32 {
+    0
+}
+
+#[test]
+fn channel_operations_on_a_cq_without_one_are_refused_before_any_c_call() {
+    let mut ctx: Box<ffi::ibv_context> = Box::default();
+    let context = Context::fake(NonNull::from(&mut *ctx), "fake0", false);
+    let mut raw = Box::new(ffi::ibv_cq_ex {
+        context: &mut *ctx,
+        cqe: 8,
+        start_poll: Some(start_poll),
+        next_poll: Some(next_poll),
+        end_poll: Some(end_poll),
+        read_opcode: Some(read_u32),
+        read_vendor_err: Some(read_u32),
+        read_byte_len: Some(read_u32),
+        read_imm_data: Some(read_u32),
+        read_qp_num: Some(read_u32),
+        read_wc_flags: Some(read_u32),
+        ..Default::default()
+    });
+    let mut cq = unsafe { CompletionQueue::from_raw(&context, NonNull::from(&mut *raw)) }.unwrap();
+    assert!(cq.channel().is_none());
+    let e = cq.req_notify(false).unwrap_err();
+    assert!(
+        matches!(&e, Error::InvalidArgument(m) if m.contains("req_notify") && m.contains("fake0")),
+        "{e}"
+    );
+    let e = cq.poll_or_arm(4, |_| {}).unwrap_err();
+    assert!(
+        matches!(&e, Error::InvalidArgument(m) if m.contains("poll_or_arm")),
+        "{e}"
+    );
+    let e = cq.poll_or_arm(0, |_| {}).unwrap_err();
+    assert!(matches!(e, Error::OutOfRange { value: 0, .. }), "{e}");
+    assert_eq!(
+        CALLS.load(std::sync::atomic::Ordering::Relaxed),
+        0,
+        "no poll was started"
+    );
+    // A wait on it polls (and backs off) without touching a channel.
+    let e = cq.wait(1, Duration::from_millis(20)).unwrap_err();
+    assert!(matches!(e, Error::Timeout { .. }), "{e}");
+    assert!(CALLS.load(std::sync::atomic::Ordering::Relaxed) > 0);
+    drop(cq);
+}
+
+#[test]
+fn the_oldest_event_is_taken_first_and_each_cq_is_queued_once() {
+    let mut st = State::default();
+    for (key, id) in [(0x1000, 7), (0x2000, 9)] {
+        st.cqs.insert(
+            key,
+            Slot {
+                id: CqId(id),
+                unacked: 0,
+                notified: false,
+                queued: false,
+            },
+        );
+    }
+    // As `record` marks them (without the C calls).
+    for key in [0x2000usize, 0x1000, 0x2000] {
+        let slot = st.cqs.get_mut(&key).unwrap();
+        slot.notified = true;
+        if !slot.queued {
+            slot.queued = true;
+            st.ready.push_back(key);
+        }
+    }
+    assert_eq!(st.ready.len(), 2);
+    assert_eq!(st.pop_ready(), Some(CqId(9)));
+    assert_eq!(st.pop_ready(), Some(CqId(7)));
+    assert_eq!(st.pop_ready(), None);
+}
