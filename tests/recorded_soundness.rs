@@ -1398,3 +1398,51 @@ fn a_qp_without_a_send_queue_takes_no_work_request() {
     );
     drop((qp, cq));
 }
+
+// ----- 4. memory a peer may write is never a plain slice -----
+
+#[test]
+fn a_region_a_peer_may_write_is_reached_only_by_copying() {
+    let fx = Fx::new();
+    // Backed by real memory, so that the copying methods can be checked.
+    let mut buf = vec![0u8; 256];
+    for access in [
+        AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
+        AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_ATOMIC,
+        AccessFlags::LOCAL_WRITE | AccessFlags::MW_BIND,
+    ] {
+        let mut raw: Box<ffi::ibv_mr> = zeroed();
+        raw.addr = buf.as_mut_ptr().cast();
+        raw.length = buf.len();
+        let mut mr =
+            unsafe { MemoryRegion::from_raw(&fx.pd, NonNull::from(&mut *raw), access) }.unwrap();
+        assert!(mr.is_peer_writable(), "{access:?}");
+        assert!(
+            matches!(mr.as_slice(), Err(Error::PeerWritable { .. })),
+            "{access:?}"
+        );
+        assert!(
+            matches!(mr.as_mut_slice(), Err(Error::PeerWritable { .. })),
+            "{access:?}"
+        );
+        mr.write_at(10, b"peer").unwrap();
+        mr.fill(20..24, 0xAB).unwrap();
+        let mut four = [0u8; 4];
+        mr.read_at(10, &mut four).unwrap();
+        assert_eq!(&four, b"peer");
+        assert_eq!(mr.to_vec(20..24).unwrap(), [0xAB; 4]);
+        drop(mr);
+        assert_eq!(&buf[10..14], b"peer");
+        buf.fill(0);
+    }
+    // A region only this program writes is a plain slice.
+    let mut raw: Box<ffi::ibv_mr> = zeroed();
+    raw.addr = buf.as_mut_ptr().cast();
+    raw.length = buf.len();
+    let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ;
+    let mut mr =
+        unsafe { MemoryRegion::from_raw(&fx.pd, NonNull::from(&mut *raw), access) }.unwrap();
+    assert!(!mr.is_peer_writable());
+    mr.as_mut_slice().unwrap()[0] = 7;
+    assert_eq!(mr.as_slice().unwrap()[0], 7);
+}
