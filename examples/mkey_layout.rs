@@ -2,18 +2,24 @@
 //! used as the target of an RDMA write, invalidated, and given another:
 //!
 //! 1. `mlx5dv_wr_mr_list`: the mkey covers three scattered pieces of a
-//!    memory region, one after another; an RDMA write of 3 KiB through the
-//!    mkey lands in the three pieces;
+//!    memory region, one after another; an RDMA read of 3 KiB through the
+//!    mkey gathers the three pieces;
 //! 2. `ibv_wr_local_inv`: the layout is gone;
 //! 3. `mlx5dv_wr_mr_interleaved`: the mkey covers 16 bytes of every 64 of
 //!    one area and 8 of every 16 of another, interleaved, repeated `-r`
 //!    times; a write through it lands in that pattern;
 //! 4. invalidated again, and re-registered as a list over other pieces,
-//!    and written once more.
+//!    and read through once more.
 //!
 //! After each write every byte of the region is checked: the pieces the
 //! layout names hold the written data in layout order, everything else is
-//! untouched.
+//! untouched. After each read, the bytes read are the pieces' in layout
+//! order.
+//!
+//! A list layout is read through, not written: an SGE does not say whether
+//! its memory is a peer's to write, so the crate grants no remote write
+//! over a list (its memory model); an interleaved layout over a region
+//! registered for remote writes may be written.
 //!
 //! ```text
 //! mkey_layout [-d DEV] [-g GID] [-r REPEAT]
@@ -86,6 +92,7 @@ struct Rig {
     mkey: Mkey,
     target: MemoryRegion,
     source: MemoryRegion,
+    /// The regions' access, and the interleaved layout's.
     access: AccessFlags,
     /// Bytes the last registered layout covers (what its work request
     /// returned).
@@ -120,24 +127,24 @@ fn run(cli: &Cli) -> Result<(), Failure> {
         rig.mkey.max_entries()
     );
 
-    // 1. A list layout over three pieces, then a write through it.
+    // 1. A list layout over three pieces, then a read through it.
     let first: [Range<usize>; 3] = [0..1000, 8192..8692, 20000..21548];
     rig.register_list(&first)?;
-    rig.write_and_check(1, &first)?;
+    rig.read_and_check(1, &first)?;
     // 2. Invalidate.
     rig.invalidate()?;
     // 3. An interleaved layout, then a write through it.
     let pieces = interleaved_pieces(repeat);
     rig.register_interleaved(repeat)?;
     rig.write_and_check(2, &pieces)?;
-    // 4. Invalidate, re-register as another list, write again.
+    // 4. Invalidate, re-register as another list, read again.
     rig.invalidate()?;
     let again: [Range<usize>; 2] = [50000..52000, 60000..61000];
     rig.register_list(&again)?;
-    rig.write_and_check(3, &again)?;
+    rig.read_and_check(3, &again)?;
     rig.invalidate()?;
     println!(
-        "mkey_layout: list, interleaved and list again: every write landed where its layout said"
+        "mkey_layout: list, interleaved and list again: every access went where its layout said"
     );
     Ok(())
 }
@@ -193,10 +200,12 @@ impl Rig {
             .map(|r| self.target.sge(r.clone()))
             .collect::<Result<Vec<_>>>()?;
         let mut len = 0;
+        // Peers may read through a list layout, not write (see the top).
+        let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ;
         let wcs = self
             .owner
             .post_and_wait(&mut self.owner_cq, common::WAIT, |b| {
-                len = b.wr(1).mr_list(&self.mkey, self.access, &sges)?.len();
+                len = b.wr(1).mr_list(&self.mkey, access, &sges)?.len();
                 Ok(())
             })?;
         expect(&wcs, WcOpcode::UMR, "mr_list")?;
@@ -286,6 +295,49 @@ impl Rig {
             "mkey_layout: {len}-byte write through the mkey landed in {} pieces; the other {} bytes untouched",
             pieces.len(),
             REGION - len
+        );
+        Ok(())
+    }
+}
+
+impl Rig {
+    /// Fills the target with a fresh pattern, reads the whole layout
+    /// through the mkey into the source, and checks that the bytes read are
+    /// `pieces`' (in layout order).
+    fn read_and_check(&mut self, seed: u8, pieces: &[Range<usize>]) -> Result<(), Failure> {
+        let layout = MkeyLayout::new(&self.mkey, self.layout_len);
+        let len = usize::try_from(layout.len()).unwrap_or(usize::MAX);
+        let total: usize = pieces.iter().map(|r| r.len()).sum();
+        if len != total {
+            return Err(Failure::Failed(format!(
+                "the layout covers {len} bytes, the pieces {total}"
+            )));
+        }
+        let data = pattern(REGION, seed);
+        self.target.write_at(0, &data)?;
+        self.source.fill(.., 0)?;
+        let remote = layout.remote(..)?;
+        let into = self.source.sge_mut(0..len)?;
+        let wcs = self
+            .writer
+            .post_and_wait(&mut self.writer_cq, common::WAIT, |b| {
+                b.wr(5).rdma_read(remote).sge(into)
+            })?;
+        expect(&wcs, WcOpcode::RDMA_READ, "RDMA read through the mkey")?;
+        let want: Vec<u8> = pieces
+            .iter()
+            .flat_map(|r| data[r.clone()].to_vec())
+            .collect();
+        let got = self.source.to_vec(0..len)?;
+        if let Some(at) = (0..len).find(|&i| got[i] != want[i]) {
+            return Err(Failure::Failed(format!(
+                "byte {at} read through the mkey is {:#04x}, expected {:#04x}",
+                got[at], want[at]
+            )));
+        }
+        println!(
+            "mkey_layout: {len}-byte read through the mkey gathered {} pieces in layout order",
+            pieces.len()
         );
         Ok(())
     }

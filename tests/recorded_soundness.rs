@@ -1446,3 +1446,36 @@ fn a_region_a_peer_may_write_is_reached_only_by_copying() {
     mr.as_mut_slice().unwrap()[0] = 7;
     assert_eq!(mr.as_slice().unwrap()[0], 7);
 }
+
+// ----- the software mlx5 device found: libmlx5 swaps wr_complete -----
+
+unsafe extern "C" fn complete_refusing(_qp: *mut ffi::ibv_qp_ex) -> i32 {
+    libc::EADDRINUSE
+}
+
+#[test]
+fn complete_calls_the_entry_the_qp_has_now() {
+    // libmlx5 (rdma-core 40 and later) gives a QP a wr_complete that
+    // refuses while it is not in RTS and swaps in the real one at RTS: the
+    // batch must call the entry the QP has at the time, as the header's
+    // ibv_wr_complete does, not one copied when the QP was made.
+    let mut fx = Fx::new();
+    let src = source(&mut fx);
+    let r = remote(&fx, 8);
+    let real = fx.fq(RC).ibv.wr_complete;
+    fx.fq(RC).ibv.wr_complete = Some(complete_refusing);
+    let mut b = fx.rc.batch();
+    b.wr(1).rdma_write(r).sge(src.sge(0..8).unwrap()).unwrap();
+    let e = unsafe { b.complete() }.unwrap_err();
+    assert_eq!(e.errno(), Some(libc::EADDRINUSE), "{e}");
+    // Swapped back, the same QP posts.
+    fx.fq(RC).ibv.wr_complete = real;
+    recorder::take();
+    let mut b = fx.rc.batch();
+    b.wr(2).rdma_write(r).sge(src.sge(0..8).unwrap()).unwrap();
+    assert_eq!(unsafe { b.complete() }.unwrap(), 1);
+    assert_eq!(
+        names(&recorder::take()),
+        ["wr_start", "wr_rdma_write", "wr_set_sge", "wr_complete"]
+    );
+}

@@ -1,4 +1,28 @@
 //! A software mlx5 device for the real libibverbs and libmlx5.
+//!
+//! Built as a cdylib, this crate is an `LD_PRELOAD` interposer
+//! ([`interpose`]) that gives a process a ConnectX-6 named `mlx5_0`: a fake
+//! uverbs kernel ([`kernel`]) answers the commands libibverbs and libmlx5
+//! send, and a device engine ([`device`]) executes the work requests
+//! libmlx5 writes into send queues, on the process's own memory, writing
+//! the completions libmlx5 polls. The unmodified libraries run their whole
+//! user-space data path. Start programs under it with the `mlx5-sim`
+//! runner (`scripts/mlx5-sim -- CMD`); see the README for the environment
+//! variables, and for what is modelled and what is not. What the model
+//! does is our reading of the device, not the device.
 
+#![deny(missing_docs)]
+#![cfg_attr(not(test), deny(clippy::undocumented_unsafe_blocks))]
+
+// The interposer's `struct stat` and variadic-call assumptions, and the
+// uverbs ABI structs it reads, are those of 64-bit Linux.
+#[cfg(not(all(target_os = "linux", target_pointer_width = "64")))]
+compile_error!("mlx5dv-sim supports 64-bit Linux only");
+
+pub mod config;
+pub mod cqe;
+pub mod device;
+pub mod interpose;
+pub mod kernel;
 pub mod mkey;
 pub mod wqe;

@@ -408,9 +408,17 @@ impl<'q, 'm, T: Transport> WrBatch<'q, 'm, T> {
         // Disarm the abort of Drop before finalising: never both.
         let this = ManuallyDrop::new(self);
         let qpx = this.state.qpx.as_ptr();
+        // The entry is read from the QP at each call, as the header's
+        // `ibv_wr_complete` does: libmlx5 (rdma-core 40 and later) swaps it
+        // with the QP's state (a stub that refuses, outside RTS). A NULL
+        // one (never seen) falls back to the entry resolved at creation.
         // SAFETY: the batch was started on this live QP and not finalised;
-        // the memory rules are the caller's promise.
-        let rc = unsafe { (this.state.ops().complete)(qpx) };
+        // the entry is the provider's current one for this QP; the memory
+        // rules are the caller's promise.
+        let rc = unsafe {
+            let complete = (*qpx).wr_complete.unwrap_or(this.state.ops().complete);
+            complete(qpx)
+        };
         this.state.ops().open.store(BATCH_CLOSED, Relaxed);
         if rc != 0 {
             return Err(complete_failed(

@@ -1,1 +1,306 @@
-//! WQE parsing and validation.
+//! WQE parsing and validation: the send-queue entries libmlx5 44 writes,
+//! read as a ConnectX reads them, strictly.
+//!
+//! # API
+//! - [`ctrl_ds`]`(ctrl: &[u8]) -> u8`: the DS (16-byte units) of the WQE
+//!   whose control segment starts `ctrl`; [`wqebbs`]`(ds) -> u32`: the
+//!   64-byte blocks it occupies (the SQ consumer advances by this);
+//!   [`ctrl_opcode`]`(ctrl) -> u8` for the error CQE of a refused WQE.
+//! - [`parse`]`(wqe: &[u8], qp: &QpView) -> Result<Wqe, WqeError>`: `wqe` is
+//!   the linearised WQE of exactly `ds * 16` bytes (the caller undoes the
+//!   wrap at the end of the SQ). If `ctrl_ds` is 0, pass the 16-byte control
+//!   segment alone: `parse` then reports [`WqeError::BadDs`].
+//! - [`Wqe`] `{ ctrl: Ctrl, body: Body }`; [`Ctrl`] (opcode, opmod,
+//!   wqe_index, qpn, ds, signature, dci_stream_channel_id, fm_ce_se,
+//!   signaled, solicited, [`Fence`], imm); [`Body`]: `Nop`, `RdmaWrite`,
+//!   `RdmaWriteImm`, `RdmaRead` ([`Rdma`]), `Send`, `SendImm`, `SendInv`
+//!   ([`Message`]), `AtomicCs`, `AtomicFa` ([`Atomic`]), `Umr` ([`Umr`]),
+//!   `Mmo` ([`Mmo`]); [`Data`] `Sges(Vec<Sge>)` or `Inline(Vec<u8>)`;
+//!   [`Sge`] `{ lkey, addr, len }` (len decoded: 0 on the wire is 2 GiB);
+//!   [`Av`] (DCI/UD address vector).
+//! - [`WqeError`] (what and where) and [`WqeError::syndrome`], the
+//!   error-CQE syndrome; the mapping is in the `error` module's docs.
+//! - [`layout`]: segment offsets and `MLX5_OPCODE_*` values.
+//!
+//! # Rules
+//! Control segment: DS 1..=63 (reserved bits 7:6 clear), `ds * 16` within
+//! the QP's maximum WQE size and `wqebbs(ds)` within the SQ; QPN is the
+//! QP's; the WQE index is the expected one (if the caller gives it); the
+//! signature checks (XOR of the WQE is 0xff) with `MLX5_QP_FLAG_SIGNATURE`,
+//! else is 0; a stream channel id only on a DCI with streams; `fm_ce_se`
+//! reserved bits clear, CE 0 or 2, fence mode at most 4.
+//!
+//! Opcodes per QP kind (opcode modifier 0, MMO 1):
+//!
+//! | opcode | RC | UC | DCI | UD |
+//! |---|---|---|---|---|
+//! | NOP | yes | yes | yes | yes |
+//! | SEND, SEND_IMM | yes | yes | AV | AV |
+//! | SEND_INVAL, RDMA_WRITE(_IMM) | yes | yes | AV | no |
+//! | RDMA_READ, ATOMIC_CS/FA | yes | no | AV | no |
+//! | UMR: mkey configure (list, interleaved) | yes | no | no | no |
+//! | UMR: local invalidate, window bind | yes | yes | yes, no AV | no |
+//! | MMO (DMA memcpy, DS 4) | yes | no | yes, no AV | no |
+//!
+//! A DCT has no send queue. Masked atomics, TSO, SET_PSV and the other
+//! opcodes are refused. Segments must fill the DS exactly: AV (48 bytes,
+//! extended form), raddr (reserved 0), atomic segment + exactly one 8-byte
+//! pointer segment, pointer segments (at most `max_send_sge`) or one inline
+//! segment (at most `max_inline`, padded to 16, never on reads, atomics or
+//! memcpy, never mixed with pointer segments). UMR rules are in [`umr`].
+//! A NOP's segments are ignored.
+
+pub mod body;
+pub mod ctrl;
+pub mod error;
+pub mod layout;
+mod segments;
+pub mod umr;
+
+#[cfg(test)]
+mod tests;
+
+pub use body::{Atomic, Av, Body, Data, Message, Mmo, Rdma, Sge};
+pub use ctrl::{ctrl_ds, ctrl_opcode, wqebbs, Ctrl, Fence};
+pub use error::WqeError;
+pub use umr::Umr;
+
+use layout::{atomic as atomic_seg, av, ctrl as ctrl_seg, mmo as mmo_seg, opcode as op, raddr};
+use segments::{parse_atomic, parse_av, parse_data, parse_pointer, parse_raddr};
+
+/// The type of the QP whose send queue holds the WQE.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum QpKind {
+    /// Reliable connected.
+    Rc,
+    /// Unreliable connected: no RDMA read, atomics or memcpy.
+    Uc,
+    /// DC initiator (`IBV_QPT_DRIVER`, `MLX5DV_DCTYPE_DCI`).
+    Dci,
+    /// DC target: has no send queue; every WQE is refused.
+    Dct,
+    /// Unreliable datagram.
+    Ud,
+}
+
+/// What the parser needs to know of the QP.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QpView {
+    /// The QP number (24 bits).
+    pub qpn: u32,
+    /// The QP type.
+    pub kind: QpKind,
+    /// The QP's `max_inline_data` as libmlx5 computed it
+    /// (`qp->max_inline_data`): libmlx5 writes that value into the
+    /// `cap.max_inline_data` of the CREATE_QP command.
+    pub max_inline: u32,
+    /// The QP's gather entries per WQE (`qp->sq.max_gs`): the
+    /// `cap.max_send_sge` of the CREATE_QP command.
+    pub max_send_sge: u32,
+    /// WQEBBs in the send queue (`sq_wqe_count`).
+    pub sq_wqe_cnt: u32,
+    /// The largest WQE in bytes (`max_sq_desc_sz`, e.g. 1024; 63 DS cap it
+    /// at 1008).
+    pub max_wqe_size: u32,
+    /// A DCI created with DCI streams (stream channel ids allowed).
+    pub dci_streams: bool,
+    /// The QP was created with `MLX5_QP_FLAG_SIGNATURE` (libmlx5 built with
+    /// `MLX5_QP_SIGNATURE`): WQE signatures are checked.
+    pub signature: bool,
+    /// The WQEBB counter (mod 2^16) at which the device found the WQE; when
+    /// `Some`, the WQE index must equal it.
+    pub expected_wqe_index: Option<u16>,
+}
+
+/// A parsed, validated WQE.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Wqe {
+    /// The control segment.
+    pub ctrl: Ctrl,
+    /// The operation.
+    pub body: Body,
+}
+
+/// Parses and validates the linearised WQE `wqe` (`ds * 16` bytes) posted
+/// on the send queue of `qp`.
+pub fn parse(wqe: &[u8], qp: &QpView) -> Result<Wqe, WqeError> {
+    let ctrl = ctrl::parse(wqe, qp)?;
+    if qp.kind == QpKind::Dct {
+        return Err(not_for_qp(&ctrl, qp));
+    }
+    let expected_opmod = if ctrl.opcode == op::MMO {
+        op::OPC_MOD_MMO_DMA
+    } else {
+        0
+    };
+    if is_known(ctrl.opcode) && ctrl.opmod != expected_opmod {
+        return Err(WqeError::BadOpmod {
+            opcode: ctrl.opcode,
+            opmod: ctrl.opmod,
+        });
+    }
+    let kind = qp.kind;
+    let connected = matches!(kind, QpKind::Rc | QpKind::Dci);
+    let body = match ctrl.opcode {
+        op::NOP => Body::Nop,
+        op::SEND => Body::Send(message(wqe, qp)?),
+        op::SEND_IMM => Body::SendImm(message(wqe, qp)?),
+        op::SEND_INVAL if kind != QpKind::Ud => Body::SendInv(message(wqe, qp)?),
+        op::RDMA_WRITE if kind != QpKind::Ud => Body::RdmaWrite(rdma(wqe, qp, true)?),
+        op::RDMA_WRITE_IMM if kind != QpKind::Ud => Body::RdmaWriteImm(rdma(wqe, qp, true)?),
+        op::RDMA_READ if connected => Body::RdmaRead(rdma(wqe, qp, false)?),
+        op::ATOMIC_CS if connected => Body::AtomicCs(atomic(wqe, qp)?),
+        op::ATOMIC_FA if connected => Body::AtomicFa(atomic(wqe, qp)?),
+        op::UMR if kind != QpKind::Ud => {
+            let u = umr::parse(wqe, ctrl.imm)?;
+            if kind != QpKind::Rc && u.is_mkey_configure() {
+                return Err(not_for_qp(&ctrl, qp));
+            }
+            Body::Umr(u)
+        }
+        op::MMO if connected => Body::Mmo(mmo(wqe)?),
+        op::ATOMIC_MASKED_CS | op::ATOMIC_MASKED_FA => {
+            return Err(WqeError::Unsupported {
+                what: "masked atomics",
+            })
+        }
+        op::SET_PSV => {
+            return Err(WqeError::Unsupported {
+                what: "SET_PSV (signature offload)",
+            })
+        }
+        op::FMR | op::LOCAL_INVAL | op::CONFIG_CMD | op::TAG_MATCHING | op::FLOW_TBL_ACCESS => {
+            return Err(WqeError::Unsupported {
+                what: "FMR, LOCAL_INVAL, CONFIG_CMD, TAG_MATCHING and FLOW_TBL_ACCESS opcodes",
+            })
+        }
+        o if is_known(o) => return Err(not_for_qp(&ctrl, qp)),
+        o => return Err(WqeError::BadOpcode { opcode: o }),
+    };
+    Ok(Wqe { ctrl, body })
+}
+
+/// Whether `o` is one of the `MLX5_OPCODE_*` send opcodes.
+fn is_known(o: u8) -> bool {
+    matches!(
+        o,
+        op::NOP
+            | op::SEND_INVAL
+            | op::RDMA_WRITE
+            | op::RDMA_WRITE_IMM
+            | op::SEND
+            | op::SEND_IMM
+            | op::TSO
+            | op::RDMA_READ
+            | op::ATOMIC_CS
+            | op::ATOMIC_FA
+            | op::ATOMIC_MASKED_CS
+            | op::ATOMIC_MASKED_FA
+            | op::FMR
+            | op::LOCAL_INVAL
+            | op::CONFIG_CMD
+            | op::SET_PSV
+            | op::UMR
+            | op::TAG_MATCHING
+            | op::FLOW_TBL_ACCESS
+            | op::MMO
+    )
+}
+
+fn not_for_qp(ctrl: &Ctrl, qp: &QpView) -> WqeError {
+    WqeError::OpcodeNotForQp {
+        opcode: ctrl.opcode,
+        kind: qp.kind,
+    }
+}
+
+/// The address vector of data-bearing WQEs (DCI, UD) and the offset after it.
+fn address(wqe: &[u8], qp: &QpView) -> Result<(Option<Av>, usize), WqeError> {
+    match qp.kind {
+        QpKind::Dci | QpKind::Ud => {
+            let av = parse_av(wqe, ctrl_seg::SIZE, qp.kind)?;
+            Ok((Some(av), ctrl_seg::SIZE + av::SIZE))
+        }
+        QpKind::Rc | QpKind::Uc | QpKind::Dct => Ok((None, ctrl_seg::SIZE)),
+    }
+}
+
+fn message(wqe: &[u8], qp: &QpView) -> Result<Message, WqeError> {
+    let (av, at) = address(wqe, qp)?;
+    let data = parse_data(wqe, at, qp, true)?;
+    Ok(Message { av, data })
+}
+
+fn rdma(wqe: &[u8], qp: &QpView, allow_inline: bool) -> Result<Rdma, WqeError> {
+    let (av, at) = address(wqe, qp)?;
+    let (raddr, rkey) = parse_raddr(wqe, at)?;
+    let data = parse_data(wqe, at + raddr::SIZE, qp, allow_inline)?;
+    Ok(Rdma {
+        av,
+        raddr,
+        rkey,
+        data,
+    })
+}
+
+fn atomic(wqe: &[u8], qp: &QpView) -> Result<Atomic, WqeError> {
+    let (av, at) = address(wqe, qp)?;
+    let (raddr, rkey) = parse_raddr(wqe, at)?;
+    let at = at + raddr::SIZE;
+    let (swap_add, compare) = parse_atomic(wqe, at)?;
+    let data = parse_data(wqe, at + atomic_seg::SIZE, qp, false)?;
+    let Data::Sges(sges) = data else {
+        unreachable!("parse_data refuses inline data here")
+    };
+    match sges.as_slice() {
+        [local] if local.len == atomic_seg::DATA_SIZE => Ok(Atomic {
+            av,
+            raddr,
+            rkey,
+            swap_add,
+            compare,
+            local: *local,
+        }),
+        _ => Err(WqeError::AtomicLength {
+            segments: sges.len(),
+            byte_count: sges.first().map_or(0, |s| s.len),
+        }),
+    }
+}
+
+fn mmo(wqe: &[u8]) -> Result<Mmo, WqeError> {
+    if wqe.len() != mmo_seg::WQE_SIZE {
+        return Err(WqeError::Layout {
+            what: "DMA memcpy WQE is not DS 4 (ctrl, metadata, source, destination)",
+            at: 0,
+            size: wqe.len(),
+        });
+    }
+    let meta = ctrl_seg::SIZE;
+    let control = layout::be32(wqe, meta + mmo_seg::CONTROL);
+    if control != 0 {
+        return Err(WqeError::Unsupported {
+            what: "MMO control bits (mmo_control_31_0) other than 0",
+        });
+    }
+    let pointer = |at| {
+        parse_pointer(wqe, at)?.ok_or(WqeError::Inline {
+            what: "inline data segment in a DMA memcpy",
+            at,
+        })
+    };
+    let src = pointer(mmo_seg::SRC)?;
+    let dst = pointer(mmo_seg::DST)?;
+    if src.len != dst.len {
+        return Err(WqeError::MmoLength {
+            src: src.len,
+            dst: dst.len,
+        });
+    }
+    Ok(Mmo {
+        opaque_lkey: layout::be32(wqe, meta + mmo_seg::LOCAL_KEY),
+        opaque_addr: layout::be64(wqe, meta + mmo_seg::LOCAL_ADDRESS),
+        src,
+        dst,
+    })
+}

@@ -1,0 +1,141 @@
+//! `mlx5-sim`: runs a command with the software mlx5 device present as
+//! `mlx5_0`.
+//!
+//! ```text
+//! mlx5-sim [--] CMD [ARGS...]
+//! ```
+//!
+//! Writes a sysfs tree for one ConnectX-6 into a fresh directory under
+//! `$TMPDIR`, starts CMD with `LD_PRELOAD` naming the interposer library
+//! (`libmlx5dv_sim.so`, next to this binary, or `MLX5DV_SIM_LIB`),
+//! `SYSFS_PATH` naming the tree and `MLX5DV_SIM=1`, waits for it, removes
+//! the tree and exits with CMD's status (128 + N when a signal N ended it).
+//! This runner itself does not load the interposer. SIGINT, SIGTERM,
+//! SIGHUP and SIGQUIT sent to it are passed on to CMD.
+
+mod sysfs;
+
+use std::os::unix::process::ExitStatusExt;
+use std::path::PathBuf;
+use std::process::{Command, ExitCode};
+use std::sync::atomic::{AtomicI32, Ordering};
+
+/// The command's pid, for the signal forwarder (0: none yet).
+static CHILD: AtomicI32 = AtomicI32::new(0);
+
+extern "C" fn forward(sig: libc::c_int) {
+    let pid = CHILD.load(Ordering::Relaxed);
+    if pid > 0 {
+        // SAFETY: kill(2) is async-signal-safe; `pid` is our child.
+        unsafe { libc::kill(pid, sig) };
+    }
+}
+
+/// Passes SIGINT, SIGTERM, SIGHUP and SIGQUIT on to the command instead of
+/// dying of them, so that the runner outlives it and removes the tree.
+fn forward_signals() {
+    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT] {
+        // SAFETY: installing a handler that only calls kill(2) and reads
+        // an atomic, both async-signal-safe.
+        unsafe {
+            libc::signal(
+                sig,
+                forward as extern "C" fn(libc::c_int) as libc::sighandler_t,
+            )
+        };
+    }
+}
+
+const USAGE: &str = "\
+Usage: mlx5-sim [--] CMD [ARGS...]
+
+Runs CMD with a software mlx5 device (ConnectX-6, mlx5_0) that the real
+libibverbs and libmlx5 drive in-process. See mlx5dv-sim/README.md for the
+MLX5DV_SIM_* variables (caps, tracing, fault injection).";
+
+fn library() -> Result<PathBuf, String> {
+    if let Some(p) = std::env::var_os("MLX5DV_SIM_LIB") {
+        return Ok(PathBuf::from(p));
+    }
+    let exe = std::env::current_exe().map_err(|e| format!("cannot find this executable: {e}"))?;
+    let dir = exe.parent().ok_or("executable without a directory")?;
+    for cand in [
+        dir.join("libmlx5dv_sim.so"),
+        dir.join("../libmlx5dv_sim.so"),
+    ] {
+        if cand.exists() {
+            return cand
+                .canonicalize()
+                .map_err(|e| format!("{}: {e}", cand.display()));
+        }
+    }
+    Err(format!(
+        "libmlx5dv_sim.so is not next to {} (build the mlx5dv-sim crate, or set MLX5DV_SIM_LIB)",
+        exe.display()
+    ))
+}
+
+fn main() -> ExitCode {
+    let mut args: Vec<String> = std::env::args().skip(1).collect();
+    match args.first().map(String::as_str) {
+        Some("-h" | "--help") => {
+            println!("{USAGE}");
+            return ExitCode::SUCCESS;
+        }
+        Some("--") => {
+            args.remove(0);
+        }
+        _ => {}
+    }
+    if args.is_empty() {
+        eprintln!("{USAGE}");
+        return ExitCode::from(2);
+    }
+    let lib = match library() {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("mlx5-sim: {e}");
+            return ExitCode::from(125);
+        }
+    };
+    let tree = match sysfs::Tree::create() {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("mlx5-sim: cannot write the sysfs tree: {e}");
+            return ExitCode::from(125);
+        }
+    };
+    let preload = match std::env::var("LD_PRELOAD") {
+        Ok(p) if !p.is_empty() => format!("{}:{p}", lib.display()),
+        _ => lib.display().to_string(),
+    };
+    let mut cmd = Command::new(&args[0]);
+    cmd.args(&args[1..])
+        .env("LD_PRELOAD", preload)
+        .env("SYSFS_PATH", tree.path())
+        .env("MLX5DV_SIM", "1");
+    if std::env::var_os("MLX5_STALL_CQ_POLL").is_none() {
+        cmd.env("MLX5_STALL_CQ_POLL", "0");
+    }
+    let status = cmd.spawn().and_then(|mut child| {
+        CHILD.store(child.id() as i32, Ordering::Relaxed);
+        forward_signals();
+        child.wait()
+    });
+    drop(tree);
+    match status {
+        Ok(s) => match (s.code(), s.signal()) {
+            (Some(c), _) => ExitCode::from(c as u8),
+            (None, Some(sig)) => ExitCode::from(128u8.wrapping_add(sig as u8)),
+            _ => ExitCode::from(125),
+        },
+        Err(e) => {
+            eprintln!("mlx5-sim: cannot run {}: {e}", args[0]);
+            ExitCode::from(if e.kind() == std::io::ErrorKind::NotFound {
+                127
+            } else {
+                126
+            })
+        }
+    }
+}

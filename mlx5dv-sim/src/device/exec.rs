@@ -1,0 +1,484 @@
+//! Executing one parsed WQE on the device's tables: the requester side and,
+//! for remote operations, the responder (another QP or DCT of this device).
+
+use super::cq::syndrome as syn;
+use super::mem::{self, Access, Fault};
+use super::recv;
+use crate::config::debug;
+use crate::kernel::state::{Device, MkeyKind, QpKind, QpState};
+use crate::wqe::{Body, Data, Sge, Umr, Wqe};
+
+/// How a WQE ended.
+#[derive(Debug)]
+pub enum Outcome {
+    /// Success; the byte count for the CQE.
+    Done(u32),
+    /// A requester error with this syndrome (the QP, or the DCI stream,
+    /// goes to error).
+    Error(u8, String),
+    /// Not now: the responder has no receive WQE (receiver-not-ready);
+    /// its `min_rnr_timer` code says how long the requester waits before
+    /// it retries.
+    Stall(u8),
+}
+
+/// The requester QP's view needed to execute.
+#[derive(Debug, Clone, Copy)]
+pub struct Requester {
+    /// Handle.
+    pub handle: u32,
+    /// QPN.
+    pub qpn: u32,
+    /// Kind.
+    pub kind: QpKind,
+    /// PD number.
+    pub pdn: u32,
+    /// RC destination QPN.
+    pub dest_qpn: u32,
+    /// The QP's qkey (UD).
+    pub qkey: u32,
+}
+
+fn local(f: Fault) -> Outcome {
+    Outcome::Error(syn::LOCAL_PROT, f.0)
+}
+
+/// The bytes of the local data (gather list or inline).
+fn gather(dev: &Device, rq: &Requester, data: &Data) -> Result<Vec<u8>, Outcome> {
+    match data {
+        Data::Inline(b) => Ok(b.clone()),
+        Data::Sges(sges) => {
+            let mut out = Vec::new();
+            for s in sges {
+                let r = mem::resolve(
+                    dev,
+                    s.lkey,
+                    s.addr,
+                    u64::from(s.len),
+                    rq.pdn,
+                    Access::LocalRead,
+                )
+                .map_err(local)?;
+                out.extend(mem::gather(&r));
+            }
+            Ok(out)
+        }
+    }
+}
+
+/// Host ranges of a scatter list, checked for local write.
+fn scatter_ranges(dev: &Device, pdn: u32, sges: &[Sge]) -> Result<Vec<(u64, u64)>, Fault> {
+    let mut out = Vec::new();
+    for s in sges {
+        out.extend(mem::resolve(
+            dev,
+            s.lkey,
+            s.addr,
+            u64::from(s.len),
+            pdn,
+            Access::LocalWrite,
+        )?);
+    }
+    Ok(out)
+}
+
+/// The responder of a remote operation: handle of the peer QP or DCT.
+fn responder(dev: &Device, rq: &Requester, wqe: &Wqe) -> Result<u32, Outcome> {
+    match rq.kind {
+        QpKind::Rc | QpKind::Uc => {
+            let h = dev.qp_by_qpn(rq.dest_qpn).ok_or_else(|| {
+                Outcome::Error(syn::RETRY_EXC, format!("no QP {:#x} answers", rq.dest_qpn))
+            })?;
+            let p = &dev.qps[&h];
+            if !matches!(p.state, QpState::Rtr | QpState::Rts | QpState::Sqd) || p.kind != rq.kind {
+                return Err(Outcome::Error(
+                    syn::RETRY_EXC,
+                    format!(
+                        "QP {:#x} ({:?}, {:?}) does not answer",
+                        p.qpn, p.kind, p.state
+                    ),
+                ));
+            }
+            Ok(h)
+        }
+        QpKind::Dci => {
+            let av = wqe.body.av().ok_or_else(|| {
+                Outcome::Error(syn::LOCAL_QP_OP, "DCI WQE without an address vector".into())
+            })?;
+            let h = dev
+                .qps
+                .iter()
+                .find(|(_, q)| q.kind == QpKind::Dct && q.qpn == av.dctn && q.state == QpState::Rtr)
+                .map(|(h, _)| *h)
+                .ok_or_else(|| {
+                    Outcome::Error(syn::RETRY_EXC, format!("no DCT {:#x} answers", av.dctn))
+                })?;
+            let dct = &dev.qps[&h];
+            if dct.dc_key != av.dc_key {
+                return Err(Outcome::Error(
+                    syn::REMOTE_ACCESS,
+                    format!("DC key {:#x} does not match DCT {:#x}", av.dc_key, av.dctn),
+                ));
+            }
+            Ok(h)
+        }
+        QpKind::Ud | QpKind::Dct => Err(Outcome::Error(
+            syn::LOCAL_QP_OP,
+            format!("{:?} cannot send", rq.kind),
+        )),
+    }
+}
+
+/// Checks the responder QP's access flags and the rkey, returning host ranges.
+fn remote_ranges(
+    dev: &Device,
+    peer: u32,
+    rkey: u32,
+    raddr: u64,
+    len: u64,
+    acc: Access,
+) -> Result<Vec<(u64, u64)>, Outcome> {
+    let p = &dev.qps[&peer];
+    let need = match acc {
+        Access::RemoteRead => crate::kernel::state::ACCESS_REMOTE_READ,
+        Access::RemoteWrite => crate::kernel::state::ACCESS_REMOTE_WRITE,
+        Access::RemoteAtomic => crate::kernel::state::ACCESS_REMOTE_ATOMIC,
+        _ => 0,
+    };
+    if p.access & need != need {
+        // The responder QP does not take this operation at all: a NAK
+        // "invalid request" (IB spec 9.7.4.1.3), unlike a bad R_Key.
+        return Err(Outcome::Error(
+            syn::REMOTE_INVAL_REQ,
+            format!(
+                "QP {:#x} access flags {:#x} do not allow {acc:?}",
+                p.qpn, p.access
+            ),
+        ));
+    }
+    mem::resolve(dev, rkey, raddr, len, p.pdn, acc)
+        .map_err(|f| Outcome::Error(syn::REMOTE_ACCESS, f.0))
+}
+
+/// Executes `wqe` posted on the requester `rq`.
+pub fn execute(dev: &mut Device, rq: &Requester, wqe: &Wqe) -> Outcome {
+    match run(dev, rq, wqe) {
+        Ok(n) => Outcome::Done(n),
+        Err(o) => o,
+    }
+}
+
+fn run(dev: &mut Device, rq: &Requester, wqe: &Wqe) -> Result<u32, Outcome> {
+    let imm = wqe.ctrl.imm.to_be_bytes();
+    match &wqe.body {
+        Body::Nop => Ok(0),
+        Body::RdmaWrite(r) | Body::RdmaWriteImm(r) => {
+            let with_imm = matches!(wqe.body, Body::RdmaWriteImm(_));
+            let data = gather(dev, rq, &r.data)?;
+            let peer = responder(dev, rq, wqe)?;
+            let dst = remote_ranges(
+                dev,
+                peer,
+                r.rkey,
+                r.raddr,
+                data.len() as u64,
+                Access::RemoteWrite,
+            )?;
+            if with_imm {
+                recv::deliver(
+                    dev,
+                    peer,
+                    rq.qpn,
+                    recv::Msg::WriteImm {
+                        len: data.len() as u32,
+                        imm,
+                    },
+                    wqe.ctrl.solicited,
+                    0,
+                )?;
+            }
+            mem::scatter(&dst, &data);
+            Ok(data.len() as u32)
+        }
+        Body::RdmaRead(r) => {
+            let Data::Sges(sges) = &r.data else {
+                return Err(Outcome::Error(syn::LOCAL_QP_OP, "inline RDMA read".into()));
+            };
+            let dst = scatter_ranges(dev, rq.pdn, sges).map_err(local)?;
+            let len: u64 = sges.iter().map(|s| u64::from(s.len)).sum();
+            let peer = responder(dev, rq, wqe)?;
+            let src = remote_ranges(dev, peer, r.rkey, r.raddr, len, Access::RemoteRead)?;
+            let data = mem::gather(&src);
+            mem::scatter(&dst, &data);
+            Ok(len as u32)
+        }
+        Body::Send(m) | Body::SendImm(m) | Body::SendInv(m) => {
+            let data = gather(dev, rq, &m.data)?;
+            let msg = match wqe.body {
+                Body::SendImm(_) => recv::Msg::SendImm(&data, imm),
+                Body::SendInv(_) => recv::Msg::SendInv(&data, imm),
+                _ => recv::Msg::Send(&data),
+            };
+            if rq.kind == QpKind::Ud {
+                return ud_send(dev, rq, wqe, msg, data.len());
+            }
+            let peer = responder(dev, rq, wqe)?;
+            recv::deliver(dev, peer, rq.qpn, msg, wqe.ctrl.solicited, 0)?;
+            Ok(data.len() as u32)
+        }
+        Body::AtomicCs(a) | Body::AtomicFa(a) => {
+            let cs = matches!(wqe.body, Body::AtomicCs(_));
+            let dst = scatter_ranges(dev, rq.pdn, std::slice::from_ref(&a.local)).map_err(local)?;
+            let peer = responder(dev, rq, wqe)?;
+            if a.raddr % 8 != 0 {
+                return Err(Outcome::Error(
+                    syn::REMOTE_INVAL_REQ,
+                    format!("atomic at unaligned {:#x}", a.raddr),
+                ));
+            }
+            let tgt = remote_ranges(dev, peer, a.rkey, a.raddr, 8, Access::RemoteAtomic)?;
+            let [(addr, 8)] = tgt.as_slice() else {
+                return Err(Outcome::Error(
+                    syn::REMOTE_INVAL_REQ,
+                    "atomic target split across mkey entries".into(),
+                ));
+            };
+            // atomic_cap IBV_ATOMIC_HCA: the mlx5 kernel driver reports it
+            // only with the responder in host-endianness mode
+            // (atomic_req_8B_endianness_mode), which mlx5 core sets; the
+            // 8 bytes are a host-order number, and the original value comes
+            // back in host order.
+            let old_bytes = mem::gather(&[(*addr, 8)]);
+            let old = u64::from_ne_bytes(old_bytes[..8].try_into().expect("8 bytes"));
+            let new = if cs {
+                if old == a.compare {
+                    a.swap_add
+                } else {
+                    old
+                }
+            } else {
+                old.wrapping_add(a.swap_add)
+            };
+            mem::scatter(&[(*addr, 8)], &new.to_ne_bytes());
+            mem::scatter(&dst, &old_bytes);
+            Ok(8)
+        }
+        Body::Mmo(m) => {
+            let cfg = crate::config::get();
+            if !cfg.dma_mmo {
+                return Err(Outcome::Error(
+                    syn::LOCAL_QP_OP,
+                    "DMA MMO is not enabled".into(),
+                ));
+            }
+            let max = if cfg.log_dma_mmo_max_size == 0 {
+                1u64 << 31
+            } else {
+                1u64 << cfg.log_dma_mmo_max_size
+            };
+            if u64::from(m.src.len) > max {
+                return Err(Outcome::Error(
+                    syn::LOCAL_LENGTH,
+                    format!("memcpy of {} > {max}", m.src.len),
+                ));
+            }
+            mem::resolve(
+                dev,
+                m.opaque_lkey,
+                m.opaque_addr,
+                64,
+                rq.pdn,
+                Access::LocalWrite,
+            )
+            .map_err(local)?;
+            let src = mem::resolve(
+                dev,
+                m.src.lkey,
+                m.src.addr,
+                u64::from(m.src.len),
+                rq.pdn,
+                Access::LocalRead,
+            )
+            .map_err(local)?;
+            let dst = mem::resolve(
+                dev,
+                m.dst.lkey,
+                m.dst.addr,
+                u64::from(m.dst.len),
+                rq.pdn,
+                Access::LocalWrite,
+            )
+            .map_err(local)?;
+            let data = mem::gather(&src);
+            mem::scatter(&dst, &data);
+            Ok(m.src.len)
+        }
+        Body::Umr(u) => umr(dev, rq, u).map(|()| 0),
+    }
+}
+
+/// A UD send: delivered to the UD QP the AV names if it is ready, its qkey
+/// matches and it has a receive posted; otherwise dropped, as datagrams
+/// are. The sender completes either way (only a message longer than the
+/// path MTU fails it).
+fn ud_send(
+    dev: &mut Device,
+    rq: &Requester,
+    wqe: &Wqe,
+    msg: recv::Msg<'_>,
+    len: usize,
+) -> Result<u32, Outcome> {
+    const MTU: usize = 4096;
+    const GRH: u64 = 40;
+    if len > MTU {
+        return Err(Outcome::Error(
+            syn::LOCAL_LENGTH,
+            format!("UD send of {len} bytes > MTU {MTU}"),
+        ));
+    }
+    let av = wqe
+        .body
+        .av()
+        .ok_or_else(|| Outcome::Error(syn::LOCAL_QP_OP, "UD send without an AV".into()))?;
+    // A qkey with its high bit set means the sending QP's own qkey.
+    let qkey = if av.qkey() & 0x8000_0000 != 0 {
+        rq.qkey
+    } else {
+        av.qkey()
+    };
+    let peer = dev
+        .qps
+        .iter()
+        .find(|(_, q)| {
+            q.kind == QpKind::Ud
+                && q.qpn == av.dctn
+                && matches!(q.state, QpState::Rtr | QpState::Rts | QpState::Sqd)
+        })
+        .map(|(h, q)| (*h, q.attrs.qkey));
+    match peer {
+        Some((h, peer_qkey)) if peer_qkey == qkey => {
+            match recv::deliver(dev, h, rq.qpn, msg, wqe.ctrl.solicited, GRH) {
+                Ok(()) => {}
+                Err(o) => debug!("UD datagram to {:#x} dropped: {o:?}", av.dctn),
+            }
+        }
+        _ => debug!("UD datagram to {:#x} (qkey {qkey:#x}) dropped", av.dctn),
+    }
+    Ok(len as u32)
+}
+
+fn mkey_access(a: u8) -> u32 {
+    use crate::kernel::state::*;
+    let mut f = 0;
+    if a & (1 << 3) != 0 {
+        f |= ACCESS_LOCAL_WRITE;
+    }
+    if a & (1 << 4) != 0 {
+        f |= ACCESS_REMOTE_READ;
+    }
+    if a & (1 << 5) != 0 {
+        f |= ACCESS_REMOTE_WRITE;
+    }
+    if a & (1 << 6) != 0 {
+        f |= ACCESS_REMOTE_ATOMIC;
+    }
+    f
+}
+
+fn umr(dev: &mut Device, rq: &Requester, u: &Umr) -> Result<(), Outcome> {
+    let idx = u.mkey >> 8;
+    let Some(m) = dev.mkeys.get(&idx) else {
+        return Err(Outcome::Error(
+            syn::LOCAL_PROT,
+            format!("UMR on unknown mkey {:#x}", u.mkey),
+        ));
+    };
+    if m.key & 0xff != u.mkey & 0xff && u.tag.is_none() {
+        return Err(Outcome::Error(
+            syn::LOCAL_PROT,
+            format!("UMR on mkey {:#x}: tag is {:#x}", u.mkey, m.key & 0xff),
+        ));
+    }
+    if m.pdn != rq.pdn {
+        return Err(Outcome::Error(
+            syn::LOCAL_PROT,
+            format!(
+                "UMR on mkey {:#x} of PD {} from a QP of PD {}",
+                u.mkey, m.pdn, rq.pdn
+            ),
+        ));
+    }
+    let MkeyKind::Indirect {
+        layout,
+        max_entries,
+        ..
+    } = &m.kind
+    else {
+        return Err(Outcome::Error(
+            syn::LOCAL_PROT,
+            format!("UMR on {:#x}, a memory region", u.mkey),
+        ));
+    };
+    if u.check_free() && layout.is_some() {
+        return Err(Outcome::Error(
+            syn::LOCAL_PROT,
+            format!("UMR CHECK_FREE on mkey {:#x}, which is in use", u.mkey),
+        ));
+    }
+    let max_entries = *max_entries;
+    if let Some(l) = &u.layout {
+        let n = match l {
+            crate::mkey::Layout::List(s) => s.len(),
+            crate::mkey::Layout::Interleaved { entries, .. } => entries.len() + 1,
+        };
+        if n as u32 > max_entries {
+            return Err(Outcome::Error(
+                syn::LOCAL_LENGTH,
+                format!("UMR of {n} entries on an mkey of {max_entries}"),
+            ));
+        }
+        // Every entry's key must be valid now (the device checks KLMs at
+        // access time too; this catches dangling keys early).
+        let keys: Vec<u32> = match l {
+            crate::mkey::Layout::List(s) => s.iter().map(|e| e.lkey).collect(),
+            crate::mkey::Layout::Interleaved { entries, .. } => {
+                entries.iter().map(|e| e.key).collect()
+            }
+        };
+        for k in keys {
+            if dev.key(k).map_or(true, |e| e.pdn != rq.pdn) {
+                return Err(Outcome::Error(
+                    syn::LOCAL_PROT,
+                    format!("UMR entry key {k:#x} is not valid in PD {}", rq.pdn),
+                ));
+            }
+        }
+    }
+    let m = dev.mkeys.get_mut(&idx).expect("checked above");
+    let MkeyKind::Indirect { layout, .. } = &mut m.kind else {
+        unreachable!()
+    };
+    if let Some(t) = u.tag {
+        m.key = (idx << 8) | u32::from(t);
+    }
+    if let Some(a) = u.access {
+        m.access = mkey_access(a);
+    }
+    match u.free {
+        Some(true) => *layout = None,
+        Some(false) | None => {
+            if let Some(l) = &u.layout {
+                m.len = l.len();
+                *layout = Some(l.clone());
+            }
+        }
+    }
+    if let Some(len) = u.len {
+        m.len = len;
+    }
+    debug!(
+        "UMR mkey {:#x}: free {:?} access {:#x} len {}",
+        m.key, u.free, m.access, m.len
+    );
+    Ok(())
+}

@@ -1,0 +1,134 @@
+//! The fake kernel's framing and refusals, driven with hand-made command
+//! buffers (no libibverbs): what a strict kernel answers to malformed or
+//! unknown requests.
+
+use super::*;
+
+/// A legacy command: header + core (with the response pointer first when
+/// `resp` is given) + driver data.
+fn legacy(cmd: u32, core: &[u8], uhw: &[u8], resp: Option<&mut [u8]>) -> Vec<u8> {
+    let mut b = Vec::new();
+    let len = 8 + core.len() + uhw.len();
+    let out_words = resp.as_ref().map_or(0, |r| r.len() / 4) as u16;
+    b.extend_from_slice(&cmd.to_le_bytes());
+    b.extend_from_slice(&((len / 4) as u16).to_le_bytes());
+    b.extend_from_slice(&out_words.to_le_bytes());
+    b.extend_from_slice(core);
+    b.extend_from_slice(uhw);
+    if let Some(r) = resp {
+        b[8..16].copy_from_slice(&(r.as_mut_ptr() as u64).to_le_bytes());
+    }
+    b
+}
+
+fn send(fd: i32, b: &[u8]) -> Result<(), i32> {
+    // SAFETY: `b` is a complete command whose response pointer (if any)
+    // points to a live buffer of the length its out_words give.
+    match unsafe { write_cmds::dispatch(fd, b.as_ptr(), b.len()) } {
+        Ok(()) => Ok(()),
+        Err(Errno(e)) => Err(e),
+    }
+}
+
+fn context() -> i32 {
+    let fd = open_cmd_fd(libc::O_CLOEXEC);
+    assert!(fd >= 0);
+    let mut resp = vec![0u8; 8 + 72];
+    let mut uhw = vec![0u8; 32];
+    uhw[8] = 1; // flags: DEVX
+    uhw[16] = 1; // max_cqe_version
+    let cmd = legacy(0, &[0; 8], &uhw, Some(&mut resp));
+    send(fd, &cmd).expect("GET_CONTEXT");
+    let r = bytes::In(resp);
+    assert!(r.u32(0) as i32 > 2, "async fd");
+    assert_eq!(r.u16(8 + 16), 1024, "max_sq_desc_sz");
+    assert_eq!(r.u8(8 + 44), 1, "cqe_version");
+    fd
+}
+
+fn close_context(fd: i32) {
+    assert!(crate::interpose::fds::unmark(fd));
+    close_cmd_fd(fd);
+    close_raw(fd);
+}
+
+#[test]
+fn get_context_answers_and_a_second_one_is_refused() {
+    let fd = context();
+    let mut resp = vec![0u8; 8 + 72];
+    let mut uhw = vec![0u8; 32];
+    uhw[16] = 1;
+    let cmd = legacy(0, &[0; 8], &uhw, Some(&mut resp));
+    assert_eq!(send(fd, &cmd), Err(libc::EINVAL));
+    close_context(fd);
+}
+
+#[test]
+fn malformed_and_unknown_writes_are_refused() {
+    let fd = context();
+    assert_eq!(
+        send(fd, &[0; 4]),
+        Err(libc::EINVAL),
+        "shorter than a header"
+    );
+    let mut cmd = legacy(4, &[0; 4], &[], None);
+    cmd[4] = 9; // in_words disagrees with the length
+    assert_eq!(send(fd, &cmd), Err(libc::EINVAL));
+    let cmd = legacy(7, &[0; 8], &[], None); // QUERY_AH: not modelled
+    assert_eq!(send(fd, &cmd), Err(libc::ENOSYS));
+    let cmd = legacy(4, &[0x77, 0, 0, 0], &[], None); // DEALLOC_PD of nothing
+    assert_eq!(send(fd, &cmd), Err(libc::EINVAL));
+    close_context(fd);
+}
+
+#[test]
+fn reg_mr_checks_access_and_range() {
+    let fd = context();
+    let mut resp = vec![0u8; 4];
+    let cmd = legacy(3, &[0; 8], &[], Some(&mut resp));
+    send(fd, &cmd).expect("ALLOC_PD");
+    let pd = u32::from_le_bytes(resp[..4].try_into().unwrap());
+    let buf = vec![0u8; 4096];
+    let reg = |access: u32, len: u64| {
+        let mut out = vec![0u8; 12];
+        let mut core = vec![0u8; 40];
+        core[8..16].copy_from_slice(&(buf.as_ptr() as u64).to_le_bytes());
+        core[16..24].copy_from_slice(&len.to_le_bytes());
+        core[24..32].copy_from_slice(&(buf.as_ptr() as u64).to_le_bytes());
+        core[32..36].copy_from_slice(&pd.to_le_bytes());
+        core[36..40].copy_from_slice(&access.to_le_bytes());
+        let cmd = legacy(9, &core, &[], Some(&mut out));
+        send(fd, &cmd)
+    };
+    assert_eq!(reg(0x8000_0000, 4096), Err(libc::EINVAL), "unknown bit");
+    assert_eq!(
+        reg(0x2, 4096),
+        Err(libc::EINVAL),
+        "remote write without local"
+    );
+    assert_eq!(reg(0x1, 0), Err(libc::EINVAL), "empty");
+    assert_eq!(reg(0x1 | 0x2 | 0x4, 4096), Ok(()));
+    close_context(fd);
+}
+
+#[test]
+fn ioctls_refuse_with_the_errnos_libibverbs_falls_back_on() {
+    let fd = context();
+    // INVOKE_WRITE probe: UVERBS_OBJECT_DEVICE (0), method 0, no attrs.
+    let mut hdr = [0u8; 24];
+    hdr[0..2].copy_from_slice(&24u16.to_le_bytes());
+    // SAFETY: a header of 24 bytes with no attributes.
+    let r = unsafe { ioctl::dispatch(fd, ioctl::RDMA_VERBS_IOCTL, hdr.as_mut_ptr()) };
+    assert_eq!(r.err(), Some(Errno(libc::EPROTONOSUPPORT)));
+    // Some other request on the fd (isatty's TCGETS).
+    // SAFETY: the request is refused before `arg` is read.
+    let r = unsafe { ioctl::dispatch(fd, libc::TCGETS, std::ptr::null_mut()) };
+    assert_eq!(r.err(), Some(Errno(libc::ENOTTY)));
+    // An mlx5 method that is not modelled: EOPNOTSUPP, never ENOTTY.
+    hdr[2..4].copy_from_slice(&(0x1000u16 + 6).to_le_bytes()); // VAR object
+    hdr[4..6].copy_from_slice(&0x1000u16.to_le_bytes());
+    // SAFETY: as above.
+    let r = unsafe { ioctl::dispatch(fd, ioctl::RDMA_VERBS_IOCTL, hdr.as_mut_ptr()) };
+    assert_eq!(r.err(), Some(Errno(libc::EOPNOTSUPP)));
+    close_context(fd);
+}

@@ -1,0 +1,498 @@
+//! Legacy `write()` commands: framing, dispatch, and the context, device,
+//! port, PD, MR, AH and completion-channel commands.
+//!
+//! Framing (`ib_user_verbs.h`): `ib_uverbs_cmd_hdr{command, in_words,
+//! out_words}`, `in_words*4` covering the header; the core struct follows,
+//! then the driver (UHW) input; the core response goes to the `response`
+//! pointer, the driver response right after it. Extended commands
+//! (`command | 0x80000000`) add `ib_uverbs_ex_cmd_hdr` and count 8-byte words.
+
+use super::bytes::{In, Out};
+use super::state::{Mkey, MkeyKind, Pd};
+use super::{injected, lock, qp_cmds, refuse, Errno, Res};
+use crate::config::{self, debug};
+
+const EXTENDED: u32 = 0x8000_0000;
+
+/// One decoded command.
+pub struct Cmd {
+    /// Owning command fd.
+    pub fd: i32,
+    /// Core request (after the headers).
+    pub core: In,
+    /// Driver (mlx5 UHW) request.
+    pub uhw: In,
+    /// Core response.
+    pub out: Out,
+    /// Driver response.
+    pub uhw_out: Out,
+    resp_ptr: u64,
+    uhw_ptr: u64,
+}
+
+impl Cmd {
+    fn commit(&self) {
+        // SAFETY: the caller of write() gave these response buffers with
+        // these lengths (out_words, provider_out_words).
+        unsafe {
+            if self.resp_ptr != 0 {
+                self.out.copy_to(self.resp_ptr);
+            }
+            if self.uhw_ptr != 0 {
+                self.uhw_out.copy_to(self.uhw_ptr);
+            }
+        }
+    }
+}
+
+/// (name, core request size, core response size, has a response pointer).
+fn legacy_layout(cmd: u32) -> Option<(&'static str, usize, usize)> {
+    Some(match cmd {
+        0 => ("GET_CONTEXT", 8, 8),
+        1 => ("QUERY_DEVICE", 8, 176),
+        2 => ("QUERY_PORT", 16, 40),
+        3 => ("ALLOC_PD", 8, 4),
+        4 => ("DEALLOC_PD", 4, 0),
+        5 => ("CREATE_AH", 56, 4),
+        8 => ("DESTROY_AH", 4, 0),
+        9 => ("REG_MR", 40, 12),
+        13 => ("DEREG_MR", 4, 0),
+        17 => ("CREATE_COMP_CHANNEL", 8, 4),
+        18 => ("CREATE_CQ", 32, 8),
+        20 => ("DESTROY_CQ", 16, 8),
+        23 => ("REQ_NOTIFY_CQ", 8, 0),
+        24 => ("CREATE_QP", 56, 32),
+        25 => ("QUERY_QP", 16, 128),
+        26 => ("MODIFY_QP", 112, 0),
+        27 => ("DESTROY_QP", 16, 4),
+        32 => ("CREATE_SRQ", 32, 16),
+        33 => ("MODIFY_SRQ", 16, 0),
+        34 => ("QUERY_SRQ", 16, 16),
+        35 => ("DESTROY_SRQ", 16, 4),
+        _ => return None,
+    })
+}
+
+fn ex_name(cmd: u32) -> Option<&'static str> {
+    Some(match cmd {
+        1 => "EX_QUERY_DEVICE",
+        18 => "EX_CREATE_CQ",
+        24 => "EX_CREATE_QP",
+        26 => "EX_MODIFY_QP",
+        _ => return None,
+    })
+}
+
+/// Decodes and runs one command.
+///
+/// # Safety
+/// See [`super::write`].
+pub unsafe fn dispatch(fd: i32, buf: *const u8, len: usize) -> Res<()> {
+    if len < 8 {
+        return Err(refuse(libc::EINVAL, format_args!("write of {len} bytes")));
+    }
+    // SAFETY: the caller's buffer is readable for `len` bytes.
+    let all = unsafe { In::copy_from(buf as u64, len) };
+    let command = all.u32(0);
+    let in_words = usize::from(all.u16(4));
+    let out_words = usize::from(all.u16(6));
+    let mut cmd;
+    let name;
+    let code = command & 0xff;
+    if command & EXTENDED != 0 {
+        name = ex_name(code)
+            .ok_or_else(|| refuse(libc::EOPNOTSUPP, format_args!("extended command {code}")))?;
+        if len < 24 {
+            return Err(refuse(libc::EINVAL, format_args!("{name}: short")));
+        }
+        let resp = all.u64(8);
+        let pin = usize::from(all.u16(16)) * 8;
+        let pout = usize::from(all.u16(18)) * 8;
+        let core_len = in_words * 8;
+        if 24 + core_len + pin != len {
+            return Err(refuse(
+                libc::EINVAL,
+                format_args!("{name}: {len} bytes, words say {}", 24 + core_len + pin),
+            ));
+        }
+        let core_out = out_words * 8;
+        cmd = Cmd {
+            fd,
+            core: In(all.0[24..24 + core_len].to_vec()),
+            uhw: In(all.0[24 + core_len..].to_vec()),
+            out: Out::new(core_out),
+            uhw_out: Out::new(pout),
+            resp_ptr: if core_out != 0 { resp } else { 0 },
+            uhw_ptr: if pout != 0 { resp + core_out as u64 } else { 0 },
+        };
+        if (core_out != 0 || pout != 0) && resp == 0 {
+            return Err(refuse(
+                libc::EFAULT,
+                format_args!("{name}: no response buffer"),
+            ));
+        }
+    } else {
+        let (n, core_in, core_out) = legacy_layout(code)
+            .ok_or_else(|| refuse(libc::ENOSYS, format_args!("write command {code}")))?;
+        name = n;
+        if in_words * 4 != len {
+            return Err(refuse(
+                libc::EINVAL,
+                format_args!("{name}: in_words {in_words} but {len} bytes"),
+            ));
+        }
+        if len < 8 + core_in {
+            return Err(refuse(
+                libc::EINVAL,
+                format_args!("{name}: short ({len} bytes)"),
+            ));
+        }
+        let out_len = out_words * 4;
+        if out_len < core_out {
+            return Err(refuse(
+                libc::ENOSPC,
+                format_args!("{name}: response of {out_len} bytes"),
+            ));
+        }
+        let core = In(all.0[8..8 + core_in].to_vec());
+        let resp = if core_out != 0 { core.u64(0) } else { 0 };
+        if core_out != 0 && resp == 0 {
+            return Err(refuse(
+                libc::EFAULT,
+                format_args!("{name}: no response buffer"),
+            ));
+        }
+        cmd = Cmd {
+            fd,
+            uhw: In(all.0[8 + core_in..].to_vec()),
+            core,
+            out: Out::new(core_out),
+            uhw_out: Out::new(out_len - core_out),
+            resp_ptr: resp,
+            uhw_ptr: if out_len > core_out {
+                resp + core_out as u64
+            } else {
+                0
+            },
+        };
+    }
+    debug!("{name} (fd {fd})");
+    injected(name)?;
+    let extended = command & EXTENDED != 0;
+    match (extended, code) {
+        (false, 0) => get_context(&mut cmd)?,
+        (false, 1) => query_device(&mut cmd, false)?,
+        (true, 1) => query_device(&mut cmd, true)?,
+        (false, 2) => query_port(&mut cmd)?,
+        (false, 3) => alloc_pd(&mut cmd)?,
+        (false, 4) => dealloc_pd(&mut cmd)?,
+        (false, 5) => {
+            return Err(refuse(
+                libc::EOPNOTSUPP,
+                format_args!("CREATE_AH: IB link layer builds AVs in user space"),
+            ))
+        }
+        (false, 9) => reg_mr(&mut cmd)?,
+        (false, 13) => dereg_mr(&mut cmd)?,
+        (false, 17) => create_comp_channel(&mut cmd)?,
+        _ => qp_cmds::dispatch(&mut cmd, extended, code, name)?,
+    }
+    cmd.commit();
+    Ok(())
+}
+
+/// `device_cap_flags`: BAD_PKEY_CNTR, BAD_QKEY_CNTR, SYS_IMAGE_GUID,
+/// RC_RNR_NAK_GEN, N_NOTIFY_CQ, MEM_MGT_EXTENSIONS. Not SRQ_RESIZE nor
+/// MEM_WINDOW: a ConnectX has both, the model neither.
+const DEVICE_CAP_FLAGS: u32 = 0x2 | 0x4 | 0x800 | 0x1000 | 0x4000 | (1 << 21);
+
+/// `max_cqe` of QUERY_DEVICE (CREATE_CQ refuses more).
+pub const MAX_CQE: u32 = (1 << 22) - 1;
+
+/// `gid_tbl_len` of port 1 (the sysfs tree has as many GIDs).
+pub const GID_TBL_LEN: u32 = 8;
+/// `max_qp_rd_atom` and `max_qp_init_rd_atom`.
+pub const MAX_QP_RD_ATOM: u32 = 16;
+
+/// The fake's node GUID.
+pub const NODE_GUID: u64 = 0x0c42_a103_00b1_5e00;
+
+fn get_context(cmd: &mut Cmd) -> Res<()> {
+    // mlx5_ib_alloc_ucontext_req_v2: flags @8, max_cqe_version @16, lib_caps @24.
+    let flags = cmd.uhw.u32(8);
+    let max_cqe_version = cmd.uhw.u8(16);
+    if max_cqe_version < 1 {
+        return Err(refuse(
+            libc::EINVAL,
+            format_args!("GET_CONTEXT: max_cqe_version 0 (the device speaks CQE version 1 only)"),
+        ));
+    }
+    let mut dev = lock();
+    let ctx = dev
+        .contexts
+        .get_mut(&cmd.fd)
+        .ok_or_else(|| refuse(libc::EBADF, format_args!("GET_CONTEXT on unknown fd")))?;
+    if ctx.alive {
+        return Err(refuse(
+            libc::EINVAL,
+            format_args!("GET_CONTEXT twice on one fd"),
+        ));
+    }
+    let (r, w) = pipe()?;
+    ctx.async_fd = Some((r, w));
+    ctx.devx = flags & 1 != 0;
+    ctx.alive = true;
+    drop(dev);
+    cmd.out.u32(0, r as u32);
+    cmd.out.u32(4, 4); // num_comp_vectors
+    let o = &mut cmd.uhw_out;
+    let resp_len = o.0.len().min(72) as u32;
+    o.u32(0, 1 << 18); // qp_tab_size
+    o.u32(4, 512); // bf_reg_size
+    o.u32(8, 0); // tot_bfregs: dynamic UARs
+    o.u32(12, 64); // cache_line_size
+    o.u16(16, 1024); // max_sq_desc_sz
+    o.u16(18, 512); // max_rq_desc_sz
+    o.u32(20, 1 << 15); // max_send_wqebb
+    o.u32(24, 1 << 15); // max_recv_wr
+    o.u32(28, (1 << 15) - 1); // max_srq_recv_wr
+    o.u16(32, 1); // num_ports
+    o.u32(36, 0); // comp_mask
+    o.u32(40, resp_len); // response_length
+    o.u8(44, 1); // cqe_version
+    o.u8(45, 1); // cmds_supp_uhw: QUERY_DEVICE
+    o.u32(56, 12); // log_uar_size
+    o.u32(60, 1); // num_uars_per_page
+    o.u32(64, 0); // num_dyn_bfregs
+    crate::device::ensure_running();
+    Ok(())
+}
+
+/// A pipe with O_CLOEXEC; the write end non-blocking (the device never
+/// blocks on a full pipe while holding its lock).
+pub fn pipe() -> Res<(i32, i32)> {
+    let mut p = [0i32; 2];
+    // SAFETY: `p` has room for the two fds pipe2 writes.
+    if unsafe { libc::pipe2(p.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(Errno(
+            std::io::Error::last_os_error()
+                .raw_os_error()
+                .unwrap_or(libc::EMFILE),
+        ));
+    }
+    // SAFETY: p[1] is the pipe's write end just created.
+    unsafe { libc::fcntl(p[1], libc::F_SETFL, libc::O_NONBLOCK) };
+    Ok((p[0], p[1]))
+}
+
+fn query_device(cmd: &mut Cmd, ex: bool) -> Res<()> {
+    if ex && cmd.core.u32(0) != 0 {
+        return Err(refuse(
+            libc::EINVAL,
+            format_args!("EX_QUERY_DEVICE: comp_mask {:#x}", cmd.core.u32(0)),
+        ));
+    }
+    let o = &mut cmd.out;
+    o.u64(0, (20u64 << 32) | (39 << 16) | 1002); // fw 20.39.1002
+    o.u64(8, NODE_GUID.to_be());
+    o.u64(16, NODE_GUID.to_be());
+    o.u64(24, u64::MAX); // max_mr_size
+    o.u64(32, 0xffff_ffff_ffff_f000); // page_size_cap
+    o.u32(40, 0x02c9); // vendor_id
+    o.u32(44, 4123); // vendor_part_id: ConnectX-6
+    o.u32(48, 0); // hw_ver
+    o.u32(52, 1 << 18); // max_qp
+    o.u32(56, 1 << 15); // max_qp_wr
+    o.u32(60, DEVICE_CAP_FLAGS);
+    o.u32(64, 30); // max_sge
+    o.u32(68, 30); // max_sge_rd
+    o.u32(72, 1 << 24); // max_cq
+    o.u32(76, MAX_CQE); // max_cqe
+    o.u32(80, 1 << 24); // max_mr
+    o.u32(84, 1 << 24); // max_pd
+    o.u32(88, MAX_QP_RD_ATOM);
+    o.u32(96, 1 << 22); // max_res_rd_atom
+    o.u32(100, MAX_QP_RD_ATOM);
+    o.u32(108, 1); // atomic_cap: IBV_ATOMIC_HCA
+    o.u32(120, 1 << 24); // max_mw
+    o.u32(132, 1 << 21); // max_mcast_grp
+    o.u32(136, 240); // max_mcast_qp_attach
+    o.u32(140, 240 << 21); // max_total_mcast_qp_attach
+    o.u32(144, i32::MAX as u32); // max_ah
+    o.u32(156, 1 << 23); // max_srq
+    o.u32(160, (1 << 15) - 1); // max_srq_wr
+    o.u32(164, 31); // max_srq_sge
+    o.u16(168, 128); // max_pkeys
+    o.u8(170, 16); // local_ca_ack_delay
+    o.u8(171, 1); // phys_port_cnt
+    if !ex {
+        return Ok(());
+    }
+    let len = o.0.len().min(304) as u32;
+    o.u32(180, len); // response_length
+    o.u64(208, (1 << 63) - 1); // timestamp_mask
+    o.u64(216, 156_250); // hca_core_clock (kHz)
+    o.u64(224, 0); // device_cap_flags_ex (upper bits)
+    o.u32(280, 0xffff_u32 | (0xffff << 16)); // cq moderation count/period
+    let u = &mut cmd.uhw_out;
+    let ulen = u.0.len().min(104) as u32;
+    u.u32(4, ulen); // response_length
+    u.u32(8, 256 * 1024); // tso max
+    let cfg = config::get();
+    u.u8(100, cfg.dci_streams.0);
+    u.u8(101, cfg.dci_streams.1);
+    Ok(())
+}
+
+fn query_port(cmd: &mut Cmd) -> Res<()> {
+    let port = cmd.core.u8(8);
+    if port != 1 {
+        return Err(refuse(
+            libc::EINVAL,
+            format_args!("QUERY_PORT: port {port}"),
+        ));
+    }
+    let o = &mut cmd.out;
+    // IsSM? no. CM_SUP | SYS_IMAGE_GUID_SUP | PKEY_SW_EXT_PORT_TRAP | ...
+    o.u32(0, 0x0265_1868);
+    o.u32(4, 1 << 30); // max_msg_sz
+    o.u32(16, GID_TBL_LEN);
+    o.u16(20, 128); // pkey_tbl_len
+    o.u16(22, 1); // lid
+    o.u16(24, 1); // sm_lid
+    o.u8(26, 4); // state ACTIVE
+    o.u8(27, 5); // max_mtu 4096
+    o.u8(28, 5); // active_mtu 4096
+    o.u8(29, 0); // lmc
+    o.u8(30, 4); // max_vl_num
+    o.u8(31, 0); // sm_sl
+    o.u8(32, 18); // subnet_timeout
+    o.u8(34, 2); // active_width 4X
+    o.u8(35, 0x40); // active_speed HDR
+    o.u8(36, 5); // phys_state LINK_UP
+    o.u8(37, 1); // link_layer IB
+    Ok(())
+}
+
+fn alloc_pd(cmd: &mut Cmd) -> Res<()> {
+    let mut dev = lock();
+    let h = dev.handle();
+    let pdn = dev.pdn();
+    dev.pds.insert(h, Pd { ctx: cmd.fd, pdn });
+    cmd.out.u32(0, h);
+    cmd.uhw_out.u32(0, pdn);
+    Ok(())
+}
+
+fn dealloc_pd(cmd: &mut Cmd) -> Res<()> {
+    let h = cmd.core.u32(0);
+    let mut dev = lock();
+    let pdn = match dev.pds.get(&h) {
+        Some(p) if p.ctx == cmd.fd => p.pdn,
+        _ => return Err(refuse(libc::EINVAL, format_args!("DEALLOC_PD: handle {h}"))),
+    };
+    let busy = dev.mkeys.values().any(|m| m.pdn == pdn)
+        || dev.qps.values().any(|q| q.pdn == pdn)
+        || dev.srqs.values().any(|s| s.pdn == pdn);
+    if busy {
+        return Err(refuse(
+            libc::EBUSY,
+            format_args!("DEALLOC_PD: PD {pdn} still in use"),
+        ));
+    }
+    dev.pds.remove(&h);
+    Ok(())
+}
+
+/// The PD number of PD handle `h` owned by `fd`.
+pub fn pdn_of(dev: &super::state::Device, fd: i32, h: u32) -> Res<u32> {
+    match dev.pds.get(&h) {
+        Some(p) if p.ctx == fd => Ok(p.pdn),
+        _ => Err(refuse(libc::EINVAL, format_args!("unknown PD handle {h}"))),
+    }
+}
+
+fn reg_mr(cmd: &mut Cmd) -> Res<()> {
+    let start = cmd.core.u64(8);
+    let length = cmd.core.u64(16);
+    let iova = cmd.core.u64(24);
+    let pd = cmd.core.u32(32);
+    let access = cmd.core.u32(36);
+    if iova != start {
+        return Err(refuse(
+            libc::EOPNOTSUPP,
+            format_args!("REG_MR: iova {iova:#x} != address {start:#x} is not modelled"),
+        ));
+    }
+    if length == 0 || start.checked_add(length).is_none() {
+        return Err(refuse(
+            libc::EINVAL,
+            format_args!("REG_MR: {start:#x}+{length}"),
+        ));
+    }
+    // Defined access bits (IBV_ACCESS_*, 0x3ff) and the optional range
+    // (0x3ff00000, which the kernel may ignore); anything else is EINVAL
+    // as in the kernel's ib_check_mr_access.
+    if access & !(0x3ff | 0x3ff0_0000) != 0 {
+        return Err(refuse(
+            libc::EINVAL,
+            format_args!("REG_MR: unknown access bits {access:#x}"),
+        ));
+    }
+    if access & (0x20 | 0x40) != 0 {
+        return Err(refuse(
+            libc::EOPNOTSUPP,
+            format_args!("REG_MR: zero-based and on-demand MRs are not modelled ({access:#x})"),
+        ));
+    }
+    // Remote write/atomic need local write (IB spec, ib_check_mr_access).
+    if access & (0x2 | 0x8) != 0 && access & 0x1 == 0 {
+        return Err(refuse(
+            libc::EINVAL,
+            format_args!("REG_MR: remote write without local write"),
+        ));
+    }
+    let mut dev = lock();
+    let pdn = pdn_of(&dev, cmd.fd, pd)?;
+    let h = dev.handle();
+    let idx = dev.mkey_index();
+    let key = (idx << 8) | (idx & 0x7f);
+    dev.mkeys.insert(
+        idx,
+        Mkey {
+            ctx: cmd.fd,
+            key,
+            pdn,
+            access,
+            len: length,
+            kind: MkeyKind::Mr {
+                addr: start,
+                len: length,
+            },
+        },
+    );
+    dev.mr_handles.insert(h, idx);
+    debug!("REG_MR {start:#x}+{length} key {key:#x} pd {pdn} access {access:#x}");
+    cmd.out.u32(0, h);
+    cmd.out.u32(4, key);
+    cmd.out.u32(8, key);
+    Ok(())
+}
+
+fn dereg_mr(cmd: &mut Cmd) -> Res<()> {
+    let h = cmd.core.u32(0);
+    let mut dev = lock();
+    let Some(&idx) = dev.mr_handles.get(&h) else {
+        return Err(refuse(libc::EINVAL, format_args!("DEREG_MR: handle {h}")));
+    };
+    dev.mr_handles.remove(&h);
+    dev.mkeys.remove(&idx);
+    Ok(())
+}
+
+fn create_comp_channel(cmd: &mut Cmd) -> Res<()> {
+    let (r, w) = pipe()?;
+    lock().channels.insert(r, (w, cmd.fd));
+    cmd.out.u32(0, r as u32);
+    Ok(())
+}
