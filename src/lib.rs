@@ -282,6 +282,20 @@
 //! the committed copy generated from rdma-core 44 is used and only a C
 //! compiler is needed.
 //!
+//! ## Where it is tested: hardware, the software device, soft-RoCE
+//!
+//! Three test beds, whose results this project never mixes up:
+//! - *verified on mlx5 hardware*: a ConnectX ran it (`tests/mlx5_hw_*.rs`
+//!   with `MLX5DV_TEST_MLX5_DEVICE`); no such run has been made yet;
+//! - *verified on the software device*: the real libibverbs and libmlx5
+//!   ran it on `mlx5dv-sim`, this repository's model of a ConnectX-6
+//!   (`scripts/mlx5-sim`): the crate, the real provider and our reading of
+//!   the device agree, which is not proof that a ConnectX does the same;
+//!   every mlx5-only path (DC, DCI streams, memcpy, mkeys, raw WQEs) has
+//!   run there;
+//! - *verified on soft-RoCE*: the kernel's rxe ran it, in the project's
+//!   qemu guest (`scripts/rxe-vm`); it refuses every mlx5 constructor.
+//!
 //! ## The raw API
 //!
 //! Listing the RDMA devices through [`ffi`]:
@@ -314,6 +328,9 @@ pub mod ffi;
 extern crate self as mlx5dv;
 
 mod ah;
+#[cfg(feature = "tokio")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
+pub mod aio;
 mod async_event;
 mod channel;
 mod cq;
