@@ -12,6 +12,11 @@
 //! 3. Compiles the shims (one exported wrapper per static-inline function of
 //!    the headers) and the layout probe with warnings as errors, and links
 //!    libmlx5 and libibverbs.
+//! 4. With the feature `rdma-cm`: finds librdmacm the same way (pkg-config
+//!    `librdmacm`, or the same two variables), produces
+//!    `$OUT_DIR/cm_bindings.rs` from `cm_wrapper.h` (bindgen or the committed
+//!    copy), and links librdmacm. Without the feature librdmacm is neither
+//!    needed nor linked.
 //!
 //! Under `DOCS_RS` nothing is compiled or linked: docs.rs has no rdma-core.
 
@@ -33,6 +38,11 @@ const TYPES: &str = "ibv_.*|mlx5dv_.*|mlx5_.*";
 const VARS: &str = "IBV_.*|MLX5.*|mlx5dv_.*";
 
 const PREGENERATED_DIR: &str = "src/sys/pregenerated";
+
+const CM_INSTALL_HINT: &str = "install librdmacm's development files: \
+     Debian/Ubuntu `apt-get install librdmacm-dev`, \
+     Fedora/RHEL `dnf install rdma-core-devel`; or build without the \
+     `rdma-cm` feature";
 
 const INSTALL_HINT: &str = "install the rdma-core development files: \
      Debian/Ubuntu `apt-get install libibverbs-dev pkg-config`, \
@@ -64,6 +74,8 @@ fn main() {
     }
     for file in [
         "wrapper.h",
+        "cm_wrapper.h",
+        "src/sys/pregenerated/cm_bindings.rs",
         "src/sys/layout_probe.c",
         "src/sys/shims_extra.c",
         "src/sys/pregenerated/bindings.rs",
@@ -82,8 +94,13 @@ fn main() {
         || env::var("MLX5DV_PREGENERATED").is_ok_and(|v| !v.is_empty() && v != "0")
         || env::var_os("CARGO_FEATURE_BINDGEN").is_none();
 
+    let rdma_cm = env::var_os("CARGO_FEATURE_RDMA_CM").is_some();
+
     if docs_rs {
         copy_pregenerated(&out_dir);
+        if rdma_cm {
+            copy_pregenerated_cm(&out_dir);
+        }
         return;
     }
 
@@ -101,11 +118,22 @@ fn main() {
     if let Some(release) = rdma.release {
         println!("cargo:rustc-env=MLX5DV_RDMA_CORE_RELEASE={release}");
     }
+    if rdma_cm {
+        check_rdma_cm(&rdma).unwrap_or_else(|msg| fail(&msg));
+        if want_pregenerated {
+            copy_pregenerated_cm(&out_dir);
+        } else {
+            generate_cm(&rdma, &out_dir);
+        }
+    }
     compile_shims(&rdma, &out_dir);
     compile_bench_c(&rdma, &out_dir);
 
     for dir in &rdma.link_dirs {
         println!("cargo:rustc-link-search=native={}", dir.display());
+    }
+    if rdma_cm {
+        println!("cargo:rustc-link-lib=dylib=rdmacm");
     }
     println!("cargo:rustc-link-lib=dylib=mlx5");
     println!("cargo:rustc-link-lib=dylib=ibverbs");
@@ -262,6 +290,78 @@ fn copy_pregenerated(out_dir: &Path) {
         fs::copy(&from, out_dir.join(name))
             .unwrap_or_else(|e| fail(&format!("cannot copy {}: {e}", from.display())));
     }
+}
+
+/// With `rdma-cm`: checks that librdmacm's header is there, and (through
+/// pkg-config, unless `RDMA_CORE_INCLUDE_DIR` names the headers) that the
+/// library is.
+fn check_rdma_cm(rdma: &RdmaCore) -> Result<(), String> {
+    if env::var_os("RDMA_CORE_INCLUDE_DIR").is_none() {
+        pkg_config::Config::new()
+            .cargo_metadata(false)
+            .env_metadata(false)
+            .probe("librdmacm")
+            .map_err(|_| {
+                format!("the `rdma-cm` feature needs librdmacm, which pkg-config cannot find; {CM_INSTALL_HINT}")
+            })?;
+    }
+    let mut search: Vec<PathBuf> = rdma.include_dirs.clone();
+    search.push(PathBuf::from("/usr/include"));
+    if !search.iter().any(|d| d.join("rdma/rdma_cma.h").is_file()) {
+        return Err(format!(
+            "the `rdma-cm` feature needs rdma/rdma_cma.h, not found under {}; {CM_INSTALL_HINT}",
+            display_dirs(&rdma.include_dirs)
+        ));
+    }
+    Ok(())
+}
+
+fn copy_pregenerated_cm(out_dir: &Path) {
+    let from = Path::new(PREGENERATED_DIR).join("cm_bindings.rs");
+    fs::copy(&from, out_dir.join("cm_bindings.rs"))
+        .unwrap_or_else(|e| fail(&format!("cannot copy {}: {e}", from.display())));
+}
+
+/// Generates `cm_bindings.rs` from `cm_wrapper.h`: the `rdma_*` functions
+/// and types; the verbs types they name come from the main bindings.
+#[cfg(feature = "bindgen")]
+fn generate_cm(rdma: &RdmaCore, out_dir: &Path) {
+    let rust_target = bindgen::RustTarget::stable(77, 0)
+        .unwrap_or_else(|e| fail(&format!("bindgen rust target: {e}")));
+    let generated = bindgen::Builder::default()
+        .header("cm_wrapper.h")
+        .clang_args(
+            rdma.include_dirs
+                .iter()
+                .map(|d| format!("-I{}", d.display())),
+        )
+        .rust_target(rust_target)
+        .allowlist_function("rdma_.*")
+        .allowlist_type("rdma_.*")
+        .allowlist_var("RDMA_.*|RAI_.*")
+        // The verbs types are the main bindings' (`use super::*`), so a
+        // `*mut ibv_context` here is the same type as there.
+        // (`infiniband/sa.h`'s path record is not among them.)
+        .blocklist_type("ibv_[^s].*|ibv_s[^a].*|__u(8|16|32|64)|__be(16|32|64)|pthread_.*")
+        .prepend_enum_name(false)
+        .derive_default(true)
+        .derive_debug(true)
+        .generate_comments(true)
+        .layout_tests(true)
+        .generate();
+    match generated {
+        Ok(b) => b
+            .write_to_file(out_dir.join("cm_bindings.rs"))
+            .unwrap_or_else(|e| fail(&format!("cannot write cm_bindings.rs: {e}"))),
+        Err(e) => fail(&format!(
+            "bindgen could not generate the rdma_cm bindings from cm_wrapper.h: {e}"
+        )),
+    }
+}
+
+#[cfg(not(feature = "bindgen"))]
+fn generate_cm(_: &RdmaCore, out_dir: &Path) {
+    copy_pregenerated_cm(out_dir);
 }
 
 #[cfg(feature = "bindgen")]

@@ -427,7 +427,7 @@ const GOAL_GUARD: f64 = 1.02;
 // Above the goal since the soundness fixes (BENCHMARKS.md, "What the
 // soundness fixes cost": the send queue's bound is checked per work
 // request): held at the ratio `--quick` measured plus about 0.02.
-const CEILING_RC_WRITE_SGE: f64 = 1.09;
+const CEILING_RC_WRITE_SGE: f64 = 1.11;
 const CEILING_RC_WRITE_SGE_CHECKED: f64 = 1.36;
 const CEILING_RC_INLINE_SEND: f64 = 1.08;
 const CEILING_DCI_WRITE_SGE: f64 = 1.09;

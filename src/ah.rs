@@ -43,8 +43,8 @@ pub struct Grh {
 impl AhAttr {
     /// The path from the local port of `opts` (and, on RoCE, its GID
     /// index) to the port with `lid` and `gid`: what a connected QP's RTR
-    /// transition and an address handle to a DCT both need. Hop limit 64,
-    /// traffic class and flow label 0.
+    /// transition and an address handle to a DCT both need, with the hop
+    /// limit, traffic class and flow label of `opts`.
     pub fn towards(lid: u16, gid: Gid, opts: &ConnectOptions) -> Self {
         AhAttr {
             port: opts.port,
@@ -53,9 +53,9 @@ impl AhAttr {
             grh: opts.gid_index.map(|sgid_index| Grh {
                 dgid: gid,
                 sgid_index,
-                hop_limit: 64,
-                traffic_class: 0,
-                flow_label: 0,
+                hop_limit: opts.hop_limit,
+                traffic_class: opts.traffic_class,
+                flow_label: opts.flow_label,
             }),
         }
     }

@@ -150,6 +150,7 @@ impl Device<'_> {
             name,
             mlx5: self.is_mlx5(),
             owned: true,
+            _keep: None,
         })))
     }
 }
@@ -175,6 +176,9 @@ pub(crate) struct ContextInner {
     name: String,
     mlx5: bool,
     owned: bool,
+    /// What keeps a context opened elsewhere open (an rdma_cm id on its
+    /// device); dropped after the context's last user.
+    _keep: Option<Arc<dyn std::any::Any + Send + Sync>>,
 }
 
 // SAFETY: ibv_context is safe to use from several threads: rdma-core's
@@ -220,6 +224,21 @@ impl Context {
     /// `ctx` must be an open `ibv_context` that stays open until this handle,
     /// all its clones and every object made through them are dropped.
     pub unsafe fn from_raw(ctx: NonNull<ffi::ibv_context>) -> Self {
+        // SAFETY: the caller's promise.
+        unsafe { Self::from_raw_kept(ctx, None) }
+    }
+
+    /// [`from_raw`](Self::from_raw), holding `keep` for as long as the
+    /// context has a user.
+    ///
+    /// # Safety
+    ///
+    /// `ctx` must be open, and stay open while `keep` lives.
+    #[cfg_attr(not(feature = "rdma-cm"), allow(dead_code))]
+    pub(crate) unsafe fn from_raw_kept(
+        ctx: NonNull<ffi::ibv_context>,
+        keep: Option<Arc<dyn std::any::Any + Send + Sync>>,
+    ) -> Self {
         // SAFETY: the caller promises `ctx` is open; its device pointer is
         // valid while it is.
         let dev = unsafe { (*ctx.as_ptr()).device };
@@ -232,6 +251,7 @@ impl Context {
             name,
             mlx5,
             owned: false,
+            _keep: keep,
         }))
     }
 
@@ -244,6 +264,7 @@ impl Context {
             name: name.into(),
             mlx5,
             owned: false,
+            _keep: None,
         }))
     }
 

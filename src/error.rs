@@ -105,6 +105,36 @@ pub enum Error {
         /// The QP's send queue depth (`max_send_wr`).
         depth: u32,
     },
+
+    /// rdma_cm answered a request with an error event
+    /// (`RDMA_CM_EVENT_ADDR_ERROR`, `_ROUTE_ERROR`, `_UNREACHABLE`,
+    /// `_CONNECT_ERROR`, ...) or with an event other than the one awaited.
+    #[error("{what}: {event} (status {status}){hint}")]
+    Cm {
+        /// What was asked, e.g. `rdma_resolve_addr to 10.99.0.2:7174`.
+        what: String,
+        /// The event's C name, e.g. `RDMA_CM_EVENT_ADDR_ERROR`.
+        event: &'static str,
+        /// The event's status (a negative errno for address, route and
+        /// connect errors).
+        status: i32,
+        /// What the status usually means, with its fix, or empty.
+        hint: String,
+    },
+
+    /// The peer rejected the connection (`RDMA_CM_EVENT_REJECTED`): reason
+    /// 8 when nothing listens at that address and port, 28 when the peer's
+    /// application rejected it (with its private data).
+    #[error("{what}: rejected by the peer (reason {reason}{}){}", if *reason == 8 { ": nothing listens there" } else if *reason == 28 { ": the peer's application rejected it" } else { "" }, if private_data.is_empty() { String::new() } else { format!(", {} bytes of private data", private_data.len()) })]
+    Rejected {
+        /// What was asked, e.g. `rdma_connect to 10.99.0.1:7174`.
+        what: String,
+        /// The reject reason (the event's status; on InfiniBand and RoCE
+        /// an IB CM reject reason).
+        reason: i32,
+        /// The private data of the reject.
+        private_data: Vec<u8>,
+    },
 }
 
 /// `Result` with this crate's [`Error`].

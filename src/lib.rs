@@ -28,14 +28,14 @@
 //!         .iter()
 //!         .find(|e| e.port == 1 && e.gid_type == GidType::RoceV2)
 //!         .map(|e| e.index as u8);
-//!     let opts = ConnectOptions { gid_index, ..ConnectOptions::default() };
+//!     let opts = ConnectOptions::default().gid_index(gid_index);
 //!
-//!     // Normally each side sends its Endpoint to the other over TCP.
-//!     let (psn_a, psn_b) = (0x100, 0x200);
-//!     let ea = qp_a.endpoint(psn_a, &opts)?;
-//!     let eb = qp_b.endpoint(psn_b, &opts)?;
-//!     qp_a.connect(&eb, psn_a, &opts)?;
-//!     qp_b.connect(&ea, psn_b, &opts)?;
+//!     // Normally each side sends its Endpoint to the other (to_bytes and
+//!     // from_bytes give it a stable wire form); each gives its PSN once.
+//!     let ea = qp_a.endpoint(0x100, &opts)?;
+//!     let eb = qp_b.endpoint(0x200, &opts)?;
+//!     qp_a.connect_to(&Endpoint::from_bytes(&eb.to_bytes())?, &opts)?;
+//!     qp_b.connect_to(&ea, &opts)?;
 //!
 //!     let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
 //!     let mut src = MemoryRegion::new(&pd, 4096, access)?;
@@ -73,6 +73,23 @@
 //!   functions; the build compiles each of them into an exported C shim from
 //!   the installed header, so they are callable from Rust under their own
 //!   names with the header's exact behaviour.
+//!
+//! ## Connecting
+//!
+//! Out of band: each side sends the other its [`Endpoint`]
+//! ([`QpEx::endpoint`], which takes the PSN once; [`Endpoint::to_bytes`] is
+//! its stable, versioned wire form) and connects with [`QpEx::connect_to`].
+//! On RoCE, [`ConnectOptions::gid_index`] names the source GID
+//! ([`Context::default_gid_index`], [`Context::gid_index_for_ip`],
+//! [`Context::gid_index_for_netdev`]); a RoCE connection without one is
+//! refused with an error that says so, before the kernel's bare `EINVAL`.
+//! [`ConnectOptions`] also sets the path MTU, service level, traffic
+//! class, flow label and hop limit.
+//!
+//! Through the RDMA connection manager (feature `rdma-cm`): `mlx5dv::cm`
+//! binds librdmacm: an address and a port, as with TCP, and the CM does
+//! the rest; its module docs show a client and a server, and the `rping`
+//! example interoperates with rdma-core's `rping`.
 //!
 //! ## What the safe API guarantees
 //!
@@ -234,6 +251,16 @@
 //! and when the CQ is empty arms it and polls again; `Ok(0)` means "armed:
 //! wait for the fd".
 //!
+//! With the `tokio` feature, the `aio` module does that loop on tokio:
+//! `CompletionQueue::wait_async` awaits completions (the channel's fd
+//! registered once with the reactor, shared by the channel's CQs), and
+//! `aio::AsyncQp` posts sends, RDMA writes and reads, and receives whose
+//! memory the operation owns, as tokio-uring's buffers are owned: a future
+//! dropped or leaked while its work request is in flight leaves the region
+//! with the QP until the device is done with it (its completion or flush
+//! polled, the QP reset or destroyed). The `aio` module's docs state the
+//! model.
+//!
 //! Every event is acknowledged (`ibv_ack_cq_events`): in batches while its
 //! CQ lives, the rest when the CQ is dropped, so `ibv_destroy_cq` never
 //! waits for ever. An event names its CQ by [`CqId`], a number, never by
@@ -266,7 +293,8 @@
 //!
 //! `Drop` cannot return an error: when `ibv_destroy_qp`, `ibv_dereg_mr`,
 //! `ibv_destroy_cq`, `ibv_dealloc_pd`, `ibv_destroy_ah`,
-//! `ibv_destroy_comp_channel` or `ibv_close_device` fails (the kernel refuses, e.g. because another
+//! `ibv_destroy_comp_channel`, `ibv_close_device` or (feature `rdma-cm`)
+//! `rdma_destroy_id` fails (the kernel refuses, e.g. because another
 //! object made outside this crate still uses it), one line naming the call,
 //! the errno and the device is printed on standard error and the handle is
 //! forgotten. A buffer allocated by a [`MemoryRegion`] whose deregistration
@@ -333,6 +361,9 @@ mod ah;
 pub mod aio;
 mod async_event;
 mod channel;
+#[cfg(feature = "rdma-cm")]
+#[cfg_attr(docsrs, doc(cfg(feature = "rdma-cm")))]
+pub mod cm;
 mod cq;
 mod device;
 mod error;
@@ -342,6 +373,7 @@ mod mr;
 mod pd;
 mod port;
 mod qp;
+mod roce;
 mod srq;
 pub mod wqe;
 pub mod wr;

@@ -94,7 +94,7 @@ impl SharedReceiveQueue {
     /// As [`QpEx::post_recv`](crate::QpEx::post_recv): the SGEs' memory
     /// must stay registered and unaccessed by other references until the
     /// receive's completion (or flush) has been polled; `wr_id` is below
-    /// 2^63 when the completion may reach a CQ that a scoped post polls.
+    /// 2^63 (ids with bit 63 are the crate's own, see `QpEx::post_recv`).
     pub unsafe fn post_recv(&self, wr_id: u64, sges: &[Sge<'_>]) -> Result<()> {
         let mut wr = recv_wr(wr_id, sges, self.0.max_sge, "the SRQ's max_sge")?;
         let mut bad = std::ptr::null_mut();

@@ -503,11 +503,7 @@ fn connect_rows<'a>() -> Vec<Row<'a, Fx>> {
             format!("to_rts(retry_cnt {r}, rnr_retry {n})"),
             OutOfRange(retry),
             move |fx: &mut Fx| {
-                let opts = ConnectOptions {
-                    retry_cnt: r,
-                    rnr_retry: n,
-                    ..ConnectOptions::default()
-                };
+                let opts = ConnectOptions::default().retry_cnt(r).rnr_retry(n);
                 fx.rc.to_rts(0, &opts)
             },
         ));

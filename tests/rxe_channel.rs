@@ -601,14 +601,20 @@ fn a_scoped_post_that_times_out_on_a_channel_cq_sleeps_through_the_flush() {
 fn timed_late_receive(p: &mut Pair, late: Duration) -> (Duration, Duration) {
     recv_at_b(p, 40, 64);
     let (b_recv, a_qp, a_send, a_mr) = (&mut p.b.recv_cq, &mut p.a.qp, &mut p.a.send_cq, &p.a.mr);
+    // The send is posted `late` after the waiter has started its clock (a
+    // device that delivers in microseconds would otherwise complete the
+    // wait a moment under `late` after a late-starting waiter's start).
+    let started = std::sync::Barrier::new(2);
     std::thread::scope(|s| {
-        let waiter = s.spawn(move || {
+        let waiter = s.spawn(|| {
             let (start, cpu0) = (Instant::now(), thread_cpu());
+            started.wait();
             let wcs = b_recv.wait(1, Duration::from_secs(30)).unwrap();
             let (took, cpu) = (start.elapsed(), thread_cpu() - cpu0);
             assert_wc(&wcs[0], 40, WcOpcode::RECV);
             (took, cpu)
         });
+        started.wait();
         std::thread::sleep(late);
         a_qp.post_and_wait(a_send, WAIT, |b| b.wr(41).send().sge(a_mr.sge(0..64)?))
             .unwrap();

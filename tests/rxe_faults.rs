@@ -377,8 +377,9 @@ fn a_cq_overrun_keeps_the_completions_that_fit_and_drops_the_rest() {
     // completions that fit arrive intact and in order, nothing is invented
     // or duplicated, and the process and the QP stay usable. What soft-RoCE
     // does with the rest: drops them (and raises IBV_EVENT_CQ_ERR on the
-    // async event queue); the crate docs say to size CQs for the
-    // completions they can hold.
+    // async event queue); mlx5 moves the CQ to error and raises the same
+    // event; the crate docs say to size CQs for the completions they can
+    // hold.
     let ctx = open();
     let pd = ProtectionDomain::new(&ctx).unwrap();
     let opts = connect_options(&ctx);
@@ -435,9 +436,27 @@ fn a_cq_overrun_keeps_the_completions_that_fit_and_drops_the_rest() {
     let d = dst.to_vec(..).unwrap();
     assert!(d[..n as usize * 8].iter().all(|&x| x == 3));
     assert!(d[n as usize * 8..].iter().all(|&x| x == 0));
-    // The QP still works once its CQ is drained.
     assert_eq!(qp.state().unwrap(), QpState::Rts);
     let r = dst.remote(1024..1032).unwrap();
+    if ctx.is_mlx5() {
+        // mlx5 moves an overrun CQ to error for good (IBV_EVENT_CQ_ERR):
+        // it takes no completion any more, so a post waiting on it times
+        // out (and is stopped), while the write itself still runs.
+        let events = ctx.async_events().unwrap();
+        assert_eq!(
+            events.get_event(WAIT).unwrap(),
+            AsyncEvent::CqErr { cq: small.id() }
+        );
+        let err = qp
+            .post_and_wait(&mut small, Duration::from_millis(500), |b| {
+                b.wr(999).rdma_write(r).sge(src.sge(0..8)?)
+            })
+            .unwrap_err();
+        assert!(matches!(err, Error::Timeout { .. }), "{err}");
+        assert_eq!(dst.to_vec(1024..1032).unwrap(), [3; 8]);
+        return;
+    }
+    // The QP still works once its CQ is drained.
     let wcs = qp
         .post_and_wait(&mut small, WAIT, |b| {
             b.wr(999).rdma_write(r).sge(src.sge(0..8)?)

@@ -361,12 +361,10 @@ pub fn connect_options(
         }
         None => None,
     };
-    Ok(ConnectOptions {
-        port,
-        gid_index,
-        mtu: mtu.unwrap_or(attr.active_mtu),
-        ..ConnectOptions::default()
-    })
+    Ok(ConnectOptions::default()
+        .port(port)
+        .gid_index(gid_index)
+        .mtu(mtu.unwrap_or(attr.active_mtu)))
 }
 
 /// `opts`' GID index for printing: the number, or `none` (InfiniBand).

@@ -27,6 +27,8 @@
 //! - The channel outlives its CQs: each holds a share of it, dropped after
 //!   the CQ is destroyed.
 
+#[cfg(feature = "tokio")]
+mod async_fd;
 mod cq;
 mod fd;
 mod ops;
@@ -45,6 +47,7 @@ use std::fmt;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 use std::ptr::NonNull;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::task::Waker;
 use std::time::{Duration, Instant};
 
 /// How many events of one CQ are acknowledged together. Each
@@ -128,8 +131,9 @@ impl CqEvent {
 /// reads first is delivered (to the next [`try_get_event`](Self::try_get_event))
 /// without the fd becoming readable again.
 ///
-/// With an async runtime, register the fd once for the channel (tokio's
-/// `AsyncFd` takes a clone of this handle: it is `AsRawFd`), and for each
+/// On tokio, the `tokio` feature does this (`CompletionQueue::wait_async`,
+/// `aio::AsyncQp`: one registration of the fd per channel). With another
+/// runtime, register the fd once for the channel (it is `AsRawFd`), and for each
 /// CQ loop on [`CompletionQueue::poll_or_arm`](crate::CompletionQueue::poll_or_arm): when it returns 0 the CQ is
 /// armed; await readability, take the events with
 /// [`try_get_event`](Self::try_get_event) until `None`, clear the
@@ -182,6 +186,11 @@ struct State {
     /// CQs with an event not yet taken by `get_event`, oldest first; each
     /// at most once (`Slot::queued`).
     ready: VecDeque<usize>,
+    /// The channel's one registration with the async runtime's reactor,
+    /// made by the first async wait; dropped before the channel is
+    /// destroyed (its fd closed).
+    #[cfg(feature = "tokio")]
+    reactor: Option<Arc<async_fd::Registration>>,
 }
 
 struct Slot {
@@ -192,6 +201,8 @@ struct Slot {
     notified: bool,
     /// The CQ is in `State::ready`.
     queued: bool,
+    /// Async waits for this CQ's event, woken when one is read.
+    wakers: Vec<Waker>,
 }
 
 // SAFETY: the channel's fd is read only under `state`'s lock; the channel
@@ -205,6 +216,10 @@ unsafe impl Sync for ChannelInner {}
 
 impl Drop for ChannelInner {
     fn drop(&mut self) {
+        // The reactor forgets the fd before it is closed (a later fd with
+        // the same number must not be deregistered in its place).
+        #[cfg(feature = "tokio")]
+        drop(self.lock().reactor.take());
         // SAFETY: created by this crate; every CQ on it holds this Arc, so
         // none is left; destroyed once.
         let rc = unsafe { (self.ops.destroy)(self.chan.as_ptr()) };
@@ -301,6 +316,7 @@ impl CompletionChannel {
                 unacked: 0,
                 notified: false,
                 queued: false,
+                wakers: Vec::new(),
             },
         );
     }
@@ -391,6 +407,9 @@ impl State {
             slot.unacked = 0;
         }
         slot.notified = true;
+        for waker in slot.wakers.drain(..) {
+            waker.wake();
+        }
         if !slot.queued {
             slot.queued = true;
             self.ready.push_back(key);

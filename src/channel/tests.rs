@@ -86,6 +86,10 @@ impl Fx {
         for cq in &mut cqs {
             unsafe { channel.attach(NonNull::from(cq)) };
         }
+        // Acknowledgements an earlier test's CQs got at these addresses
+        // (freed and given to these) are not these CQs'.
+        let keys: Vec<usize> = cqs.iter().map(|cq| cq as *const _ as usize).collect();
+        ACKS.lock().unwrap().retain(|a| !keys.contains(&a.0));
         Fx {
             channel,
             tx,
@@ -291,6 +295,7 @@ fn the_oldest_event_is_taken_first_and_each_cq_is_queued_once() {
                 unacked: 0,
                 notified: false,
                 queued: false,
+                wakers: Vec::new(),
             },
         );
     }
@@ -307,4 +312,71 @@ fn the_oldest_event_is_taken_first_and_each_cq_is_queued_once() {
     assert_eq!(st.pop_ready(), Some(CqId(9)));
     assert_eq!(st.pop_ready(), Some(CqId(7)));
     assert_eq!(st.pop_ready(), None);
+}
+
+#[cfg(feature = "tokio")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn async_waits_and_a_blocking_one_on_one_channel_each_end_for_their_own_event() {
+    let fx = Fx::new(&[1, 2, 3, 4]);
+    let tasks: Vec<_> = (0..3)
+        .map(|i| {
+            let (ch, key) = (fx.channel.clone(), fx.cq(i).as_ptr() as usize);
+            tokio::spawn(async move {
+                ch.cq_event(key).await.unwrap();
+                Instant::now()
+            })
+        })
+        .collect();
+    // A blocking wait on the fourth CQ, asleep in poll(2) on the same fd.
+    let blocking = {
+        let (ch, key) = (fx.channel.clone(), fx.cq(3).as_ptr() as usize);
+        std::thread::spawn(move || {
+            let cq = NonNull::new(key as *mut ffi::ibv_cq).unwrap();
+            let deadline = Some(Instant::now() + Duration::from_secs(20));
+            assert!(ch.wait_notified(cq, deadline).unwrap());
+            Instant::now()
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let mut sent = [Instant::now(); 4];
+    for i in [2, 3, 0, 1] {
+        sent[i] = Instant::now();
+        fx.event(fx.cq(i));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Each ended after its own event, whoever read it (not before: an
+    // event of another CQ did not end it).
+    for (i, t) in tasks.into_iter().enumerate() {
+        assert!(t.await.unwrap() >= sent[i], "task {i} ended early");
+    }
+    let woke = blocking.join().unwrap();
+    assert!(woke >= sent[3]);
+    assert!(
+        woke < sent[3] + Duration::from_secs(5),
+        "the blocking wait slept on"
+    );
+    // One registration with the reactor for the channel, kept.
+    let reg = fx.channel.0.lock().reactor.clone().expect("registered");
+    let key = fx.cq(0).as_ptr() as usize;
+    fx.event(fx.cq(0));
+    fx.channel.clone().cq_event(key).await.unwrap();
+    assert!(Arc::ptr_eq(
+        &reg,
+        fx.channel.0.lock().reactor.as_ref().unwrap()
+    ));
+}
+
+#[cfg(feature = "tokio")]
+#[test]
+fn an_async_wait_outside_a_runtime_is_refused() {
+    let fx = Fx::new(&[1]);
+    let key = fx.cq(0).as_ptr() as usize;
+    let wait = fx.channel.clone().cq_event(key);
+    let waker = std::task::Waker::noop();
+    let mut cx = std::task::Context::from_waker(waker);
+    let r = std::future::Future::poll(std::pin::pin!(wait), &mut cx);
+    assert!(
+        matches!(r, std::task::Poll::Ready(Err(Error::InvalidArgument(_)))),
+        "{r:?}"
+    );
 }

@@ -91,8 +91,15 @@ pub(crate) fn local_gid(
     }
 }
 
-/// Transport and RNR retry counts are 3-bit fields.
+/// Transport and RNR retry counts are 3-bit fields, a flow label 20 bits.
 pub(crate) fn check_retries(opts: &ConnectOptions) -> Result<()> {
+    if opts.flow_label > 0x000F_FFFF {
+        return Err(Error::OutOfRange {
+            what: "flow_label",
+            value: u64::from(opts.flow_label),
+            limit: "at most 0xfffff (20 bits)".into(),
+        });
+    }
     if opts.retry_cnt > 7 || opts.rnr_retry > 7 {
         return Err(Error::OutOfRange {
             what: "retry_cnt / rnr_retry",
@@ -149,6 +156,9 @@ pub struct QpEx<T: Transport> {
     owned: bool,
     /// The ids of the next scoped post ([`QpEx::post_and_wait`]).
     pub(crate) scope: crate::wr::ScopeIds,
+    /// The PSN this QP's last [`QpEx::endpoint`] gave the peer
+    /// ([`rc::NO_PSN`] before any).
+    pub(crate) local_psn: std::sync::atomic::AtomicU32,
     // Dropped after the QP is destroyed (fields drop after Drop::drop).
     pd: ProtectionDomain,
     send_cq: Arc<CqInner>,
@@ -232,6 +242,7 @@ impl<T: Transport> QpEx<T> {
             send_ops: p.send_ops,
             owned: p.owned,
             scope: Default::default(),
+            local_psn: std::sync::atomic::AtomicU32::new(rc::NO_PSN),
             pd: p.pd.clone(),
             send_cq: p.send_cq.share(),
             _recv_cq: p.recv_cq.share(),

@@ -68,9 +68,12 @@ impl QpEx<Rc> {
         self.modify(&mut a, mask, "INIT")
     }
 
-    /// INIT → RTR towards `remote`.
+    /// INIT → RTR towards `remote`. On a RoCE port, `opts` must name a
+    /// source GID ([`ConnectOptions::gid_index`]): without one this is
+    /// refused with an error that says how to choose it.
     pub fn to_rtr(&self, remote: &Endpoint, opts: &ConnectOptions) -> Result<()> {
         check_psn(remote.psn)?;
+        crate::roce::require_gid(self.pd.context(), opts)?;
         let av = AhAttr::towards(remote.lid, remote.gid, opts);
         let mut a = ffi::ibv_qp_attr {
             qp_state: ffi::IBV_QPS_RTR,
@@ -97,25 +100,59 @@ impl QpEx<Rc> {
         self.rts_from_rtr(sq_psn, opts)
     }
 
+    /// RESET → INIT → RTR → RTS: connects to `remote`, sending from the
+    /// PSN this QP's [`endpoint`](Self::endpoint) gave the peer, so the PSN
+    /// is given once. Refused when `endpoint` was not called.
+    ///
+    /// Every input is checked before the QP is touched, so a refused
+    /// `connect_to` leaves it in RESET.
+    pub fn connect_to(&self, remote: &Endpoint, opts: &ConnectOptions) -> Result<()> {
+        let psn = self.local_psn.load(std::sync::atomic::Ordering::Relaxed);
+        if psn == NO_PSN {
+            return Err(Error::InvalidArgument(format!(
+                "connect_to on {}: no endpoint() was made of this QP, so the peer has no \
+                 PSN of it; call endpoint(psn, ..) and send its result to the peer first",
+                self.describe()
+            )));
+        }
+        self.connect(remote, psn, opts)
+    }
+
     /// RESET → INIT → RTR → RTS: connects to `remote`, sending from
-    /// `local_psn` (the PSN this side gave the peer in its [`Endpoint`]).
+    /// `local_psn`, which must be the PSN this side gave the peer: when
+    /// [`endpoint`](Self::endpoint) was called, a different one is refused
+    /// (the peer would drop every packet). [`connect_to`](Self::connect_to)
+    /// takes it from the endpoint.
     ///
     /// Every input is checked before the QP is touched, so a refused
     /// `connect` leaves it in RESET.
     pub fn connect(&self, remote: &Endpoint, local_psn: u32, opts: &ConnectOptions) -> Result<()> {
         check_psn(remote.psn)?;
         check_psn(local_psn)?;
+        let given = self.local_psn.load(std::sync::atomic::Ordering::Relaxed);
+        if given != NO_PSN && given != local_psn {
+            return Err(Error::InvalidArgument(format!(
+                "connect on {}: local PSN {local_psn:#x} differs from the PSN {given:#x} its \
+                 endpoint() gave the peer (use connect_to, which takes it from there)",
+                self.describe()
+            )));
+        }
         super::check_retries(opts)?;
+        crate::roce::require_gid(self.pd.context(), opts)?;
         self.to_init(opts.port, opts.access)?;
         self.to_rtr(remote, opts)?;
         self.to_rts(local_psn, opts)
     }
 
     /// This QP's side of the exchange: its number, `psn`, and the port's
-    /// LID and GID at `opts.gid_index`.
+    /// LID and GID at `opts.gid_index`. The QP keeps `psn` as the one it
+    /// sends from ([`connect_to`](Self::connect_to)).
     pub fn endpoint(&self, psn: u32, opts: &ConnectOptions) -> Result<Endpoint> {
         check_psn(psn)?;
         let ctx = self.pd.context();
+        crate::roce::require_gid(ctx, opts)?;
+        self.local_psn
+            .store(psn, std::sync::atomic::Ordering::Relaxed);
         let port = ctx.query_port(opts.port)?;
         let gid = super::local_gid(ctx, opts)?;
         Ok(Endpoint {
@@ -135,8 +172,10 @@ impl QpEx<Rc> {
     /// returns: the regions must stay registered and their memory must not
     /// be read or written through other references until the receive's
     /// completion (or its flush) has been polled, the QP has been moved to
-    /// RESET, or it has been destroyed. `wr_id` is below 2^63 when the QP's
-    /// send CQ is also its receive CQ (see [`WrBatch::complete`](crate::WrBatch::complete)).
+    /// RESET, or it has been destroyed. `wr_id` is below 2^63: ids with bit
+    /// 63 are those of the scoped post and of the `tokio` feature's
+    /// operations, which a completion carrying one could be taken for (see
+    /// [`WrBatch::complete`](crate::WrBatch::complete)).
     ///
     /// Called inside a [`poll_each`](crate::CompletionQueue::poll_each)
     /// callback of the QP's receive CQ, the receive queue must have room
@@ -154,6 +193,9 @@ impl QpEx<Rc> {
         })
     }
 }
+
+/// No PSN given yet (PSNs have 24 bits).
+pub(crate) const NO_PSN: u32 = u32::MAX;
 
 /// A packet sequence number has 24 bits.
 pub(crate) fn check_psn(psn: u32) -> Result<()> {

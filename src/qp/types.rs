@@ -1,5 +1,6 @@
 //! The plain data of QPs: send ops, sizes, states, endpoints, options.
 
+use crate::error::{Error, Result};
 use crate::ffi;
 use crate::mr::AccessFlags;
 use crate::port::{Gid, Mtu};
@@ -167,20 +168,124 @@ pub struct Endpoint {
     pub gid: Gid,
 }
 
-/// How to connect an RC QP: the local port and GID, and the transport
-/// parameters of the RTR and RTS transitions. `Default` gives the values
-/// rdma-core's examples use.
+impl Endpoint {
+    /// The length of the byte form ([`to_bytes`](Self::to_bytes)).
+    pub const BYTES: usize = 28;
+    /// The version of the byte form this crate writes and reads.
+    pub const VERSION: u8 = 1;
+
+    /// The byte form, to send to the peer (over TCP, in a CM's private
+    /// data, in a file). Stable: a later release that changes it writes
+    /// another version, which this one refuses rather than misreads.
+    ///
+    /// | offset | bytes | field |
+    /// |---|---|---|
+    /// | 0 | 1 | version: 1 |
+    /// | 1 | 1 | reserved: 0 |
+    /// | 2 | 2 | LID, big-endian |
+    /// | 4 | 4 | QP number, big-endian (24 bits) |
+    /// | 8 | 4 | PSN, big-endian (24 bits) |
+    /// | 12 | 16 | GID, in wire order |
+    ///
+    /// ```
+    /// use mlx5dv::{Endpoint, Gid};
+    ///
+    /// let e = Endpoint { qpn: 0x11, psn: 0xabcdef, lid: 0, gid: Gid([0; 16]) };
+    /// let bytes = e.to_bytes();
+    /// assert_eq!(bytes[..12], [1, 0, 0, 0, 0, 0, 0, 0x11, 0, 0xab, 0xcd, 0xef]);
+    /// assert_eq!(Endpoint::from_bytes(&bytes)?, e);
+    /// # Ok::<(), mlx5dv::Error>(())
+    /// ```
+    pub fn to_bytes(&self) -> [u8; Self::BYTES] {
+        let mut b = [0u8; Self::BYTES];
+        b[0] = Self::VERSION;
+        b[2..4].copy_from_slice(&self.lid.to_be_bytes());
+        b[4..8].copy_from_slice(&self.qpn.to_be_bytes());
+        b[8..12].copy_from_slice(&self.psn.to_be_bytes());
+        b[12..28].copy_from_slice(&self.gid.0);
+        b
+    }
+
+    /// Reads the byte form of [`to_bytes`](Self::to_bytes): exactly
+    /// [`BYTES`](Self::BYTES) bytes of version 1, with a 24-bit QP number
+    /// and PSN; anything else is refused.
+    pub fn from_bytes(bytes: &[u8]) -> Result<Self> {
+        let b: &[u8; Self::BYTES] = bytes.try_into().map_err(|_| Error::OutOfRange {
+            what: "Endpoint byte form length",
+            value: bytes.len() as u64,
+            limit: format!("exactly {} bytes (version {})", Self::BYTES, Self::VERSION),
+        })?;
+        if b[0] != Self::VERSION || b[1] != 0 {
+            return Err(Error::InvalidArgument(format!(
+                "Endpoint byte form of version {} (reserved byte {}): this release reads                  version {} only",
+                b[0],
+                b[1],
+                Self::VERSION
+            )));
+        }
+        let word = |i: usize| u32::from_be_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
+        let (qpn, psn) = (word(4), word(8));
+        for (what, v) in [("Endpoint QP number", qpn), ("Endpoint PSN", psn)] {
+            if v > 0x00FF_FFFF {
+                return Err(Error::OutOfRange {
+                    what,
+                    value: u64::from(v),
+                    limit: "at most 0xffffff (24 bits)".into(),
+                });
+            }
+        }
+        let mut gid = [0u8; 16];
+        gid.copy_from_slice(&b[12..28]);
+        Ok(Endpoint {
+            qpn,
+            psn,
+            lid: u16::from_be_bytes([b[2], b[3]]),
+            gid: Gid(gid),
+        })
+    }
+}
+
+/// How to connect an RC QP: the local port and GID, the path (MTU, service
+/// level, and on RoCE or routed InfiniBand the global route header's
+/// traffic class, flow label and hop limit), and the transport parameters
+/// of the RTR and RTS transitions. `Default` gives the values rdma-core's
+/// examples use.
+///
+/// Fields will be added in later releases: start from
+/// [`ConnectOptions::default`] and chain the setters (or assign fields)
+/// rather than writing the struct out, so that code keeps compiling:
+///
+/// ```
+/// use mlx5dv::{ConnectOptions, Mtu};
+///
+/// let opts = ConnectOptions::default()
+///     .gid_index(Some(1))
+///     .mtu(Mtu::Mtu4096)
+///     .traffic_class(106);
+/// assert_eq!(opts.hop_limit, 64);
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ConnectOptions {
     /// The local port (from 1).
     pub port: u8,
-    /// The local GID index to send from: required on RoCE (pick a RoCE v2
-    /// entry), `None` on InfiniBand.
+    /// The local GID index to send from: required on RoCE
+    /// ([`Context::default_gid_index`](crate::Context::default_gid_index),
+    /// [`gid_index_for_ip`](crate::Context::gid_index_for_ip) or
+    /// [`gid_index_for_netdev`](crate::Context::gid_index_for_netdev)
+    /// choose one), `None` on InfiniBand within a subnet.
     pub gid_index: Option<u8>,
     /// Path MTU.
     pub mtu: Mtu,
     /// Service level.
     pub sl: u8,
+    /// Traffic class of the global route header (RoCE: the IP DSCP and
+    /// ECN bits).
+    pub traffic_class: u8,
+    /// Flow label of the global route header (20 bits).
+    pub flow_label: u32,
+    /// Hop limit of the global route header (InfiniBand routing; on RoCE
+    /// the kernel sets the IP TTL from its route to the peer instead).
+    pub hop_limit: u8,
     /// What remote peers may do to this QP's memory.
     pub access: AccessFlags,
     /// Local ACK timeout: 4.096 µs × 2^timeout (0 = infinite).
@@ -204,6 +309,9 @@ impl Default for ConnectOptions {
             gid_index: None,
             mtu: Mtu::Mtu1024,
             sl: 0,
+            traffic_class: 0,
+            flow_label: 0,
+            hop_limit: 64,
             access: AccessFlags::LOCAL_WRITE
                 | AccessFlags::REMOTE_WRITE
                 | AccessFlags::REMOTE_READ
@@ -215,5 +323,142 @@ impl Default for ConnectOptions {
             max_rd_atomic: 1,
             max_dest_rd_atomic: 1,
         }
+    }
+}
+
+impl ConnectOptions {
+    /// The local port (from 1).
+    pub fn port(mut self, port: u8) -> Self {
+        self.port = port;
+        self
+    }
+
+    /// The local GID index to send from (required on RoCE).
+    pub fn gid_index(mut self, gid_index: Option<u8>) -> Self {
+        self.gid_index = gid_index;
+        self
+    }
+
+    /// The path MTU.
+    pub fn mtu(mut self, mtu: Mtu) -> Self {
+        self.mtu = mtu;
+        self
+    }
+
+    /// The service level.
+    pub fn sl(mut self, sl: u8) -> Self {
+        self.sl = sl;
+        self
+    }
+
+    /// The traffic class of the global route header.
+    pub fn traffic_class(mut self, traffic_class: u8) -> Self {
+        self.traffic_class = traffic_class;
+        self
+    }
+
+    /// The flow label of the global route header (20 bits).
+    pub fn flow_label(mut self, flow_label: u32) -> Self {
+        self.flow_label = flow_label;
+        self
+    }
+
+    /// The hop limit of the global route header.
+    pub fn hop_limit(mut self, hop_limit: u8) -> Self {
+        self.hop_limit = hop_limit;
+        self
+    }
+
+    /// What remote peers may do to this QP's memory.
+    pub fn access(mut self, access: AccessFlags) -> Self {
+        self.access = access;
+        self
+    }
+
+    /// The local ACK timeout: 4.096 µs × 2^timeout (0 = infinite).
+    pub fn timeout(mut self, timeout: u8) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// Transport retries (0..=7).
+    pub fn retry_cnt(mut self, retry_cnt: u8) -> Self {
+        self.retry_cnt = retry_cnt;
+        self
+    }
+
+    /// RNR retries (0..=6; 7 = infinite).
+    pub fn rnr_retry(mut self, rnr_retry: u8) -> Self {
+        self.rnr_retry = rnr_retry;
+        self
+    }
+
+    /// The RNR NAK timer code.
+    pub fn min_rnr_timer(mut self, min_rnr_timer: u8) -> Self {
+        self.min_rnr_timer = min_rnr_timer;
+        self
+    }
+
+    /// Outstanding RDMA reads/atomics this QP issues.
+    pub fn max_rd_atomic(mut self, max_rd_atomic: u8) -> Self {
+        self.max_rd_atomic = max_rd_atomic;
+        self
+    }
+
+    /// Outstanding RDMA reads/atomics this QP accepts.
+    pub fn max_dest_rd_atomic(mut self, max_dest_rd_atomic: u8) -> Self {
+        self.max_dest_rd_atomic = max_dest_rd_atomic;
+        self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_endpoint_byte_form_round_trips_and_refuses_what_it_cannot_read() {
+        let e = Endpoint {
+            qpn: 0x00ab_cdef,
+            psn: 0x12_3456,
+            lid: 0x0102,
+            gid: Gid([7; 16]),
+        };
+        let b = e.to_bytes();
+        assert_eq!(b.len(), Endpoint::BYTES);
+        assert_eq!(b[..4], [1, 0, 1, 2]);
+        assert_eq!(Endpoint::from_bytes(&b).unwrap(), e);
+        assert!(Endpoint::from_bytes(&b[..27]).is_err());
+        let mut v2 = b;
+        v2[0] = 2;
+        let err = Endpoint::from_bytes(&v2).unwrap_err().to_string();
+        assert!(err.contains("version 2"), "{err}");
+        let mut big = b;
+        big[4] = 1; // QP number over 24 bits
+        assert!(matches!(
+            Endpoint::from_bytes(&big),
+            Err(Error::OutOfRange { .. })
+        ));
+    }
+
+    #[test]
+    fn connect_options_setters_set_their_field() {
+        let o = ConnectOptions::default()
+            .gid_index(Some(3))
+            .traffic_class(106)
+            .flow_label(5)
+            .hop_limit(2)
+            .sl(1);
+        assert_eq!(
+            (
+                o.gid_index,
+                o.traffic_class,
+                o.flow_label,
+                o.hop_limit,
+                o.sl
+            ),
+            (Some(3), 106, 5, 2, 1)
+        );
+        assert_eq!(ConnectOptions::default().hop_limit, 64);
     }
 }

@@ -40,6 +40,43 @@ mod ctrl_seg;
 #[cfg(test)]
 mod layout;
 
+/// librdmacm's C API (`rdma/rdma_cma.h`, feature `rdma-cm`): event channels,
+/// CM ids, address and route resolution, connection setup. Generated like
+/// the verbs bindings, into a module of its own; the verbs types it names
+/// (`ibv_context`, `ibv_qp_attr`, ...) are this module's.
+#[cfg(feature = "rdma-cm")]
+#[cfg_attr(docsrs, doc(cfg(feature = "rdma-cm")))]
+#[allow(
+    non_camel_case_types,
+    non_snake_case,
+    non_upper_case_globals,
+    dead_code,
+    missing_docs,
+    unsafe_op_in_unsafe_fn,
+    clippy::all,
+    clippy::pedantic,
+    clippy::undocumented_unsafe_blocks,
+    rustdoc::all
+)]
+pub mod cm {
+    use super::bindings::*;
+    include!(concat!(env!("OUT_DIR"), "/cm_bindings.rs"));
+}
+
+/// The committed rdma_cm bindings must be what bindgen generates from the
+/// same rdma-core release (the verbs bindings' twin is
+/// tests/pregenerated.rs); on a mismatch run `scripts/regen-bindings`.
+#[cfg(all(test, feature = "rdma-cm", mlx5dv_pregenerated_comparable))]
+#[test]
+fn pregenerated_cm_bindings_match_the_generated_ones() {
+    let generated = include_str!(concat!(env!("OUT_DIR"), "/cm_bindings.rs"));
+    let committed = include_str!("pregenerated/cm_bindings.rs");
+    assert!(
+        generated == committed,
+        "src/sys/pregenerated/cm_bindings.rs is stale; run scripts/regen-bindings"
+    );
+}
+
 pub use bindings::*;
 
 extern "C" {

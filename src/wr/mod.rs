@@ -400,8 +400,9 @@ impl<'q, 'm, T: Transport> WrBatch<'q, 'm, T> {
     /// `max_send_wr`.
     ///
     /// The batch's work request ids are below 2^63: ids with bit 63 set
-    /// are those [`QpEx::post_and_wait`] gives its own work requests, and a
-    /// completion carrying one could be taken for one of them.
+    /// are those [`QpEx::post_and_wait`] (and the `tokio` feature's
+    /// operations) give their own work requests, and a completion carrying
+    /// one could be taken for one of them.
     /// [`QpEx::post_and_wait`] keeps all of these rules for you.
     #[inline]
     pub unsafe fn complete(self) -> Result<u32> {

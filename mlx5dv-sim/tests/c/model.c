@@ -246,6 +246,8 @@ static const struct {
 	{"invalidate", check_invalidate}, {"contexts", check_contexts},
 	{"ud", check_ud}, {"unmapped", check_unmapped},
 	{"post_send", check_post_send},
+	{"raw_refusals", check_raw_refusals}, {"syndromes", check_syndromes},
+	{"ops", check_ops},
 	{"overrun", check_overrun, 1},
 };
 

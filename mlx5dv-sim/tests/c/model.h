@@ -83,5 +83,8 @@ void check_overrun(void);
 void check_ud(void);
 void check_unmapped(void);
 void check_post_send(void);
+void check_raw_refusals(void);
+void check_syndromes(void);
+void check_ops(void);
 
 #endif

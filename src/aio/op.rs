@@ -1,0 +1,185 @@
+//! An operation of an `AsyncQp`: the future of one work request's
+//! completion and region, and what dropping it leaves behind.
+
+use super::qp::{Inner, Shared};
+use super::{AsyncQp, BufResult, IoBuf};
+use crate::cq::WorkCompletion;
+use crate::error::{Error, Result};
+use std::any::Any;
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context as TaskContext, Poll};
+
+/// An operation of an [`AsyncQp`], posted when it was made: a future of
+/// its completion and its region ([`BufResult`]).
+///
+/// Dropping it before it ends (cancelling it) leaves the region with the
+/// `AsyncQp` until the device is done with it (see [`aio`](crate::aio)).
+#[must_use = "the work request is posted; await it for its completion and its region"]
+pub struct Op<B> {
+    qp: Arc<Shared>,
+    state: OpState<B>,
+}
+
+enum OpState<B> {
+    /// Refused before posting: the region is still here.
+    Refused(Error, B),
+    Posted {
+        id: u64,
+        recv: bool,
+        /// The wait for its CQ's event, when the CQ was found empty and
+        /// armed.
+        wait: Option<Pin<Box<dyn Future<Output = Result<()>> + Send>>>,
+    },
+    Ended,
+}
+
+// The region is never pinned: it is moved in and out whole.
+impl<B> Unpin for Op<B> {}
+
+impl<B: IoBuf> Op<B> {
+    pub(super) fn refused(qp: &AsyncQp, e: Error, buf: B) -> Self {
+        Op {
+            qp: qp.0.clone(),
+            state: OpState::Refused(e, buf),
+        }
+    }
+
+    pub(super) fn posted(qp: &AsyncQp, inner: &mut Inner, id: u64, recv: bool, buf: B) -> Self {
+        inner.insert(id, recv, Box::new(buf));
+        Op {
+            qp: qp.0.clone(),
+            state: OpState::Posted {
+                id,
+                recv,
+                wait: None,
+            },
+        }
+    }
+}
+
+impl<B: IoBuf> Future for Op<B> {
+    type Output = BufResult<B>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<BufResult<B>> {
+        let this = self.get_mut();
+        let (id, recv, wait) = match &mut this.state {
+            OpState::Posted { id, recv, wait } => (*id, *recv, wait),
+            OpState::Refused(..) => {
+                let OpState::Refused(e, buf) = std::mem::replace(&mut this.state, OpState::Ended)
+                else {
+                    unreachable!()
+                };
+                return Poll::Ready((Err(e), buf));
+            }
+            OpState::Ended => panic!("an mlx5dv Op polled after it ended"),
+        };
+        loop {
+            {
+                let mut inner = this.qp.lock();
+                let qp_num = this.qp.qp_num;
+                let mut done = take_done(&mut inner, id);
+                if done.is_none() && wait.is_none() && inner.broken.is_none() {
+                    // Poll, arm, poll again (a completion before the arm
+                    // raises no event), then wait for the CQ's event. A
+                    // failed poll stops the QP, which ends the operations.
+                    let _ = inner.progress(qp_num);
+                    done = take_done(&mut inner, id);
+                    if done.is_none() && inner.cq_of(recv).req_notify(false).is_ok() {
+                        let _ = inner.progress(qp_num);
+                        done = take_done(&mut inner, id);
+                    }
+                    if done.is_none() {
+                        let cq = inner.cq_of(recv);
+                        let channel = cq.channel().expect("checked by AsyncQp::new").clone();
+                        let key = cq.raw_cq().as_ptr() as usize;
+                        *wait = Some(Box::pin(channel.cq_event(key)));
+                    }
+                }
+                if let Some((result, buf)) = done {
+                    // This operation may have taken the CQ's event that
+                    // others waited for too: while any still waits, the
+                    // CQs are armed again and polled, so that each is
+                    // handed its completion or raises a new event.
+                    if inner
+                        .table
+                        .values()
+                        .any(|e| e.result.is_none() && !e.abandoned)
+                    {
+                        inner.rearm(qp_num);
+                    }
+                    this.state = OpState::Ended;
+                    let buf = *buf.downcast::<B>().expect("an operation's own region");
+                    return Poll::Ready((result, buf));
+                }
+                // Woken by whoever hands it its completion (another
+                // operation's poll, a reset), or by its CQ's event.
+                if let Some(entry) = inner.table.get_mut(&id) {
+                    entry.waker = Some(cx.waker().clone());
+                }
+            }
+            let Some(w) = wait else {
+                return Poll::Pending; // stopped: see `Inner::broken`
+            };
+            match w.as_mut().poll(cx) {
+                Poll::Pending => return Poll::Pending,
+                // The event: poll again (the CQ is the truth).
+                Poll::Ready(Ok(())) => *wait = None,
+                // The wait itself failed (no runtime, the reactor's error):
+                // no event can be had, so the QP is stopped (RESET) and
+                // the operation ends with the error.
+                Poll::Ready(Err(e)) => {
+                    *wait = None;
+                    let mut inner = this.qp.lock();
+                    inner.stop(this.qp.qp_num);
+                    if let Some(entry) = inner.table.get_mut(&id) {
+                        if entry.result.is_some() {
+                            entry.result = Some(Err(e));
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The result and region of operation `id`, once the device is done.
+fn take_done(inner: &mut Inner, id: u64) -> Option<(Result<WorkCompletion>, Box<dyn Any + Send>)> {
+    inner.table.get(&id)?.result.as_ref()?;
+    let entry = inner.table.remove(&id)?;
+    Some((entry.result?, entry.buf))
+}
+
+impl<B> Drop for Op<B> {
+    fn drop(&mut self) {
+        let OpState::Posted { id, .. } = self.state else {
+            return;
+        };
+        let mut inner = self.qp.lock();
+        let Some(entry) = inner.table.get_mut(&id) else {
+            return;
+        };
+        if entry.result.is_some() {
+            // Done: the region goes now.
+            inner.table.remove(&id);
+        } else {
+            // In flight: the table keeps the region until the device is
+            // done with it.
+            entry.abandoned = true;
+            entry.waker = None;
+        }
+    }
+}
+
+impl<B> fmt::Debug for Op<B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let state = match &self.state {
+            OpState::Refused(e, _) => format!("refused: {e}"),
+            OpState::Posted { id, .. } => format!("posted as work request {id}"),
+            OpState::Ended => "ended".into(),
+        };
+        f.debug_struct("Op").field("state", &state).finish()
+    }
+}

@@ -1,0 +1,530 @@
+//! An RC QP driven by async operations that own their memory.
+
+use super::op::Op;
+use super::{IoBuf, IoBufMut};
+use crate::cq::{CompletionQueue, WcStatus, WorkCompletion};
+use crate::error::{Error, Result};
+use crate::mr::RemoteBuf;
+use crate::qp::{QpEx, Rc};
+use std::any::Any;
+use std::collections::HashMap;
+use std::fmt;
+use std::ops::Range;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::task::Waker;
+
+/// What an operation gives back: its completion, or why it has none, and
+/// its region.
+pub type BufResult<B> = (Result<WorkCompletion>, B);
+
+/// Every id has bit 63, as the scoped post's do: ids that the unsafe
+/// posts (`WrBatch::complete`, `post_recv`) may not use, so that no
+/// completion of theirs is taken for an operation's.
+const ID_BIT: u64 = 1 << 63;
+
+/// How many completions one poll of a CQ takes at most.
+const POLL_BATCH: usize = 32;
+
+/// An RC QP, its send CQ and (when not the same) its receive CQ, driven by
+/// async operations (feature `tokio`): sends, RDMA writes and reads, and
+/// receives, each owning its region until the device is done with it (see
+/// [`aio`](crate::aio) for the cancellation model).
+///
+/// A cheap, cloneable handle: operations take `&self` and hold a handle, so
+/// several may be in flight at once, from several tasks. Each work request
+/// is signalled; an operation is refused (given back at once, with
+/// [`Error::SendQueueFull`] or [`Error::OutOfRange`]) when its queue or
+/// its CQ has no room left for it.
+///
+/// The work request is posted when the operation is made; awaiting it
+/// polls the CQs, arms its CQ and sleeps on the CQ's channel, on a tokio
+/// runtime (the first wait registers the channel with that runtime's
+/// reactor). Awaited where no event can be waited for (outside a tokio
+/// runtime), it stops the QP (RESET, so that its memory is free) and ends
+/// with that error. A failed poll or a failed `ibv_wr_complete` (the work
+/// request may have been posted) stops the QP too: every operation then
+/// ends as flushed.
+///
+/// ```no_run
+/// # use mlx5dv::*;
+/// # use mlx5dv::aio::AsyncQp;
+/// # async fn f(qp: QpEx<Rc>, cq: CompletionQueue, pd: &ProtectionDomain) -> Result<()> {
+/// let qp = AsyncQp::new(qp, cq, None)?; // connected; its CQ made on a channel
+/// let buf = MemoryRegion::new(pd, 4096, AccessFlags::LOCAL_WRITE)?;
+/// let (wc, buf) = qp.recv(buf, 0..4096).await; // the region comes back
+/// let n = wc?.byte_len as usize;
+/// let (wc, _buf) = qp.send(buf, 0..n).await; // echo it
+/// wc?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+#[must_use]
+pub struct AsyncQp(pub(super) Arc<Shared>);
+
+pub(super) struct Shared {
+    inner: Mutex<Inner>,
+    pub(super) qp_num: u32,
+}
+
+pub(super) struct Inner {
+    /// Taken and destroyed first when the last handle goes (`Shared`'s
+    /// `Drop`), before the regions in `table` are dropped.
+    qp: Option<QpEx<Rc>>,
+    send_cq: CompletionQueue,
+    /// `None`: the send CQ is also the receive CQ.
+    recv_cq: Option<CompletionQueue>,
+    /// The work requests posted and not yet handed back, by id.
+    pub(super) table: HashMap<u64, Entry>,
+    /// The next id: bit 63, then a sequence from a random start.
+    next_id: u64,
+    /// Sends (and writes, reads) and receives posted and not yet done.
+    sends: u32,
+    recvs: u32,
+    /// Completions polled that name no operation of this QP (of another QP
+    /// created on these CQs, or come after a reset).
+    stray: Vec<WorkCompletion>,
+    /// The CQ could not be polled and the QP not be reset: the device's
+    /// progress is unknown, and the regions in flight stay held.
+    pub(super) broken: Option<String>,
+}
+
+pub(super) struct Entry {
+    /// The operation's region (its `B`), owned here while posted.
+    pub(super) buf: Box<dyn Any + Send>,
+    pub(super) recv: bool,
+    /// Set once the device is done with the memory.
+    pub(super) result: Option<Result<WorkCompletion>>,
+    pub(super) waker: Option<Waker>,
+    /// The operation was dropped: the region is dropped when done.
+    pub(super) abandoned: bool,
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        let inner = self.inner.get_mut().unwrap_or_else(PoisonError::into_inner);
+        let qp = inner.qp.take();
+        let table = std::mem::take(&mut inner.table);
+        // The QP first: once destroyed, the device runs none of its work
+        // requests, and the regions in flight are free. Inside a poll
+        // callback the QP's destruction waits for the end of the poll, and
+        // so must the regions: both go then, together.
+        crate::cq::after_polls(Box::new(move || {
+            let failures = crate::destroy_failures();
+            drop(qp);
+            if crate::destroy_failures() != failures {
+                // A destroy failed (here or on another thread): the kernel
+                // may have kept the QP. Leak rather than free under it.
+                std::mem::forget(table);
+            }
+        }));
+    }
+}
+
+impl AsyncQp {
+    /// Takes over a connected (or yet to be connected: see
+    /// [`with_qp`](Self::with_qp)) RC QP with its send CQ and, when not the
+    /// same, its receive CQ. Both must be made on a channel
+    /// ([`CompletionQueue::with_channel`]) and be the QP's; refused with
+    /// [`Error::InvalidArgument`] otherwise.
+    ///
+    /// From here on the `AsyncQp` alone posts on the QP and polls the CQs:
+    /// completions of other QPs on them are kept for
+    /// [`take_stray`](Self::take_stray).
+    pub fn new(
+        qp: QpEx<Rc>,
+        send_cq: CompletionQueue,
+        recv_cq: Option<CompletionQueue>,
+    ) -> Result<Self> {
+        let qp_num = qp.qp_num();
+        let refuse = |why: &str| {
+            Err(Error::InvalidArgument(format!(
+                "AsyncQp of QP {qp_num:#x}: {why}"
+            )))
+        };
+        if !qp.completes_on(&send_cq) {
+            return refuse("the send CQ given is not the QP's");
+        }
+        let rcq = recv_cq.as_ref().unwrap_or(&send_cq);
+        // SAFETY: the QP is live while `qp` is; its `recv_cq` field is set
+        // at creation and read only.
+        let qp_recv_cq = unsafe { (*qp.as_ptr()).recv_cq };
+        if qp_recv_cq != rcq.raw_cq().as_ptr() {
+            return refuse("the receive CQ given is not the QP's");
+        }
+        if send_cq.channel().is_none() || rcq.channel().is_none() {
+            return refuse(
+                "its CQs must be made on a completion channel (CompletionQueue::with_channel)",
+            );
+        }
+        // What the CQs hold now (a failed scoped post's completions in the
+        // backlog, those of work requests posted before) is no operation's:
+        // kept for `take_stray`.
+        let (mut send_cq, mut recv_cq) = (send_cq, recv_cq);
+        let mut stray = Vec::new();
+        poll_dry(&mut send_cq, &mut stray)?;
+        if let Some(cq) = &mut recv_cq {
+            poll_dry(cq, &mut stray)?;
+        }
+        let random = {
+            use std::hash::{BuildHasher, Hasher};
+            std::collections::hash_map::RandomState::new()
+                .build_hasher()
+                .finish()
+        };
+        Ok(AsyncQp(Arc::new(Shared {
+            inner: Mutex::new(Inner {
+                qp: Some(qp),
+                send_cq,
+                recv_cq,
+                table: HashMap::new(),
+                next_id: ID_BIT | random,
+                sends: 0,
+                recvs: 0,
+                stray,
+                broken: None,
+            }),
+            qp_num,
+        })))
+    }
+
+    /// The QP's number.
+    pub fn qp_num(&self) -> u32 {
+        self.0.qp_num
+    }
+
+    /// Runs `f` on the QP (to connect it, read its state, ...), under the
+    /// `AsyncQp`'s lock.
+    pub fn with_qp<R>(&self, f: impl FnOnce(&QpEx<Rc>) -> R) -> R {
+        f(self.0.lock().qp())
+    }
+
+    /// Sends `buf[range]` (`IBV_WR_SEND`, signalled).
+    pub fn send<B: IoBuf>(&self, buf: B, range: Range<usize>) -> Op<B> {
+        self.post_send(buf, move |qp, id, buf| {
+            let sge = buf.region().sge(range)?;
+            let mut batch = qp.batch();
+            batch.wr(id).signaled().send().sge(sge)?;
+            // SAFETY: the region is owned by the operation's entry in the
+            // table (not by the future) until the device is done with it:
+            // its completion or flush polled, the QP reset or destroyed
+            // (see `Shared`'s Drop); moving it does not move its memory;
+            // nothing writes it meanwhile (`IoBuf`). Room in the send
+            // queue and the CQ was checked by `post_send`.
+            Ok(unsafe { batch.complete() }.map(drop))
+        })
+    }
+
+    /// Writes `buf[range]` into `remote` (`IBV_WR_RDMA_WRITE`, signalled).
+    pub fn write<B: IoBuf>(&self, buf: B, range: Range<usize>, remote: RemoteBuf) -> Op<B> {
+        self.post_send(buf, move |qp, id, buf| {
+            let sge = buf.region().sge(range)?;
+            let mut batch = qp.batch();
+            batch.wr(id).signaled().rdma_write(remote).sge(sge)?;
+            // SAFETY: as in `send`.
+            Ok(unsafe { batch.complete() }.map(drop))
+        })
+    }
+
+    /// Reads `remote` into `buf[range]` (`IBV_WR_RDMA_READ`, signalled).
+    pub fn read<B: IoBufMut>(&self, buf: B, range: Range<usize>, remote: RemoteBuf) -> Op<B> {
+        self.post_send(buf, move |qp, id, buf| {
+            let sge = buf.region_mut().sge_mut(range)?;
+            let mut batch = qp.batch();
+            batch.wr(id).signaled().rdma_read(remote).sge(sge)?;
+            // SAFETY: as in `send`; the region is owned by value
+            // (`IoBufMut`): nothing else reads or writes it.
+            Ok(unsafe { batch.complete() }.map(drop))
+        })
+    }
+
+    /// Posts a receive into `buf[range]` (`ibv_post_recv`).
+    pub fn recv<B: IoBufMut>(&self, buf: B, range: Range<usize>) -> Op<B> {
+        let mut inner = self.0.lock();
+        if let Err(e) = inner.room(true) {
+            return Op::refused(self, e, buf);
+        }
+        let id = inner.take_id();
+        let posted = buf.region().sge(range).and_then(|sge| {
+            // SAFETY: as in `send`; the region is owned by value
+            // (`IoBufMut`): nothing else reads or writes it until the
+            // receive's completion, flush, or the QP's reset or destroy.
+            // The id is below 2^63. Not inside a poll callback.
+            unsafe { inner.qp_mut().post_recv(id, &[sge]) }
+        });
+        // ibv_post_recv posts none of a list it fails on.
+        match posted {
+            Ok(()) => Op::posted(self, &mut inner, id, true, buf),
+            Err(e) => Op::refused(self, e, buf),
+        }
+    }
+
+    /// How many of its operations' work requests the device may still be
+    /// using (posted, not yet known done): their regions are held, whether
+    /// or not their futures live.
+    pub fn in_flight(&self) -> usize {
+        self.0
+            .lock()
+            .table
+            .values()
+            .filter(|e| e.result.is_none())
+            .count()
+    }
+
+    /// Polls the CQs without waiting and hands what came to the operations
+    /// (the regions of dropped ones are dropped); returns how many
+    /// completions it took. Operations awaited do this themselves.
+    pub fn poll(&self) -> Result<usize> {
+        self.0.lock().progress(self.0.qp_num)
+    }
+
+    /// Moves the QP to ERR: its work requests in flight complete as
+    /// flushed ([`WcStatus::WR_FLUSH_ERR`]), which the operations (or
+    /// [`poll`](Self::poll)) then hand back.
+    pub fn to_error(&self) -> Result<()> {
+        self.0.lock().qp().to_error()
+    }
+
+    /// Moves the QP to RESET (from which it can be connected again with
+    /// [`with_qp`](Self::with_qp)): the device runs none of its work
+    /// requests after that, so every operation in flight ends at once,
+    /// with [`Error::WorkCompletion`] of status
+    /// [`WcStatus::WR_FLUSH_ERR`], and the regions of dropped ones are
+    /// dropped.
+    pub fn reset(&self) -> Result<()> {
+        let mut inner = self.0.lock();
+        inner.qp().reset()?;
+        inner.end_all(self.0.qp_num);
+        inner.broken = None;
+        Ok(())
+    }
+
+    /// The completions polled that named no operation of this QP (another
+    /// QP's on the same CQ, or late ones of work requests a reset ended).
+    pub fn take_stray(&self) -> Vec<WorkCompletion> {
+        std::mem::take(&mut self.0.lock().stray)
+    }
+
+    /// Posts one work request on the send queue: `build` builds and
+    /// completes it. Its outer error means nothing was posted; its inner
+    /// one is that of `ibv_wr_complete`, after which the work request may
+    /// have been posted.
+    fn post_send<B: IoBuf>(
+        &self,
+        buf: B,
+        build: impl FnOnce(&mut QpEx<Rc>, u64, &mut B) -> Result<Result<()>>,
+    ) -> Op<B> {
+        let mut inner = self.0.lock();
+        if let Err(e) = inner.room(false) {
+            return Op::refused(self, e, buf);
+        }
+        let id = inner.take_id();
+        let mut buf = buf;
+        match build(inner.qp_mut(), id, &mut buf) {
+            Err(e) | Ok(Err(e @ Error::SendQueueFull { .. })) => Op::refused(self, e, buf),
+            Ok(Ok(())) => Op::posted(self, &mut inner, id, false, buf),
+            Ok(Err(e)) => {
+                // Maybe posted: held until the QP is reset.
+                let op = Op::posted(self, &mut inner, id, false, buf);
+                inner.stop(self.0.qp_num);
+                if let Some(entry) = inner.table.get_mut(&id) {
+                    if entry.result.is_some() {
+                        entry.result = Some(Err(e));
+                    }
+                }
+                op
+            }
+        }
+    }
+}
+
+impl Shared {
+    pub(super) fn lock(&self) -> MutexGuard<'_, Inner> {
+        // Every update is complete before anything that can panic.
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl Inner {
+    fn qp(&self) -> &QpEx<Rc> {
+        self.qp
+            .as_ref()
+            .expect("the QP lives as long as the AsyncQp")
+    }
+
+    fn qp_mut(&mut self) -> &mut QpEx<Rc> {
+        self.qp
+            .as_mut()
+            .expect("the QP lives as long as the AsyncQp")
+    }
+
+    /// Takes in the region of a work request just posted.
+    pub(super) fn insert(&mut self, id: u64, recv: bool, buf: Box<dyn Any + Send>) {
+        self.table.insert(
+            id,
+            Entry {
+                buf,
+                recv,
+                result: None,
+                waker: None,
+                abandoned: false,
+            },
+        );
+        if recv {
+            self.recvs += 1;
+        } else {
+            self.sends += 1;
+        }
+    }
+
+    fn take_id(&mut self) -> u64 {
+        let id = self.next_id;
+        self.next_id = ID_BIT | id.wrapping_add(1);
+        id
+    }
+
+    /// Refuses a work request its queue or its CQ has no room for.
+    fn room(&self, recv: bool) -> Result<()> {
+        if let Some(why) = &self.broken {
+            return Err(Error::InvalidArgument(format!(
+                "QP {:#x} is stopped: {why}",
+                self.qp().qp_num()
+            )));
+        }
+        let caps = self.qp().caps();
+        if !recv && self.sends >= caps.max_send_wr {
+            return Err(Error::SendQueueFull {
+                batch: 1,
+                depth: caps.max_send_wr,
+            });
+        }
+        if recv && self.recvs >= caps.max_recv_wr {
+            return Err(Error::OutOfRange {
+                what: "receives in flight",
+                value: u64::from(self.recvs) + 1,
+                limit: format!("at most max_recv_wr ({})", caps.max_recv_wr),
+            });
+        }
+        let (on_cq, cq) = match (&self.recv_cq, recv) {
+            (None, _) => (self.sends + self.recvs, &self.send_cq),
+            (Some(_), false) => (self.sends, &self.send_cq),
+            (Some(rcq), true) => (self.recvs, rcq),
+        };
+        if on_cq >= cq.capacity() {
+            return Err(Error::OutOfRange {
+                what: "completions in flight on the CQ",
+                value: u64::from(on_cq) + 1,
+                limit: format!("at most its capacity ({})", cq.capacity()),
+            });
+        }
+        Ok(())
+    }
+
+    /// Polls both CQs dry and hands each completion to its operation.
+    /// On a failed poll the QP is stopped.
+    pub(super) fn progress(&mut self, qp_num: u32) -> Result<usize> {
+        let mut wcs = Vec::new();
+        let polled = poll_dry(&mut self.send_cq, &mut wcs).and_then(|()| match &mut self.recv_cq {
+            Some(cq) => poll_dry(cq, &mut wcs),
+            None => Ok(()),
+        });
+        let n = wcs.len();
+        for wc in wcs {
+            self.dispatch(wc, qp_num);
+        }
+        if let Err(e) = polled {
+            self.stop(qp_num);
+            return Err(e);
+        }
+        Ok(n)
+    }
+
+    fn dispatch(&mut self, wc: WorkCompletion, qp_num: u32) {
+        let entry = match self.table.get_mut(&wc.wr_id) {
+            Some(entry) if wc.qp_num == qp_num && entry.result.is_none() => entry,
+            _ => return self.stray.push(wc),
+        };
+        if entry.recv {
+            self.recvs -= 1;
+        } else {
+            self.sends -= 1;
+        }
+        if entry.abandoned {
+            // The device is done: the dropped operation's region goes.
+            self.table.remove(&wc.wr_id);
+            return;
+        }
+        entry.result = Some(wc.ok());
+        if let Some(waker) = entry.waker.take() {
+            waker.wake();
+        }
+    }
+
+    /// The device's progress is unknown (a poll or a post failed): moves
+    /// the QP to RESET, after which it runs nothing, and ends every
+    /// operation; when even that fails, the regions stay held.
+    pub(super) fn stop(&mut self, qp_num: u32) {
+        match self.qp().reset() {
+            Ok(()) => self.end_all(qp_num),
+            Err(e) => self.broken = Some(format!("a poll or post failed, then RESET: {e}")),
+        }
+    }
+
+    /// Arms both CQs and polls them again: after an event was taken by
+    /// one operation, the others' completions either come now or raise a
+    /// new event.
+    pub(super) fn rearm(&mut self, qp_num: u32) {
+        let armed = self.send_cq.req_notify(false).is_ok()
+            & self
+                .recv_cq
+                .as_mut()
+                .map_or(true, |cq| cq.req_notify(false).is_ok());
+        if armed {
+            let _ = self.progress(qp_num);
+        }
+    }
+
+    /// Ends every operation in flight as flushed (after a RESET).
+    fn end_all(&mut self, qp_num: u32) {
+        self.sends = 0;
+        self.recvs = 0;
+        self.table
+            .retain(|_, e| !(e.abandoned && e.result.is_none()));
+        for (&wr_id, entry) in &mut self.table {
+            if entry.result.is_none() {
+                entry.result = Some(Err(Error::WorkCompletion {
+                    wr_id,
+                    qp_num,
+                    status: WcStatus::WR_FLUSH_ERR,
+                    vendor_err: 0,
+                }));
+                if let Some(waker) = entry.waker.take() {
+                    waker.wake();
+                }
+            }
+        }
+    }
+
+    /// The CQ an operation's completion comes to.
+    pub(super) fn cq_of(&mut self, recv: bool) -> &mut CompletionQueue {
+        match (&mut self.recv_cq, recv) {
+            (Some(cq), true) => cq,
+            _ => &mut self.send_cq,
+        }
+    }
+}
+
+/// Polls `cq` until it is empty, into `out`.
+fn poll_dry(cq: &mut CompletionQueue, out: &mut Vec<WorkCompletion>) -> Result<()> {
+    while cq.poll_into(out, POLL_BATCH)? == POLL_BATCH {}
+    Ok(())
+}
+
+impl fmt::Debug for AsyncQp {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let inner = self.0.lock();
+        f.debug_struct("AsyncQp")
+            .field("qp_num", &format_args!("{:#x}", self.0.qp_num))
+            .field("operations", &inner.table.len())
+            .finish()
+    }
+}

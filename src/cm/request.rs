@@ -1,0 +1,111 @@
+//! A peer's connect request: accept or reject.
+
+use super::event::CmEventKind;
+use super::id::{show, CmId};
+use super::param::{ConnParam, MAX_ACCEPT_PRIVATE_DATA, MAX_REJECT_PRIVATE_DATA};
+use crate::error::{Error, Result};
+use crate::ffi::cm;
+use crate::qp::{QpEx, Rc};
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+/// A peer's request to connect (`RDMA_CM_EVENT_CONNECT_REQUEST`), with the
+/// new id it came with: [`accept`](Self::accept) or
+/// [`reject`](Self::reject) it. Dropped undecided, its id is destroyed,
+/// which rejects it.
+#[derive(Debug)]
+pub struct ConnectRequest {
+    id: CmId,
+    private_data: Vec<u8>,
+    responder_resources: u8,
+    initiator_depth: u8,
+}
+
+impl ConnectRequest {
+    pub(crate) fn new(id: CmId, private_data: Vec<u8>, conn: &cm::rdma_conn_param) -> Self {
+        ConnectRequest {
+            id,
+            private_data,
+            responder_resources: conn.responder_resources,
+            initiator_depth: conn.initiator_depth,
+        }
+    }
+
+    /// The new id: its [`context`](CmId::context) is the device to make
+    /// the connection's PD, CQs, MRs and QP on.
+    pub fn id(&self) -> &CmId {
+        &self.id
+    }
+
+    /// The private data of the request (up to 56 bytes, zero-padded).
+    pub fn private_data(&self) -> &[u8] {
+        &self.private_data
+    }
+
+    /// The RDMA reads the peer accepts at once (its responder resources).
+    pub fn peer_responder_resources(&self) -> u8 {
+        self.responder_resources
+    }
+
+    /// The RDMA reads the peer issues at once (its initiator depth).
+    pub fn peer_initiator_depth(&self) -> u8 {
+        self.initiator_depth
+    }
+
+    /// Accepts with `qp` (on the id's device, in RESET or INIT): moves it
+    /// to RTR and RTS with the CM's attributes, answers the peer
+    /// (`rdma_accept(3)`) and waits up to `timeout` for
+    /// `RDMA_CM_EVENT_ESTABLISHED`. Returns the connected id.
+    pub fn accept(self, qp: &QpEx<Rc>, param: &ConnParam, timeout: Duration) -> Result<CmId> {
+        param.check(MAX_ACCEPT_PRIVATE_DATA, "rdma_accept")?;
+        let id = self.id;
+        id.check_qp(qp)?;
+        let what = format!("rdma_accept from {}", show(id.peer_addr()));
+        let result = (|| {
+            id.init_if_reset(qp)?;
+            id.to_rts(qp, param)?;
+            let mut raw = param.to_raw(qp.qp_num());
+            // SAFETY: the id is live; `raw` and its private data are valid
+            // for the call.
+            let rc = unsafe { cm::rdma_accept(id.raw(), &mut raw) };
+            if rc != 0 {
+                return Err(Error::last_os("rdma_accept", what.clone()));
+            }
+            id.expect(CmEventKind::Established, &what, timeout)
+        })();
+        match result {
+            Ok(_) => {
+                id.connected.store(true, Ordering::Relaxed);
+                Ok(id)
+            }
+            Err(e) => {
+                let _ = qp.to_error();
+                Err(e)
+            }
+        }
+    }
+
+    /// Rejects the request (`rdma_reject(3)`) with up to
+    /// [`MAX_REJECT_PRIVATE_DATA`] bytes of private data for the peer.
+    pub fn reject(self, private_data: &[u8]) -> Result<()> {
+        if private_data.len() > MAX_REJECT_PRIVATE_DATA {
+            return Err(Error::OutOfRange {
+                what: "rdma_cm private data length",
+                value: private_data.len() as u64,
+                limit: format!("at most {MAX_REJECT_PRIVATE_DATA} bytes on rdma_reject"),
+            });
+        }
+        // SAFETY: the id is live; the data is valid for the call.
+        let rc = unsafe {
+            cm::rdma_reject(
+                self.id.raw(),
+                private_data.as_ptr().cast(),
+                private_data.len() as u8,
+            )
+        };
+        if rc != 0 {
+            return Err(Error::last_os("rdma_reject", format!("{:?}", self.id)));
+        }
+        Ok(())
+    }
+}

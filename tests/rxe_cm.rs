@@ -1,0 +1,625 @@
+//! rdma_cm on a real RDMA device (soft-RoCE in the test guest, with the
+//! `rdma_ucm` module loaded): connect and accept with private data, data
+//! over the connected QP checked byte for byte, reject, timeouts,
+//! disconnect events, the drop of a connected id, the event channel's fd,
+//! RoCE GID selection and its errors; and rdma-core's `rping` against this
+//! crate's `rping` example, both ways.
+//!
+//! The address to use is `MLX5DV_TEST_CM_ADDR`, else the guest's
+//! (`MLX5DV_VM_ADDR`), else the IPv4 address of the device's first RoCE v2
+//! GID. Run by `scripts/test` in the guest with `MLX5DV_TEST_DEVICE=rxe0`
+//! (built with `--features rdma-cm`); without that variable the tests are
+//! ignored, and fail if forced to run.
+
+#![cfg(feature = "rdma-cm")]
+#![allow(clippy::undocumented_unsafe_blocks)]
+
+mod support;
+
+use mlx5dv::cm::{CmId, ConnParam, EventChannel};
+use mlx5dv::*;
+use std::net::{IpAddr, SocketAddr};
+use std::os::fd::AsFd;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
+use support::rig;
+
+const T: Duration = Duration::from_secs(20);
+const LEN: usize = 4096;
+
+/// The IP address of the device under test.
+fn addr() -> IpAddr {
+    for var in ["MLX5DV_TEST_CM_ADDR", "MLX5DV_VM_ADDR"] {
+        if let Ok(a) = std::env::var(var) {
+            return a
+                .parse()
+                .unwrap_or_else(|_| panic!("{var}={a:?} is no IP address"));
+        }
+    }
+    let ctx = rig::open();
+    ctx.gid_table()
+        .expect("GID table")
+        .iter()
+        .filter(|e| e.gid_type == GidType::RoceV2)
+        .find_map(|e| std::net::Ipv6Addr::from(e.gid.0).to_ipv4_mapped())
+        .map(IpAddr::V4)
+        .expect("no IPv4 RoCE v2 GID on the device: set MLX5DV_TEST_CM_ADDR")
+}
+
+fn at(port: u16) -> SocketAddr {
+    SocketAddr::new(addr(), port)
+}
+
+/// A connection's verbs objects on an id's device; the QP drops before
+/// the region (field order).
+struct Side {
+    qp: QpEx<Rc>,
+    send_cq: CompletionQueue,
+    recv_cq: CompletionQueue,
+    mr: MemoryRegion,
+}
+
+fn side(id: &CmId) -> Side {
+    let ctx = id.context().expect("context of the id");
+    let pd = ProtectionDomain::new(&ctx).expect("PD");
+    let send_cq = CompletionQueue::new(&ctx, 64).expect("send CQ");
+    let recv_cq = CompletionQueue::new(&ctx, 64).expect("recv CQ");
+    let qp = QpBuilder::rc(&pd, &send_cq, &recv_cq)
+        .build()
+        .expect("RC QP");
+    let mr = MemoryRegion::new(&pd, LEN, rig::access_all()).expect("MR");
+    Side {
+        qp,
+        send_cq,
+        recv_cq,
+        mr,
+    }
+}
+
+/// A listener on `port`, bound before any client starts.
+fn listener(port: u16) -> CmId {
+    let l = CmId::new().expect("listening id");
+    l.listen(at(port), 8).expect("rdma_listen");
+    l
+}
+
+/// An active id with its route resolved to `port`.
+fn resolved(port: u16) -> CmId {
+    let id = CmId::new().expect("active id");
+    id.resolve_addr(None, at(port), Duration::from_secs(5))
+        .expect("rdma_resolve_addr");
+    id.resolve_route(Duration::from_secs(5))
+        .expect("rdma_resolve_route");
+    id
+}
+
+fn pattern(seed: u8) -> Vec<u8> {
+    (0..LEN)
+        .map(|i| (i as u8).wrapping_mul(31) ^ seed)
+        .collect()
+}
+
+#[test]
+#[ignore = "needs an RDMA device: set MLX5DV_TEST_DEVICE"]
+fn connect_and_accept_carry_private_data_and_the_qp_carries_data() {
+    rig::device_name();
+    let l = listener(7401);
+    let server = thread::spawn(move || {
+        let req = l.get_request(Some(T)).expect("connect request");
+        assert!(
+            req.private_data().starts_with(b"hello from the client"),
+            "{:?}",
+            req.private_data()
+        );
+        let mut s = side(req.id());
+        req.id().init_qp(&s.qp).expect("INIT before accept");
+        let sge = s.mr.sge(0..LEN).unwrap();
+        unsafe { s.qp.post_recv(7, &[sge]).expect("post_recv") };
+        let id = req
+            .accept(&s.qp, &ConnParam::new().private_data(b"welcome"), T)
+            .expect("accept");
+        assert!(id.is_connected());
+        assert_eq!(s.qp.state().unwrap(), QpState::Rts);
+        let wc = s.recv_cq.wait(1, T).expect("receive")[0];
+        assert_eq!(wc.status, WcStatus::SUCCESS);
+        assert_eq!(wc.wr_id, 7);
+        assert_eq!(wc.byte_len as usize, LEN);
+        assert_eq!(s.mr.to_vec(..).unwrap(), pattern(1), "the bytes sent");
+        // The client writes into the server's region next, then says so.
+        let sge = s.mr.sge(0..8).unwrap();
+        unsafe { s.qp.post_recv(8, &[sge]).expect("post_recv") };
+        let remote = s.mr.remote(..).unwrap();
+        (id, s, remote)
+    });
+    let id = resolved(7401);
+    let mut c = side(&id);
+    let reply = id
+        .connect(
+            &c.qp,
+            &ConnParam::new().private_data(b"hello from the client"),
+            T,
+        )
+        .expect("connect");
+    assert!(reply.starts_with(b"welcome"), "{reply:?}");
+    assert_eq!(c.qp.state().unwrap(), QpState::Rts);
+    c.mr.write_at(0, &pattern(1)).unwrap();
+    let mr = &c.mr;
+    let wcs =
+        c.qp.post_and_wait(&mut c.send_cq, T, |b| b.wr(1).send().sge(mr.sge(..)?))
+            .expect("send");
+    assert_eq!(wcs[0].status, WcStatus::SUCCESS);
+    let (sid, mut s, remote) = server.join().expect("server thread");
+    // An RDMA write into the server's memory, then a send to say it is done.
+    c.mr.write_at(0, &pattern(2)).unwrap();
+    let mr = &c.mr;
+    c.qp.post_and_wait(&mut c.send_cq, T, |b| {
+        b.wr(2).rdma_write(remote).sge(mr.sge(..)?)?;
+        b.wr(3).send().sge(mr.sge(0..8)?)
+    })
+    .expect("write and send");
+    s.recv_cq.wait(1, T).expect("the done message")[0]
+        .ok()
+        .unwrap();
+    assert_eq!(s.mr.to_vec(8..).unwrap(), pattern(2)[8..].to_vec());
+    id.disconnect().expect("disconnect");
+    sid.wait_disconnected(T)
+        .expect("the server sees the disconnect");
+    id.wait_disconnected(T)
+        .expect("the client sees its disconnect");
+    assert!(!sid.is_connected());
+}
+
+#[test]
+#[ignore = "needs an RDMA device: set MLX5DV_TEST_DEVICE"]
+fn a_rejected_request_reports_the_reason_and_private_data() {
+    rig::device_name();
+    let l = listener(7402);
+    let server = thread::spawn(move || {
+        let req = l.get_request(Some(T)).expect("connect request");
+        req.reject(b"not today").expect("reject");
+        l
+    });
+    let id = resolved(7402);
+    let c = side(&id);
+    let e = id
+        .connect(&c.qp, &ConnParam::new(), T)
+        .expect_err("a rejected connect");
+    match &e {
+        Error::Rejected {
+            reason,
+            private_data,
+            ..
+        } => {
+            assert_eq!(*reason, 28, "consumer reject: {e}");
+            assert!(private_data.starts_with(b"not today"), "{private_data:?}");
+        }
+        other => panic!("not a rejection: {other}"),
+    }
+    assert!(e.to_string().contains("rejected"), "{e}");
+    assert_eq!(c.qp.state().unwrap(), QpState::Err, "the QP is stopped");
+    drop(server.join().unwrap());
+}
+
+#[test]
+#[ignore = "needs an RDMA device: set MLX5DV_TEST_DEVICE"]
+fn dropping_an_undecided_request_rejects_it() {
+    rig::device_name();
+    let l = listener(7403);
+    let server = thread::spawn(move || {
+        drop(l.get_request(Some(T)).expect("connect request"));
+        l
+    });
+    let id = resolved(7403);
+    let c = side(&id);
+    let e = id.connect(&c.qp, &ConnParam::new(), T).unwrap_err();
+    assert!(
+        matches!(e, Error::Rejected { .. } | Error::Cm { .. }),
+        "{e}"
+    );
+    drop(server.join().unwrap());
+}
+
+#[test]
+#[ignore = "needs an RDMA device: set MLX5DV_TEST_DEVICE"]
+fn connecting_where_nothing_listens_is_refused() {
+    rig::device_name();
+    let id = resolved(7499);
+    let c = side(&id);
+    let e = id.connect(&c.qp, &ConnParam::new(), T).unwrap_err();
+    match &e {
+        Error::Rejected { reason, .. } => {
+            assert_eq!(*reason, 8, "invalid service id: {e}");
+            assert!(e.to_string().contains("nothing listens"), "{e}");
+        }
+        Error::Cm { event, .. } => assert_eq!(*event, "RDMA_CM_EVENT_UNREACHABLE", "{e}"),
+        other => panic!("{other}"),
+    }
+}
+
+#[test]
+#[ignore = "needs an RDMA device: set MLX5DV_TEST_DEVICE"]
+fn waits_time_out() {
+    rig::device_name();
+    let l = listener(7404);
+    let start = Instant::now();
+    let e = l.get_request(Some(Duration::from_millis(300))).unwrap_err();
+    assert!(matches!(e, Error::Timeout { .. }), "{e}");
+    assert!(start.elapsed() >= Duration::from_millis(300));
+    assert!(start.elapsed() < Duration::from_secs(5));
+    assert!(l.channel().try_get_event().unwrap().is_none());
+    let e = l.wait_disconnected(Duration::from_millis(100)).unwrap_err();
+    assert!(matches!(e, Error::Timeout { .. }), "{e}");
+
+    // An address in the subnet that nobody has: resolution fails (the
+    // neighbour never answers) within its timeout and a second.
+    let ip = match addr() {
+        IpAddr::V4(v4) => {
+            let o = v4.octets();
+            IpAddr::from([o[0], o[1], o[2], o[3].wrapping_add(100)])
+        }
+        v6 => v6,
+    };
+    let id = CmId::new().unwrap();
+    let start = Instant::now();
+    let r = id
+        .resolve_addr(None, SocketAddr::new(ip, 7404), Duration::from_millis(500))
+        .and_then(|()| id.resolve_route(Duration::from_millis(500)));
+    if let Err(e) = r {
+        assert!(matches!(e, Error::Cm { .. } | Error::Timeout { .. }), "{e}");
+    } else {
+        // rxe resolves any address of its subnet at once (no ARP needed
+        // for the route); connecting then finds no one.
+        let c = side(&id);
+        let e = id
+            .connect(&c.qp, &ConnParam::new(), Duration::from_secs(30))
+            .unwrap_err();
+        assert!(
+            matches!(
+                e,
+                Error::Cm { .. } | Error::Timeout { .. } | Error::Rejected { .. }
+            ),
+            "{e}"
+        );
+    }
+    assert!(start.elapsed() < Duration::from_secs(60));
+}
+
+#[test]
+#[ignore = "needs an RDMA device: set MLX5DV_TEST_DEVICE"]
+fn dropping_a_connected_id_disconnects_the_peer() {
+    rig::device_name();
+    let l = listener(7405);
+    let server = thread::spawn(move || {
+        let req = l.get_request(Some(T)).expect("connect request");
+        let s = side(req.id());
+        let id = req.accept(&s.qp, &ConnParam::new(), T).expect("accept");
+        id.wait_disconnected(T)
+            .expect("the client's drop disconnects");
+        drop(s);
+        drop(id);
+        l
+    });
+    let id = resolved(7405);
+    let c = side(&id);
+    id.connect(&c.qp, &ConnParam::new(), T).expect("connect");
+    // The id's handle goes first; its QP, PD and context (which keep the
+    // rdma_cm id itself alive) after.
+    drop(id);
+    drop(server.join().unwrap());
+    drop(c);
+}
+
+#[test]
+#[ignore = "needs an RDMA device: set MLX5DV_TEST_DEVICE"]
+fn one_channel_serves_many_ids_and_its_fd_polls_readable() {
+    rig::device_name();
+    let ch = EventChannel::new().unwrap();
+    let l = CmId::with_channel(&ch).unwrap();
+    l.listen(at(7406), 8).unwrap();
+    let a = CmId::with_channel(&ch).unwrap();
+    // a's address resolution reports on the same channel; the listener's
+    // blocking wait would keep it for a.
+    a.resolve_addr(None, at(7406), Duration::from_secs(5))
+        .unwrap();
+    a.resolve_route(Duration::from_secs(5)).unwrap();
+    let client = thread::spawn(move || {
+        let c = side(&a);
+        let r = a.connect(&c.qp, &ConnParam::new().private_data(b"x"), T);
+        (a, c, r)
+    });
+    // Wait for the fd, as an event loop would, then take the request.
+    let mut pfd = libc::pollfd {
+        fd: std::os::fd::AsRawFd::as_raw_fd(&ch.as_fd()),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    let ready = unsafe { libc::poll(&mut pfd, 1, 20_000) };
+    assert_eq!(ready, 1, "the channel's fd turns readable");
+    let req = l.get_request(Some(T)).expect("the request");
+    assert_eq!(req.private_data()[0], b'x');
+    let s = side(req.id());
+    let sid = req.accept(&s.qp, &ConnParam::new(), T).expect("accept");
+    let (a, _c, r) = client.join().unwrap();
+    r.expect("connect");
+    assert_ne!(a.key(), l.key());
+    drop(sid);
+    a.wait_disconnected(T).expect("the peer's drop disconnects");
+}
+
+#[test]
+#[ignore = "needs an RDMA device: set MLX5DV_TEST_DEVICE"]
+fn bad_input_is_refused_before_any_c_call() {
+    rig::device_name();
+    let id = CmId::new().unwrap();
+    let e = id.context().unwrap_err();
+    assert!(e.to_string().contains("resolve an address first"), "{e}");
+    let id = resolved(7407);
+    let c = side(&id);
+    let e = id
+        .connect(&c.qp, &ConnParam::new().private_data(&[0; 57]), T)
+        .unwrap_err();
+    assert!(matches!(e, Error::OutOfRange { .. }), "{e}");
+    let e = id
+        .connect(&c.qp, &ConnParam::new().retry_count(8), T)
+        .unwrap_err();
+    assert!(matches!(e, Error::OutOfRange { .. }), "{e}");
+    assert_eq!(c.qp.state().unwrap(), QpState::Reset, "the QP is untouched");
+}
+
+// ---- rdma-core's rping against the example ----
+
+fn example(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("current_exe");
+    let profile = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .expect("test executable in target/<profile>/deps");
+    let path = profile.join("examples").join(name);
+    assert!(
+        path.exists(),
+        "{} is missing: build the examples first (cargo build --features rdma-cm --examples)",
+        path.display()
+    );
+    path
+}
+
+/// Runs `server` and, once it listens, `client`; returns both outputs.
+fn pair(server: &mut Command, client: &mut Command) -> (String, String) {
+    let srv = server
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start {server:?}: {e} (rdmacm-utils installed?)"));
+    let mut client_out = None;
+    for _ in 0..30 {
+        thread::sleep(Duration::from_millis(500));
+        let out = client.output().expect("client");
+        if out.status.success() {
+            client_out = Some(out);
+            break;
+        }
+        let text = String::from_utf8_lossy(&out.stderr).into_owned();
+        // Retry only while the server is not listening yet.
+        if !(text.contains("REJECTED") || text.contains("rejected") || text.contains("UNREACHABLE"))
+        {
+            panic!(
+                "{client:?} failed: {text}{}",
+                String::from_utf8_lossy(&out.stdout)
+            );
+        }
+    }
+    let client_out = client_out.unwrap_or_else(|| panic!("{client:?} never connected"));
+    let srv = srv.wait_with_output().expect("server");
+    let s = format!(
+        "{}{}",
+        String::from_utf8_lossy(&srv.stdout),
+        String::from_utf8_lossy(&srv.stderr)
+    );
+    assert!(srv.status.success(), "{server:?} failed: {s}");
+    (s, String::from_utf8_lossy(&client_out.stdout).into_owned())
+}
+
+fn check_pings(out: &str, prefix: &str, count: usize) {
+    for ping in 0..count {
+        let line = format!("{prefix}rdma-ping-{ping}: ");
+        assert!(out.contains(&line), "no {line:?} in {out}");
+    }
+}
+
+#[test]
+#[ignore = "needs an RDMA device: set MLX5DV_TEST_DEVICE"]
+fn rping_example_client_against_rdma_core_rping_server() {
+    rig::device_name();
+    let a = addr().to_string();
+    let (server, client) = pair(
+        Command::new("rping").args(["-s", "-v", "-S", "100", "-a", &a, "-p", "7410"]),
+        Command::new(example("rping")).args([
+            "-c", "-v", "-V", "-C", "10", "-S", "100", "-a", &a, "-p", "7410",
+        ]),
+    );
+    check_pings(&client, "ping data: ", 10);
+    check_pings(&server, "server ping data: ", 10);
+}
+
+#[test]
+#[ignore = "needs an RDMA device: set MLX5DV_TEST_DEVICE"]
+fn rdma_core_rping_client_against_rping_example_server() {
+    rig::device_name();
+    let a = addr().to_string();
+    let (server, client) = pair(
+        Command::new(example("rping"))
+            .args(["-s", "-v", "-V", "-S", "100", "-a", &a, "-p", "7411"]),
+        Command::new("rping").args([
+            "-c", "-v", "-V", "-C", "10", "-S", "100", "-a", &a, "-p", "7411",
+        ]),
+    );
+    check_pings(&client, "ping data: ", 10);
+    check_pings(&server, "server ping data: ", 10);
+}
+
+// ---- RoCE addressing (no rdma_cm: the out-of-band connect path) ----
+
+/// The interface the device sits on (`MLX5DV_VM_NETDEV`, else `eth0`).
+fn netdev() -> String {
+    std::env::var("MLX5DV_TEST_NETDEV")
+        .or_else(|_| std::env::var("MLX5DV_VM_NETDEV"))
+        .unwrap_or_else(|_| "eth0".into())
+}
+
+#[test]
+#[ignore = "needs an RDMA device: set MLX5DV_TEST_DEVICE"]
+fn roce_gids_are_chosen_by_address_and_netdev() {
+    let ctx = rig::open();
+    if ctx.query_port(1).unwrap().link_layer != LinkLayer::Ethernet {
+        assert_eq!(ctx.default_gid_index(1).unwrap(), None, "no GID on IB");
+        return;
+    }
+    let ip = addr();
+    let by_ip = ctx
+        .gid_index_for_ip(1, ip, GidType::RoceV2)
+        .expect("the RoCE v2 GID of the device's address");
+    let gid = ctx.gid(1, u32::from(by_ip)).unwrap();
+    assert_eq!(gid.to_string(), format!("::ffff:{ip}"));
+    assert_eq!(ctx.default_gid_index(1).unwrap(), Some(by_ip));
+    assert_eq!(
+        ctx.gid_index_for_netdev(1, &netdev(), GidType::RoceV2)
+            .unwrap(),
+        by_ip
+    );
+    // RoCE v1 entries exist for the same address on rxe; v2 is the default.
+    if let Ok(v1) = ctx.gid_index_for_ip(1, ip, GidType::RoceV1) {
+        assert_ne!(v1, by_ip);
+    }
+
+    let e = ctx
+        .gid_index_for_ip(1, "192.0.2.77".parse().unwrap(), GidType::RoceV2)
+        .unwrap_err();
+    let text = e.to_string();
+    assert!(text.contains("ip addr add"), "{text}");
+    assert!(
+        text.contains(&format!("::ffff:{ip}")),
+        "lists the table: {text}"
+    );
+    let e = ctx
+        .gid_index_for_netdev(1, "nosuchif0", GidType::RoceV2)
+        .unwrap_err();
+    assert!(e.to_string().contains("nosuchif0"), "{e}");
+    let e = ctx
+        .gid_index_for_netdev(1, "lo", GidType::RoceV2)
+        .unwrap_err();
+    assert!(e.to_string().contains("rdma link"), "{e}");
+}
+
+#[test]
+#[ignore = "needs an RDMA device: set MLX5DV_TEST_DEVICE"]
+fn a_roce_connection_without_a_gid_is_refused_with_the_fix() {
+    let ctx = rig::open();
+    if ctx.query_port(1).unwrap().link_layer != LinkLayer::Ethernet {
+        return;
+    }
+    let pd = ProtectionDomain::new(&ctx).unwrap();
+    let a = rig::side(&ctx, &pd, QpCaps::default(), SendOps::rc_default());
+    let b = rig::side(&ctx, &pd, QpCaps::default(), SendOps::rc_default());
+    let no_gid = rig::connect_options(&ctx).gid_index(None);
+    for e in [
+        a.qp.endpoint(1, &no_gid).unwrap_err(),
+        a.qp.connect(
+            &Endpoint {
+                qpn: b.qp.qp_num(),
+                psn: 2,
+                lid: 0,
+                gid: Gid::default(),
+            },
+            1,
+            &no_gid,
+        )
+        .unwrap_err(),
+    ] {
+        let text = e.to_string();
+        assert!(matches!(e, Error::InvalidArgument(_)), "{text}");
+        assert!(text.contains("is RoCE"), "{text}");
+        assert!(text.contains("ConnectOptions::gid_index"), "{text}");
+        assert!(text.contains("default_gid_index gives"), "{text}");
+    }
+    assert_eq!(
+        a.qp.state().unwrap(),
+        QpState::Reset,
+        "refused before any change"
+    );
+}
+
+#[test]
+#[ignore = "needs an RDMA device: set MLX5DV_TEST_DEVICE"]
+fn the_psn_is_given_once_and_the_path_options_reach_the_qp() {
+    let ctx = rig::open();
+    let pd = ProtectionDomain::new(&ctx).unwrap();
+    let mut a = rig::side(&ctx, &pd, QpCaps::default(), SendOps::rc_default());
+    let b = rig::side(&ctx, &pd, QpCaps::default(), SendOps::rc_default());
+    let opts = rig::connect_options(&ctx)
+        .traffic_class(96)
+        .flow_label(0x12345)
+        .hop_limit(9);
+
+    // connect_to needs an endpoint first; connect refuses another PSN.
+    let eb = b.qp.endpoint(0x200, &opts).unwrap();
+    let e = a.qp.connect_to(&eb, &opts).unwrap_err();
+    assert!(e.to_string().contains("endpoint("), "{e}");
+    let ea = a.qp.endpoint(0x100, &opts).unwrap();
+    let e = a.qp.connect(&eb, 0x101, &opts).unwrap_err();
+    assert!(e.to_string().contains("differs"), "{e}");
+    assert_eq!(a.qp.state().unwrap(), QpState::Reset);
+    let e =
+        a.qp.connect_to(&eb, &opts.flow_label(0x10_0000))
+            .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::OutOfRange {
+                what: "flow_label",
+                ..
+            }
+        ),
+        "{e}"
+    );
+
+    // The endpoints travel in their byte form.
+    let eb = Endpoint::from_bytes(&eb.to_bytes()).unwrap();
+    let ea = Endpoint::from_bytes(&ea.to_bytes()).unwrap();
+    a.qp.connect_to(&eb, &opts).expect("connect A");
+    b.qp.connect_to(&ea, &opts).expect("connect B");
+
+    let mut attr = ffi::ibv_qp_attr::default();
+    let mut init = ffi::ibv_qp_init_attr::default();
+    let rc = unsafe {
+        ffi::ibv_query_qp(
+            a.qp.as_ptr(),
+            &mut attr,
+            (ffi::IBV_QP_AV | ffi::IBV_QP_SQ_PSN | ffi::IBV_QP_RQ_PSN) as i32,
+            &mut init,
+        )
+    };
+    assert_eq!(rc, 0, "ibv_query_qp");
+    assert_eq!(attr.sq_psn, 0x100, "A sends from the PSN its endpoint gave");
+    assert_eq!(attr.rq_psn, 0x200, "and expects B's");
+    if opts.gid_index.is_some() {
+        assert_eq!(attr.ah_attr.is_global, 1);
+        assert_eq!(attr.ah_attr.grh.traffic_class, 96);
+        assert_eq!(attr.ah_attr.grh.flow_label, 0x12345);
+        // On RoCE the kernel takes the hop limit from the IP route.
+        if ctx.query_port(1).unwrap().link_layer != LinkLayer::Ethernet {
+            assert_eq!(attr.ah_attr.grh.hop_limit, 9);
+        }
+    }
+
+    // And the connection carries data.
+    a.mr.write_at(0, b"over the connect_to path").unwrap();
+    let remote = b.mr.remote(0..24).unwrap();
+    let mr = &a.mr;
+    a.qp.post_and_wait(&mut a.send_cq, T, |w| {
+        w.wr(1).rdma_write(remote).sge(mr.sge(0..24)?)
+    })
+    .expect("write");
+    assert_eq!(b.mr.to_vec(0..24).unwrap(), b"over the connect_to path");
+}
