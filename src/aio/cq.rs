@@ -37,8 +37,13 @@ impl CompletionQueue {
         let key = self.raw_cq().as_ptr() as usize;
         let mut out = Vec::new();
         loop {
-            if self.poll_or_arm(max, |wc| out.push(WorkCompletion::from(wc)))? > 0 {
-                return Ok(out);
+            match self.poll_or_arm(max, |wc| out.push(WorkCompletion::from(wc))) {
+                Ok(0) => {}
+                Ok(_) => return Ok(out),
+                // A poll that failed after handing some over: those are
+                // returned (the error comes again with the next poll).
+                Err(_) if !out.is_empty() => return Ok(out),
+                Err(e) => return Err(e),
             }
             channel.clone().cq_event(key).await?;
         }

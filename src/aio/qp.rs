@@ -319,8 +319,13 @@ impl AsyncQp {
         }
         let id = inner.take_id();
         let mut buf = buf;
+        // A full queue refused by `ibv_wr_complete` posted nothing only on
+        // a provider that rolls the batch back (mlx5); elsewhere it is
+        // "maybe posted", as any other error of it.
+        let rolls_back = inner.qp().pd().context().is_mlx5();
         match build(inner.qp_mut(), id, &mut buf) {
-            Err(e) | Ok(Err(e @ Error::SendQueueFull { .. })) => Op::refused(self, e, buf),
+            Err(e) => Op::refused(self, e, buf),
+            Ok(Err(e @ Error::SendQueueFull { .. })) if rolls_back => Op::refused(self, e, buf),
             Ok(Ok(())) => Op::posted(self, &mut inner, id, false, buf),
             Ok(Err(e)) => {
                 // Maybe posted: held until the QP is reset.
