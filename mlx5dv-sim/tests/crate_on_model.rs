@@ -85,13 +85,11 @@ fn pair_with(ops: SendOps, mlx5_ops: Mlx5SendOps) -> Pair {
     let pd = ProtectionDomain::new(&ctx).unwrap();
     let cq = CompletionQueue::new(&ctx, 64).unwrap();
     let port = ctx.query_port(1).unwrap();
-    let opts = ConnectOptions {
-        mtu: port.active_mtu,
-        timeout: 14,
-        retry_cnt: 7,
-        rnr_retry: 7,
-        ..ConnectOptions::default()
-    };
+    let opts = ConnectOptions::default()
+        .mtu(port.active_mtu)
+        .timeout(14)
+        .retry_cnt(7)
+        .rnr_retry(7);
     let qp = || {
         QpBuilder::rc(&pd, &cq, &cq)
             .send_ops(ops)

@@ -251,9 +251,9 @@ impl Endpoint {
 /// of the RTR and RTS transitions. `Default` gives the values rdma-core's
 /// examples use.
 ///
-/// Fields will be added in later releases: start from
-/// [`ConnectOptions::default`] and chain the setters (or assign fields)
-/// rather than writing the struct out, so that code keeps compiling:
+/// Fields will be added in later releases (it is `#[non_exhaustive]`):
+/// start from [`ConnectOptions::default`] and chain the setters (or assign
+/// fields):
 ///
 /// ```
 /// use mlx5dv::{ConnectOptions, Mtu};
@@ -265,6 +265,7 @@ impl Endpoint {
 /// assert_eq!(opts.hop_limit, 64);
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ConnectOptions {
     /// The local port (from 1).
     pub port: u8,
