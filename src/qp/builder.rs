@@ -28,6 +28,20 @@ pub struct QpBuilder<'a, T: Transport> {
     _t: PhantomData<T>,
 }
 
+impl<T: Transport> std::fmt::Debug for QpBuilder<'_, T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("QpBuilder")
+            .field("transport", &T::NAME)
+            .field("caps", &self.caps)
+            .field("send_ops", &self.send_ops)
+            .field("mlx5_send_ops", &self.mlx5_ops)
+            .field("dci_streams", &self.streams)
+            .field("mlx5_create_flags", &self.mlx5_create_flags)
+            .field("sq_sig_all", &self.sq_sig_all)
+            .finish()
+    }
+}
+
 impl<'a, T: Transport> QpBuilder<'a, T> {
     fn new(
         pd: &'a ProtectionDomain,

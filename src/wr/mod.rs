@@ -504,6 +504,17 @@ impl RawDc {
     }
 }
 
+impl<T: Transport> std::fmt::Debug for WrBatch<'_, '_, T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WrBatch")
+            .field("transport", &T::NAME)
+            .field("flags", &self.state.flags)
+            .field("work_requests", &self.state.posted)
+            .field("room", &self.state.room)
+            .finish()
+    }
+}
+
 impl<T: Transport> Drop for WrBatch<'_, '_, T> {
     fn drop(&mut self) {
         // SAFETY: the batch was started and not completed (complete() does
@@ -522,6 +533,25 @@ pub struct Wr<'b, 'm, T: Transport> {
     /// The DC address (DCI batches only).
     dc: Option<RawDc>,
     _p: PhantomData<(Invariant<'m>, T)>,
+}
+
+impl<T: Transport> std::fmt::Debug for Wr<'_, '_, T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Wr")
+            .field("wr_id", &self.wr_id)
+            .field("flags", &self.flags)
+            .field("dc_address", &self.dc.is_some())
+            .finish()
+    }
+}
+
+impl<T: Transport, K> std::fmt::Debug for Op<'_, '_, T, K> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Op")
+            .field("wr", &self.wr)
+            .field("remote", &self.remote)
+            .finish()
+    }
 }
 
 impl<'b, 'm, T: Transport> Wr<'b, 'm, T> {

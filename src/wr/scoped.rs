@@ -72,6 +72,15 @@ pub struct ScopedBatch<'q, 'm, T: Transport> {
     ids: Vec<u64>,
 }
 
+impl<T: Transport> std::fmt::Debug for ScopedBatch<'_, '_, T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ScopedBatch")
+            .field("batch", &self.batch)
+            .field("ids", &self.ids)
+            .finish()
+    }
+}
+
 impl<'q, 'm, T: Transport> ScopedBatch<'q, 'm, T> {
     /// How many work requests were added so far.
     pub fn len(&self) -> u32 {
