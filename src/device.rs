@@ -209,7 +209,7 @@ impl Context {
     pub fn open_first() -> Result<Self> {
         let list = DeviceList::new()?;
         let dev = list.iter().next().ok_or_else(|| Error::DeviceNotFound {
-            name: "(any)".into(),
+            name: String::new(),
             found: "none".into(),
         })?;
         dev.open()

@@ -32,10 +32,11 @@ pub enum Error {
         what: String,
     },
 
-    /// No RDMA device has this name.
-    #[error("no RDMA device named {name:?} (found: {found})")]
+    /// No RDMA device has this name (or, with an empty name, there is no
+    /// RDMA device at all: [`Context::open_first`](crate::Context::open_first)).
+    #[error("{}", device_not_found(.name, .found))]
     DeviceNotFound {
-        /// The name asked for.
+        /// The name asked for; empty when any device would do.
         name: String,
         /// The devices that exist, comma-separated.
         found: String,
@@ -218,5 +219,41 @@ mod tests {
         assert!(check(0, "ibv_modify_qp", || unreachable!()).is_ok());
         let e = check(libc::EINVAL, "ibv_modify_qp", || "to RTR".into()).unwrap_err();
         assert_eq!(e.errno(), Some(libc::EINVAL));
+    }
+}
+
+/// The text of [`Error::DeviceNotFound`].
+fn device_not_found(name: &str, found: &str) -> String {
+    if name.is_empty() {
+        format!(
+            "no RDMA device (found: {found}): is an RDMA driver loaded, or soft-RoCE set up \
+             (rdma link add rxe0 type rxe netdev ...)?"
+        )
+    } else {
+        format!("no RDMA device named {name:?} (found: {found})")
+    }
+}
+
+#[cfg(test)]
+mod device_not_found_tests {
+    use super::Error;
+
+    #[test]
+    fn no_device_at_all_says_so_and_what_to_check() {
+        let none = Error::DeviceNotFound {
+            name: String::new(),
+            found: "none".into(),
+        };
+        let text = none.to_string();
+        assert!(text.starts_with("no RDMA device (found: none)"), "{text}");
+        assert!(text.contains("RDMA driver"), "{text}");
+        let named = Error::DeviceNotFound {
+            name: "mlx5_9".into(),
+            found: "mlx5_0, rxe0".into(),
+        };
+        assert_eq!(
+            named.to_string(),
+            "no RDMA device named \"mlx5_9\" (found: mlx5_0, rxe0)"
+        );
     }
 }
