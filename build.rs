@@ -419,8 +419,11 @@ fn generate(rdma: &RdmaCore, out_dir: &Path) {
     fail(&format!(
         "bindgen could not generate the bindings from wrapper.h: {why}; \
          is libclang installed (Debian/Ubuntu `libclang-dev`, Fedora/RHEL `clang-devel`)? \
-         Without libclang, build with `--no-default-features` or set \
-         MLX5DV_PREGENERATED=1 to use the committed bindings"
+         Without libclang, use the committed bindings: set MLX5DV_PREGENERATED=1 in \
+         the build's environment, or depend on the crate without its default \
+         `bindgen` feature (in your Cargo.toml: \
+         `mlx5dv = {{ version = \"...\", default-features = false }}`; for this crate \
+         itself: `cargo build --no-default-features`)"
     ));
 }
 
