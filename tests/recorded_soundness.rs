@@ -109,6 +109,16 @@ fn expected(wc: &Wc) -> WorkCompletion {
     }
 }
 
+/// A PD of the fixture's other context: its raw struct (kept alive with
+/// the handle) and the handle.
+fn foreign_pd(fx: &Fx) -> (Context, Box<ffi::ibv_pd>, ProtectionDomain) {
+    let other_ctx = fx.other_cq.context().clone();
+    let mut raw: Box<ffi::ibv_pd> = zeroed();
+    raw.context = other_ctx.as_ptr();
+    let pd = unsafe { ProtectionDomain::from_raw(&other_ctx, NonNull::from(&mut *raw)) };
+    (other_ctx, raw, pd)
+}
+
 fn no_violations(fx: &mut Fx) {
     let v = &fx.fcq().violations;
     assert!(v.is_empty(), "the CQ was polled out of order: {v:?}");
@@ -926,10 +936,7 @@ fn a_dc_address_whose_ah_is_of_another_context_is_refused_before_any_builder() {
     let mut fx = Fx::new();
     let src = source(&mut fx);
     let r = remote(&fx, 8);
-    let other_ctx = fx.other_cq.context().clone();
-    let mut pd2_raw: Box<ffi::ibv_pd> = zeroed();
-    pd2_raw.context = other_ctx.as_ptr();
-    let pd2 = unsafe { ProtectionDomain::from_raw(&other_ctx, NonNull::from(&mut *pd2_raw)) };
+    let (other_ctx, mut pd2_raw, pd2) = foreign_pd(&fx);
     let mut ah2_raw: Box<ffi::ibv_ah> = zeroed();
     ah2_raw.context = other_ctx.as_ptr();
     ah2_raw.pd = &mut *pd2_raw;
@@ -1208,10 +1215,7 @@ fn mkey_layouts_refuse_a_foreign_mkey_empty_entries_and_strides_past_16_bits() {
     let rw = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
     let lw = AccessFlags::LOCAL_WRITE;
     // An mkey of another device context.
-    let other_ctx = fx.other_cq.context().clone();
-    let mut pd2_raw: Box<ffi::ibv_pd> = zeroed();
-    pd2_raw.context = other_ctx.as_ptr();
-    let pd2 = unsafe { ProtectionDomain::from_raw(&other_ctx, NonNull::from(&mut *pd2_raw)) };
+    let (_other_ctx, _pd2_raw, pd2) = foreign_pd(&fx);
     let mut mk2 = Box::new(ffi::mlx5dv_mkey {
         lkey: 0x7777_0001,
         rkey: 0x7777_0002,

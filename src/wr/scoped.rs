@@ -411,18 +411,11 @@ impl<T: Transport> QpEx<T> {
                          (the move to ERR was refused: {e})"
                     ),
                 },
-                Err(e) => {
-                    // Written without a panic on a closed stderr: nothing
-                    // may unwind here.
-                    let _ = writeln!(
-                        std::io::stderr(),
-                        "mlx5dv: QP {:#x}: a scoped batch may still be running and the QP \
-                         cannot be reset ({e}); aborting, since its memory cannot be \
-                         released safely",
-                        w.qp_num
-                    );
-                    std::process::abort();
-                }
+                Err(e) => abort_with(format_args!(
+                    "QP {:#x}: a scoped batch may still be running and the QP cannot be \
+                     reset ({e}); aborting, since its memory cannot be released safely",
+                    w.qp_num
+                )),
             }
         };
         said_with(cause, &how)
@@ -485,13 +478,19 @@ struct AbortOnUnwind;
 impl Drop for AbortOnUnwind {
     #[cold]
     fn drop(&mut self) {
-        let _ = writeln!(
-            std::io::stderr(),
-            "mlx5dv: a panic inside a scoped post while its work requests may still \
-             run; aborting, since their memory cannot be released safely"
-        );
-        std::process::abort();
+        abort_with(format_args!(
+            "a panic inside a scoped post while its work requests may still run; \
+             aborting, since their memory cannot be released safely"
+        ));
     }
+}
+
+/// Says why on stderr, without a panic should stderr be closed (nothing
+/// may unwind where this is called), and aborts the process.
+#[cold]
+fn abort_with(why: std::fmt::Arguments<'_>) -> ! {
+    let _ = writeln!(std::io::stderr(), "mlx5dv: {why}");
+    std::process::abort();
 }
 
 /// `cause`, with what the scoped post did after it added to its text.
