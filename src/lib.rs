@@ -374,6 +374,8 @@ mod pd;
 mod port;
 mod qp;
 mod roce;
+#[cfg(feature = "serde")]
+mod serde_impl;
 mod srq;
 pub mod wqe;
 pub mod wr;

@@ -623,3 +623,193 @@ fn the_psn_is_given_once_and_the_path_options_reach_the_qp() {
     .expect("write");
     assert_eq!(b.mr.to_vec(0..24).unwrap(), b"over the connect_to path");
 }
+
+// ------------------------------------------------------------ async (tokio)
+
+/// A current-thread runtime: every task of a test shares one thread, so a
+/// wait that blocked instead of sleeping in the runtime would hang the
+/// test (and fail it at the timeout).
+#[cfg(feature = "tokio")]
+fn one_thread() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// The server and the client as two tasks on one thread, both ids on one
+/// event channel: each task's wait ends on its own id's event whichever
+/// task read it; the connection then carries data, checked byte for byte;
+/// the disconnect reaches both through the async waits.
+#[cfg(feature = "tokio")]
+#[test]
+#[ignore = "needs an RDMA device: set MLX5DV_TEST_DEVICE"]
+fn async_connect_and_accept_share_one_channel_and_one_thread() {
+    rig::device_name();
+    let ch = EventChannel::new().unwrap();
+    let l = CmId::with_channel(&ch).unwrap();
+    l.listen(at(7411), 8).unwrap();
+    let a = CmId::with_channel(&ch).unwrap();
+    let rt = one_thread();
+    let ((sid, mut s), mut c) = rt.block_on(async {
+        let server = async {
+            let req = l.get_request_async().await.expect("connect request");
+            assert_eq!(req.private_data()[..5], *b"async");
+            let mut s = side(req.id());
+            req.id().init_qp(&s.qp).unwrap();
+            let sge = s.mr.sge(0..LEN).unwrap();
+            unsafe { s.qp.post_recv(9, &[sge]).expect("post_recv") };
+            let id = req
+                .accept_async(&s.qp, &ConnParam::new().private_data(b"ok"))
+                .await
+                .expect("accept_async");
+            (id, s)
+        };
+        let client = async {
+            let t = Duration::from_secs(5);
+            a.resolve_addr_async(None, at(7411), t)
+                .await
+                .expect("resolve_addr_async");
+            a.resolve_route_async(t).await.expect("resolve_route_async");
+            let c = side(&a);
+            let reply = a
+                .connect_async(&c.qp, &ConnParam::new().private_data(b"async"))
+                .await
+                .expect("connect_async");
+            assert!(reply.starts_with(b"ok"), "{reply:?}");
+            c
+        };
+        let both = async { tokio::join!(server, client) };
+        tokio::time::timeout(T, both)
+            .await
+            .expect("connected within the time")
+    });
+    assert!(sid.is_connected() && a.is_connected());
+    assert_eq!(c.qp.state().unwrap(), QpState::Rts);
+    assert_eq!(s.qp.state().unwrap(), QpState::Rts);
+    c.mr.write_at(0, &pattern(9)).unwrap();
+    let mr = &c.mr;
+    let wcs =
+        c.qp.post_and_wait(&mut c.send_cq, T, |b| b.wr(1).send().sge(mr.sge(..)?))
+            .expect("send");
+    assert_eq!(wcs[0].status, WcStatus::SUCCESS);
+    let wc = s.recv_cq.wait(1, T).expect("receive")[0];
+    assert_eq!(
+        (wc.status, wc.wr_id, wc.byte_len as usize),
+        (WcStatus::SUCCESS, 9, LEN)
+    );
+    assert_eq!(s.mr.to_vec(..).unwrap(), pattern(9), "the bytes sent");
+    rt.block_on(async {
+        a.disconnect().unwrap();
+        let both =
+            async { tokio::join!(sid.wait_disconnected_async(), a.wait_disconnected_async()) };
+        let (x, y) = tokio::time::timeout(T, both)
+            .await
+            .expect("disconnected within the time");
+        x.expect("the server sees the disconnect");
+        y.expect("the client sees its own");
+    });
+    assert!(!sid.is_connected());
+}
+
+/// A blocking thread and a task on one channel: the thread's connect reads
+/// the listener's connect request (it comes on the same fd) and keeps it,
+/// and the task awaiting the request is woken for it.
+#[cfg(feature = "tokio")]
+#[test]
+#[ignore = "needs an RDMA device: set MLX5DV_TEST_DEVICE"]
+fn a_blocking_reader_wakes_the_task_whose_event_it_read() {
+    rig::device_name();
+    let ch = EventChannel::new().unwrap();
+    let l = CmId::with_channel(&ch).unwrap();
+    l.listen(at(7412), 8).unwrap();
+    let a = CmId::with_channel(&ch).unwrap();
+    a.resolve_addr(None, at(7412), Duration::from_secs(5))
+        .unwrap();
+    a.resolve_route(Duration::from_secs(5)).unwrap();
+    let rt = one_thread();
+    let got = rt.block_on(async {
+        let waiting = tokio::spawn(async move {
+            let req = l.get_request_async().await.expect("the request");
+            let data = req.private_data().to_vec();
+            req.reject(b"no").unwrap();
+            (l, data)
+        });
+        // The task is parked on the fd before the connect starts.
+        tokio::task::yield_now().await;
+        let client = thread::spawn(move || {
+            let c = side(&a);
+            let r = a.connect(&c.qp, &ConnParam::new().private_data(b"from a thread"), T);
+            (a, c, r)
+        });
+        let (l, data) = tokio::time::timeout(T, waiting)
+            .await
+            .expect("the task was woken")
+            .unwrap();
+        let (_a, _c, r) = client.join().unwrap();
+        (l, data, r)
+    });
+    let (_l, data, r) = got;
+    assert!(data.starts_with(b"from a thread"), "{data:?}");
+    match r {
+        Err(Error::Rejected { private_data, .. }) => {
+            assert!(private_data.starts_with(b"no"), "{private_data:?}")
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+/// The async waits end with the CM's errors, typed as the blocking ones:
+/// a connect where nothing listens, and a wait outside a runtime.
+#[cfg(feature = "tokio")]
+#[test]
+#[ignore = "needs an RDMA device: set MLX5DV_TEST_DEVICE"]
+fn async_waits_end_with_the_cms_errors() {
+    rig::device_name();
+    let rt = one_thread();
+    rt.block_on(async {
+        let id = CmId::new().unwrap();
+        let t = Duration::from_secs(5);
+        id.resolve_addr_async(None, at(7498), t).await.unwrap();
+        id.resolve_route_async(t).await.unwrap();
+        let c = side(&id);
+        let r = tokio::time::timeout(
+            Duration::from_secs(60),
+            id.connect_async(&c.qp, &ConnParam::new()),
+        )
+        .await
+        .expect("the CM ends the connect");
+        match r.unwrap_err() {
+            Error::Rejected { reason, .. } => assert_eq!(reason, 8),
+            Error::Cm { event, .. } => assert_eq!(event, "RDMA_CM_EVENT_UNREACHABLE"),
+            other => panic!("{other}"),
+        }
+        assert_eq!(
+            c.qp.state().unwrap(),
+            QpState::Err,
+            "a failed connect leaves the QP in ERR"
+        );
+    });
+    // Outside a runtime: refused, not a panic.
+    let l = listener(7413);
+    let fut = l.get_request_async();
+    let e = poll_once(fut).expect("ready at once").unwrap_err();
+    assert!(e.to_string().contains("outside a tokio runtime"), "{e}");
+}
+
+/// Polls a future once with a waker that does nothing.
+#[cfg(feature = "tokio")]
+fn poll_once<F: std::future::Future>(f: F) -> Option<F::Output> {
+    use std::task::{Context, Poll, RawWaker, RawWakerVTable, Waker};
+    fn clone(_: *const ()) -> RawWaker {
+        RawWaker::new(std::ptr::null(), &VTABLE)
+    }
+    fn noop(_: *const ()) {}
+    static VTABLE: RawWakerVTable = RawWakerVTable::new(clone, noop, noop, noop);
+    let waker = unsafe { Waker::from_raw(RawWaker::new(std::ptr::null(), &VTABLE)) };
+    let mut f = std::pin::pin!(f);
+    match f.as_mut().poll(&mut Context::from_waker(&waker)) {
+        Poll::Ready(v) => Some(v),
+        Poll::Pending => None,
+    }
+}

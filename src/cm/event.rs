@@ -183,6 +183,10 @@ pub(crate) struct ChannelInner {
     /// Read events not yet taken, oldest first; also the lock that
     /// serialises reads.
     backlog: Mutex<VecDeque<CmEvent>>,
+    /// The async side (feature `tokio`): the fd's registration with the
+    /// reactor and the tasks to wake when events go to the backlog.
+    #[cfg(feature = "tokio")]
+    pub(super) reactor: super::aio::Reactor,
 }
 
 // SAFETY: librdmacm's event channel is a file descriptor; reads of it are
@@ -197,6 +201,10 @@ impl Drop for ChannelInner {
         // Requests still queued own ids on channels of their own: dropping
         // them destroys those ids first.
         self.backlog.get_mut().map(VecDeque::clear).ok();
+        // The reactor forgets the fd before it is closed (a later fd with
+        // the same number must not be deregistered in its place).
+        #[cfg(feature = "tokio")]
+        self.reactor.deregister();
         // SAFETY: created by this handle; every id on it holds this Arc, so
         // none is left; destroyed once.
         unsafe { cm::rdma_destroy_event_channel(self.ch.as_ptr()) };
@@ -226,6 +234,8 @@ impl EventChannel {
         let channel = EventChannel(Arc::new(ChannelInner {
             ch,
             backlog: Mutex::new(VecDeque::new()),
+            #[cfg(feature = "tokio")]
+            reactor: Default::default(),
         }));
         set_nonblocking(channel.as_fd(), || "an rdma_cm event channel".into())?;
         Ok(channel)
@@ -265,18 +275,8 @@ impl EventChannel {
         let start = Instant::now();
         let deadline = timeout.map(|t| start + t);
         loop {
-            {
-                let mut backlog = self.lock();
-                let pos = backlog.iter().position(|e| id.map_or(true, |k| e.id == k));
-                if let Some(e) = pos.and_then(|i| backlog.remove(i)) {
-                    return Ok(e);
-                }
-                while let Some(e) = self.read_one()? {
-                    if id.map_or(true, |k| e.id == k) {
-                        return Ok(e);
-                    }
-                    backlog.push_back(e);
-                }
+            if let Some(e) = self.take_matching(id)? {
+                return Ok(e);
             }
             let now = Instant::now();
             if deadline.is_some_and(|d| now >= d) {
@@ -292,6 +292,52 @@ impl EventChannel {
             poll_readable(self.as_fd(), Some(until))
                 .map_err(|errno| Error::verbs("poll", errno, "an rdma_cm event channel"))?;
         }
+    }
+
+    /// The first event of `id` (or of any id, for `None`) in the backlog.
+    #[cfg(feature = "tokio")]
+    pub(super) fn take_queued(&self, id: Option<CmIdKey>) -> Option<CmEvent> {
+        let mut backlog = self.lock();
+        let i = backlog
+            .iter()
+            .position(|e| id.map_or(true, |k| e.id == k))?;
+        backlog.remove(i)
+    }
+
+    /// The first event of `id` (or of any id, for `None`) in the backlog,
+    /// else the first the fd holds now: reads until one matches or the fd
+    /// is empty (`None`), queuing the others' events in the backlog.
+    pub(super) fn take_matching(&self, id: Option<CmIdKey>) -> Result<Option<CmEvent>> {
+        let matches = |e: &CmEvent| id.map_or(true, |k| e.id == k);
+        let mut backlog = self.lock();
+        if let Some(e) = backlog
+            .iter()
+            .position(matches)
+            .and_then(|i| backlog.remove(i))
+        {
+            return Ok(Some(e));
+        }
+        let mut queued = false;
+        let found = loop {
+            match self.read_one() {
+                Ok(Some(e)) if matches(&e) => break Ok(Some(e)),
+                Ok(Some(e)) => {
+                    backlog.push_back(e);
+                    queued = true;
+                }
+                other => break other,
+            }
+        };
+        drop(backlog);
+        // Async waits for the queued events' ids look at the backlog again
+        // (blocking ones look every 50 ms).
+        #[cfg(feature = "tokio")]
+        if queued {
+            self.0.reactor.wake_all();
+        }
+        #[cfg(not(feature = "tokio"))]
+        let _ = queued;
+        found
     }
 
     /// Reads one event from librdmacm, copies it out and acknowledges it.

@@ -170,12 +170,18 @@ impl CmId {
             .inner
             .channel
             .next_matching(Some(self.key()), timeout, &what)?;
+        Ok(self.answer(ev))
+    }
+
+    /// Answers a peer's disconnect read for this id (see
+    /// [`get_event`](Self::get_event)).
+    pub(super) fn answer(&self, ev: CmEvent) -> CmEvent {
         if ev.kind == CmEventKind::Disconnected && self.connected.swap(false, Ordering::Relaxed) {
             // SAFETY: the id is live; a failure (already answered) leaves
             // nothing to undo.
             unsafe { cm::rdma_disconnect(self.raw()) };
         }
-        Ok(ev)
+        ev
     }
 
     /// The next event of this id if one is there now (answered as by
@@ -229,16 +235,13 @@ impl CmId {
         })
     }
 
-    /// Resolves `dst` (and the local address to use: `src`, or the one
-    /// routing picks) to an RDMA device and port (`rdma_resolve_addr(3)`),
-    /// waiting for `RDMA_CM_EVENT_ADDR_RESOLVED`. The id is then bound to
-    /// that device: [`context`](Self::context) works.
-    pub fn resolve_addr(
+    /// Starts `rdma_resolve_addr`; its event is awaited by the caller.
+    pub(super) fn resolve_addr_start(
         &self,
         src: Option<SocketAddr>,
         dst: SocketAddr,
         timeout: Duration,
-    ) -> Result<()> {
+    ) -> Result<String> {
         let what = format!("rdma_resolve_addr to {dst}");
         let mut d = RawAddr::new(dst);
         let mut s = src.map(RawAddr::new);
@@ -249,6 +252,20 @@ impl CmId {
         if rc != 0 {
             return Err(Error::last_os("rdma_resolve_addr", format!("to {dst}")));
         }
+        Ok(what)
+    }
+
+    /// Resolves `dst` (and the local address to use: `src`, or the one
+    /// routing picks) to an RDMA device and port (`rdma_resolve_addr(3)`),
+    /// waiting for `RDMA_CM_EVENT_ADDR_RESOLVED`. The id is then bound to
+    /// that device: [`context`](Self::context) works.
+    pub fn resolve_addr(
+        &self,
+        src: Option<SocketAddr>,
+        dst: SocketAddr,
+        timeout: Duration,
+    ) -> Result<()> {
+        let what = self.resolve_addr_start(src, dst, timeout)?;
         self.expect(CmEventKind::AddrResolved, &what, timeout)
             .map(drop)
     }
@@ -256,13 +273,19 @@ impl CmId {
     /// Resolves the route to the resolved address (`rdma_resolve_route(3)`),
     /// waiting for `RDMA_CM_EVENT_ROUTE_RESOLVED`.
     pub fn resolve_route(&self, timeout: Duration) -> Result<()> {
+        self.resolve_route_start(timeout)?;
+        self.expect(CmEventKind::RouteResolved, "rdma_resolve_route", timeout)
+            .map(drop)
+    }
+
+    /// Starts `rdma_resolve_route`; its event is awaited by the caller.
+    pub(super) fn resolve_route_start(&self, timeout: Duration) -> Result<()> {
         // SAFETY: the id is live.
         let rc = unsafe { cm::rdma_resolve_route(self.raw(), timeout_ms(timeout)) };
         if rc != 0 {
             return Err(Error::last_os("rdma_resolve_route", format!("{self:?}")));
         }
-        self.expect(CmEventKind::RouteResolved, "rdma_resolve_route", timeout)
-            .map(drop)
+        Ok(())
     }
 
     /// Sets the IP type of service (traffic class on RoCE) of the id's
@@ -343,10 +366,7 @@ impl CmId {
         // The CM times its own steps out; give its error event time to
         // come before giving up on it.
         let ev = self.get_event(Some(timeout + Duration::from_secs(1)))?;
-        if ev.kind == want && ev.status == 0 {
-            return Ok(ev);
-        }
-        Err(event_error(what, ev))
+        check_event(want, what, ev)
     }
 
     pub(super) fn check_qp(&self, qp: &QpEx<Rc>) -> Result<()> {
@@ -429,6 +449,13 @@ impl CmId {
     /// (`RDMA_CM_EVENT_UNREACHABLE`) or [`Error::Timeout`]; the QP is then
     /// in ERR.
     pub fn connect(&self, qp: &QpEx<Rc>, param: &ConnParam, timeout: Duration) -> Result<Vec<u8>> {
+        let what = self.connect_start(qp, param)?;
+        let ev = self.expect(CmEventKind::ConnectResponse, &what, timeout);
+        self.connect_finish(qp, param, &what, ev)
+    }
+
+    /// Checks, moves `qp` to INIT if in RESET, and calls `rdma_connect`.
+    pub(super) fn connect_start(&self, qp: &QpEx<Rc>, param: &ConnParam) -> Result<String> {
         param.check(MAX_CONNECT_PRIVATE_DATA, "rdma_connect")?;
         self.check_qp(qp)?;
         self.init_if_reset(qp)?;
@@ -440,17 +467,28 @@ impl CmId {
         if rc != 0 {
             return Err(Error::last_os("rdma_connect", what));
         }
-        let result = self
-            .expect(CmEventKind::ConnectResponse, &what, timeout)
-            .and_then(|ev| {
-                self.to_rts(qp, param)?;
-                // SAFETY: the id is live and got its connect response.
-                let rc = unsafe { cm::rdma_establish(self.raw()) };
-                if rc != 0 {
-                    return Err(Error::last_os("rdma_establish", what.clone()));
-                }
-                Ok(ev.private_data)
-            });
+        Ok(what)
+    }
+
+    /// Ends a connect on its answer `ev` (checked to be the connect
+    /// response): RTR, RTS, `rdma_establish`; on any error the QP goes to
+    /// ERR.
+    pub(super) fn connect_finish(
+        &self,
+        qp: &QpEx<Rc>,
+        param: &ConnParam,
+        what: &str,
+        ev: Result<CmEvent>,
+    ) -> Result<Vec<u8>> {
+        let result = ev.and_then(|ev| {
+            self.to_rts(qp, param)?;
+            // SAFETY: the id is live and got its connect response.
+            let rc = unsafe { cm::rdma_establish(self.raw()) };
+            if rc != 0 {
+                return Err(Error::last_os("rdma_establish", what.to_string()));
+            }
+            Ok(ev.private_data)
+        });
         match result {
             Ok(data) => {
                 self.connected.store(true, Ordering::Relaxed);
@@ -519,8 +557,16 @@ fn timeout_ms(t: Duration) -> i32 {
     i32::try_from(t.as_millis()).unwrap_or(i32::MAX).max(1)
 }
 
+/// `ev` if it is `want` with status 0, else the error it stands for.
+pub(super) fn check_event(want: CmEventKind, what: &str, ev: CmEvent) -> Result<CmEvent> {
+    if ev.kind == want && ev.status == 0 {
+        return Ok(ev);
+    }
+    Err(event_error(what, ev))
+}
+
 /// The error for an event other than the one awaited.
-fn event_error(what: &str, ev: CmEvent) -> Error {
+pub(super) fn event_error(what: &str, ev: CmEvent) -> Error {
     if ev.kind == CmEventKind::Rejected {
         return Error::Rejected {
             what: what.to_string(),

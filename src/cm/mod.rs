@@ -76,6 +76,60 @@
 //! of its own, so each connection's events (its disconnect) come on its
 //! own fd.
 //!
+//! ## Async
+//!
+//! With the `tokio` feature too, every call that waits for an event has an
+//! async form that sleeps in the runtime instead:
+//! [`CmId::resolve_addr_async`], [`resolve_route_async`](CmId::resolve_route_async),
+//! [`connect_async`](CmId::connect_async),
+//! [`get_request_async`](CmId::get_request_async),
+//! [`ConnectRequest::accept_async`],
+//! [`wait_disconnected_async`](CmId::wait_disconnected_async),
+//! [`get_event_async`](CmId::get_event_async) and
+//! [`EventChannel::get_event_async`]. Each channel's fd is registered once
+//! with the reactor; any number of ids on it can be awaited at once, by
+//! tasks and blocking threads alike (whoever reads an event of another id
+//! keeps it for that id and wakes its task).
+//!
+//! They take no timer: resolution ends with the CM's own error event after
+//! the `timeout` it is given, a connect or accept with the peer's answer or
+//! the CM's `RDMA_CM_EVENT_UNREACHABLE`; wrap a call in
+//! `tokio::time::timeout` for a deadline of your own. Dropping a future
+//! loses no other id's event and borrows no memory; a connect or accept
+//! dropped before it ends leaves its QP short of RTS (nothing of it runs):
+//! drop the id.
+//!
+#![cfg_attr(feature = "tokio", doc = "```no_run")]
+#![cfg_attr(not(feature = "tokio"), doc = "```ignore")]
+//! use mlx5dv::cm::{CmId, ConnParam};
+//! use mlx5dv::*;
+//! use std::time::Duration;
+//!
+//! async fn serve_one(listener: &CmId) -> Result<()> {
+//!     let req = listener.get_request_async().await?;
+//!     let ctx = req.id().context()?;
+//!     let pd = ProtectionDomain::new(&ctx)?;
+//!     let cq = CompletionQueue::new(&ctx, 64)?;
+//!     let qp = QpBuilder::rc(&pd, &cq, &cq).build()?;
+//!     let conn = req.accept_async(&qp, &ConnParam::new()).await?;
+//!     // ... post on `qp` ...
+//!     conn.wait_disconnected_async().await
+//! }
+//!
+//! async fn connect(to: std::net::SocketAddr) -> Result<()> {
+//!     let t = Duration::from_secs(2);
+//!     let id = CmId::new()?;
+//!     id.resolve_addr_async(None, to, t).await?;
+//!     id.resolve_route_async(t).await?;
+//!     let ctx = id.context()?;
+//!     let pd = ProtectionDomain::new(&ctx)?;
+//!     let cq = CompletionQueue::new(&ctx, 64)?;
+//!     let qp = QpBuilder::rc(&pd, &cq, &cq).build()?;
+//!     id.connect_async(&qp, &ConnParam::new()).await?;
+//!     id.disconnect()
+//! }
+//! ```
+//!
 //! ## Lifetimes
 //!
 //! - A [`CmId`] holds its channel; the channel is destroyed after its last
@@ -94,6 +148,8 @@
 //! class from [`CmId::set_tos`]; nothing here needs a GID index.
 
 mod addr;
+#[cfg(feature = "tokio")]
+mod aio;
 mod event;
 mod id;
 mod param;

@@ -1,6 +1,6 @@
 //! A peer's connect request: accept or reject.
 
-use super::event::CmEventKind;
+use super::event::{CmEvent, CmEventKind};
 use super::id::{show, CmId};
 use super::param::{ConnParam, MAX_ACCEPT_PRIVATE_DATA, MAX_REJECT_PRIVATE_DATA};
 use crate::error::{Error, Result};
@@ -57,6 +57,15 @@ impl ConnectRequest {
     /// (`rdma_accept(3)`) and waits up to `timeout` for
     /// `RDMA_CM_EVENT_ESTABLISHED`. Returns the connected id.
     pub fn accept(self, qp: &QpEx<Rc>, param: &ConnParam, timeout: Duration) -> Result<CmId> {
+        let (id, what) = self.accept_start(qp, param)?;
+        let ev = id.expect(CmEventKind::Established, &what, timeout);
+        accept_finish(id, qp, ev)
+    }
+
+    /// Checks, moves `qp` to RTS with the CM's attributes and answers the
+    /// peer (`rdma_accept`); the caller awaits `ESTABLISHED` and calls
+    /// [`accept_finish`]. A failure after the checks moves the QP to ERR.
+    pub(super) fn accept_start(self, qp: &QpEx<Rc>, param: &ConnParam) -> Result<(CmId, String)> {
         param.check(MAX_ACCEPT_PRIVATE_DATA, "rdma_accept")?;
         let id = self.id;
         id.check_qp(qp)?;
@@ -71,13 +80,10 @@ impl ConnectRequest {
             if rc != 0 {
                 return Err(Error::last_os("rdma_accept", what.clone()));
             }
-            id.expect(CmEventKind::Established, &what, timeout)
+            Ok(())
         })();
         match result {
-            Ok(_) => {
-                id.connected.store(true, Ordering::Relaxed);
-                Ok(id)
-            }
+            Ok(()) => Ok((id, what)),
             Err(e) => {
                 let _ = qp.to_error();
                 Err(e)
@@ -107,5 +113,20 @@ impl ConnectRequest {
             return Err(Error::last_os("rdma_reject", format!("{:?}", self.id)));
         }
         Ok(())
+    }
+}
+
+/// Ends an accept on `ev`, the checked `ESTABLISHED` event (or the error
+/// in its place): the connected id, or the error with the QP in ERR.
+pub(super) fn accept_finish(id: CmId, qp: &QpEx<Rc>, ev: Result<CmEvent>) -> Result<CmId> {
+    match ev {
+        Ok(_) => {
+            id.connected.store(true, Ordering::Relaxed);
+            Ok(id)
+        }
+        Err(e) => {
+            let _ = qp.to_error();
+            Err(e)
+        }
     }
 }

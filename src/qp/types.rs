@@ -156,6 +156,24 @@ impl QpState {
 
 /// What a peer needs to connect to a QP, exchanged out of band (the
 /// LID/QPN/PSN/GID that `ibv_rc_pingpong` sends over TCP).
+///
+/// Two wire forms: the versioned byte form of [`to_bytes`](Self::to_bytes),
+/// and, with the `serde` feature, `Serialize`/`Deserialize` as a struct of
+/// `qpn`, `psn`, `lid` and `gid` (the GID as IPv6 text in human-readable
+/// formats, 16 bytes in binary ones). Both refuse a QP number or PSN past
+/// 24 bits when reading.
+///
+/// ```
+/// # #[cfg(feature = "serde")] {
+/// use mlx5dv::{Endpoint, Gid};
+///
+/// let gid = "::ffff:10.99.0.1".parse::<std::net::Ipv6Addr>().unwrap();
+/// let e = Endpoint { qpn: 0x11, psn: 0xabcdef, lid: 0, gid: Gid::from(gid) };
+/// let json = serde_json::to_string(&e).unwrap();
+/// assert_eq!(json, r#"{"qpn":17,"psn":11259375,"lid":0,"gid":"::ffff:10.99.0.1"}"#);
+/// assert_eq!(serde_json::from_str::<Endpoint>(&json).unwrap(), e);
+/// # }
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Endpoint {
     /// The QP number.
@@ -217,7 +235,8 @@ impl Endpoint {
         })?;
         if b[0] != Self::VERSION || b[1] != 0 {
             return Err(Error::InvalidArgument(format!(
-                "Endpoint byte form of version {} (reserved byte {}): this release reads                  version {} only",
+                "Endpoint byte form of version {} (reserved byte {}): this release reads \
+                 version {} only",
                 b[0],
                 b[1],
                 Self::VERSION
