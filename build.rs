@@ -81,9 +81,6 @@ fn main() {
         "src/sys/pregenerated/bindings.rs",
         "src/sys/pregenerated/shims.c",
         "src/sys/pregenerated/RELEASE",
-        "benches/c/bench.h",
-        "benches/c/null_provider.c",
-        "benches/c/post.c",
     ] {
         println!("cargo:rerun-if-changed={file}");
     }
@@ -127,7 +124,6 @@ fn main() {
         }
     }
     compile_shims(&rdma, &out_dir);
-    compile_bench_c(&rdma, &out_dir);
 
     for dir in &rdma.link_dirs {
         println!("cargo:rustc-link-search=native={}", dir.display());
@@ -138,7 +134,7 @@ fn main() {
     println!("cargo:rustc-link-lib=dylib=mlx5");
     println!("cargo:rustc-link-lib=dylib=ibverbs");
     // Exposed to dependents (`DEP_MLX5_INCLUDE`) that compile C against the
-    // same headers, e.g. benchmarks of the same work written in C.
+    // same headers, e.g. the benchmarks' C (mlx5dv-bench/build.rs).
     let includes = env::join_paths(&rdma.include_dirs).expect("include paths join");
     println!("cargo:include={}", includes.to_string_lossy());
 }
@@ -449,28 +445,3 @@ fn compile_shims(rdma: &RdmaCore, out_dir: &Path) {
     build.compile("mlx5dv_shims");
 }
 
-/// Benchmarks only (`benches/post_vs_c.rs`): compiles the same batches
-/// written in C, and the null provider both sides post to, with the shims'
-/// include paths, `-O2` and warnings as errors, into an archive that is
-/// linked into the bench targets alone (`rustc-link-arg-benches`): the
-/// library and its dependents never see it. Skipped where `benches/c` is
-/// absent.
-fn compile_bench_c(rdma: &RdmaCore, out_dir: &Path) {
-    const FILES: [&str; 2] = ["benches/c/null_provider.c", "benches/c/post.c"];
-    if !FILES.iter().all(|f| Path::new(f).is_file()) {
-        return;
-    }
-    cc::Build::new()
-        .files(FILES)
-        .includes(&rdma.include_dirs)
-        .opt_level(2)
-        .warnings(true)
-        .extra_warnings(true)
-        .warnings_into_errors(true)
-        .cargo_metadata(false)
-        .compile("mlx5dv_bench_c");
-    println!(
-        "cargo:rustc-link-arg-benches={}",
-        out_dir.join("libmlx5dv_bench_c.a").display()
-    );
-}
