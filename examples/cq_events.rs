@@ -75,8 +75,9 @@ fn run(cli: &Cli) -> Result<(), Failure> {
     if rounds == 0 || !(8..=1 << 20).contains(&size) {
         common::usage_error(PROG, "--iters must be at least 1, --size 8 to 1 MiB");
     }
+    let (ib_port, gid_index) = (cli.num_or("ib-port", 1), cli.num("gid-idx"));
     let ctx = open_device(cli.text("ib-dev"))?;
-    let opts = connect_options(&ctx, cli.num_or("ib-port", 1), cli.num("gid-idx"), None)?;
+    let opts = connect_options(&ctx, ib_port, gid_index, None)?;
     let pd = ProtectionDomain::new(&ctx)?;
     let channel = if cli.flag("poll") {
         None

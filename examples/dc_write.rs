@@ -22,7 +22,9 @@
 //! handle for the server's port, and posts `ITERS` writes in batches of
 //! `BATCH`, only the last of each batch signalled; stream ids go round
 //! robin. It reports MB/s and Mpps, says `done`, and the server checks every
-//! byte of its memory against the pattern the client wrote.
+//! byte of its memory against the pattern the client wrote. The client
+//! says that it waits for its server and, as perftest's `ib_write_bw`
+//! client does, tries once: with no server listening it fails at once.
 //!
 //! Exit status: 0 the writes completed and the data checked out; 1 a verbs
 //! call, a completion, the exchange or the data check failed; 2 bad usage;
@@ -47,7 +49,8 @@ const PROG: &str = "dc_write";
 const USAGE: &str = "\
 Usage:
   dc_write [OPTIONS]               serve: a DCT, the target of the writes
-  dc_write [OPTIONS] HOST          a DCI writing to the server at HOST
+  dc_write [OPTIONS] HOST          a DCI writing to the server at HOST (start
+                                   the server first: no retry, as ib_write_bw)
   dc_write --loopback [OPTIONS]    both, in this process
 
 RDMA writes from an mlx5 DCI to a DCT (mlx5dv_wr_set_dc_addr), checked at
@@ -116,20 +119,16 @@ fn run(cli: &Cli) -> Result<(), Failure> {
     if cli.flag("loopback") && host.is_some() {
         common::usage_error(PROG, "--loopback takes no host");
     }
+    let (ib_port, gid_index, mtu) = (cli.num_or("ib-port", 1), cli.num("gid-idx"), cli.mtu());
+    let port: u16 = cli.num_or("port", 18517);
     let ctx = open_device(cli.text("ib-dev"))?;
     // Before anything else: on a device without mlx5 direct verbs, exit 3.
     require_mlx5(&ctx, "DCI/DCT need mlx5 direct verbs")?;
     if let Some(log) = shape.streams {
         check_streams(&ctx, log)?;
     }
-    let opts = connect_options(
-        &ctx,
-        cli.num_or("ib-port", 1),
-        cli.num("gid-idx"),
-        cli.mtu(),
-    )?;
+    let opts = connect_options(&ctx, ib_port, gid_index, mtu)?;
     let pd = ProtectionDomain::new(&ctx)?;
-    let port: u16 = cli.num_or("port", 18517);
     println!(
         "dc_write: {} port {}, GID index {}, {} writes of {} bytes in batches of {}, {}",
         ctx.name(),
@@ -263,7 +262,8 @@ fn client(
     port: u16,
 ) -> Result<(), Failure> {
     let seed = (random_psn() % 251) as u8;
-    let mut stream = common::connect_retry(host, port)?;
+    // As perftest's client (`ethernet_client_connect`): one attempt.
+    let mut stream = common::connect_to_server(host, port, common::Wait::Once)?;
     let mut rd = BufReader::new(stream.try_clone()?);
     Msg::new("dc_write")
         .num("seed", u64::from(seed))

@@ -70,6 +70,7 @@ fn main() -> ExitCode {
 
 fn run(cli: &Cli) -> Result<(), Failure> {
     let (size, iters, batch) = cli.size_iters_batch(65536, 1000, 16);
+    let (ib_port, gid_index) = (cli.num_or("ib-port", 1), cli.num("gid-idx"));
     let ctx = open_device(cli.text("ib-dev"))?;
     require_mlx5(&ctx, "DMA memcpy needs mlx5 direct verbs")?;
     let max = ctx.mlx5_caps()?.max_wr_memcpy_length.unwrap_or(0);
@@ -85,7 +86,7 @@ fn run(cli: &Cli) -> Result<(), Failure> {
             ctx.name()
         )));
     }
-    let opts = connect_options(&ctx, cli.num_or("ib-port", 1), cli.num("gid-idx"), None)?;
+    let opts = connect_options(&ctx, ib_port, gid_index, None)?;
     let pd = ProtectionDomain::new(&ctx)?;
     let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_WRITE;
     let len = size

@@ -112,12 +112,13 @@ fn run(cli: &Cli) -> Result<(), Failure> {
             "--repeat must be at least 1, and the layout fit the 64 KiB region",
         );
     }
+    let (ib_port, gid_index) = (cli.num_or("ib-port", 1), cli.num("gid-idx"));
     let ctx = open_device(cli.text("ib-dev"))?;
     require_mlx5(
         &ctx,
         "indirect mkeys and their registration need mlx5 direct verbs",
     )?;
-    let opts = connect_options(&ctx, cli.num_or("ib-port", 1), cli.num("gid-idx"), None)?;
+    let opts = connect_options(&ctx, ib_port, gid_index, None)?;
     let mut rig = Rig::new(&ctx, &opts)?;
     println!(
         "mkey_layout: {}: mkey lkey {:#x} rkey {:#x}, room for {} entries",

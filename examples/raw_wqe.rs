@@ -75,9 +75,10 @@ fn run(cli: &Cli) -> Result<(), Failure> {
             "--size and --iters must be at least 1 (size below 2 GiB)",
         );
     }
+    let (ib_port, gid_index) = (cli.num_or("ib-port", 1), cli.num("gid-idx"));
     let ctx = open_device(cli.text("ib-dev"))?;
     require_mlx5(&ctx, "raw WQEs need mlx5 direct verbs")?;
-    let opts = connect_options(&ctx, cli.num_or("ib-port", 1), cli.num("gid-idx"), None)?;
+    let opts = connect_options(&ctx, ib_port, gid_index, None)?;
     let pd = ProtectionDomain::new(&ctx)?;
     let access = AccessFlags::LOCAL_WRITE;
     // Three slots each: the messages, and where they land.

@@ -16,6 +16,10 @@
 //!   `"%04x:%06x:%06x:%s"` (LID, QPN, PSN, GID as 32 hex digits in wire
 //!   order) with its terminating NUL, 52 bytes; the server connects its QP
 //!   and answers with its own; the client answers `"done"` (5 bytes);
+//! - the client tries the server once: it prints that it waits for a
+//!   server at HOST:PORT, and when none listens fails at once (exit 1),
+//!   as the C client's "Couldn't connect to HOST:PORT" does: start the
+//!   server first;
 //! - the QP: RC, path MTU 1024 (`-m`), RNR timer 12, timeout 14, 7 retries,
 //!   one outstanding send, `-r` receives posted before the exchange;
 //! - the message flow: the client sends first; each side sends its next
@@ -47,7 +51,8 @@ const PROG: &str = "rc_pingpong";
 const USAGE: &str = "\
 Usage:
   rc_pingpong [OPTIONS]          start a server and wait for connection
-  rc_pingpong [OPTIONS] HOST     connect to the server at HOST
+  rc_pingpong [OPTIONS] HOST     connect to the server at HOST (start the
+                                 server first: no retry, as ibv_rc_pingpong)
 
 Wire-compatible with rdma-core's ibv_rc_pingpong.
 
@@ -164,17 +169,20 @@ fn run(cli: &Cli) -> Result<(), Failure> {
         common::usage_error(PROG, "--size, --rx-depth and --ib-port must be at least 1");
     }
     let host = cli.host().map(str::to_string);
-    let ctx = open_device(cli.text("ib-dev"))?;
     // As the C tool: MTU 1024 unless -m, GID only with -g.
-    let mut opts = connect_options(&ctx, ib_port, None, Some(cli.mtu().unwrap_or(Mtu::Mtu1024)))?;
-    opts.gid_index = cli.num("gid-idx");
-    opts.sl = cli.num_or("sl", 0);
+    let mtu = cli.mtu().unwrap_or(Mtu::Mtu1024);
+    let (gid_index, sl) = (cli.num("gid-idx"), cli.num_or("sl", 0));
+    let (tcp_port, iters) = (cli.num_or("port", 18515), cli.num_or("iters", 1000));
+    let ctx = open_device(cli.text("ib-dev"))?;
+    let mut opts = connect_options(&ctx, ib_port, None, Some(mtu))?;
+    opts.gid_index = gid_index;
+    opts.sl = sl;
     opts.access = AccessFlags::empty();
     let cfg = Config {
-        tcp_port: cli.num_or("port", 18515),
+        tcp_port,
         size,
         rx_depth,
-        iters: cli.num_or("iters", 1000),
+        iters,
         host,
         opts,
     };
@@ -297,7 +305,8 @@ fn pingpong(ctx: &Context, cfg: &Config) -> Result<(), Failure> {
 /// The client's side of the exchange: sends its address, reads the
 /// server's, says "done".
 fn client_exchange(host: &str, port: u16, me: &Dest) -> Result<Dest, Failure> {
-    let mut s = common::connect_retry(host, port)?;
+    // As the C client: one attempt, no retry (`pp_client_exch_dest`).
+    let mut s = common::connect_to_server(host, port, common::Wait::Once)?;
     s.write_all(&me.to_wire())?;
     let mut msg = [0u8; MSG_LEN];
     s.read_exact(&mut msg)

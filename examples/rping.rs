@@ -35,6 +35,7 @@
 
 use mlx5dv::cm::{CmEventKind, CmId, ConnParam};
 use mlx5dv::*;
+use std::ffi::OsString;
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
 use std::process::ExitCode;
 use std::time::Duration;
@@ -53,6 +54,7 @@ Usage:
         -C count        ping count times (default: until interrupted)
         -a addr         address
         -p port         port (default 7174)
+        -h              this text
 ";
 
 /// `sizeof(stringify(INT_MAX)) + sizeof(RPING_MSG_FMT)` in rping.c:
@@ -77,13 +79,15 @@ struct Cfg {
 }
 
 fn main() -> ExitCode {
-    let cfg = match parse(std::env::args().skip(1).collect()) {
-        Ok(c) => c,
+    let cfg = match parse(std::env::args_os().skip(1)) {
+        Ok(Some(c)) => c,
+        Ok(None) => {
+            print!("{USAGE}");
+            return ExitCode::SUCCESS;
+        }
         Err(msg) => {
-            if !msg.is_empty() {
-                eprintln!("rping: {msg}");
-            }
-            eprint!("{USAGE}");
+            eprintln!("rping: {msg}");
+            eprintln!("Try 'rping -h'.");
             return ExitCode::from(2);
         }
     };
@@ -104,9 +108,11 @@ fn main() -> ExitCode {
     }
 }
 
-/// rping's getopt string `a:I:p:C:S:scvVd`: flags may be grouped (`-vV`)
-/// and values attached (`-p7174`) or separate.
-fn parse(args: Vec<String>) -> Result<Cfg, String> {
+/// rping's getopt string `a:I:p:C:S:scvVd`, read with lexopt: flags may
+/// be grouped (`-vV`) and values attached (`-p7174`) or separate. `None`
+/// for `-h` or `--help`.
+fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Option<Cfg>, String> {
+    use lexopt::Arg::{Long, Short, Value};
     let mut cfg = Cfg {
         server: false,
         addr: None,
@@ -119,55 +125,54 @@ fn parse(args: Vec<String>) -> Result<Cfg, String> {
         debug: false,
     };
     let mut side = None;
-    let mut it = args.into_iter();
-    while let Some(arg) = it.next() {
-        let Some(flags) = arg.strip_prefix('-').filter(|f| !f.is_empty()) else {
-            return Err(format!("unexpected argument {arg:?}"));
+    let mut p = lexopt::Parser::from_args(args);
+    while let Some(arg) = p.next().map_err(|e| e.to_string())? {
+        let c = match arg {
+            Short(c) => c,
+            Long("help") => return Ok(None),
+            Value(v) => return Err(format!("unexpected argument {v:?}")),
+            Long(name) => return Err(format!("unknown option '--{name}'")),
         };
-        for (i, c) in flags.char_indices() {
-            if "aIpCS".contains(c) {
-                let rest = &flags[i + c.len_utf8()..];
-                let v = if rest.is_empty() {
-                    it.next().ok_or(format!("-{c} needs a value"))?
-                } else {
-                    rest.to_string()
-                };
-                let num = |what: &str| -> Result<u64, String> {
-                    v.parse().map_err(|_| format!("invalid {what} {v:?}"))
-                };
-                match c {
-                    'a' => cfg.addr = Some(resolve(&v)?),
-                    'I' => cfg.source = Some(resolve(&v)?),
-                    'p' => cfg.port = u16::try_from(num("port")?).map_err(|_| "invalid port")?,
-                    'C' => cfg.count = num("count")?,
-                    _ => {
-                        let size = num("size")? as usize;
-                        if !(MIN_SIZE..=MAX_SIZE).contains(&size) {
-                            return Err(format!(
-                                "Invalid size {size} (valid range is {MIN_SIZE} to {MAX_SIZE})"
-                            ));
-                        }
-                        cfg.size = size;
-                    }
-                }
-                break;
-            }
+        if "aIpCS".contains(c) {
+            let v = p.value().map_err(|_| format!("-{c} needs a value"))?;
+            let v = v
+                .into_string()
+                .map_err(|v| format!("-{c}: {v:?} is not valid UTF-8"))?;
+            let num = |what: &str| -> Result<u64, String> {
+                v.parse().map_err(|_| format!("invalid {what} {v:?}"))
+            };
             match c {
-                's' => side = Some(true),
-                'c' => side = Some(false),
-                'v' => cfg.verbose = true,
-                'V' => cfg.validate = true,
-                'd' => cfg.debug = true,
-                'h' => return Err(String::new()),
-                _ => return Err(format!("unknown option -{c}")),
+                'a' => cfg.addr = Some(resolve(&v)?),
+                'I' => cfg.source = Some(resolve(&v)?),
+                'p' => cfg.port = u16::try_from(num("port")?).map_err(|_| "invalid port")?,
+                'C' => cfg.count = num("count")?,
+                _ => {
+                    let size = num("size")? as usize;
+                    if !(MIN_SIZE..=MAX_SIZE).contains(&size) {
+                        return Err(format!(
+                            "Invalid size {size} (valid range is {MIN_SIZE} to {MAX_SIZE})"
+                        ));
+                    }
+                    cfg.size = size;
+                }
             }
+            continue;
+        }
+        match c {
+            's' => side = Some(true),
+            'c' => side = Some(false),
+            'v' => cfg.verbose = true,
+            'V' => cfg.validate = true,
+            'd' => cfg.debug = true,
+            'h' => return Ok(None),
+            _ => return Err(format!("unknown option '-{c}'")),
         }
     }
     cfg.server = side.ok_or("give -s (server) or -c (client)")?;
     if !cfg.server && cfg.addr.is_none() {
         return Err("the client needs the server's address (-a)".into());
     }
-    Ok(cfg)
+    Ok(Some(cfg))
 }
 
 /// An address or host name, as rping's `getaddrinfo`.

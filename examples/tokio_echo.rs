@@ -17,6 +17,10 @@
 //! cargo run --features tokio --example tokio_echo -- -d rxe0 --loopback -c 4
 //! ```
 //!
+//! A client started before its server prints that it waits, and tries
+//! again for up to 10 s (no counterpart tool sets this time; the window
+//! lets the two be started together).
+//!
 //! Each client sends `-n` messages of `-s` bytes (a pattern of its own per
 //! round) and checks every echo byte for byte. Exit status: 0 success; 1 a
 //! verbs call, a completion or the check failed; 2 bad usage.
@@ -57,11 +61,15 @@ Options:
       --loopback        run the server and the clients in this process
   -h, --help            this text
 
+A client waits up to 10 s for its server to listen, and says so.
+
 Exit status: 0 success, 1 failure, 2 bad usage.
 ";
 
-/// How long a client keeps trying to reach its server.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long a client keeps trying to reach its server. No tool is this
+/// example's counterpart; the window lets a server and its client be
+/// started together.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Entries of each CQ: a client's QP has at most one send and two
 /// receives in flight.
@@ -96,19 +104,26 @@ fn main() -> ExitCode {
 }
 
 async fn run(cli: Cli) -> Result<(), Failure> {
+    let (ib_port, gid_index) = (cli.num_or("ib-port", 1u8), cli.num("gid-idx"));
+    let size = cli.num_or("size", 4096usize).max(1);
+    let port = cli.num_or("port", 18518u16);
+    let rounds = cli.num_or("iters", 100u64);
+    let loopback = cli.flag("loopback");
+    if loopback {
+        cli.no_positional();
+    }
+    let clients = cli.num_or("clients", if loopback { 3usize } else { 0 });
+    let host = cli.host();
     let ctx = open_device(cli.text("ib-dev"))?;
-    let opts = connect_options(&ctx, cli.num_or("ib-port", 1u8), cli.num("gid-idx"), None)?;
+    let opts = connect_options(&ctx, ib_port, gid_index, None)?;
     let setup = Setup {
         pd: ProtectionDomain::new(&ctx)?,
         ctx,
         opts,
-        size: cli.num_or("size", 4096usize).max(1),
+        size,
     };
-    let port = cli.num_or("port", 18518u16);
-    let rounds = cli.num_or("iters", 100u64);
-    if cli.flag("loopback") {
-        cli.no_positional();
-        let clients = cli.num_or("clients", 3usize).max(1);
+    if loopback {
+        let clients = clients.max(1);
         let listener = listen(port).await?;
         let server = tokio::spawn(serve(setup.clone(), listener, clients));
         // Clients on one channel of their own, all at once.
@@ -123,10 +138,10 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         }
         return server.await.map_err(|e| format!("the server task: {e}"))?;
     }
-    match cli.host() {
+    match host {
         None => {
             let listener = listen(port).await?;
-            serve(setup, listener, cli.num_or("clients", 0usize)).await
+            serve(setup, listener, clients).await
         }
         Some(host) => {
             let channel = CompletionChannel::new(&setup.ctx)?;
@@ -258,17 +273,28 @@ async fn client(
     Ok(())
 }
 
+/// Connects to the server, retrying for up to [`CONNECT_TIMEOUT`]; says
+/// once, when its first attempt failed, that it waits.
 async fn connect_retry(host: &str, port: u16) -> Result<TcpStream, Failure> {
     let deadline = Instant::now() + CONNECT_TIMEOUT;
+    let mut said = false;
     loop {
         match TcpStream::connect((host, port)).await {
             Ok(s) => return Ok(s),
             Err(e) if Instant::now() >= deadline => {
                 return Err(Failure::Failed(format!(
-                    "cannot connect to {host}:{port}: {e}"
+                    "no server at {host}:{port} within {CONNECT_TIMEOUT:?}: {e}"
                 )))
             }
-            Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+            Err(_) => {
+                if !said {
+                    println!(
+                        "{PROG}: waiting for a server at {host}:{port} (for up to {CONNECT_TIMEOUT:?})"
+                    );
+                    said = true;
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await
+            }
         }
     }
 }

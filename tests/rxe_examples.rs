@@ -98,13 +98,15 @@ fn assert_status(out: &Output, code: i32, what: &str) {
     );
 }
 
-/// Runs rdma-core's `ibv_rc_pingpong` as a client until it reaches its
-/// server (it gives up at once when nothing listens yet).
-fn ibv_client(args: &[&str]) -> Output {
+/// Runs a client until it reaches its server: rdma-core's
+/// `ibv_rc_pingpong` and the `rc_pingpong` example give up at once when
+/// nothing listens yet ("Couldn't connect to", "cannot connect to").
+fn run_client(program: impl AsRef<std::ffi::OsStr>, args: &[&str]) -> Output {
     let deadline = Instant::now() + LIMIT;
     loop {
-        let out = run(Command::new("ibv_rc_pingpong").args(args));
-        let refused = String::from_utf8_lossy(&out.stderr).contains("Couldn't connect");
+        let out = run(Command::new(&program).args(args));
+        let err = String::from_utf8_lossy(&out.stderr);
+        let refused = err.contains("Couldn't connect to") || err.contains("cannot connect to");
         if out.status.success() || !refused || Instant::now() > deadline {
             return out;
         }
@@ -121,9 +123,10 @@ fn rc_pingpong_client_passes_against_ibv_rc_pingpong_server() {
     let (dev, gid) = device_and_gid();
     let common = ["-d", &dev, "-g", &gid, "-n", "100", "-p", "19101"];
     let server = spawn(Command::new("ibv_rc_pingpong").args(common));
-    let client = run(Command::new(example("rc_pingpong"))
-        .args(common)
-        .arg("127.0.0.1"));
+    let client = run_client(
+        example("rc_pingpong"),
+        &[&common[..], &["127.0.0.1"]].concat(),
+    );
     let server = finish(server, "ibv_rc_pingpong server");
     assert_status(&client, 0, "rc_pingpong client");
     assert_status(&server, 0, "ibv_rc_pingpong server");
@@ -148,7 +151,7 @@ fn ibv_rc_pingpong_client_passes_against_rc_pingpong_server() {
     let (dev, gid) = device_and_gid();
     let common = ["-d", &dev, "-g", &gid, "-n", "100", "-p", "19102"];
     let server = spawn(Command::new(example("rc_pingpong")).args(common));
-    let client = ibv_client(&[&common[..], &["127.0.0.1"]].concat());
+    let client = run_client("ibv_rc_pingpong", &[&common[..], &["127.0.0.1"]].concat());
     let server = finish(server, "rc_pingpong server");
     assert_status(&client, 0, "ibv_rc_pingpong client");
     assert_status(&server, 0, "rc_pingpong server");
@@ -171,9 +174,10 @@ fn rc_pingpong_with_odd_size_and_mtu_against_ibv_rc_pingpong() {
         "-d", &dev, "-g", &gid, "-n", "50", "-s", "1000", "-m", "512", "-r", "8", "-p", "19103",
     ];
     let server = spawn(Command::new("ibv_rc_pingpong").args(common));
-    let client = run(Command::new(example("rc_pingpong"))
-        .args(common)
-        .arg("127.0.0.1"));
+    let client = run_client(
+        example("rc_pingpong"),
+        &[&common[..], &["127.0.0.1"]].concat(),
+    );
     let server = finish(server, "ibv_rc_pingpong server");
     assert_status(&client, 0, "rc_pingpong client");
     assert_status(&server, 0, "ibv_rc_pingpong server");

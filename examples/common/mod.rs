@@ -1,12 +1,17 @@
-//! What the examples share: the command line (rdma-core's conventions,
-//! parsed by hand), exit codes, opening the device and choosing its GID,
-//! the TCP exchange of connection data, a data pattern, completion waits
-//! and the throughput report.
+//! What the examples share: the command line (getopt's conventions, in
+//! [`cli`]), exit codes, opening the device and choosing its GID, the TCP
+//! exchange of connection data, a data pattern, completion waits and the
+//! throughput report.
 //!
 //! Each example includes this file with `mod common;`; not every example
 //! uses every item.
 
 #![allow(dead_code)]
+
+mod cli;
+
+#[allow(unused_imports)] // not every example uses every item
+pub use cli::{flag, prog, usage_error, val, Cli, Kind, Opt};
 
 use mlx5dv::*;
 use std::collections::HashMap;
@@ -14,7 +19,6 @@ use std::fmt;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::process::ExitCode;
-use std::str::FromStr;
 use std::time::{Duration, Instant};
 
 /// Exit status: a verbs call, a completion or the data check failed.
@@ -78,218 +82,6 @@ pub fn exit(prog: &str, r: Result<(), Failure>) -> ExitCode {
             eprintln!("{prog}: {m}");
             ExitCode::from(EXIT_UNSUPPORTED)
         }
-    }
-}
-
-// ------------------------------------------------------------------ CLI
-
-/// One option: `-s`/`--size`, with a value or not.
-#[derive(Clone, Copy)]
-pub struct Opt {
-    /// The one-letter form, e.g. `'s'` for `-s`.
-    pub short: char,
-    /// The long form without dashes, e.g. `"size"`.
-    pub long: &'static str,
-    /// Whether it takes a value (`-s 4096`, `-s4096`, `--size=4096`).
-    pub value: bool,
-}
-
-/// An option that takes a value.
-pub const fn val(short: char, long: &'static str) -> Opt {
-    Opt {
-        short,
-        long,
-        value: true,
-    }
-}
-
-/// An option without a value.
-pub const fn flag(short: char, long: &'static str) -> Opt {
-    Opt {
-        short,
-        long,
-        value: false,
-    }
-}
-
-/// A parsed command line.
-pub struct Cli {
-    prog: &'static str,
-    values: HashMap<&'static str, String>,
-    flags: Vec<&'static str>,
-    /// The arguments that are not options (the server's host name).
-    pub positional: Vec<String>,
-}
-
-impl Cli {
-    /// Parses `std::env::args()` against `opts`. `-h`/`--help` prints
-    /// `usage` and exits 0; an unknown option or a missing value prints the
-    /// reason and exits 2.
-    pub fn parse(prog: &'static str, usage: &str, opts: &[Opt]) -> Cli {
-        let args: Vec<String> = std::env::args().skip(1).collect();
-        match Self::parse_from(prog, opts, &args) {
-            Ok(Some(cli)) => cli,
-            Ok(None) => {
-                print!("{usage}");
-                std::process::exit(0);
-            }
-            Err(m) => usage_error(prog, &m),
-        }
-    }
-
-    /// [`Cli::parse`] with the device options every traffic example takes,
-    /// `-d`/`--ib-dev`, `-i`/`--ib-port` and `-g`/`--gid-idx`, before `extra`.
-    pub fn parse_with_device(prog: &'static str, usage: &str, extra: &[Opt]) -> Cli {
-        let mut opts = vec![val('d', "ib-dev"), val('i', "ib-port"), val('g', "gid-idx")];
-        opts.extend_from_slice(extra);
-        Self::parse(prog, usage, &opts)
-    }
-
-    /// `-s` (bytes per work request), `-n` (work requests) and `-b`
-    /// (work requests per batch), or these defaults; exits 2 unless each
-    /// is at least 1 and the size below 4 GiB (a work request's length).
-    pub fn size_iters_batch(&self, size: usize, iters: u64, batch: u32) -> (usize, u64, u32) {
-        let r = (
-            self.num_or("size", size),
-            self.num_or("iters", iters),
-            self.num_or("batch", batch),
-        );
-        if r.0 == 0 || r.1 == 0 || r.2 == 0 || r.0 > u32::MAX as usize {
-            usage_error(
-                self.prog,
-                "--size, --iters and --batch must be at least 1 (size below 4 GiB)",
-            );
-        }
-        r
-    }
-
-    /// Parses `args`; `Ok(None)` when help was asked for.
-    fn parse_from(
-        prog: &'static str,
-        opts: &[Opt],
-        args: &[String],
-    ) -> Result<Option<Cli>, String> {
-        let mut cli = Cli {
-            prog,
-            values: HashMap::new(),
-            flags: Vec::new(),
-            positional: Vec::new(),
-        };
-        let mut it = args.iter();
-        while let Some(arg) = it.next() {
-            if arg == "-h" || arg == "--help" {
-                return Ok(None);
-            }
-            let (opt, inline) = if let Some(long) = arg.strip_prefix("--") {
-                if long.is_empty() {
-                    cli.positional.extend(it.by_ref().cloned());
-                    break;
-                }
-                let (name, inline) = match long.split_once('=') {
-                    Some((n, v)) => (n, Some(v.to_string())),
-                    None => (long, None),
-                };
-                let opt = opts
-                    .iter()
-                    .find(|o| o.long == name)
-                    .ok_or_else(|| format!("unknown option '--{name}'"))?;
-                (opt, inline)
-            } else if let Some(short) = arg.strip_prefix('-').filter(|s| !s.is_empty()) {
-                let mut chars = short.chars();
-                let c = chars.next().unwrap_or('-');
-                let rest: String = chars.collect();
-                let opt = opts
-                    .iter()
-                    .find(|o| o.short == c)
-                    .ok_or_else(|| format!("unknown option '-{c}'"))?;
-                (opt, (!rest.is_empty()).then_some(rest))
-            } else {
-                cli.positional.push(arg.clone());
-                continue;
-            };
-            if opt.value {
-                let v = match inline {
-                    Some(v) => v,
-                    None => it
-                        .next()
-                        .cloned()
-                        .ok_or_else(|| format!("option '--{}' needs a value", opt.long))?,
-                };
-                cli.values.insert(opt.long, v);
-            } else if inline.is_some() {
-                return Err(format!("option '--{}' takes no value", opt.long));
-            } else {
-                cli.flags.push(opt.long);
-            }
-        }
-        Ok(Some(cli))
-    }
-
-    /// Whether the flag was given.
-    pub fn flag(&self, long: &str) -> bool {
-        self.flags.contains(&long)
-    }
-
-    /// The option's text, if given.
-    pub fn text(&self, long: &str) -> Option<&str> {
-        self.values.get(long).map(String::as_str)
-    }
-
-    /// The option's number (decimal, or hex with `0x`, as `strtoul` with
-    /// base 0 reads it), if given; exits 2 when it is not a number.
-    pub fn num<T: TryFrom<u64>>(&self, long: &str) -> Option<T> {
-        let text = self.text(long)?;
-        let parsed = parse_u64(text).and_then(|v| T::try_from(v).ok());
-        Some(parsed.unwrap_or_else(|| {
-            usage_error(
-                self.prog,
-                &format!("--{long}: '{text}' is not a valid number here"),
-            )
-        }))
-    }
-
-    /// The option's number, or `default`.
-    pub fn num_or<T: TryFrom<u64>>(&self, long: &str, default: T) -> T {
-        self.num(long).unwrap_or(default)
-    }
-
-    /// The server's host: `None` for a server, `Some` for a client; exits 2
-    /// on more than one.
-    pub fn host(&self) -> Option<&str> {
-        match self.positional.as_slice() {
-            [] => None,
-            [h] => Some(h),
-            _ => usage_error(self.prog, "at most one host name"),
-        }
-    }
-
-    /// Exits 2 when a host name was given: for examples that take none.
-    pub fn no_positional(&self) {
-        if let Some(p) = self.positional.first() {
-            usage_error(self.prog, &format!("unexpected argument '{p}'"));
-        }
-    }
-
-    /// The MTU option (`-m`), one of 256 .. 4096; exits 2 on another value.
-    pub fn mtu(&self) -> Option<Mtu> {
-        let bytes: u32 = self.num("mtu")?;
-        Some(Mtu::from_bytes(bytes).unwrap_or_else(|_| {
-            usage_error(self.prog, "--mtu must be 256, 512, 1024, 2048 or 4096")
-        }))
-    }
-}
-
-/// Prints the reason and the hint, and exits 2.
-pub fn usage_error(prog: &str, msg: &str) -> ! {
-    eprintln!("{prog}: {msg}");
-    eprintln!("Try '{prog} -h'.");
-    std::process::exit(i32::from(EXIT_USAGE));
-}
-
-fn parse_u64(s: &str) -> Option<u64> {
-    match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
-        Some(hex) => u64::from_str_radix(hex, 16).ok(),
-        None => u64::from_str(s).ok(),
     }
 }
 
@@ -382,23 +174,63 @@ pub fn random_psn() -> u32 {
 
 // ------------------------------------------------------------ exchange
 
-/// How long a client keeps trying to reach its server.
+/// How long a client waits for its server to listen.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Wait {
+    /// One attempt per address of the host, as rdma-core's
+    /// `ibv_rc_pingpong` (`pp_client_exch_dest`) and perftest's
+    /// `ib_write_bw` (`ethernet_client_connect`) make: when nothing
+    /// listens, the client fails at once.
+    Once,
+    /// Attempts again every 200 ms until the server listens or this much
+    /// time has passed: for an example without a counterpart tool, whose
+    /// server and client may be started together.
+    Retry(Duration),
+}
+
+/// How long [`connect_retry`] keeps trying to reach the server.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Connects to `host:port`, retrying until the server listens, for at
-/// most [`CONNECT_TIMEOUT`].
+/// most [`CONNECT_TIMEOUT`]: [`connect_to_server`] with
+/// [`Wait::Retry`].
 pub fn connect_retry(host: &str, port: u16) -> Result<TcpStream, Failure> {
-    let deadline = Instant::now() + CONNECT_TIMEOUT;
+    connect_to_server(host, port, Wait::Retry(CONNECT_TIMEOUT))
+}
+
+/// Connects to the server at `host:port`, waiting for it as `wait` says,
+/// and says once, on standard output, that it waits:
+/// `"<prog>: waiting for a server at HOST:PORT"`. With [`Wait::Once`]
+/// before its attempt (which may take long to be refused or time out);
+/// with [`Wait::Retry`] when its first attempt failed, with for how long.
+pub fn connect_to_server(host: &str, port: u16, wait: Wait) -> Result<TcpStream, Failure> {
+    let prog = prog();
+    let waiting = format!("{prog}: waiting for a server at {host}:{port}");
+    let window = match wait {
+        Wait::Once => {
+            println!("{waiting}");
+            return TcpStream::connect((host, port))
+                .map_err(|e| Failure::Failed(format!("cannot connect to {host}:{port}: {e}")));
+        }
+        Wait::Retry(window) => window,
+    };
+    let deadline = Instant::now() + window;
+    let mut said = false;
     loop {
         match TcpStream::connect((host, port)) {
             Ok(s) => return Ok(s),
             Err(e) if Instant::now() >= deadline => {
                 return Err(Failure::Failed(format!(
-                    "cannot connect to {host}:{port} within {} s: {e}",
-                    CONNECT_TIMEOUT.as_secs()
+                    "no server at {host}:{port} within {window:?}: {e}"
                 )))
             }
-            Err(_) => std::thread::sleep(Duration::from_millis(200)),
+            Err(_) => {
+                if !said {
+                    println!("{waiting} (for up to {window:?})");
+                    said = true;
+                }
+                std::thread::sleep(Duration::from_millis(200));
+            }
         }
     }
 }
