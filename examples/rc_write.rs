@@ -6,10 +6,15 @@
 //! rc_write [-d DEV] [-g GID] [-s SIZE] [-n ITERS] [-b BATCH]          # server (the target)
 //! rc_write [-d DEV] [-g GID] [-s SIZE] [-n ITERS] [-b BATCH] HOST     # client (writes)
 //! rc_write --loopback [-d DEV] [-s SIZE] [-n ITERS] [-b BATCH]        # both, in one process
+//! rc_write -R [-d DEV] [-s SIZE] [-n ITERS] [-b BATCH] [HOST]         # perftest's rdma_cm protocol
 //!
 //! # two soft-RoCE guests (scripts/rxe-vm --hosts 2): guest 1 serves, guest 2 writes
 //! rc_write -d rxe0 -g 1                 # in guest 1
 //! rc_write -d rxe0 -g 1 10.99.0.1       # in guest 2
+//!
+//! # with perftest, either way round (rdma_ucm loaded)
+//! rc_write -R -d rxe0                   # in guest 1
+//! ib_write_bw -R -d rxe0 10.99.0.1      # in guest 2
 //! ```
 //!
 //! How it works:
@@ -31,10 +36,38 @@
 //!    pattern and answers `ok` or where the first difference is; both print
 //!    the verdict.
 //!
-//! Exit status: 0 the writes completed and the data checked out; 1 a verbs
-//! call, a completion, the exchange or the data check failed; 2 bad usage.
+//! ## `-R`: perftest's rdma_cm protocol
+//!
+//! With `-R` (`--rdma_cm`, feature `rdma-cm`) rc_write speaks what
+//! perftest's `ib_write_bw -R` speaks (perftest 6.06, Debian 12's
+//! `perftest 4.5+0.17`; the protocol is described in
+//! `examples/common/perftest.rs`), on perftest's port 18515 (`-p`): either
+//! side can be `ib_write_bw -R`. Both QPs, the exchanges' and the writes',
+//! are connected by rdma_cm (the CM chooses device, port, GID and path MTU
+//! from the address: `-g` and `-i` do not apply; `-d` names the device the
+//! address must be on). The exchanges go as SENDs over their own QP: the
+//! versions (rc_write announces `6.06 rc_write`), the cycle buffer and
+//! cache line sizes, the MTU, the QPs' connection data (the rkey and
+//! address of the server's memory); then the client writes, as above but
+//! at perftest's offsets (write `k` at `(k mod slots) * stride`, the
+//! stride the size rounded up to the cache line, as many slots as fit the
+//! cycle buffer), and the two exchange bandwidth reports; the server
+//! prints the client's. Use the same `-s` on both sides, as with perftest.
+//!
+//! perftest does not check the data: against `ib_write_bw` a run checks
+//! that every write completed, not what arrived. Between two rc_writes
+//! (each recognises the other by its version) the client then sends its
+//! seed and the server checks every byte the writes covered and answers,
+//! before the closing exchange; perftest never sees that message.
+//!
+//! Exit status: 0 the writes completed and the data checked out (or, with
+//! `-R` against perftest, the run completed); 1 a verbs call, a
+//! completion, the exchange or the data check failed; 2 bad usage.
 
 mod common;
+#[cfg(feature = "rdma-cm")]
+#[path = "common/perftest.rs"]
+mod perftest;
 
 use common::{
     check_pattern, connect_options, exit, flag, open_device, pattern, random_psn, report_bw, val,
@@ -51,19 +84,30 @@ Usage:
   rc_write [OPTIONS]               serve: be the target of the writes
   rc_write [OPTIONS] HOST          write to the server at HOST
   rc_write --loopback [OPTIONS]    both, two QPs in this process
+  rc_write -R [OPTIONS] [HOST]     serve or write through rdma_cm, speaking
+                                   perftest's protocol (ib_write_bw -R)
 
 Batched RDMA writes through mlx5dv's WrBatch, checked at the target.
 
+With -R, either side may be perftest's ib_write_bw -R. perftest does not
+check the data: against it only the completions are checked; between two
+rc_write -R the server checks what the writes covered.
+
 Options:
-  -p, --port=PORT        TCP port of the exchange (default 18516)
-  -d, --ib-dev=DEV       use RDMA device DEV (default: the first found)
-  -i, --ib-port=PORT     use port PORT of the device (default 1)
-  -g, --gid-idx=INDEX    local GID index (default on RoCE: the first RoCE v2 GID)
-  -m, --mtu=SIZE         path MTU (default: the port's active MTU)
+  -p, --port=PORT        TCP port of the exchange (default 18516; with -R
+                         the rdma_cm port, default 18515)
+  -d, --ib-dev=DEV       use RDMA device DEV (default: the first found;
+                         with -R: the one rdma_cm finds for the address)
+  -i, --ib-port=PORT     use port PORT of the device (default 1; not with -R)
+  -g, --gid-idx=INDEX    local GID index (default on RoCE: the first RoCE v2
+                         GID; not with -R)
+  -m, --mtu=SIZE         path MTU (default: the port's active MTU; with -R
+                         only offered in the exchange: the CM sets it)
   -s, --size=SIZE        bytes per write (default 65536)
   -n, --iters=ITERS      number of writes (default 5000)
   -b, --batch=N          writes per batch, only the last signalled (default 32)
       --loopback         run server and client in this process
+  -R, --rdma_cm          connect through rdma_cm, as perftest's -R
   -h, --help             this text
 
 Exit status: 0 success, 1 failure, 2 bad usage.
@@ -80,6 +124,19 @@ struct Shape {
     batch: u32,
 }
 
+impl Shape {
+    /// The memory of `batch` slots of `size` bytes.
+    fn slots_len(self) -> usize {
+        self.size * self.batch as usize
+    }
+
+    /// Where write `k` goes without `-R`: slot `k mod batch` (its place in
+    /// its batch).
+    fn slot(self, k: u64) -> usize {
+        (k % u64::from(self.batch)) as usize * self.size
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse_with_device(
         PROG,
@@ -91,6 +148,7 @@ fn main() -> ExitCode {
             val('n', "iters"),
             val('b', "batch"),
             flag('L', "loopback"),
+            flag('R', "rdma_cm"),
         ],
     );
     exit(PROG, run(&cli))
@@ -102,6 +160,24 @@ fn run(cli: &Cli) -> Result<(), Failure> {
     let host = cli.host();
     if cli.flag("loopback") && host.is_some() {
         common::usage_error(PROG, "--loopback takes no host");
+    }
+    if cli.flag("rdma_cm") {
+        for (given, what) in [
+            (cli.flag("loopback"), "--loopback"),
+            (cli.text("gid-idx").is_some(), "-g"),
+            (cli.text("ib-port").is_some(), "-i"),
+        ] {
+            if given {
+                common::usage_error(PROG, &format!("{what} does not go with -R"));
+            }
+        }
+        #[cfg(feature = "rdma-cm")]
+        return with_cm::run(cli, shape, host);
+        #[cfg(not(feature = "rdma-cm"))]
+        common::usage_error(
+            PROG,
+            "-R needs rc_write built with the rdma-cm feature (--features rdma-cm)",
+        );
     }
     let ctx = open_device(cli.text("ib-dev"))?;
     let opts = connect_options(
@@ -131,7 +207,8 @@ fn run(cli: &Cli) -> Result<(), Failure> {
     }
 }
 
-/// One side's QP, CQ and memory (`batch` slots of `size` bytes).
+/// One side's QP, CQ and memory (`batch` slots of `size` bytes, or with
+/// `-R` the span perftest's writes cover).
 struct Side {
     // Fields drop in order: the QP is destroyed before the memory it
     // reads is deregistered.
@@ -142,9 +219,10 @@ struct Side {
 }
 
 impl Side {
-    fn new(pd: &ProtectionDomain, shape: Shape) -> Result<Side, Failure> {
+    /// `len` bytes of memory; a send queue for [`IN_FLIGHT`] batches.
+    fn new(pd: &ProtectionDomain, len: usize, shape: Shape) -> Result<Side, Failure> {
         let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
-        let mr = MemoryRegion::new(pd, shape.size * shape.batch as usize, access)?;
+        let mr = MemoryRegion::new(pd, len, access)?;
         let depth = shape.batch * IN_FLIGHT;
         let cq = CompletionQueue::new(pd.context(), depth + 16)?;
         let qp = QpBuilder::rc(pd, &cq, &cq)
@@ -201,7 +279,7 @@ fn server(
     shape: Shape,
     port: u16,
 ) -> Result<(), Failure> {
-    let side = Side::new(pd, shape)?;
+    let side = Side::new(pd, shape.slots_len(), shape)?;
     println!("rc_write: waiting for a client on TCP port {port}");
     let mut stream = common::accept_one(port)?;
     let mut rd = BufReader::new(stream.try_clone()?);
@@ -234,7 +312,7 @@ fn client(
     host: &str,
     port: u16,
 ) -> Result<(), Failure> {
-    let mut side = Side::new(pd, shape)?;
+    let mut side = Side::new(pd, shape.slots_len(), shape)?;
     let seed = (random_psn() % 251) as u8;
     let mut stream = common::connect_retry(host, port)?;
     let mut rd = BufReader::new(stream.try_clone()?);
@@ -256,20 +334,20 @@ fn client(
         )));
     }
     side.mr.write_at(0, &pattern(side.mr.len(), seed))?;
-    let (iters, elapsed) = write_all(&mut side, remote, shape)?;
+    let (iters, elapsed) = write_all(&mut side, remote, shape, |k| shape.slot(k))?;
     report_bw(shape.size, iters, elapsed);
     Msg::new("done").num("writes", iters).send(&mut stream)?;
     common::await_check(PROG, &mut rd, side.mr.len() as u64)
 }
 
 fn loopback(pd: &ProtectionDomain, opts: &ConnectOptions, shape: Shape) -> Result<(), Failure> {
-    let target = Side::new(pd, shape)?;
-    let mut writer = Side::new(pd, shape)?;
+    let target = Side::new(pd, shape.slots_len(), shape)?;
+    let mut writer = Side::new(pd, shape.slots_len(), shape)?;
     target.connect(&writer.endpoint(opts)?, opts)?;
     writer.connect(&target.endpoint(opts)?, opts)?;
     let seed = (random_psn() % 251) as u8;
     writer.mr.write_at(0, &pattern(writer.mr.len(), seed))?;
-    let (iters, elapsed) = write_all(&mut writer, target.mr.remote(..)?, shape)?;
+    let (iters, elapsed) = write_all(&mut writer, target.mr.remote(..)?, shape, |k| shape.slot(k))?;
     report_bw(shape.size, iters, elapsed);
     common::report_check(
         PROG,
@@ -279,14 +357,16 @@ fn loopback(pd: &ProtectionDomain, opts: &ConnectOptions, shape: Shape) -> Resul
     )
 }
 
-/// Posts `shape.iters` writes of slot i of `side` to slot i of `remote`,
-/// `shape.batch` per batch with only the last one signalled, up to
-/// [`IN_FLIGHT`] batches outstanding. Returns the writes done and the time
-/// they took, from the first post to the last completion.
+/// Posts `shape.iters` writes, write `k` from offset `offset(k)` of `side`
+/// to the same offset of `remote`, `shape.batch` per batch with only the
+/// last one signalled, up to [`IN_FLIGHT`] batches outstanding. Returns the
+/// writes done and the time they took, from the first post to the last
+/// completion.
 fn write_all(
     side: &mut Side,
     remote: RemoteBuf,
     shape: Shape,
+    offset: impl Fn(u64) -> usize,
 ) -> Result<(u64, std::time::Duration), Failure> {
     let size = shape.size;
     let mut posted = 0u64;
@@ -300,11 +380,13 @@ fn write_all(
         let n = (shape.iters - posted).min(u64::from(shape.batch)) as usize;
         let mut batch = side.qp.batch();
         for i in 0..n {
-            let wr = batch.wr(posted + i as u64);
+            let k = posted + i as u64;
+            let at = offset(k);
+            let wr = batch.wr(k);
             // Only the batch's last work request asks for a completion.
             let wr = if i + 1 == n { wr.signaled() } else { wr };
-            wr.rdma_write(remote.slice((i * size) as u64, size as u64)?)
-                .sge(side.mr.sge(i * size..(i + 1) * size)?)?;
+            wr.rdma_write(remote.slice(at as u64, size as u64)?)
+                .sge(side.mr.sge(at..at + size)?)?;
         }
         // SAFETY: the writes read `side.mr`, which is not written again
         // after it was filled and outlives the QP (Side drops the QP
@@ -315,4 +397,244 @@ fn write_all(
     }
     common::wait_ok(&mut side.cq, in_flight as usize)?;
     Ok((posted, start.elapsed()))
+}
+
+/// `-R`: perftest's rdma_cm protocol (`examples/common/perftest.rs`),
+/// against `ib_write_bw -R` or another `rc_write -R`.
+#[cfg(feature = "rdma-cm")]
+mod with_cm {
+    use super::*;
+    use crate::perftest::{self, BwReport, Comm, Dest, Layout, SysData, STEP};
+    use mlx5dv::cm::CmId;
+    use std::net::{SocketAddr, ToSocketAddrs};
+
+    /// What rc_write announces as its version: perftest's number, which
+    /// perftest reads, and the name, by which another rc_write knows it.
+    fn version() -> String {
+        format!("{} {PROG}", perftest::VERSION)
+    }
+
+    /// The answer to a seed when every byte the writes covered is as
+    /// written; otherwise the answer is the offset of the first that is not.
+    const ALL_AS_WRITTEN: u64 = u64::MAX;
+
+    pub(super) fn run(cli: &Cli, shape: Shape, host: Option<&str>) -> Result<(), Failure> {
+        let port: u16 = cli.num_or("port", perftest::DEFAULT_PORT);
+        if let Some(d) = cli.text("ib-dev") {
+            // As perftest: a device that is not there fails at once, not
+            // once a peer has connected (which then checks it is the one).
+            open_device(Some(d))?;
+        }
+        let run = Run {
+            shape,
+            dev: cli.text("ib-dev"),
+            mtu: cli.mtu(),
+        };
+        println!(
+            "{PROG}: rdma_cm (perftest's protocol) on port {port}, {} writes of {} bytes in batches of {}",
+            shape.iters, shape.size, shape.batch
+        );
+        match host {
+            Some(host) => run.client(resolve(host, port)?),
+            None => run.server(port),
+        }
+    }
+
+    /// The first IPv4 address of `host` (perftest's rdma_cm is IPv4 only).
+    fn resolve(host: &str, port: u16) -> Result<SocketAddr, Failure> {
+        (host, port)
+            .to_socket_addrs()
+            .map_err(|e| format!("cannot resolve {host}: {e}"))?
+            .find(SocketAddr::is_ipv4)
+            .ok_or_else(|| Failure::Failed(format!("{host} has no IPv4 address")))
+    }
+
+    /// A `-R` run: its shape, `-d` and `-m`.
+    struct Run<'a> {
+        shape: Shape,
+        dev: Option<&'a str>,
+        mtu: Option<Mtu>,
+    }
+
+    /// What the opening exchanges settle.
+    struct Peer {
+        version: String,
+        sys: SysData,
+    }
+
+    impl Peer {
+        /// Whether the peer announced itself as rc_write (`6.06 rc_write`).
+        fn is_rc_write(&self) -> bool {
+            self.version.split_whitespace().nth(1) == Some(PROG)
+        }
+    }
+
+    impl Run<'_> {
+        /// Refuses an rdma_cm id on another device than `-d` names.
+        fn check_device(&self, id: &CmId) -> Result<Context, Failure> {
+            let ctx = id.context()?;
+            match self.dev {
+                Some(d) if d != ctx.name() => Err(Failure::Failed(format!(
+                    "rdma_cm connected through {}: the address is not on {d} (-d)",
+                    ctx.name()
+                ))),
+                _ => Ok(ctx),
+            }
+        }
+
+        /// The versions, the system data and the MTU.
+        fn open(&self, comm: &mut Comm) -> Result<Peer, Failure> {
+            let ctx = self.check_device(comm.id())?;
+            let version = comm.exchange_versions(&version())?;
+            let sys = comm.check_sys_data(SysData {
+                cycle_buffer: perftest::CYCLE_BUFFER,
+                cache_line: perftest::CACHE_LINE,
+            })?;
+            let port = ctx.query_port(comm.id().port_num())?;
+            let mtu = comm.check_mtu(self.mtu.unwrap_or(port.active_mtu))?;
+            println!(
+                "{PROG}: {} port {} ({} -> {}), peer version {version:?}, MTU {}, cycle buffer {}, cache line {}",
+                ctx.name(),
+                comm.id().port_num(),
+                show(comm.id().local_addr()),
+                show(comm.id().peer_addr()),
+                mtu.bytes(),
+                sys.cycle_buffer,
+                sys.cache_line
+            );
+            Ok(Peer { version, sys })
+        }
+
+        /// The data QP and its memory on `id`'s device.
+        fn data_side(&self, id: &CmId, layout: Layout) -> Result<Side, Failure> {
+            let ctx = self.check_device(id)?;
+            Side::new(&ProtectionDomain::new(&ctx)?, layout.len, self.shape)
+        }
+
+        fn client(&self, dst: SocketAddr) -> Result<(), Failure> {
+            let mut comm = Comm::connect(dst)?;
+            let peer = self.open(&mut comm)?;
+            let layout = Layout::new(self.shape.size, peer.sys);
+            comm.hand_shake(&Dest::default(), Some(STEP))?;
+            let (mut side, id) =
+                perftest::connect_retry(dst, STEP, |id| self.data_side(id, layout), |s| &s.qp)?;
+            comm.hand_shake(&Dest::default(), Some(STEP))?;
+            let mine = Dest::of(&id, &side.qp, &side.mr, side.psn)?;
+            let theirs = comm.connection_data(&mine)?;
+            let remote = RemoteBuf {
+                addr: theirs.vaddr,
+                rkey: theirs.rkey,
+                len: layout.len as u64,
+            };
+            let seed = (random_psn() % 251) as u8;
+            side.mr.write_at(0, &pattern(layout.len, seed))?;
+            let (iters, elapsed) = write_all(&mut side, remote, self.shape, |k| layout.offset(k))?;
+            let report = BwReport::new(self.shape.size, iters, elapsed);
+            report.print();
+            // The end: the server waits in this handshake.
+            comm.hand_shake(&mine, Some(STEP))?;
+            comm.xchg_bw_reports(&report)?;
+            let verdict = if peer.is_rc_write() {
+                let v = comm.xchg(&u64::from(seed).to_be_bytes(), "check", Some(STEP))?;
+                Some(u64::from_be_bytes(
+                    v.as_slice().try_into().expect("8 bytes"),
+                ))
+            } else {
+                None
+            };
+            comm.hand_shake(&mine, Some(STEP))?;
+            id.disconnect()?;
+            perftest::await_disconnect(&id, STEP)?;
+            let covered: usize = layout.written(iters).map(|r| r.len()).sum();
+            match verdict {
+                None => {
+                    println!(
+                        "{PROG}: {iters} writes completed; the peer is perftest {:?}, which does not check the data",
+                        peer.version
+                    );
+                    Ok(())
+                }
+                Some(ALL_AS_WRITTEN) => {
+                    println!("{PROG}: the server checked the {covered} bytes written: all as written");
+                    Ok(())
+                }
+                Some(at) => Err(Failure::Failed(format!(
+                    "the server's check failed: byte {at} of its memory differs from what was written"
+                ))),
+            }
+        }
+
+        fn server(&self, port: u16) -> Result<(), Failure> {
+            println!("{PROG}: waiting for a client on rdma_cm port {port}");
+            let mut comm = Comm::accept(port)?;
+            let peer = self.open(&mut comm)?;
+            let layout = Layout::new(self.shape.size, peer.sys);
+            comm.hand_shake(&Dest::default(), Some(STEP))?;
+            let (side, id) =
+                perftest::accept_one(port, Some(STEP), |id| self.data_side(id, layout), |s| &s.qp)?;
+            comm.hand_shake(&Dest::default(), Some(STEP))?;
+            let mine = Dest::of(&id, &side.qp, &side.mr, side.psn)?;
+            comm.connection_data(&mine)?;
+            // The client writes; its next handshake says it is done (or its
+            // disconnect that it gave up).
+            comm.hand_shake(&mine, None)?;
+            let report = comm.xchg_bw_reports(&BwReport::default())?;
+            report.print();
+            let verdict = if peer.is_rc_write() {
+                Some(check(&mut comm, &side, peer.sys, report)?)
+            } else {
+                None
+            };
+            comm.hand_shake(&mine, Some(STEP))?;
+            id.disconnect()?;
+            perftest::await_disconnect(&id, STEP)?;
+            match verdict {
+                None => {
+                    println!(
+                        "{PROG}: {} writes of {} bytes reported; the peer is perftest {:?}: the data is not checked",
+                        report.iters, report.size, peer.version
+                    );
+                    Ok(())
+                }
+                Some((verdict, covered)) => {
+                    common::report_check(PROG, verdict, covered, report.iters)
+                }
+            }
+        }
+    }
+
+    /// The server's check, between two rc_writes: takes the client's seed,
+    /// checks every byte the reported writes covered against its pattern
+    /// and answers. Returns the verdict (`None`, or the first offset that
+    /// differs) and the bytes checked.
+    fn check(
+        comm: &mut Comm,
+        side: &Side,
+        sys: SysData,
+        report: BwReport,
+    ) -> Result<(Option<usize>, usize), Failure> {
+        let seed = comm.recv(8, "seed", Some(STEP))?;
+        let seed = u64::from_be_bytes(seed.as_slice().try_into().expect("8 bytes")) as u8;
+        let layout = Layout::new(report.size as usize, sys);
+        let mem = side.mr.to_vec(..)?;
+        // A client whose writes reach past this memory has seen them fail
+        // already; answer as for a difference at its end.
+        let verdict = if layout.len > mem.len() {
+            Some(mem.len())
+        } else {
+            let want = pattern(mem.len(), seed);
+            layout
+                .written(report.iters)
+                .flatten()
+                .find(|&i| mem[i] != want[i])
+        };
+        let answer = verdict.map_or(ALL_AS_WRITTEN, |at| at as u64);
+        comm.send(&answer.to_be_bytes())?;
+        let covered = layout.written(report.iters).map(|r| r.len()).sum();
+        Ok((verdict, covered))
+    }
+
+    fn show(a: Option<SocketAddr>) -> String {
+        a.map_or_else(|| "-".into(), |a| a.to_string())
+    }
 }

@@ -482,7 +482,7 @@ impl Inner {
             & self
                 .recv_cq
                 .as_mut()
-                .map_or(true, |cq| cq.req_notify(false).is_ok());
+                .is_none_or(|cq| cq.req_notify(false).is_ok());
         if armed {
             let _ = self.progress(qp_num);
         }

@@ -300,7 +300,7 @@ impl EventChannel {
         let mut backlog = self.lock();
         let i = backlog
             .iter()
-            .position(|e| id.map_or(true, |k| e.id == k))?;
+            .position(|e| id.is_none_or(|k| e.id == k))?;
         backlog.remove(i)
     }
 
@@ -308,7 +308,7 @@ impl EventChannel {
     /// else the first the fd holds now: reads until one matches or the fd
     /// is empty (`None`), queuing the others' events in the backlog.
     pub(super) fn take_matching(&self, id: Option<CmIdKey>) -> Result<Option<CmEvent>> {
-        let matches = |e: &CmEvent| id.map_or(true, |k| e.id == k);
+        let matches = |e: &CmEvent| id.is_none_or(|k| e.id == k);
         let mut backlog = self.lock();
         if let Some(e) = backlog
             .iter()

@@ -44,7 +44,7 @@ impl<'m> MrInterleaved<'m> {
         bytes_skip: u32,
     ) -> Result<Self> {
         let end = (offset as u64).checked_add(u64::from(bytes_count));
-        if bytes_count == 0 || end.map_or(true, |e| e > mr.len() as u64) {
+        if bytes_count == 0 || end.is_none_or(|e| e > mr.len() as u64) {
             return Err(Error::OutOfRange {
                 what: "interleaved entry end",
                 value: end.unwrap_or(u64::MAX),

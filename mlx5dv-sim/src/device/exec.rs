@@ -446,7 +446,7 @@ fn umr(dev: &mut Device, rq: &Requester, u: &Umr) -> Result<(), Outcome> {
             }
         };
         for k in keys {
-            if dev.key(k).map_or(true, |e| e.pdn != rq.pdn) {
+            if dev.key(k).is_none_or(|e| e.pdn != rq.pdn) {
                 return Err(Outcome::Error(
                     syn::LOCAL_PROT,
                     format!("UMR entry key {k:#x} is not valid in PD {}", rq.pdn),
