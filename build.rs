@@ -444,4 +444,3 @@ fn compile_shims(rdma: &RdmaCore, out_dir: &Path) {
         .warnings_into_errors(true);
     build.compile("mlx5dv_shims");
 }
-

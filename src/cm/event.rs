@@ -298,9 +298,7 @@ impl EventChannel {
     #[cfg(feature = "tokio")]
     pub(super) fn take_queued(&self, id: Option<CmIdKey>) -> Option<CmEvent> {
         let mut backlog = self.lock();
-        let i = backlog
-            .iter()
-            .position(|e| id.is_none_or(|k| e.id == k))?;
+        let i = backlog.iter().position(|e| id.is_none_or(|k| e.id == k))?;
         backlog.remove(i)
     }
 
