@@ -47,7 +47,7 @@ Exit status: 0 success, 1 failure, 2 bad usage.
 /// One side: its QP, CQs and a region whose first `size` bytes are the
 /// message sent and the next `size` the one received.
 struct Side {
-    qp: QpEx<Rc>,
+    qp: RcQp,
     send_cq: CompletionQueue,
     recv_cq: CompletionQueue,
     mr: MemoryRegion,

@@ -82,9 +82,9 @@ fn main() -> ExitCode {
 struct Rig {
     // Fields drop in order: QPs and the mkey before the memory they reach.
     /// Registers layouts and invalidates them; the write's target.
-    owner: QpEx<Rc>,
+    owner: RcQp,
     /// Writes through the mkey.
-    writer: QpEx<Rc>,
+    writer: RcQp,
     /// The owner's CQ (its sends complete on it).
     owner_cq: CompletionQueue,
     /// The writer's CQ.

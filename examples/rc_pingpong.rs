@@ -317,7 +317,7 @@ fn client_exchange(host: &str, port: u16, me: &Dest) -> Result<Dest, Failure> {
 
 /// The server's side: reads the client's address, connects the QP (so it
 /// is ready before the client's first send), sends its own, reads "done".
-fn server_exchange(qp: &QpEx<Rc>, cfg: &Config, me: &Dest) -> Result<Dest, Failure> {
+fn server_exchange(qp: &RcQp, cfg: &Config, me: &Dest) -> Result<Dest, Failure> {
     let mut s: TcpStream = common::accept_one(cfg.tcp_port)?;
     let mut msg = [0u8; MSG_LEN];
     s.read_exact(&mut msg)
@@ -337,7 +337,7 @@ fn server_exchange(qp: &QpEx<Rc>, cfg: &Config, me: &Dest) -> Result<Dest, Failu
 }
 
 /// INIT → RTR → RTS towards the peer.
-fn connect(qp: &QpEx<Rc>, cfg: &Config, me: &Dest, peer: &Dest) -> Result<(), Failure> {
+fn connect(qp: &RcQp, cfg: &Config, me: &Dest, peer: &Dest) -> Result<(), Failure> {
     let remote = Endpoint {
         qpn: peer.qpn,
         psn: peer.psn,
@@ -350,12 +350,7 @@ fn connect(qp: &QpEx<Rc>, cfg: &Config, me: &Dest, peer: &Dest) -> Result<(), Fa
 }
 
 /// Posts the receive of buffer slot `slot`.
-fn post_recv(
-    qp: &mut QpEx<Rc>,
-    mr: &MemoryRegion,
-    slot: usize,
-    size: usize,
-) -> Result<(), Failure> {
+fn post_recv(qp: &mut RcQp, mr: &MemoryRegion, slot: usize, size: usize) -> Result<(), Failure> {
     let sge = mr.sge(slot * size..(slot + 1) * size)?;
     // SAFETY: the region lives until after the QP is destroyed (declared
     // before it); the slot is read only after this receive's completion and
@@ -365,7 +360,7 @@ fn post_recv(
 }
 
 /// Posts one signalled send of the send buffer, through a batch.
-fn post_send(qp: &mut QpEx<Rc>, mr: &MemoryRegion, size: usize) -> Result<(), Failure> {
+fn post_send(qp: &mut RcQp, mr: &MemoryRegion, size: usize) -> Result<(), Failure> {
     let mut batch = qp.batch();
     batch
         .wr(SEND_WRID)

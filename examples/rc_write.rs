@@ -212,7 +212,7 @@ fn run(cli: &Cli) -> Result<(), Failure> {
 struct Side {
     // Fields drop in order: the QP is destroyed before the memory it
     // reads is deregistered.
-    qp: QpEx<Rc>,
+    qp: RcQp,
     cq: CompletionQueue,
     mr: MemoryRegion,
     psn: u32,

@@ -196,7 +196,7 @@ type Res<T = ()> = std::result::Result<T, Box<dyn std::error::Error>>;
 /// The connection's verbs objects. Fields drop in order: the QP before the
 /// memory its work requests used.
 struct Conn {
-    qp: QpEx<Rc>,
+    qp: RcQp,
     send_cq: CompletionQueue,
     recv_cq: CompletionQueue,
     /// The 16-byte receive buffer (`recv_buf`).

@@ -391,8 +391,8 @@ pub use mr::{AccessFlags, MemoryRegion, RemoteBuf, Sge, SgeMut};
 pub use pd::ProtectionDomain;
 pub use port::{Gid, GidEntry, GidType, LinkLayer, Mtu, PortAttr, PortState};
 pub use qp::{
-    ConnectOptions, DcAddr, Dci, DciStreams, Dct, Endpoint, Mlx5SendOps, QpBuilder, QpCaps, QpEx,
-    QpState, RawMlx5, RawQp, Rc, SendOps, Transport,
+    ConnectOptions, DcAddr, DcInitiator, DciQp, DciStreams, Dct, Endpoint, Mlx5SendOps, QpBuilder,
+    QpCaps, QpEx, QpState, RawMlx5, RawQp, RcQp, ReliableConnection, SendOps, Transport,
 };
 pub use srq::SharedReceiveQueue;
 pub use wr::{MemcpyOp, MrInterleaved, ScopedBatch, SendFlags, WrBatch};

@@ -123,7 +123,7 @@ const BUF_ALIGN: usize = 4096;
 /// ```no_run
 /// # use mlx5dv::*;
 /// # use std::time::Duration;
-/// # fn f(qp: &mut QpEx<Rc>, cq: &mut CompletionQueue, dst: &mut MemoryRegion,
+/// # fn f(qp: &mut RcQp, cq: &mut CompletionQueue, dst: &mut MemoryRegion,
 /// #      page: RemoteBuf, counter: RemoteBuf) -> Result<()> {
 /// let (page_into, old_into) = dst.sge_mut(0..4096 + 8)?.split_at(4096)?;
 /// qp.post_and_wait(cq, Duration::from_secs(5), |b| {
@@ -475,7 +475,7 @@ impl RemoteBuf {
     ///
     /// ```no_run
     /// # use mlx5dv::*;
-    /// # fn f(qp: &mut QpEx<Rc>, sges: &[Sge<'_>], rkey: u32, raddr: &[u64]) -> Result<()> {
+    /// # fn f(qp: &mut RcQp, sges: &[Sge<'_>], rkey: u32, raddr: &[u64]) -> Result<()> {
     /// let mut b = qp.batch_with(SendFlags::SIGNALED);
     /// for (i, (sge, &addr)) in sges.iter().zip(raddr).enumerate() {
     ///     b.wr(i as u64).rdma_write(RemoteBuf::unbounded(addr, rkey)).sge(*sge)?;

@@ -42,7 +42,7 @@ enum Op {
 /// complete on `cq`) to `addr` (on DCI stream `stream` when given) and
 /// returns its completion, whatever its status.
 fn post_one(
-    dci: &mut QpEx<Dci>,
+    dci: &mut DciQp,
     cq: &mut CompletionQueue,
     addr: DcAddr<'_>,
     stream: Option<u16>,

@@ -444,7 +444,7 @@ fn mkey_drop_orders() {
         Pd(ProtectionDomain),
         Mr(MemoryRegion),
         Cq(CompletionQueue),
-        Qp(QpEx<Rc>),
+        Qp(RcQp),
         Mkey(Mkey),
     }
     let before = destroy_failures();

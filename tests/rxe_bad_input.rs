@@ -32,7 +32,7 @@ struct Dev {
 }
 
 /// A new RC QP in RESET on the pair's PD, with default capabilities.
-fn fresh(d: &Dev) -> QpEx<Rc> {
+fn fresh(d: &Dev) -> RcQp {
     QpBuilder::rc(&d.p.pd, &d.cq, &d.cq)
         .build()
         .expect("create RC QP")

@@ -55,7 +55,7 @@ fn at(port: u16) -> SocketAddr {
 /// A connection's verbs objects on an id's device; the QP drops before
 /// the region (field order).
 struct Side {
-    qp: QpEx<Rc>,
+    qp: RcQp,
     send_cq: CompletionQueue,
     recv_cq: CompletionQueue,
     mr: MemoryRegion,

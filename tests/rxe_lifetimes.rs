@@ -20,7 +20,7 @@ enum Obj {
     Pd(ProtectionDomain),
     Mr(MemoryRegion),
     Cq(CompletionQueue),
-    Qp(QpEx<Rc>),
+    Qp(RcQp),
     Ah(AddressHandle),
 }
 

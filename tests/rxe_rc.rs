@@ -594,7 +594,7 @@ fn a_qp_created_through_the_raw_api_is_driven_by_from_raw() {
         max_inline_data: attr.cap.max_inline_data,
     };
     let mut qp =
-        unsafe { QpEx::<Rc>::from_raw(raw, &p.pd, &cq, &cq, caps, SendOps::RDMA_WRITE) }.unwrap();
+        unsafe { RcQp::from_raw(raw, &p.pd, &cq, &cq, caps, SendOps::RDMA_WRITE) }.unwrap();
     // Connect it to B in place of A.
     p.b.qp.reset().unwrap();
     let mine = qp.endpoint(0x77, &p.opts).unwrap();

@@ -65,7 +65,7 @@ const READS: [std::ops::Range<usize>; 4] = [0..4096, 4096..8192, 8192..12288, 12
 const MIB: usize = 1 << 20;
 
 /// Connects two RC QPs to each other (both in RESET).
-fn connect_qps(a: &QpEx<Rc>, b: &QpEx<Rc>, opts: &ConnectOptions) {
+fn connect_qps(a: &RcQp, b: &RcQp, opts: &ConnectOptions) {
     let (pa, pb) = (0x111, 0x222);
     let ea = a.endpoint(pa, opts).expect("endpoint A");
     let eb = b.endpoint(pb, opts).expect("endpoint B");
@@ -179,7 +179,7 @@ fn piece<'m>(whole: SgeMut<'m>, range: &std::ops::Range<usize>) -> SgeMut<'m> {
 /// `remote` (holding `want`) into `dst`, and what `dst` held at return and
 /// after.
 fn big_read(
-    qp: &mut QpEx<Rc>,
+    qp: &mut RcQp,
     cq: &mut CompletionQueue,
     dst: &mut MemoryRegion,
     remote: RemoteBuf,

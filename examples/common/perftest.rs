@@ -99,7 +99,7 @@ pub fn connect_retry<T>(
     dst: SocketAddr,
     within: Duration,
     mut make: impl FnMut(&CmId) -> Result<T, Failure>,
-    qp: impl Fn(&T) -> &QpEx<Rc>,
+    qp: impl Fn(&T) -> &RcQp,
 ) -> Result<(T, CmId), Failure> {
     let deadline = Instant::now() + within;
     loop {
@@ -140,7 +140,7 @@ pub fn accept_one<T>(
     port: u16,
     wait: Option<Duration>,
     make: impl FnOnce(&CmId) -> Result<T, Failure>,
-    qp: impl Fn(&T) -> &QpEx<Rc>,
+    qp: impl Fn(&T) -> &RcQp,
 ) -> Result<(T, CmId), Failure> {
     let listener = CmId::new()?;
     listener.listen(SocketAddr::from(([0, 0, 0, 0], port)), 1)?;
@@ -225,7 +225,7 @@ impl Dest {
 
     /// This side's connection data: the data QP `qp` of `id`, and the
     /// memory `mr` the peer writes to.
-    pub fn of(id: &CmId, qp: &QpEx<Rc>, mr: &MemoryRegion, psn: u32) -> Result<Dest, Failure> {
+    pub fn of(id: &CmId, qp: &RcQp, mr: &MemoryRegion, psn: u32) -> Result<Dest, Failure> {
         let lid = id.context()?.query_port(id.port_num())?.lid;
         let gid = match id.local_addr() {
             Some(SocketAddr::V4(a)) => a.ip().to_ipv6_mapped().octets(),
@@ -365,7 +365,7 @@ impl BwReport {
 /// The communication QP's objects. Fields drop in order: the QP before the
 /// memory its work requests use.
 pub struct CommQp {
-    qp: QpEx<Rc>,
+    qp: RcQp,
     send_cq: CompletionQueue,
     recv_cq: CompletionQueue,
     recv: MemoryRegion,
@@ -403,7 +403,7 @@ impl CommQp {
     }
 
     /// The QP, for the CM to connect.
-    pub fn qp(&self) -> &QpEx<Rc> {
+    pub fn qp(&self) -> &RcQp {
         &self.qp
     }
 

@@ -40,8 +40,8 @@
 use mlx5dv::ffi;
 use mlx5dv::wqe::{Opcode, Wqe, WqeBuilder};
 use mlx5dv::{
-    AccessFlags, AddressHandle, AhAttr, CompletionQueue, Context, DcAddr, Dci, DciStreams,
-    MemcpyOp, MemoryRegion, Mkey, Mlx5SendOps, ProtectionDomain, QpCaps, QpEx, RawMlx5, RawQp, Rc,
+    AccessFlags, AddressHandle, AhAttr, CompletionQueue, Context, DcAddr, DciQp, DciStreams,
+    MemcpyOp, MemoryRegion, Mkey, Mlx5SendOps, ProtectionDomain, QpCaps, RawMlx5, RawQp, RcQp,
     RemoteBuf, Result, SendFlags, SendOps, Sge, SgeMut, WcOpcode, WcStatus,
 };
 use std::ffi::{c_int, c_void};
@@ -113,8 +113,8 @@ c_loops! {
 
 /// What the Rust shapes use, besides the memory region the plan borrows.
 struct Handles {
-    rc: QpEx<Rc>,
-    dci: QpEx<Dci>,
+    rc: RcQp,
+    dci: DciQp,
     cq: CompletionQueue,
     mkey: Mkey,
     ah: AddressHandle,
@@ -142,7 +142,7 @@ struct Plan<'m> {
 }
 
 impl<'m> Plan<'m> {
-    fn new(mr: &'m mut MemoryRegion, remote: RemoteBuf, qp: &QpEx<Rc>) -> Result<Self> {
+    fn new(mr: &'m mut MemoryRegion, remote: RemoteBuf, qp: &RcQp) -> Result<Self> {
         // The region exclusively borrowed once: memcpy destinations are
         // written by the device; each piece is also a source.
         let whole = mr.sge_mut(..)?;
@@ -189,7 +189,7 @@ impl<'m> Plan<'m> {
 
 #[no_mangle]
 #[inline(never)]
-fn rust_rc_write_sge(qp: &mut QpEx<Rc>, p: &Plan<'_>) -> Result<u32> {
+fn rust_rc_write_sge(qp: &mut RcQp, p: &Plan<'_>) -> Result<u32> {
     let mut b = qp.batch_with(SendFlags::SIGNALED);
     for i in 0..BATCH {
         // By reference: the SGE's fields are read at the provider's setter,
@@ -207,7 +207,7 @@ fn rust_rc_write_sge(qp: &mut QpEx<Rc>, p: &Plan<'_>) -> Result<u32> {
 /// and a remote buffer whose length is checked against the SGE's.
 #[no_mangle]
 #[inline(never)]
-fn rust_rc_write_sge_checked(qp: &mut QpEx<Rc>, p: &Plan<'_>) -> Result<u32> {
+fn rust_rc_write_sge_checked(qp: &mut RcQp, p: &Plan<'_>) -> Result<u32> {
     let mut b = qp.batch();
     for (i, (sge, remote)) in p.sge.iter().zip(&p.remote).enumerate() {
         b.wr(i as u64).signaled().rdma_write(*remote).sge(*sge)?;
@@ -218,7 +218,7 @@ fn rust_rc_write_sge_checked(qp: &mut QpEx<Rc>, p: &Plan<'_>) -> Result<u32> {
 
 #[no_mangle]
 #[inline(never)]
-fn rust_rc_inline_send(qp: &mut QpEx<Rc>, p: &Plan<'_>) -> Result<u32> {
+fn rust_rc_inline_send(qp: &mut RcQp, p: &Plan<'_>) -> Result<u32> {
     let mut b = qp.batch_with(SendFlags::SIGNALED | SendFlags::INLINE);
     for i in 0..BATCH as u64 {
         b.wr(i).send().inline(&p.msg)?;
@@ -229,7 +229,7 @@ fn rust_rc_inline_send(qp: &mut QpEx<Rc>, p: &Plan<'_>) -> Result<u32> {
 
 #[no_mangle]
 #[inline(never)]
-fn rust_dci_write_sge(qp: &mut QpEx<Dci>, p: &Plan<'_>, addr: DcAddr<'_>) -> Result<u32> {
+fn rust_dci_write_sge(qp: &mut DciQp, p: &Plan<'_>, addr: DcAddr<'_>) -> Result<u32> {
     let mut b = qp.batch_with(SendFlags::SIGNALED);
     for (i, (sge, &raddr)) in p.sge.iter().zip(&p.raddr).enumerate() {
         b.wr(i as u64, addr)
@@ -242,7 +242,7 @@ fn rust_dci_write_sge(qp: &mut QpEx<Dci>, p: &Plan<'_>, addr: DcAddr<'_>) -> Res
 
 #[no_mangle]
 #[inline(never)]
-fn rust_dci_write_sge_stream(qp: &mut QpEx<Dci>, p: &Plan<'_>, addr: DcAddr<'_>) -> Result<u32> {
+fn rust_dci_write_sge_stream(qp: &mut DciQp, p: &Plan<'_>, addr: DcAddr<'_>) -> Result<u32> {
     let mut b = qp.batch_with(SendFlags::SIGNALED);
     for (i, (sge, &raddr)) in p.sge.iter().zip(&p.raddr).enumerate() {
         let stream = (i % (1 << LOG_STREAMS)) as u16;
@@ -256,7 +256,7 @@ fn rust_dci_write_sge_stream(qp: &mut QpEx<Dci>, p: &Plan<'_>, addr: DcAddr<'_>)
 
 #[no_mangle]
 #[inline(never)]
-fn rust_memcpy(qp: &mut QpEx<Rc>, p: &Plan<'_>) -> Result<u32> {
+fn rust_memcpy(qp: &mut RcQp, p: &Plan<'_>) -> Result<u32> {
     let mut b = qp.batch_with(SendFlags::SIGNALED);
     for i in 0..BATCH {
         b.wr(i as u64).memcpy_op(&p.copy[i])?;
@@ -269,7 +269,7 @@ fn rust_memcpy(qp: &mut QpEx<Rc>, p: &Plan<'_>) -> Result<u32> {
 /// request, and a flag per work request.
 #[no_mangle]
 #[inline(never)]
-fn rust_memcpy_checked(qp: &mut QpEx<Rc>, p: &Plan<'_>) -> Result<u32> {
+fn rust_memcpy_checked(qp: &mut RcQp, p: &Plan<'_>) -> Result<u32> {
     let mut b = qp.batch();
     for (i, (dest, src)) in p.dst.iter().zip(&p.src).enumerate() {
         b.wr(i as u64).signaled().memcpy(*dest, *src)?;
@@ -280,7 +280,7 @@ fn rust_memcpy_checked(qp: &mut QpEx<Rc>, p: &Plan<'_>) -> Result<u32> {
 
 #[no_mangle]
 #[inline(never)]
-fn rust_mr_list(qp: &mut QpEx<Rc>, p: &Plan<'_>, mkey: &Mkey) -> Result<u32> {
+fn rust_mr_list(qp: &mut RcQp, p: &Plan<'_>, mkey: &Mkey) -> Result<u32> {
     let mut b = qp.batch_with(SendFlags::SIGNALED | SendFlags::INLINE);
     for i in 0..BATCH as u64 {
         b.wr(i).mr_list(mkey, AccessFlags::LOCAL_WRITE, &p.list)?;
@@ -291,7 +291,7 @@ fn rust_mr_list(qp: &mut QpEx<Rc>, p: &Plan<'_>, mkey: &Mkey) -> Result<u32> {
 
 #[no_mangle]
 #[inline(never)]
-fn rust_raw_wqe(qp: &mut QpEx<Rc>, wqe: &Wqe) -> Result<u32> {
+fn rust_raw_wqe(qp: &mut RcQp, wqe: &Wqe) -> Result<u32> {
     let mut b = qp.batch();
     for i in 0..BATCH as u64 {
         // SAFETY: the null provider only copies the WQE.
@@ -576,7 +576,7 @@ fn fixture() -> Result<(NonNull<BenchObjs>, Handles, MemoryRegion)> {
         };
         let ah = AddressHandle::from_raw(&pd, NonNull::new(r.ah).expect("ah"), attr);
         let send_ops = SendOps::RDMA_WRITE | SendOps::SEND;
-        let rc = QpEx::<Rc>::from_raw_parts(RawQp {
+        let rc = RcQp::from_raw_parts(RawQp {
             qp: nn(r.rc_qp),
             qpx: NonNull::new(r.rc_qpx).expect("qpx"),
             pd: &pd,
@@ -591,7 +591,7 @@ fn fixture() -> Result<(NonNull<BenchObjs>, Handles, MemoryRegion)> {
                 max_wr_memcpy_length: 1 << 20,
             }),
         })?;
-        let dci = QpEx::<Dci>::from_raw_parts(RawQp {
+        let dci = DciQp::from_raw_parts(RawQp {
             qp: nn(r.dci_qp),
             qpx: NonNull::new(r.dci_qpx).expect("qpx"),
             pd: &pd,

@@ -5,7 +5,7 @@ use super::{IoBuf, IoBufMut};
 use crate::cq::{CompletionQueue, WcStatus, WorkCompletion};
 use crate::error::{Error, Result};
 use crate::mr::RemoteBuf;
-use crate::qp::{QpEx, Rc};
+use crate::qp::RcQp;
 use std::any::Any;
 use std::collections::HashMap;
 use std::fmt;
@@ -48,7 +48,7 @@ const POLL_BATCH: usize = 32;
 /// ```no_run
 /// # use mlx5dv::*;
 /// # use mlx5dv::aio::AsyncQp;
-/// # async fn f(qp: QpEx<Rc>, cq: CompletionQueue, pd: &ProtectionDomain) -> Result<()> {
+/// # async fn f(qp: RcQp, cq: CompletionQueue, pd: &ProtectionDomain) -> Result<()> {
 /// let qp = AsyncQp::new(qp, cq, None)?; // connected; its CQ made on a channel
 /// let buf = MemoryRegion::new(pd, 4096, AccessFlags::LOCAL_WRITE)?;
 /// let (wc, buf) = qp.recv(buf, 0..4096).await; // the region comes back
@@ -69,7 +69,7 @@ pub(super) struct Shared {
 pub(super) struct Inner {
     /// Taken and destroyed first when the last handle goes (`Shared`'s
     /// `Drop`), before the regions in `table` are dropped.
-    qp: Option<QpEx<Rc>>,
+    qp: Option<RcQp>,
     send_cq: CompletionQueue,
     /// `None`: the send CQ is also the receive CQ.
     recv_cq: Option<CompletionQueue>,
@@ -131,7 +131,7 @@ impl AsyncQp {
     /// completions of other QPs on them are kept for
     /// [`take_stray`](Self::take_stray).
     pub fn new(
-        qp: QpEx<Rc>,
+        qp: RcQp,
         send_cq: CompletionQueue,
         recv_cq: Option<CompletionQueue>,
     ) -> Result<Self> {
@@ -194,7 +194,7 @@ impl AsyncQp {
 
     /// Runs `f` on the QP (to connect it, read its state, ...), under the
     /// `AsyncQp`'s lock.
-    pub fn with_qp<R>(&self, f: impl FnOnce(&QpEx<Rc>) -> R) -> R {
+    pub fn with_qp<R>(&self, f: impl FnOnce(&RcQp) -> R) -> R {
         f(self.0.lock().qp())
     }
 
@@ -311,7 +311,7 @@ impl AsyncQp {
     fn post_send<B: IoBuf>(
         &self,
         buf: B,
-        build: impl FnOnce(&mut QpEx<Rc>, u64, &mut B) -> Result<Result<()>>,
+        build: impl FnOnce(&mut RcQp, u64, &mut B) -> Result<Result<()>>,
     ) -> Op<B> {
         let mut inner = self.0.lock();
         if let Err(e) = inner.room(false) {
@@ -350,13 +350,13 @@ impl Shared {
 }
 
 impl Inner {
-    fn qp(&self) -> &QpEx<Rc> {
+    fn qp(&self) -> &RcQp {
         self.qp
             .as_ref()
             .expect("the QP lives as long as the AsyncQp")
     }
 
-    fn qp_mut(&mut self) -> &mut QpEx<Rc> {
+    fn qp_mut(&mut self) -> &mut RcQp {
         self.qp
             .as_mut()
             .expect("the QP lives as long as the AsyncQp")

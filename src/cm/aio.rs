@@ -25,7 +25,7 @@ use super::id::{check_event, CmId};
 use super::param::ConnParam;
 use super::request::{accept_finish, ConnectRequest};
 use crate::error::{Error, Result};
-use crate::qp::{QpEx, Rc};
+use crate::qp::RcQp;
 use std::future::{poll_fn, Future};
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, RawFd};
@@ -225,7 +225,7 @@ impl CmId {
     /// moved to RTR and RTS on `RDMA_CM_EVENT_CONNECT_RESPONSE`. Returns
     /// the private data of the peer's accept. With no answer the CM ends
     /// it (`RDMA_CM_EVENT_UNREACHABLE`, [`Error::Cm`]) after its retries.
-    pub async fn connect_async(&self, qp: &QpEx<Rc>, param: &ConnParam) -> Result<Vec<u8>> {
+    pub async fn connect_async(&self, qp: &RcQp, param: &ConnParam) -> Result<Vec<u8>> {
         let what = self.connect_start(qp, param)?;
         let ev = self.expect_async(CmEventKind::ConnectResponse, &what).await;
         self.connect_finish(qp, param, &what, ev)
@@ -246,7 +246,7 @@ impl CmId {
 impl ConnectRequest {
     /// [`accept`](Self::accept), awaiting `RDMA_CM_EVENT_ESTABLISHED`
     /// (features `rdma-cm` and `tokio`). Returns the connected id.
-    pub async fn accept_async(self, qp: &QpEx<Rc>, param: &ConnParam) -> Result<CmId> {
+    pub async fn accept_async(self, qp: &RcQp, param: &ConnParam) -> Result<CmId> {
         let (id, what) = self.accept_start(qp, param)?;
         let ev = id.expect_async(CmEventKind::Established, &what).await;
         accept_finish(id, qp, ev)

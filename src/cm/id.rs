@@ -10,7 +10,7 @@ use crate::device::Context;
 use crate::error::{Error, Result};
 use crate::ffi;
 use crate::ffi::cm;
-use crate::qp::{QpEx, QpState, Rc};
+use crate::qp::{QpState, RcQp};
 use std::fmt;
 use std::net::SocketAddr;
 use std::ptr::NonNull;
@@ -369,7 +369,7 @@ impl CmId {
         check_event(want, what, ev)
     }
 
-    pub(super) fn check_qp(&self, qp: &QpEx<Rc>) -> Result<()> {
+    pub(super) fn check_qp(&self, qp: &RcQp) -> Result<()> {
         let ctx = self.context()?;
         let qp_dev = qp.pd().context().name();
         if qp_dev != ctx.name() {
@@ -387,7 +387,7 @@ impl CmId {
     /// librdmacm does.
     fn cm_modify(
         &self,
-        qp: &QpEx<Rc>,
+        qp: &RcQp,
         to: ffi::ibv_qp_state,
         name: &str,
         depth: Option<u8>,
@@ -418,12 +418,12 @@ impl CmId {
     /// access), so that receives can be posted before connecting.
     /// [`connect`](Self::connect) and [`ConnectRequest::accept`] do it
     /// themselves for a QP still in RESET.
-    pub fn init_qp(&self, qp: &QpEx<Rc>) -> Result<()> {
+    pub fn init_qp(&self, qp: &RcQp) -> Result<()> {
         self.check_qp(qp)?;
         self.cm_modify(qp, ffi::IBV_QPS_INIT, "INIT", None)
     }
 
-    pub(super) fn init_if_reset(&self, qp: &QpEx<Rc>) -> Result<()> {
+    pub(super) fn init_if_reset(&self, qp: &RcQp) -> Result<()> {
         if qp.state()? == QpState::Reset {
             self.init_qp(qp)?;
         }
@@ -431,7 +431,7 @@ impl CmId {
     }
 
     /// INIT (again, with the connection's attributes), RTR, RTS.
-    pub(super) fn to_rts(&self, qp: &QpEx<Rc>, param: &ConnParam) -> Result<()> {
+    pub(super) fn to_rts(&self, qp: &RcQp, param: &ConnParam) -> Result<()> {
         self.cm_modify(qp, ffi::IBV_QPS_INIT, "INIT", None)?;
         self.cm_modify(qp, ffi::IBV_QPS_RTR, "RTR", Some(param.responder_resources))?;
         self.cm_modify(qp, ffi::IBV_QPS_RTS, "RTS", Some(param.initiator_depth))
@@ -448,14 +448,14 @@ impl CmId {
     /// (with the peer's private data), no answer [`Error::Cm`]
     /// (`RDMA_CM_EVENT_UNREACHABLE`) or [`Error::Timeout`]; the QP is then
     /// in ERR.
-    pub fn connect(&self, qp: &QpEx<Rc>, param: &ConnParam, timeout: Duration) -> Result<Vec<u8>> {
+    pub fn connect(&self, qp: &RcQp, param: &ConnParam, timeout: Duration) -> Result<Vec<u8>> {
         let what = self.connect_start(qp, param)?;
         let ev = self.expect(CmEventKind::ConnectResponse, &what, timeout);
         self.connect_finish(qp, param, &what, ev)
     }
 
     /// Checks, moves `qp` to INIT if in RESET, and calls `rdma_connect`.
-    pub(super) fn connect_start(&self, qp: &QpEx<Rc>, param: &ConnParam) -> Result<String> {
+    pub(super) fn connect_start(&self, qp: &RcQp, param: &ConnParam) -> Result<String> {
         param.check(MAX_CONNECT_PRIVATE_DATA, "rdma_connect")?;
         self.check_qp(qp)?;
         self.init_if_reset(qp)?;
@@ -475,7 +475,7 @@ impl CmId {
     /// ERR.
     pub(super) fn connect_finish(
         &self,
-        qp: &QpEx<Rc>,
+        qp: &RcQp,
         param: &ConnParam,
         what: &str,
         ev: Result<CmEvent>,
@@ -504,7 +504,7 @@ impl CmId {
 
     /// Disconnects (`rdma_disconnect(3)`): the peer gets
     /// `RDMA_CM_EVENT_DISCONNECTED`, and so does this id. Move the QP to
-    /// ERR ([`QpEx::to_error`]) to flush what is outstanding on it.
+    /// ERR ([`QpEx::to_error`](crate::QpEx::to_error)) to flush what is outstanding on it.
     pub fn disconnect(&self) -> Result<()> {
         self.connected.store(false, Ordering::Relaxed);
         // SAFETY: the id is live.

@@ -5,7 +5,7 @@ use super::id::{show, CmId};
 use super::param::{ConnParam, MAX_ACCEPT_PRIVATE_DATA, MAX_REJECT_PRIVATE_DATA};
 use crate::error::{Error, Result};
 use crate::ffi::cm;
-use crate::qp::{QpEx, Rc};
+use crate::qp::RcQp;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
@@ -56,7 +56,7 @@ impl ConnectRequest {
     /// to RTR and RTS with the CM's attributes, answers the peer
     /// (`rdma_accept(3)`) and waits up to `timeout` for
     /// `RDMA_CM_EVENT_ESTABLISHED`. Returns the connected id.
-    pub fn accept(self, qp: &QpEx<Rc>, param: &ConnParam, timeout: Duration) -> Result<CmId> {
+    pub fn accept(self, qp: &RcQp, param: &ConnParam, timeout: Duration) -> Result<CmId> {
         let (id, what) = self.accept_start(qp, param)?;
         let ev = id.expect(CmEventKind::Established, &what, timeout);
         accept_finish(id, qp, ev)
@@ -65,7 +65,7 @@ impl ConnectRequest {
     /// Checks, moves `qp` to RTS with the CM's attributes and answers the
     /// peer (`rdma_accept`); the caller awaits `ESTABLISHED` and calls
     /// [`accept_finish`]. A failure after the checks moves the QP to ERR.
-    pub(super) fn accept_start(self, qp: &QpEx<Rc>, param: &ConnParam) -> Result<(CmId, String)> {
+    pub(super) fn accept_start(self, qp: &RcQp, param: &ConnParam) -> Result<(CmId, String)> {
         param.check(MAX_ACCEPT_PRIVATE_DATA, "rdma_accept")?;
         let id = self.id;
         id.check_qp(qp)?;
@@ -118,7 +118,7 @@ impl ConnectRequest {
 
 /// Ends an accept on `ev`, the checked `ESTABLISHED` event (or the error
 /// in its place): the connected id, or the error with the QP in ERR.
-pub(super) fn accept_finish(id: CmId, qp: &QpEx<Rc>, ev: Result<CmEvent>) -> Result<CmId> {
+pub(super) fn accept_finish(id: CmId, qp: &RcQp, ev: Result<CmEvent>) -> Result<CmId> {
     match ev {
         Ok(_) => {
             id.connected.store(true, Ordering::Relaxed);

@@ -2,7 +2,7 @@
 //! `mlx5dv_create_qp(3)` for DCIs and for RC QPs with mlx5 send ops.
 
 use super::{ffi_cq, DciStreams, Mlx5Info, Mlx5SendOps, QpCaps, QpEx, QpParts, SendOps, Transport};
-use super::{Dci, Rc};
+use super::{DcInitiator, ReliableConnection};
 use crate::cq::CompletionQueue;
 use crate::device::Context;
 use crate::error::{Error, Result};
@@ -64,7 +64,7 @@ impl<'a, T: Transport> QpBuilder<'a, T> {
     }
 }
 
-impl<'a> QpBuilder<'a, Rc> {
+impl<'a> QpBuilder<'a, ReliableConnection> {
     /// An RC QP in `pd` whose sends complete on `send_cq` and receives on
     /// `recv_cq` (which may be the same CQ), with [`QpCaps::default`] and
     /// [`SendOps::rc_default`].
@@ -77,7 +77,7 @@ impl<'a> QpBuilder<'a, Rc> {
     }
 }
 
-impl<'a> QpBuilder<'a, Dci> {
+impl<'a> QpBuilder<'a, DcInitiator> {
     /// An mlx5 DCI (`IBV_QPT_DRIVER`, `MLX5DV_DCTYPE_DCI`) in `pd`: a send
     /// queue that reaches any DCT, each work request addressed with a
     /// [`DcAddr`](crate::DcAddr). It has no receive queue.

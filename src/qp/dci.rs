@@ -1,6 +1,6 @@
 //! DCIs: the INIT → RTR → RTS path, DC addresses, stream recovery.
 
-use super::{check_psn, ConnectOptions, Dci, QpEx};
+use super::{check_psn, ConnectOptions, DciQp};
 use crate::ah::AddressHandle;
 use crate::error::{check, Error, Result};
 use crate::ffi;
@@ -12,7 +12,7 @@ use std::ptr::NonNull;
 /// handle of the remote port, the remote DCT number and its DC access key.
 ///
 /// Given to every work request of a DCI batch
-/// ([`WrBatch::wr`](crate::WrBatch::wr) on a `QpEx<Dci>`): a DCI work
+/// ([`WrBatch::wr`](crate::WrBatch::wr) on a `DciQp`): a DCI work
 /// request without one does not compile. The address handle must come
 /// from the DCI's own device context (libmlx5 reads it as an mlx5 address
 /// handle): a work request with another's is refused with
@@ -95,7 +95,7 @@ impl fmt::Debug for DcAddr<'_> {
     }
 }
 
-impl QpEx<Dci> {
+impl DciQp {
     /// RESET → INIT → RTR → RTS for a DCI, which has no single peer: the
     /// port, path MTU and the retry parameters of `opts`, sending from
     /// packet sequence number `sq_psn`. (The attribute masks are those

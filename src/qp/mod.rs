@@ -43,25 +43,35 @@ pub trait Transport: sealed::Sealed + 'static {
     const DC: bool;
 }
 
-/// Reliable connected (`IBV_QPT_RC`).
+/// Reliable connection (`IBV_QPT_RC`): the transport of an [`RcQp`].
+///
+/// (Named in full, not `Rc`, so that it never collides with
+/// `std::rc::Rc` where both are imported.)
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Rc {}
-impl sealed::Sealed for Rc {}
-impl Transport for Rc {
+pub enum ReliableConnection {}
+impl sealed::Sealed for ReliableConnection {}
+impl Transport for ReliableConnection {
     const NAME: &'static str = "RC";
     const DC: bool = false;
 }
 
-/// mlx5 dynamically connected initiator (`MLX5DV_DCTYPE_DCI`): one QP that
-/// reaches many DC targets, each work request addressed with
-/// `mlx5dv_wr_set_dc_addr` (or `mlx5dv_wr_set_dc_addr_stream`).
+/// mlx5 dynamically connected initiator (`MLX5DV_DCTYPE_DCI`): the
+/// transport of a [`DciQp`], one QP that reaches many DC targets, each work
+/// request addressed with `mlx5dv_wr_set_dc_addr` (or
+/// `mlx5dv_wr_set_dc_addr_stream`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Dci {}
-impl sealed::Sealed for Dci {}
-impl Transport for Dci {
+pub enum DcInitiator {}
+impl sealed::Sealed for DcInitiator {}
+impl Transport for DcInitiator {
     const NAME: &'static str = "DCI";
     const DC: bool = true;
 }
+
+/// An RC queue pair ([`QpBuilder::rc`]): `QpEx<ReliableConnection>`.
+pub type RcQp = QpEx<ReliableConnection>;
+
+/// An mlx5 DC initiator ([`QpBuilder::dci`]): `QpEx<DcInitiator>`.
+pub type DciQp = QpEx<DcInitiator>;
 
 /// The state of a QP (`ibv_query_qp` of `IBV_QP_STATE`), or the errno.
 ///
@@ -140,7 +150,7 @@ pub(crate) struct Mlx5Info {
 }
 
 /// A queue pair with the extended work-request API. `T` is its transport
-/// ([`Rc`], [`Dci`]); posting goes through [`QpEx::batch`].
+/// ([`ReliableConnection`], [`DcInitiator`]); posting goes through [`QpEx::batch`].
 ///
 /// Owned by one value (not cloneable): posting needs `&mut self`, so two
 /// threads cannot interleave batches on one QP. It keeps its PD and CQs

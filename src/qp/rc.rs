@@ -1,6 +1,6 @@
 //! RC QPs: interop, the RESET → INIT → RTR → RTS path, receives.
 
-use super::{ConnectOptions, Endpoint, Mlx5Info, QpCaps, QpEx, QpParts, Rc, SendOps};
+use super::{ConnectOptions, Endpoint, Mlx5Info, QpCaps, QpEx, QpParts, RcQp, SendOps};
 use crate::ah::AhAttr;
 use crate::cq::CompletionQueue;
 use crate::error::{check, Error, Result};
@@ -9,7 +9,7 @@ use crate::mr::{recv_wr, AccessFlags, Sge};
 use crate::pd::ProtectionDomain;
 use std::ptr::NonNull;
 
-impl QpEx<Rc> {
+impl RcQp {
     /// Wraps an RC QP created elsewhere (e.g. by another crate) so that
     /// this crate's batches can post on it. The handle does not destroy it.
     ///

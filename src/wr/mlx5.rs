@@ -7,7 +7,7 @@ use crate::error::{Error, Result};
 use crate::ffi;
 use crate::mkey::{Mkey, MkeyLayout};
 use crate::mr::{AccessFlags, MemoryRegion, Sge, SgeMut};
-use crate::qp::{Mlx5Info, Mlx5SendOps, QpEx, Rc, SendOps, Transport};
+use crate::qp::{Mlx5Info, Mlx5SendOps, QpEx, ReliableConnection, SendOps, Transport};
 use crate::wqe::Wqe;
 use std::marker::PhantomData;
 
@@ -193,7 +193,7 @@ impl<'m, T: Transport> Wr<'_, 'm, T> {
     ///
     /// ```no_run
     /// # use mlx5dv::*;
-    /// # fn f(qp: &mut QpEx<Rc>, dst: &mut MemoryRegion, src: &MemoryRegion) -> Result<()> {
+    /// # fn f(qp: &mut RcQp, dst: &mut MemoryRegion, src: &MemoryRegion) -> Result<()> {
     /// // The device writes `dst`: its 64-byte pieces hold it exclusively.
     /// let pieces = dst.sge_mut(0..32 * 64)?.chunks(64)?;
     /// let ops = pieces
@@ -266,7 +266,7 @@ impl<'m, T: Transport> Wr<'_, 'm, T> {
     }
 }
 
-impl<'m> Wr<'_, 'm, Rc> {
+impl<'m> Wr<'_, 'm, ReliableConnection> {
     /// Registers a list layout on `mkey` (`mlx5dv_wr_mr_list`): the mkey
     /// then covers the SGEs one after another, addressed zero-based. RC
     /// only. Sets `IBV_SEND_INLINE` itself (the man page requires it).

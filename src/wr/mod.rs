@@ -3,7 +3,7 @@
 //!
 //! ```no_run
 //! # use mlx5dv::*;
-//! # fn demo(qp: &mut QpEx<Rc>, mr: &MemoryRegion, remote: RemoteBuf) -> Result<()> {
+//! # fn demo(qp: &mut RcQp, mr: &MemoryRegion, remote: RemoteBuf) -> Result<()> {
 //! let mut batch = qp.batch();
 //! batch.wr(1).signaled().rdma_write(remote).sge(mr.sge(0..64)?)?;
 //! batch.wr(2).send().inline(b"done")?;
@@ -22,7 +22,7 @@
 //!
 //! ```compile_fail,E0599
 //! # use mlx5dv::*;
-//! # fn f(qp: &mut QpEx<Rc>, mr: &MemoryRegion) -> Result<()> {
+//! # fn f(qp: &mut RcQp, mr: &MemoryRegion) -> Result<()> {
 //! let mut batch = qp.batch();
 //! batch.wr(1).sge(mr.sge(..)?)?; // ERROR: no builder chosen: no `sge` here
 //! # Ok(()) }
@@ -32,7 +32,7 @@
 //!
 //! ```compile_fail,E0505
 //! # use mlx5dv::*;
-//! # fn f(qp: &mut QpEx<Rc>, mr: &MemoryRegion, remote: RemoteBuf) -> Result<()> {
+//! # fn f(qp: &mut RcQp, mr: &MemoryRegion, remote: RemoteBuf) -> Result<()> {
 //! let mut batch = qp.batch();
 //! let half = batch.wr(1).rdma_write(remote);
 //! unsafe { batch.complete()? }; // ERROR: `half` still borrows the batch
@@ -44,7 +44,7 @@
 //!
 //! ```compile_fail,E0382
 //! # use mlx5dv::*;
-//! # fn f(qp: &mut QpEx<Rc>) -> Result<()> {
+//! # fn f(qp: &mut RcQp) -> Result<()> {
 //! let batch = qp.batch();
 //! unsafe { batch.complete()? };
 //! unsafe { batch.complete()? }; // ERROR: moved by the first complete
@@ -55,7 +55,7 @@
 //!
 //! ```compile_fail,E0499
 //! # use mlx5dv::*;
-//! # fn f(qp: &mut QpEx<Rc>) {
+//! # fn f(qp: &mut RcQp) {
 //! let a = qp.batch();
 //! let b = qp.batch(); // ERROR: the QP is already borrowed by `a`
 //! drop((a, b));
@@ -67,7 +67,7 @@
 //!
 //! ```compile_fail,E0599
 //! # use mlx5dv::*;
-//! # fn f(qp: &mut QpEx<Rc>, remote: RemoteBuf) -> Result<()> {
+//! # fn f(qp: &mut RcQp, remote: RemoteBuf) -> Result<()> {
 //! let mut batch = qp.batch();
 //! batch.wr(1).rdma_read(remote).inline(b"x")?; // ERROR: a read has no inline data
 //! # Ok(()) }
@@ -78,7 +78,7 @@
 //!
 //! ```compile_fail,E0061
 //! # use mlx5dv::*;
-//! # fn f(qp: &mut QpEx<Dci>, mr: &MemoryRegion, remote: RemoteBuf) -> Result<()> {
+//! # fn f(qp: &mut DciQp, mr: &MemoryRegion, remote: RemoteBuf) -> Result<()> {
 //! let mut batch = qp.batch();
 //! batch.wr(1).rdma_write(remote).sge(mr.sge(..)?)?; // ERROR: no DcAddr
 //! # Ok(()) }
@@ -89,7 +89,7 @@
 //!
 //! ```compile_fail,E0599
 //! # use mlx5dv::*;
-//! # fn f(qp: &mut QpEx<Dci>, addr: DcAddr<'_>, mkey: &Mkey, mr: &MemoryRegion) -> Result<()> {
+//! # fn f(qp: &mut DciQp, addr: DcAddr<'_>, mkey: &Mkey, mr: &MemoryRegion) -> Result<()> {
 //! let mut batch = qp.batch();
 //! batch.wr(1, addr).mr_list(mkey, AccessFlags::LOCAL_WRITE, &[mr.sge(..)?])?; // ERROR: RC only
 //! # Ok(()) }
@@ -99,7 +99,7 @@
 //!
 //! ```no_run
 //! # use mlx5dv::*;
-//! # fn f(qp: &mut QpEx<Dci>, ah: &AddressHandle, mr: &MemoryRegion, remote: RemoteBuf) -> Result<()> {
+//! # fn f(qp: &mut DciQp, ah: &AddressHandle, mr: &MemoryRegion, remote: RemoteBuf) -> Result<()> {
 //! let addr = DcAddr::new(ah, 0x1234, 0xC0FFEE);
 //! let mut batch = qp.batch();
 //! batch.wr(1, addr).signaled().rdma_write(remote).sge(mr.sge(..)?)?;
@@ -117,7 +117,7 @@
 //! ```compile_fail,E0502
 //! # use mlx5dv::*;
 //! # use std::time::Duration;
-//! # fn f(qp: &mut QpEx<Rc>, cq: &mut CompletionQueue, src: &mut MemoryRegion, remote: RemoteBuf) -> Result<()> {
+//! # fn f(qp: &mut RcQp, cq: &mut CompletionQueue, src: &mut MemoryRegion, remote: RemoteBuf) -> Result<()> {
 //! qp.post_and_wait(cq, Duration::from_secs(1), |b| {
 //!     b.wr(1).rdma_write(remote).sge(src.sge(0..8)?)?;
 //!     src.fill(0..8, 1) // ERROR: the posted write still borrows `src`
@@ -131,7 +131,7 @@
 //!
 //! ```compile_fail,E0277
 //! # use mlx5dv::*;
-//! # fn f(qp: &mut QpEx<Rc>, mr: &MemoryRegion, remote: RemoteBuf) -> Result<()> {
+//! # fn f(qp: &mut RcQp, mr: &MemoryRegion, remote: RemoteBuf) -> Result<()> {
 //! let mut batch = qp.batch();
 //! batch.wr(1).rdma_read(remote).sge(mr.sge(0..8)?)?; // ERROR: a read's destination is an SgeMut, not an Sge
 //! # Ok(()) }
@@ -141,7 +141,7 @@
 //!
 //! ```compile_fail,E0599
 //! # use mlx5dv::*;
-//! # fn f(qp: &mut QpEx<Rc>, mr: &mut MemoryRegion, remote: RemoteBuf) -> Result<()> {
+//! # fn f(qp: &mut RcQp, mr: &mut MemoryRegion, remote: RemoteBuf) -> Result<()> {
 //! let (lo, hi) = mr.sge_mut(0..8)?.split_at(4)?;
 //! let mut batch = qp.batch();
 //! batch.wr(1).atomic_fetch_add(remote, 1).sge_list(&[lo, hi])?; // ERROR: one SGE only
@@ -160,7 +160,9 @@
 use crate::error::{Error, Result};
 use crate::ffi;
 use crate::mr::{RemoteBuf, Sge, SgeMut};
-use crate::qp::{DcAddr, Dci, Mlx5Info, QpCaps, QpEx, Rc, SendOps, Transport, WrOps};
+use crate::qp::{
+    DcAddr, DcInitiator, Mlx5Info, QpCaps, QpEx, ReliableConnection, SendOps, Transport, WrOps,
+};
 
 mod mlx5;
 mod scoped;
@@ -307,7 +309,7 @@ impl<T: Transport> QpEx<T> {
     ///
     /// ```no_run
     /// # use mlx5dv::*;
-    /// # fn f(qp: &mut QpEx<Rc>, sges: &[Sge<'_>], remote: RemoteBuf) -> Result<()> {
+    /// # fn f(qp: &mut RcQp, sges: &[Sge<'_>], remote: RemoteBuf) -> Result<()> {
     /// let mut b = qp.batch_with(SendFlags::SIGNALED);
     /// for (i, sge) in sges.iter().enumerate() {
     ///     let to = remote.slice(i as u64 * 64, 64)?;
@@ -443,22 +445,22 @@ impl<'q, 'm, T: Transport> WrBatch<'q, 'm, T> {
     }
 }
 
-impl<'m> WrBatch<'_, 'm, Rc> {
+impl<'m> WrBatch<'_, 'm, ReliableConnection> {
     /// Adds a work request whose completion carries `wr_id`. Choose its
     /// flags, then one builder, then its data.
     #[inline]
-    pub fn wr(&mut self, wr_id: u64) -> Wr<'_, 'm, Rc> {
+    pub fn wr(&mut self, wr_id: u64) -> Wr<'_, 'm, ReliableConnection> {
         self.start_wr(wr_id, None)
     }
 }
 
-impl<'m> WrBatch<'_, 'm, Dci> {
+impl<'m> WrBatch<'_, 'm, DcInitiator> {
     /// Adds a work request whose completion carries `wr_id`, going to the
     /// DCT at `addr` (`mlx5dv_wr_set_dc_addr`, called after the builder and
     /// its data, as mlx5dv_wr_post(3) orders it). A DCI work request cannot
     /// be built without an address.
     #[inline]
-    pub fn wr<'s>(&'s mut self, wr_id: u64, addr: DcAddr<'s>) -> Wr<'s, 'm, Dci> {
+    pub fn wr<'s>(&'s mut self, wr_id: u64, addr: DcAddr<'s>) -> Wr<'s, 'm, DcInitiator> {
         self.start_wr(wr_id, Some(RawDc::new(addr, None)))
     }
 
@@ -475,7 +477,7 @@ impl<'m> WrBatch<'_, 'm, Dci> {
         wr_id: u64,
         addr: DcAddr<'s>,
         stream_id: u16,
-    ) -> Wr<'s, 'm, Dci> {
+    ) -> Wr<'s, 'm, DcInitiator> {
         self.start_wr(wr_id, Some(RawDc::new(addr, Some(stream_id))))
     }
 }

@@ -28,7 +28,7 @@
 use super::{RawDc, SendFlags, WrBatch, BATCH_ABORTING, BATCH_CLOSED, BATCH_OPEN};
 use crate::cq::{back_off, CompletionQueue, RawWc, WorkCompletion};
 use crate::error::{Error, Result};
-use crate::qp::{DcAddr, Dci, QpEx, Rc, Transport};
+use crate::qp::{DcAddr, DcInitiator, QpEx, ReliableConnection, Transport};
 use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hasher};
 use std::io::Write;
@@ -53,7 +53,7 @@ const FLUSH_WAIT: Duration = Duration::from_secs(5);
 /// ```compile_fail,E0521
 /// # use mlx5dv::*;
 /// # use std::time::Duration;
-/// # fn f(qp: &mut QpEx<Rc>, cq: &mut CompletionQueue, other: &mut QpEx<Rc>, other_cq: &mut CompletionQueue) -> Result<()> {
+/// # fn f(qp: &mut RcQp, cq: &mut CompletionQueue, other: &mut RcQp, other_cq: &mut CompletionQueue) -> Result<()> {
 /// other.post_and_wait(other_cq, Duration::from_secs(1), |theirs| {
 ///     qp.post_and_wait(cq, Duration::from_secs(1), |mine| {
 ///         std::mem::swap(mine, theirs); // ERROR: each closure's batch has a lifetime of its own
@@ -108,21 +108,21 @@ impl<'q, 'm, T: Transport> ScopedBatch<'q, 'm, T> {
     }
 }
 
-impl<'m> ScopedBatch<'_, 'm, Rc> {
+impl<'m> ScopedBatch<'_, 'm, ReliableConnection> {
     /// Adds a work request whose completion carries `wr_id`, as
     /// [`WrBatch::wr`]. It is signalled.
     #[inline]
-    pub fn wr(&mut self, wr_id: u64) -> super::Wr<'_, 'm, Rc> {
+    pub fn wr(&mut self, wr_id: u64) -> super::Wr<'_, 'm, ReliableConnection> {
         let id = self.next_id(wr_id);
         self.batch.start_wr(id, None)
     }
 }
 
-impl<'m> ScopedBatch<'_, 'm, Dci> {
+impl<'m> ScopedBatch<'_, 'm, DcInitiator> {
     /// Adds a work request to the DCT at `addr`, whose completion carries
     /// `wr_id`, as [`WrBatch::wr`] on a DCI. It is signalled.
     #[inline]
-    pub fn wr<'s>(&'s mut self, wr_id: u64, addr: DcAddr<'s>) -> super::Wr<'s, 'm, Dci> {
+    pub fn wr<'s>(&'s mut self, wr_id: u64, addr: DcAddr<'s>) -> super::Wr<'s, 'm, DcInitiator> {
         let id = self.next_id(wr_id);
         self.batch.start_wr(id, Some(RawDc::new(addr, None)))
     }
@@ -135,7 +135,7 @@ impl<'m> ScopedBatch<'_, 'm, Dci> {
         wr_id: u64,
         addr: DcAddr<'s>,
         stream_id: u16,
-    ) -> super::Wr<'s, 'm, Dci> {
+    ) -> super::Wr<'s, 'm, DcInitiator> {
         let id = self.next_id(wr_id);
         self.batch
             .start_wr(id, Some(RawDc::new(addr, Some(stream_id))))
@@ -232,7 +232,7 @@ impl<T: Transport> QpEx<T> {
     /// ```no_run
     /// # use mlx5dv::*;
     /// # use std::time::Duration;
-    /// # fn f(qp: &mut QpEx<Rc>, cq: &mut CompletionQueue, src: &MemoryRegion, dst: &mut MemoryRegion, remote: RemoteBuf) -> Result<()> {
+    /// # fn f(qp: &mut RcQp, cq: &mut CompletionQueue, src: &MemoryRegion, dst: &mut MemoryRegion, remote: RemoteBuf) -> Result<()> {
     /// let into = dst.sge_mut(0..64)?; // the device writes here: borrowed exclusively
     /// let wcs = qp.post_and_wait(cq, Duration::from_secs(5), |b| {
     ///     b.wr(1).rdma_write(remote).sge(src.sge(0..64)?)?;

@@ -107,7 +107,7 @@ impl Fx {
         .expect("every fake entry is filled")
     }
 
-    fn rc(&mut self) -> QpEx<Rc> {
+    fn rc(&mut self) -> RcQp {
         self.qp(
             SendOps::rc_default() | SendOps::LOCAL_INV,
             Mlx5SendOps::all(),
@@ -117,7 +117,7 @@ impl Fx {
 
     /// An RC QP over the fakes that the handle owns: its drop calls
     /// `ibv_destroy_qp`, which reaches the fake context's `destroy_qp`.
-    fn owned_rc(&mut self) -> QpEx<Rc> {
+    fn owned_rc(&mut self) -> RcQp {
         QpEx::assemble(QpParts {
             qp: NonNull::new(self.fq.qp()).unwrap(),
             qpx: NonNull::new(self.fq.ibv()).unwrap(),
@@ -341,7 +341,7 @@ fn refused_work_requests_never_reach_the_provider() {
     let mr = fx.mr();
     let mut out = fx.mr();
     let whole = out.sge_mut(..).unwrap();
-    let mut qp = fx.qp::<Rc>(SendOps::RDMA_WRITE, Mlx5SendOps::empty(), None);
+    let mut qp = fx.qp::<ReliableConnection>(SendOps::RDMA_WRITE, Mlx5SendOps::empty(), None);
     let mut b = qp.batch();
     assert!(matches!(
         b.wr(1).send().sge(mr.sge(0..8).unwrap()),
@@ -455,7 +455,7 @@ fn dci_work_requests_end_with_their_dc_address() {
         log_num_concurent: 4,
         log_num_errored: 2,
     };
-    let mut qp = fx.qp::<Dci>(SendOps::rc_default(), Mlx5SendOps::MEMCPY, Some(streams));
+    let mut qp = fx.qp::<DcInitiator>(SendOps::rc_default(), Mlx5SendOps::MEMCPY, Some(streams));
     let ah = unsafe { crate::ah::AddressHandle::fake(&fx.pd, NonNull::new(ah_ptr).unwrap()) };
     let addr = DcAddr::new(&ah, 0x00AB_CDEF, 0xFEED_0000_DEAD_BEEF);
     let mut b = qp.batch();
@@ -539,7 +539,7 @@ fn dci_memcpy_and_local_inv_take_no_dc_address_after_a_dc_work_request() {
     let whole = out.sge_mut(..).unwrap();
     let ah_ptr = &mut *fx.ah_raw as *mut ffi::ibv_ah;
     let ops = SendOps::rc_default() | SendOps::LOCAL_INV;
-    let mut qp = fx.qp::<Dci>(ops, Mlx5SendOps::MEMCPY, None);
+    let mut qp = fx.qp::<DcInitiator>(ops, Mlx5SendOps::MEMCPY, None);
     let ah = unsafe { crate::ah::AddressHandle::fake(&fx.pd, NonNull::new(ah_ptr).unwrap()) };
     let addr = DcAddr::new(&ah, 0x00AB_CDEF, 0xFEED_0000_DEAD_BEEF);
     let mut b = qp.batch();
@@ -666,7 +666,7 @@ fn a_memcpy_op_is_checked_once_and_posts_the_same_call_as_memcpy() {
     assert_eq!(calls[1].wr, Some((2, SIG)));
     assert_eq!(calls[0].args, calls[1].args);
     // A QP without MEMCPY makes none, and a prepared one is refused there.
-    let mut plain = fx.qp::<Rc>(SendOps::rc_default(), Mlx5SendOps::empty(), None);
+    let mut plain = fx.qp::<ReliableConnection>(SendOps::rc_default(), Mlx5SendOps::empty(), None);
     assert!(matches!(
         plain.memcpy_op(d(0..8), s(8..16)),
         Err(Error::Unsupported { .. })
@@ -936,7 +936,7 @@ fn mkey_entries_sizes_the_wqe_so_the_entry_limits_follow() {
 fn send_with_invalidate_carries_the_rkey_and_needs_its_send_op() {
     let mut fx = Fx::new();
     let mr = fx.mr();
-    let mut qp = fx.qp::<Rc>(
+    let mut qp = fx.qp::<ReliableConnection>(
         SendOps::SEND | SendOps::SEND_WITH_INV,
         Mlx5SendOps::empty(),
         None,
@@ -955,7 +955,7 @@ fn send_with_invalidate_carries_the_rkey_and_needs_its_send_op() {
         qp_call("wr_send_inv", f, (4, SIG), vec![Arg::U32(0x7777_8888)])
     );
     assert_eq!(calls[2].entry, "wr_set_sge");
-    let mut qp = fx.qp::<Rc>(SendOps::SEND, Mlx5SendOps::empty(), None);
+    let mut qp = fx.qp::<ReliableConnection>(SendOps::SEND, Mlx5SendOps::empty(), None);
     let mut b = qp.batch();
     let err = b.wr(5).send_inv(1).inline(b"x").unwrap_err();
     assert!(matches!(err, Error::Unsupported { .. }), "{err}");

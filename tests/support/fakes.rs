@@ -79,13 +79,13 @@ pub struct Raw {
 /// Field order is drop order: the handles go before `_raw`.
 pub struct Fx {
     /// RC with the default send ops and every mlx5 send op.
-    pub rc: QpEx<Rc>,
+    pub rc: RcQp,
     /// RC without an mlx5 side.
-    pub plain: QpEx<Rc>,
+    pub plain: RcQp,
     /// DCI without streams.
-    pub dci: QpEx<Dci>,
+    pub dci: DciQp,
     /// DCI with 2^2 streams.
-    pub dci_streams: QpEx<Dci>,
+    pub dci_streams: DciQp,
     pub mr: MemoryRegion,
     /// An mkey of 2 entries: its own limit binds before the WQE's.
     pub mkey_small: Mkey,
@@ -141,18 +141,16 @@ impl Fx {
         };
         let all = Mlx5SendOps::all();
         let none = Mlx5SendOps::empty();
-        let rc = unsafe { QpEx::<Rc>::from_raw_parts(raw_qp(RC_QPN, Some((all, None)))) }.unwrap();
-        let plain = unsafe { QpEx::<Rc>::from_raw_parts(raw_qp(PLAIN_QPN, None)) }.unwrap();
-        let dci =
-            unsafe { QpEx::<Dci>::from_raw_parts(raw_qp(DCI_QPN, Some((none, None)))) }.unwrap();
+        let rc = unsafe { RcQp::from_raw_parts(raw_qp(RC_QPN, Some((all, None)))) }.unwrap();
+        let plain = unsafe { RcQp::from_raw_parts(raw_qp(PLAIN_QPN, None)) }.unwrap();
+        let dci = unsafe { DciQp::from_raw_parts(raw_qp(DCI_QPN, Some((none, None)))) }.unwrap();
         let streams = DciStreams {
             log_num_concurent: 2,
             log_num_errored: 1,
         };
-        let dci_streams = unsafe {
-            QpEx::<Dci>::from_raw_parts(raw_qp(DCI_STREAMS_QPN, Some((none, Some(streams)))))
-        }
-        .unwrap();
+        let dci_streams =
+            unsafe { DciQp::from_raw_parts(raw_qp(DCI_STREAMS_QPN, Some((none, Some(streams))))) }
+                .unwrap();
 
         let mut buf = vec![0u8; LEN];
         let mut mr_raw: Box<ffi::ibv_mr> = zeroed();
@@ -224,7 +222,7 @@ impl Fx {
     /// on a CQ of `cqe` entries of the fixture's context; its fakes are
     /// the last of `_raw.qps` and `_raw.cqs`. The handles must be dropped
     /// before the fixture.
-    pub fn extra_rc(&mut self, qpn: u32, caps: QpCaps, cqe: i32) -> (QpEx<Rc>, CompletionQueue) {
+    pub fn extra_rc(&mut self, qpn: u32, caps: QpCaps, cqe: i32) -> (RcQp, CompletionQueue) {
         let mut fcq = FakeCq::with_capacity(cqe);
         let cq = unsafe { CompletionQueue::from_raw(&self.ctx, NonNull::new(fcq.cq()).unwrap()) }
             .unwrap();
@@ -247,7 +245,7 @@ impl Fx {
                 max_wr_memcpy_length: MEMCPY_MAX,
             }),
         };
-        let qp = unsafe { QpEx::<Rc>::from_raw_parts(raw) }.unwrap();
+        let qp = unsafe { RcQp::from_raw_parts(raw) }.unwrap();
         self._raw.qps.push(fq);
         self._raw.cqs.push(fcq);
         (qp, cq)

@@ -137,7 +137,7 @@ pub fn disable_scatter_to_cqe() {
 
 /// One side of an RC pair: a QP with its own CQs and a memory region.
 pub struct RcSide {
-    pub qp: QpEx<Rc>,
+    pub qp: RcQp,
     pub send_cq: CompletionQueue,
     pub recv_cq: CompletionQueue,
     pub mr: MemoryRegion,
@@ -213,7 +213,7 @@ pub struct DcSide {
     pub send_cq: CompletionQueue,
     pub recv_cq: CompletionQueue,
     pub srq: SharedReceiveQueue,
-    pub dcis: Vec<QpEx<Dci>>,
+    pub dcis: Vec<DciQp>,
     pub dct: Dct,
     pub ah: AddressHandle,
     pub src: MemoryRegion,

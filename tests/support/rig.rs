@@ -104,7 +104,7 @@ pub fn connect_options(ctx: &Context) -> ConnectOptions {
 
 /// One side of a connection: a QP with its own CQs and a memory region.
 pub struct Side {
-    pub qp: QpEx<Rc>,
+    pub qp: RcQp,
     pub send_cq: CompletionQueue,
     pub recv_cq: CompletionQueue,
     pub mr: MemoryRegion,
