@@ -45,8 +45,18 @@ pub trait Transport: sealed::Sealed + 'static {
 
 /// Reliable connection (`IBV_QPT_RC`): the transport of an [`RcQp`].
 ///
-/// (Named in full, not `Rc`, so that it never collides with
-/// `std::rc::Rc` where both are imported.)
+/// Named in full, not `Rc`, so that it never collides with `std::rc::Rc`
+/// where both are imported:
+///
+/// ```
+/// use mlx5dv::*;
+/// use std::rc::Rc;
+///
+/// struct Conn {
+///     qp: RcQp, // QpEx<ReliableConnection>
+///     peers: Rc<Vec<Endpoint>>,
+/// }
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ReliableConnection {}
 impl sealed::Sealed for ReliableConnection {}
