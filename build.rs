@@ -8,7 +8,9 @@
 //!    (feature `bindgen`, the default) from the installed headers, or by
 //!    copying the committed pre-generated pair in `src/sys/pregenerated/`
 //!    (without the feature, or when `DOCS_RS` or `MLX5DV_PREGENERATED=1` is
-//!    set).
+//!    set). A committed copy is first checked against the installed headers
+//!    (size, alignment and field offsets of every struct the crate uses,
+//!    src/sys/build_layout_check.rs): the build stops when they differ.
 //! 3. Compiles the shims (one exported wrapper per static-inline function of
 //!    the headers) and the layout probe with warnings as errors, and links
 //!    libmlx5 and libibverbs.
@@ -24,6 +26,9 @@ use std::env;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process;
+
+#[path = "src/sys/build_layout_check.rs"]
+mod build_layout_check;
 
 /// The oldest rdma-core release whose headers have every API this crate
 /// binds (DCI streams and `mlx5dv_wr_memcpy` arrived in 37).
@@ -115,6 +120,7 @@ fn main() {
     if let Some(release) = rdma.release {
         println!("cargo:rustc-env=MLX5DV_RDMA_CORE_RELEASE={release}");
     }
+    bound_function_cfgs(&out_dir);
     if rdma_cm {
         check_rdma_cm(&rdma).unwrap_or_else(|msg| fail(&msg));
         if want_pregenerated {
@@ -122,6 +128,9 @@ fn main() {
         } else {
             generate_cm(&rdma, &out_dir);
         }
+    }
+    if want_pregenerated {
+        check_pregenerated_layout(&rdma, &out_dir, rdma_cm);
     }
     compile_shims(&rdma, &out_dir);
 
@@ -137,6 +146,22 @@ fn main() {
     // same headers, e.g. the benchmarks' C (mlx5dv-bench/build.rs).
     let includes = env::join_paths(&rdma.include_dirs).expect("include paths join");
     println!("cargo:include={}", includes.to_string_lossy());
+}
+
+/// Static-inline functions that only some rdma-core releases define: a
+/// `mlx5dv_<name>` cfg tells the tests whether this build's bindings have
+/// each (the dispatch-coverage test covers what the headers define).
+const OPTIONAL_FUNCTIONS: [&str; 1] = ["ibv_wr_flush"];
+
+fn bound_function_cfgs(out_dir: &Path) {
+    let bindings = fs::read_to_string(out_dir.join("bindings.rs"))
+        .unwrap_or_else(|e| fail(&format!("cannot read the bindings: {e}")));
+    for f in OPTIONAL_FUNCTIONS {
+        println!("cargo:rustc-check-cfg=cfg(mlx5dv_{f})");
+        if bindings.contains(&format!("pub fn {f}(")) {
+            println!("cargo:rustc-cfg=mlx5dv_{f}");
+        }
+    }
 }
 
 /// Stops the build with one readable error.
@@ -426,6 +451,86 @@ fn generate(rdma: &RdmaCore, out_dir: &Path) {
 #[cfg(not(feature = "bindgen"))]
 fn generate(_: &RdmaCore, out_dir: &Path) {
     copy_pregenerated(out_dir);
+}
+
+/// Pre-generated bindings only: compiles, against the installed headers,
+/// `_Static_assert`s of the layout the committed bindings give each struct
+/// the crate uses (src/sys/build_layout_check.rs), and stops the build
+/// when the headers lay one out differently.
+fn check_pregenerated_layout(rdma: &RdmaCore, out_dir: &Path, rdma_cm: bool) {
+    // The structs checked are those the sources name: a new one is checked
+    // from the next build on.
+    let sources = [Path::new("src"), Path::new("tests"), Path::new("examples")];
+    for dir in sources {
+        println!("cargo:rerun-if-changed={}", dir.display());
+    }
+    let dir = Path::new(PREGENERATED_DIR);
+    let mut files = vec![dir.join("bindings.rs")];
+    let mut headers = vec!["wrapper.h"];
+    if rdma_cm {
+        files.push(dir.join("cm_bindings.rs"));
+        headers.push("cm_wrapper.h");
+    }
+    let check = build_layout_check::make(&files, &sources, &headers).unwrap_or_else(|e| fail(&e));
+    let file = out_dir.join("layout_check.c");
+    fs::write(&file, &check.source)
+        .unwrap_or_else(|e| fail(&format!("cannot write {}: {e}", file.display())));
+    let manifest_dir = PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets it"));
+    let compiler = cc::Build::new()
+        .include(&manifest_dir)
+        .includes(&rdma.include_dirs)
+        .cargo_metadata(false)
+        .get_compiler();
+    let mut cmd = compiler.to_command();
+    cmd.arg("-fsyntax-only").arg(&file);
+    let output = cmd.output().unwrap_or_else(|e| {
+        fail(&format!(
+            "cannot run the C compiler on {}: {e}",
+            file.display()
+        ))
+    });
+    if output.status.success() {
+        return;
+    }
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let failed = build_layout_check::failures(&said);
+    let bindings_release = pregenerated_release().map_or_else(
+        || "another release".to_string(),
+        |r| format!("rdma-core {r}"),
+    );
+    let installed = rdma.release.map_or_else(
+        || "the installed rdma-core".to_string(),
+        |r| format!("rdma-core {r}"),
+    );
+    if failed.is_empty() {
+        fail(&format!(
+            "the layout check of the pre-generated bindings ({}) did not compile against \
+             the headers of {installed}:\n{said}",
+            file.display()
+        ));
+    }
+    let list: Vec<String> = failed
+        .iter()
+        .map(|(ty, what)| format!("  struct {ty}: {}", what.join("; ")))
+        .collect();
+    fail(&format!(
+        "the pre-generated bindings (src/sys/pregenerated, from {bindings_release}) do not \
+         match the headers of {installed}: of the {} structs the crate uses ({} checks), \
+         the installed headers lay out {} differently, and code built with these bindings \
+         would read or write them with the wrong layout:\n{}\n\
+         Use bindings generated from the installed headers instead: build with the `bindgen` \
+         feature (the default; needs libclang: Debian/Ubuntu `libclang-dev`, Fedora/RHEL \
+         `clang-devel`) and without MLX5DV_PREGENERATED; or regenerate the committed copy \
+         from these headers with scripts/regen-bindings.",
+        check.structs,
+        check.asserts,
+        failed.len(),
+        list.join("\n")
+    ));
 }
 
 /// Compiles the static-inline shims and the layout probe.

@@ -614,12 +614,17 @@ impl Drop for CqInner {
     }
 }
 
+mod soft_roce_probe;
+
 /// The vendor id soft-RoCE (rxe) reports. Its provider's `next_poll`, on
 /// finding the CQ empty, already ends the poll (stores the consumer index
-/// and unlocks), so the `end_poll` that ibv_create_cq_ex(3) then requires
-/// advances and unlocks a second time and later polls return zeroed
-/// completions (rdma-core 44 to 54; fixed in 55). A soft-RoCE CQ made by
-/// [`CompletionQueue::new`] therefore gets [`OnePerStart`] entries.
+/// and unlocks), and in rdma-core 44 to 54 it has advanced that index
+/// first, so the `end_poll` that ibv_create_cq_ex(3) then requires
+/// advances it past the last completion and later polls return zeroed
+/// completions (fixed in 55). A soft-RoCE CQ made by
+/// [`CompletionQueue::new`] gets [`OnePerStart`] entries when the provider
+/// in use does that, as the first such CQ of the process finds out by
+/// running the sequence ([`soft_roce_probe`]).
 const SOFT_ROCE_VENDOR_ID: u32 = 0x00FF_FFFF;
 
 /// The provider's own `start_poll` and `end_poll` of a CQ whose
@@ -813,10 +818,15 @@ impl CompletionQueue {
         }
         // SAFETY: a live extended CQ (destroyed by `inner` on failure).
         unsafe { check_poll_entries(cq, ctx.name()) }?;
-        if ctx
+        let soft_roce = ctx
             .query_device()
-            .is_ok_and(|a| a.vendor_id == SOFT_ROCE_VENDOR_ID)
-        {
+            .is_ok_and(|a| a.vendor_id == SOFT_ROCE_VENDOR_ID);
+        let overruns = || match NonNull::new(ctx.as_ptr()) {
+            // SAFETY: an open context, of a soft-RoCE device.
+            Some(c) => unsafe { soft_roce_probe::end_poll_overruns(c) },
+            None => true,
+        };
+        if soft_roce && overruns() {
             // SAFETY: just created and checked; nothing polls it yet, and
             // `cq_context` is unused (NULL at creation).
             inner.one_per_start = Some(unsafe { OnePerStart::install(cq) });
@@ -860,6 +870,16 @@ impl CompletionQueue {
                 ctx: ctx.clone(),
             }),
         })
+    }
+
+    /// Whether this CQ polls one completion per `start_poll` / `end_poll`
+    /// pair of its provider: a CQ of a soft-RoCE provider whose `next_poll`
+    /// overruns the CQ when it finds it empty (rdma-core 44 to 54), as the
+    /// first soft-RoCE CQ of the process found out. Its `next_poll` and
+    /// `end_poll` entries are then the crate's, which C code given
+    /// [`as_ptr`](Self::as_ptr) calls too. False on every other CQ.
+    pub fn polls_one_completion_per_start(&self) -> bool {
+        self.inner.one_per_start.is_some()
     }
 
     /// The raw extended CQ, valid while this handle lives.

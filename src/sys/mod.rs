@@ -26,6 +26,12 @@
     dead_code,
     missing_docs,
     unsafe_op_in_unsafe_fn,
+    // bindgen's bitfield accessors transmute between equal integer types;
+    // newer rustc warns on that (glibc 2.41's `_IO_FILE` bitfield, reached
+    // through `mlx5dv_dump_dr_*(FILE *)`). `unknown_lints`: the lint is
+    // newer than the crate's MSRV.
+    unknown_lints,
+    unnecessary_transmutes,
     clippy::all,
     clippy::pedantic,
     clippy::undocumented_unsafe_blocks,
@@ -36,6 +42,10 @@ mod bindings {
     include!(concat!(env!("OUT_DIR"), "/bindings.rs"));
 }
 
+/// build.rs's check of the pre-generated bindings against the installed
+/// headers (its module), here for its tests only.
+#[cfg(test)]
+mod build_layout_check;
 mod ctrl_seg;
 #[cfg(test)]
 mod layout;
@@ -53,6 +63,8 @@ mod layout;
     dead_code,
     missing_docs,
     unsafe_op_in_unsafe_fn,
+    unknown_lints,
+    unnecessary_transmutes,
     clippy::all,
     clippy::pedantic,
     clippy::undocumented_unsafe_blocks,
