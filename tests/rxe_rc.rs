@@ -679,10 +679,11 @@ fn polling_for_more_than_is_there_never_yields_phantom_completions() {
 fn c_code_polling_through_as_ptr_drains_the_cq_with_the_header_functions() {
     // The header's inline functions (through the sys layer's shims) on the
     // raw CQ, as C code given `as_ptr()` would poll it: `next_poll` until
-    // ENOENT, then `end_poll`, twice in a row. On soft-RoCE the CQ's
-    // entries poll one completion per provider poll (rdma-core 44 to 54
-    // end the poll in `next_poll` themselves), so neither round loses,
-    // repeats or invents a completion, and the handle polls on after it.
+    // ENOENT, then `end_poll`, twice in a row. On a soft-RoCE provider
+    // that overruns the CQ (rdma-core 44 to 54, probed at run time) the
+    // CQ's entries poll one completion per provider poll, so neither round
+    // loses, repeats or invents a completion, and the handle polls on
+    // after it.
     let mut p = Pair::new();
     let remote = p.b.mr.remote(0..64).unwrap();
     let qpn = p.a.qp.qp_num();
