@@ -70,8 +70,8 @@ struct Pair {
     pd: ProtectionDomain,
     ctx: Context,
     cq: CompletionQueue,
-    a: QpEx<Rc>,
-    b: Option<QpEx<Rc>>,
+    a: RcQp,
+    b: Option<RcQp>,
     mr: MemoryRegion,
 }
 
