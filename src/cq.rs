@@ -351,6 +351,71 @@ impl From<&RawWc> for WorkCompletion {
     }
 }
 
+/// The most `poll_into` reserves before polling.
+const POLL_INTO_RESERVE: usize = 64;
+
+/// Writes every field of the completion `wc` is positioned on into `slot`,
+/// each right after it is read ([`WorkCompletion::from`] reads the same).
+///
+/// # Safety
+/// `slot` is valid for writes of a `WorkCompletion`.
+#[inline(always)]
+unsafe fn write_wc(slot: *mut WorkCompletion, wc: &PolledWc<'_>) {
+    // SAFETY: the caller's promise; with the two fields written here,
+    // every field is written.
+    unsafe {
+        write_wc_fields(slot, wc);
+        std::ptr::addr_of_mut!((*slot).wr_id).write(wc.wr_id());
+        std::ptr::addr_of_mut!((*slot).qp_num).write(wc.qp_num());
+    }
+}
+
+/// Writes the fields of the completion `wc` is positioned on into `slot`,
+/// each right after it is read, but for `wr_id` and `qp_num` (the caller
+/// writes those).
+///
+/// # Safety
+/// `slot` is valid for writes of a `WorkCompletion`.
+#[inline(always)]
+pub(crate) unsafe fn write_wc_fields(slot: *mut WorkCompletion, wc: &PolledWc<'_>) {
+    // The fields written here and by the callers: a field added to
+    // `WorkCompletion` fails this pattern until it is written too (its
+    // readers count it initialised).
+    let _every_field = |w: WorkCompletion| {
+        let WorkCompletion {
+            wr_id: _,
+            qp_num: _,
+            imm: _,
+            invalidated_rkey: _,
+            status: _,
+            opcode: _,
+            byte_len: _,
+            vendor_err: _,
+        } = w;
+    };
+    let flags = wc.wc_flags();
+    // SAFETY: the caller's promise.
+    unsafe {
+        let imm = std::ptr::addr_of_mut!((*slot).imm);
+        let inv = std::ptr::addr_of_mut!((*slot).invalidated_rkey);
+        // As `imm_or_inv`, each branch writing its own.
+        if flags.contains(WcFlags::WITH_IMM) {
+            imm.write(Some(u32::from_be(wc.imm_data_raw())));
+            inv.write(None);
+        } else if flags.contains(WcFlags::WITH_INV) {
+            imm.write(None);
+            inv.write(Some(wc.imm_data_raw()));
+        } else {
+            imm.write(None);
+            inv.write(None);
+        }
+        std::ptr::addr_of_mut!((*slot).status).write(wc.status());
+        std::ptr::addr_of_mut!((*slot).opcode).write(wc.opcode());
+        std::ptr::addr_of_mut!((*slot).byte_len).write(wc.byte_len());
+        std::ptr::addr_of_mut!((*slot).vendor_err).write(wc.vendor_err());
+    }
+}
+
 /// The immediate (in host order) or the invalidated rkey a completion with
 /// `flags` carries in its shared field, read by `raw` only when it has one.
 #[inline]
@@ -1052,8 +1117,31 @@ impl CompletionQueue {
     /// Moves up to `max` completions into `out` and returns how many
     /// ([`poll_each`](Self::poll_each), every field of each read into a
     /// [`WorkCompletion`]).
+    ///
+    /// Room for up to 64 is reserved first (more grows as they come, so a
+    /// `max` of `usize::MAX` on an empty CQ allocates little); each field
+    /// is then written into its place in `out` as it is read, as C writes
+    /// `wc->field = ibv_wc_read_field(cq)`, so nothing is held across the
+    /// next read.
     pub fn poll_into(&mut self, out: &mut Vec<WorkCompletion>, max: usize) -> Result<usize> {
-        self.poll_each(max, |wc| out.push(WorkCompletion::from(wc)))
+        // At most the backlog and what the CQ holds come out of one poll;
+        // reserved up to a bound, whatever `max` says.
+        out.reserve(
+            max.min(self.backlog.len() + self.inner.capacity as usize)
+                .min(POLL_INTO_RESERVE),
+        );
+        self.poll_each(max, |wc| {
+            if out.len() == out.capacity() {
+                out.reserve(1);
+            }
+            let len = out.len();
+            // SAFETY: `len` is below the capacity: the slot is in `out`'s
+            // allocation and uninitialised; written whole, it is counted.
+            unsafe {
+                write_wc(out.as_mut_ptr().add(len), wc);
+                out.set_len(len + 1);
+            }
+        })
     }
 
     /// Polls until `n` completions have arrived or `timeout` has passed.
@@ -1064,7 +1152,9 @@ impl CompletionQueue {
     /// While the CQ is empty, a CQ made on a channel
     /// ([`with_channel`](Self::with_channel)) is armed and the wait sleeps
     /// in the kernel until its event or the timeout; any other spins, then
-    /// yields, then sleeps 50 µs at a time.
+    /// yields, then sleeps 50 µs at a time. The timeout counts from the
+    /// first poll that finds the CQ empty: a wait whose completions are
+    /// already there reads no clock.
     pub fn wait(&mut self, n: usize, timeout: Duration) -> Result<Vec<WorkCompletion>> {
         let mut out = Vec::with_capacity(n);
         self.wait_into(&mut out, n, timeout)?;
@@ -1079,8 +1169,8 @@ impl CompletionQueue {
         n: usize,
         timeout: Duration,
     ) -> Result<()> {
-        let start = Instant::now();
-        let deadline = start.checked_add(timeout);
+        // The clock is read once a poll has found the CQ empty, not before.
+        let mut clock: Option<(Instant, Option<Instant>)> = None;
         let mut got = 0;
         let mut idle_rounds = 0u32;
         while got < n {
@@ -1090,6 +1180,10 @@ impl CompletionQueue {
                 idle_rounds = 0;
                 continue;
             }
+            let (start, deadline) = *clock.get_or_insert_with(|| {
+                let start = Instant::now();
+                (start, start.checked_add(timeout))
+            });
             if start.elapsed() >= timeout {
                 return Err(Error::Timeout {
                     what: format!(
@@ -1280,6 +1374,27 @@ impl RawWc {
             imm_data: wc.imm_data_raw(),
             qp_num: wc.qp_num(),
             vendor_err: wc.vendor_err(),
+        }
+    }
+
+    /// A stand-in for the send completion `wc` was read from: its flags
+    /// are rebuilt from the immediate or the invalidated rkey it carries,
+    /// and the shared field is 0 when it holds neither. A send completion
+    /// (a scoped post's all are) carries no other flag (GRH, checksum and
+    /// tag-matching flags are receive-side); one that did would lose it.
+    pub(crate) fn from_read(wc: &WorkCompletion) -> Self {
+        let mut flags = WcFlags::empty();
+        flags.set(WcFlags::WITH_IMM, wc.imm.is_some());
+        flags.set(WcFlags::WITH_INV, wc.invalidated_rkey.is_some());
+        RawWc {
+            wr_id: wc.wr_id,
+            status: wc.status.to_raw(),
+            opcode: wc.opcode.to_raw(),
+            byte_len: wc.byte_len,
+            wc_flags: flags.bits(),
+            imm_data: wc.imm.map(u32::to_be).or(wc.invalidated_rkey).unwrap_or(0),
+            qp_num: wc.qp_num,
+            vendor_err: wc.vendor_err,
         }
     }
 }

@@ -137,6 +137,11 @@ pub struct MemoryRegion {
     mr: NonNull<ffi::ibv_mr>,
     addr: NonNull<u8>,
     len: usize,
+    /// The keys, read once from the `ibv_mr` (fixed for the registration's
+    /// life: the crate does not re-register), so that a loop making SGEs
+    /// keeps the lkey in a register, as C keeps `mr->lkey`.
+    lkey: u32,
+    rkey: u32,
     /// Allocated by this region (freed after deregistration).
     owned_buf: Option<Layout>,
     /// Registered by this value (deregistered on drop).
@@ -238,10 +243,14 @@ impl MemoryRegion {
                 format!("{len} bytes, access {access:?}, on {}", pd.context().name()),
             )
         })?;
+        // SAFETY: registered above.
+        let (lkey, rkey) = unsafe { ((*mr.as_ptr()).lkey, (*mr.as_ptr()).rkey) };
         Ok(MemoryRegion {
             mr,
             addr,
             len,
+            lkey,
+            rkey,
             owned_buf,
             owned: true,
             access,
@@ -257,7 +266,9 @@ impl MemoryRegion {
     /// `mr` must be a live region of `pd` registered with `access`, whose
     /// memory is valid for reads and writes and is not accessed through
     /// other references in conflict with this handle, and which stays
-    /// registered until this handle is dropped. `access` must include every
+    /// registered, and is not re-registered (`ibv_rereg_mr`: its address,
+    /// length and keys are read once, here), until this handle is dropped.
+    /// `access` must include every
     /// remote access the region grants: from it the handle decides whether
     /// peers may write the memory, and so whether it may be handed out as a
     /// plain slice ([`is_peer_writable`](Self::is_peer_writable)).
@@ -267,7 +278,10 @@ impl MemoryRegion {
         access: AccessFlags,
     ) -> Result<Self> {
         // SAFETY: the caller promises a live region.
-        let (addr, len) = unsafe { ((*mr.as_ptr()).addr, (*mr.as_ptr()).length) };
+        let (addr, len, lkey, rkey) = unsafe {
+            let r = &*mr.as_ptr();
+            (r.addr, r.length, r.lkey, r.rkey)
+        };
         let addr = NonNull::new(addr.cast::<u8>())
             .ok_or_else(|| Error::InvalidArgument("ibv_mr with a NULL address".into()))?;
         if len == 0 {
@@ -281,6 +295,8 @@ impl MemoryRegion {
             mr,
             addr,
             len,
+            lkey,
+            rkey,
             owned_buf: None,
             owned: false,
             access,
@@ -289,23 +305,25 @@ impl MemoryRegion {
     }
 
     /// The local key, for SGEs.
+    #[inline]
     pub fn lkey(&self) -> u32 {
-        // SAFETY: the region is registered while `self` lives.
-        unsafe { (*self.mr.as_ptr()).lkey }
+        self.lkey
     }
 
     /// The remote key, for peers' RDMA and atomics.
+    #[inline]
     pub fn rkey(&self) -> u32 {
-        // SAFETY: as above.
-        unsafe { (*self.mr.as_ptr()).rkey }
+        self.rkey
     }
 
     /// The address of the first byte, as the device sees it.
+    #[inline]
     pub fn addr(&self) -> u64 {
         self.addr.as_ptr() as u64
     }
 
     /// The length in bytes.
+    #[inline]
     pub fn len(&self) -> usize {
         self.len
     }
@@ -331,8 +349,9 @@ impl MemoryRegion {
     }
 
     /// Checks `range` against the region and returns its (offset, length).
+    #[inline]
     pub(crate) fn check_range(&self, range: impl RangeBounds<usize>) -> Result<(usize, usize)> {
-        range_within(self.len, range)
+        range_within_of(&self.len, range)
     }
 
     /// A scatter/gather entry for `range` of this region, as the source of
@@ -341,6 +360,11 @@ impl MemoryRegion {
     /// region and be shorter than 2^31 bytes: mlx5 reads bit 31 of a data
     /// segment's byte count as its inline flag, and no RDMA message is
     /// longer than 2^31.
+    ///
+    /// Inlined, so that in a loop each check is a compare: with a range
+    /// of constant length (`at..at + 64`) the length checks fold away and
+    /// what is left is the compare of its end with the region's length.
+    #[inline]
     pub fn sge(&self, range: impl RangeBounds<usize>) -> Result<Sge<'_>> {
         let (offset, len) = self.check_range(range)?;
         Sge::of(self, offset, len)
@@ -363,6 +387,7 @@ impl MemoryRegion {
     /// println!("{:?} {:?}", dst.length(), early);
     /// # Ok(()) }
     /// ```
+    #[inline]
     pub fn sge_mut(&mut self, range: impl RangeBounds<usize>) -> Result<SgeMut<'_>> {
         let (offset, len) = self.check_range(range)?;
         SgeMut::of(self, offset, len)
@@ -370,6 +395,7 @@ impl MemoryRegion {
 
     /// What a peer needs to reach `range` of this region with RDMA: its
     /// address, length and rkey. Send it to the peer out of band.
+    #[inline]
     pub fn remote(&self, range: impl RangeBounds<usize>) -> Result<RemoteBuf> {
         let (offset, len) = self.check_range(range)?;
         Ok(RemoteBuf {
@@ -382,39 +408,79 @@ impl MemoryRegion {
 
 /// Checks that `range` lies within `0..len` and returns its (offset,
 /// length). Unbounded ends mean the region's start and end.
+///
+/// Inlined, its errors' text made out of line: each check is a compare
+/// in the caller (and the start's folds away where the range's length is
+/// known). The error's variant is made at the check, so that the caller's
+/// `?` knows the result is an error and no value of the error path flows
+/// back into its loop.
+#[inline]
 pub(crate) fn range_within(len: usize, range: impl RangeBounds<usize>) -> Result<(usize, usize)> {
+    range_within_of(&len, range)
+}
+
+/// [`range_within`], given where the length is: the errors read it from
+/// there, so that in the caller's loop the length has one use, the
+/// compare, which then reads it from memory itself (a region's length is
+/// read once per check, not held in a register for the error's text).
+#[inline]
+fn range_within_of(len: &usize, range: impl RangeBounds<usize>) -> Result<(usize, usize)> {
     // An inclusive end (or exclusive start) of usize::MAX names a byte
     // past any possible region.
-    let past_any = |v: usize| Error::OutOfRange {
+    let past_any = |bound: usize| Error::OutOfRange {
         what: "range bound",
-        value: v as u64,
-        limit: format!("below {} (the memory region's length)", len),
+        value: bound as u64,
+        limit: below_region_len(len),
     };
     let start = match range.start_bound() {
         Bound::Included(&s) => s,
-        Bound::Excluded(&s) => s.checked_add(1).ok_or_else(|| past_any(s))?,
+        Bound::Excluded(&s) => match s.checked_add(1) {
+            Some(s) => s,
+            None => return Err(past_any(s)),
+        },
         Bound::Unbounded => 0,
     };
     let end = match range.end_bound() {
-        Bound::Included(&e) => e.checked_add(1).ok_or_else(|| past_any(e))?,
+        Bound::Included(&e) => match e.checked_add(1) {
+            Some(e) => e,
+            None => return Err(past_any(e)),
+        },
         Bound::Excluded(&e) => e,
-        Bound::Unbounded => len,
+        Bound::Unbounded => *len,
     };
-    if end > len {
+    if end > *len {
         return Err(Error::OutOfRange {
             what: "range end",
             value: end as u64,
-            limit: format!("at most {len} (the memory region's length)"),
+            limit: at_most_region_len(len),
         });
     }
     if start > end {
         return Err(Error::OutOfRange {
             what: "range start",
             value: start as u64,
-            limit: format!("at most the range end {end}"),
+            limit: at_most_range_end(end),
         });
     }
     Ok((start, end - start))
+}
+
+#[cold]
+#[inline(never)]
+fn below_region_len(len: &usize) -> String {
+    format!("below {len} (the memory region's length)")
+}
+
+#[cold]
+#[inline(never)]
+fn at_most_region_len(len: &usize) -> String {
+    format!("at most {len} (the memory region's length)")
+}
+
+#[cold]
+#[inline(never)]
+fn at_most_range_end(end: usize) -> String {
+    format!("at most the range end {end}")
 }
 
 impl Drop for MemoryRegion {
@@ -495,31 +561,48 @@ impl RemoteBuf {
         }
     }
 
-    /// `len` bytes of this buffer starting at `offset`, checked.
+    /// `len` bytes of this buffer starting at `offset`, checked: inside
+    /// the buffer, and (the fields are public) not past the end of the
+    /// address space.
+    ///
+    /// Inlined, its errors' text made out of line: one compare of the
+    /// slice's end with a bound that does not change in a loop over one
+    /// buffer.
+    #[inline]
     pub fn slice(&self, offset: u64, len: u64) -> Result<RemoteBuf> {
-        let end = offset.checked_add(len).filter(|&end| end <= self.len);
-        // The fields are public: the start address plus the offset may
-        // overflow even inside the stated length.
-        let addr = self.addr.checked_add(offset);
-        match (end, addr) {
-            (Some(_), Some(addr)) if addr.checked_add(len).is_some() => Ok(RemoteBuf {
-                addr,
+        // `addr + end` does not overflow exactly when `end <= MAX - addr`;
+        // then neither does `addr + offset` nor `addr + offset + len`.
+        let limit = self.len.min(u64::MAX - self.addr);
+        match offset.checked_add(len) {
+            Some(end) if end <= limit => Ok(RemoteBuf {
+                addr: self.addr + offset,
                 len,
                 rkey: self.rkey,
             }),
-            (Some(_), _) => Err(Error::OutOfRange {
+            Some(end) if end <= self.len => Err(Error::OutOfRange {
                 what: "remote range end address",
-                value: self.addr.saturating_add(offset).saturating_add(len),
-                limit: "below 2^64 (the remote buffer runs past the end of the address space)"
-                    .into(),
+                value: self.addr.saturating_add(end),
+                limit: past_address_space(),
             }),
-            (None, _) => Err(Error::OutOfRange {
+            _ => Err(Error::OutOfRange {
                 what: "remote range end",
                 value: offset.saturating_add(len),
-                limit: format!("at most {} (the remote buffer's length)", self.len),
+                limit: at_most_remote_len(self.len),
             }),
         }
     }
+}
+
+#[cold]
+#[inline(never)]
+fn past_address_space() -> String {
+    "below 2^64 (the remote buffer runs past the end of the address space)".into()
+}
+
+#[cold]
+#[inline(never)]
+fn at_most_remote_len(len: u64) -> String {
+    format!("at most {len} (the remote buffer's length)")
 }
 
 #[cfg(test)]
@@ -601,6 +684,36 @@ mod tests {
             r.slice(u64::MAX, 1),
             Err(Error::OutOfRange {
                 value: u64::MAX,
+                ..
+            })
+        ));
+        // Inside the stated length but past the end of the address space
+        // (the fields are public): refused, up to the last byte.
+        let top = RemoteBuf {
+            addr: u64::MAX - 15,
+            len: 64,
+            rkey: 7,
+        };
+        assert_eq!(top.slice(0, 15).unwrap().addr, u64::MAX - 15);
+        assert_eq!(top.slice(15, 0).unwrap().addr, u64::MAX);
+        for (offset, len) in [(0, 16), (8, 8), (16, 0), (1, 63)] {
+            assert!(
+                matches!(
+                    top.slice(offset, len),
+                    Err(Error::OutOfRange {
+                        what: "remote range end address",
+                        value: u64::MAX,
+                        ..
+                    })
+                ),
+                "{offset} {len}"
+            );
+        }
+        assert!(matches!(
+            top.slice(1, 64),
+            Err(Error::OutOfRange {
+                what: "remote range end",
+                value: 65,
                 ..
             })
         ));

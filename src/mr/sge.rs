@@ -21,23 +21,31 @@ pub(crate) const MAX_SGE_LENGTH: u32 = (1 << 31) - 1;
 
 /// `len` as an SGE's length, refused when it is 2^31 or more
 /// ([`MAX_SGE_LENGTH`]).
+#[inline]
 pub(crate) fn sge_length(len: usize) -> Result<u32> {
-    u32::try_from(len)
-        .ok()
-        .filter(|&l| l <= MAX_SGE_LENGTH)
-        .ok_or_else(|| Error::OutOfRange {
+    if len > MAX_SGE_LENGTH as usize {
+        return Err(Error::OutOfRange {
             what: "SGE length",
             value: len as u64,
-            limit: format!(
-                "at most 2^31 - 1 = {MAX_SGE_LENGTH}: mlx5 reads bit 31 of a data \
-                 segment's byte count as its inline flag, and no RDMA message is \
-                 longer than 2^31 bytes"
-            ),
-        })
+            limit: sge_too_long(),
+        });
+    }
+    Ok(len as u32)
+}
+
+#[cold]
+#[inline(never)]
+fn sge_too_long() -> String {
+    format!(
+        "at most 2^31 - 1 = {MAX_SGE_LENGTH}: mlx5 reads bit 31 of a data \
+         segment's byte count as its inline flag, and no RDMA message is \
+         longer than 2^31 bytes"
+    )
 }
 
 /// An entry for `len` bytes at `offset` of `mr`, after checking the length.
 /// The caller has checked the range against the region.
+#[inline]
 fn raw_sge(mr: &MemoryRegion, offset: usize, len: usize) -> Result<ffi::ibv_sge> {
     Ok(ffi::ibv_sge {
         addr: mr.addr() + offset as u64,
@@ -50,16 +58,19 @@ fn raw_sge(mr: &MemoryRegion, offset: usize, len: usize) -> Result<ffi::ibv_sge>
 macro_rules! sge_fields {
     () => {
         /// Start address.
+        #[inline]
         pub fn addr(&self) -> u64 {
             self.raw.addr
         }
 
         /// Length in bytes.
+        #[inline]
         pub fn length(&self) -> u32 {
             self.raw.length
         }
 
         /// The region's local key.
+        #[inline]
         pub fn lkey(&self) -> u32 {
             self.raw.lkey
         }
@@ -84,6 +95,7 @@ pub struct Sge<'m> {
 
 impl<'m> Sge<'m> {
     /// The entry for `len` bytes at `offset` of `mr` (range already checked).
+    #[inline]
     pub(super) fn of(mr: &'m MemoryRegion, offset: usize, len: usize) -> Result<Self> {
         Ok(Sge::from_raw(raw_sge(mr, offset, len)?))
     }
@@ -93,6 +105,7 @@ impl Sge<'_> {
     sge_fields!();
 
     /// An entry from raw parts (zero-based mkey entries).
+    #[inline]
     pub(crate) fn from_raw(raw: ffi::ibv_sge) -> Self {
         Sge {
             raw,
@@ -127,6 +140,7 @@ pub struct SgeMut<'m> {
 
 impl<'m> SgeMut<'m> {
     /// The entry for `len` bytes at `offset` of `mr` (range already checked).
+    #[inline]
     pub(super) fn of(mr: &'m mut MemoryRegion, offset: usize, len: usize) -> Result<Self> {
         Ok(SgeMut {
             raw: raw_sge(mr, offset, len)?,
@@ -135,6 +149,7 @@ impl<'m> SgeMut<'m> {
     }
 
     /// A part of this entry: `length` bytes at `offset` of it, both inside it.
+    #[inline]
     fn part(self, offset: u32, length: u32) -> SgeMut<'m> {
         debug_assert!(u64::from(offset) + u64::from(length) <= u64::from(self.raw.length));
         SgeMut {
@@ -152,13 +167,14 @@ impl<'m> SgeMut<'m> {
     /// The first `mid` bytes and the rest, both still exclusively borrowing
     /// the region. `mid` may be 0 or the length (one side is then empty);
     /// beyond the length it is refused.
+    #[inline]
     pub fn split_at(self, mid: u32) -> Result<(SgeMut<'m>, SgeMut<'m>)> {
         let length = self.raw.length;
         if mid > length {
             return Err(Error::OutOfRange {
                 what: "SGE split point",
                 value: mid.into(),
-                limit: format!("at most {length} (the SGE's length)"),
+                limit: at_most_sge_len(length),
             });
         }
         Ok((self.part(0, mid), self.part(mid, length - mid)))
@@ -179,6 +195,7 @@ impl<'m> SgeMut<'m> {
     /// ```
     ///
     /// A `chunk_len` of 0 is refused.
+    #[inline]
     pub fn chunks(self, chunk_len: u32) -> Result<impl ExactSizeIterator<Item = SgeMut<'m>>> {
         if chunk_len == 0 {
             return Err(Error::OutOfRange {
@@ -196,11 +213,13 @@ impl<'m> SgeMut<'m> {
 
     /// The same memory as a source: an entry the device reads, borrowing
     /// the region for the rest of `'m`.
+    #[inline]
     pub fn into_sge(self) -> Sge<'m> {
         Sge::from_raw(*self.as_raw())
     }
 
     /// The entry as C sees it.
+    #[inline]
     pub(crate) fn as_raw(&self) -> &ffi::ibv_sge {
         &self.raw
     }
@@ -212,7 +231,14 @@ impl<'m> SgeMut<'m> {
     }
 }
 
+#[cold]
+#[inline(never)]
+fn at_most_sge_len(length: u32) -> String {
+    format!("at most {length} (the SGE's length)")
+}
+
 impl<'m> From<SgeMut<'m>> for Sge<'m> {
+    #[inline]
     fn from(sge: SgeMut<'m>) -> Sge<'m> {
         sge.into_sge()
     }

@@ -153,9 +153,11 @@
 //!
 //! Flags: [`QpEx::batch_with`] sets the flags of every work request of a
 //! batch once (C's `qpx->wr_flags = ...` before its loop); [`Wr::flags`]
-//! and its shorthands add flags to one work request, which are written
-//! before its builder and replaced by the batch's after its data. So a
-//! loop of work requests with the same flags costs no flag write at all.
+//! and its shorthands add flags to one work request. A work request's
+//! flags are written before its builder when they differ from what the
+//! QP's `wr_flags` holds (the batch's, or those the previous work request
+//! wrote), so a loop of work requests with the same flags writes them at
+//! most once.
 
 use crate::error::{Error, Result};
 use crate::ffi;
@@ -229,9 +231,14 @@ struct BatchState {
     /// The provider's entries, resolved at QP creation; they live in the
     /// QP, which the batch borrows mutably for its whole life.
     ops: NonNull<WrOps>,
-    /// The batch's flags: in `wr_flags` between work requests, and what
-    /// every work request gets unless it adds its own.
+    /// The batch's flags: what every work request gets unless it adds its
+    /// own.
     flags: SendFlags,
+    /// What the QP's `wr_flags` holds now: the batch's flags at first,
+    /// then those of the last work request that wrote its own. A work
+    /// request writes its flags only when they differ from these, so a run
+    /// of work requests with the same flags writes them once.
+    wr_flags: SendFlags,
     /// WRs handed to the provider so far.
     posted: usize,
     /// How many the batch may hold: the send queue's depth
@@ -303,9 +310,10 @@ impl<T: Transport> QpEx<T> {
     ///
     /// This is the cheapest way to give a whole batch the same flags: the
     /// flags are written to the QP once here, and a work request that adds
-    /// none writes none. (With [`batch`](Self::batch), a work request that
-    /// sets flags writes them before its builder and writes the batch's back
-    /// after its data.)
+    /// none writes none and tests none. (With [`batch`](Self::batch), a
+    /// work request that sets flags compares them with those the QP holds
+    /// and writes them when they differ: `.signaled()` on every work
+    /// request costs a compare each and one write.)
     ///
     /// ```no_run
     /// # use mlx5dv::*;
@@ -350,6 +358,7 @@ impl<T: Transport> QpEx<T> {
                 mlx5: self.mlx5,
                 ops: NonNull::from(&*self.ops),
                 flags,
+                wr_flags: flags,
                 posted: 0,
                 room: self.ops.depth as usize,
             },
@@ -913,14 +922,16 @@ impl<T: Transport> Wr<'_, '_, T> {
             }
         }
         let q = self.state.qpx.as_ptr();
-        let batch_flags = self.state.flags;
         // INLINE only where the data is inline (`extra`), whatever the
         // batch's flags say.
         let flags = self.flags.difference(SendFlags::INLINE) | extra;
-        // Written only when they differ from the batch's, which are in
-        // wr_flags between work requests (a compile-time decision when the
-        // batch is opened in the same function with constant flags).
-        let own = flags != batch_flags;
+        // Written only when they differ from what wr_flags holds (the
+        // batch's flags, or the last work request's own): a compile-time
+        // decision when the batch is opened in the same function with
+        // constant flags, one compare per work request otherwise, and one
+        // write for a run of work requests with the same flags (`.signaled()`
+        // on each).
+        let own = flags != self.state.wr_flags;
         // SAFETY: `q` is the live extended QP of an open batch, borrowed
         // mutably through `self.state`.
         unsafe {
@@ -929,6 +940,7 @@ impl<T: Transport> Wr<'_, '_, T> {
                 (*q).wr_flags = flags.bits();
             }
         }
+        self.state.wr_flags = flags;
         let ops = self.state.ops();
         build(q, ops);
         if let Some(dc) = self.dc {
@@ -949,10 +961,6 @@ impl<T: Transport> Wr<'_, '_, T> {
                     ),
                 }
             }
-        }
-        if own {
-            // SAFETY: as above.
-            unsafe { (*q).wr_flags = batch_flags.bits() };
         }
         self.state.posted += 1;
         Ok(())

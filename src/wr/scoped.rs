@@ -26,7 +26,7 @@
 //!   it has no `complete`, and dropping it (an error, a panic) aborts it.
 
 use super::{RawDc, SendFlags, WrBatch, BATCH_ABORTING, BATCH_CLOSED, BATCH_OPEN};
-use crate::cq::{back_off, CompletionQueue, RawWc, WorkCompletion};
+use crate::cq::{back_off, write_wc_fields, CompletionQueue, RawWc, WorkCompletion};
 use crate::error::{Error, Result};
 use crate::qp::{DcAddr, DcInitiator, QpEx, ReliableConnection, Transport};
 use std::collections::hash_map::RandomState;
@@ -66,18 +66,24 @@ const FLUSH_WAIT: Duration = Duration::from_secs(5);
 #[must_use = "a work request is added only when its data is given"]
 pub struct ScopedBatch<'q, 'm, T: Transport> {
     batch: WrBatch<'q, 'm, T>,
-    /// The id of the batch's first work request; the others follow.
+    /// The id of the batch's first work request (bit 63 set); the others
+    /// follow, without carrying out of the low 63 bits (see `first_id`).
     base: u64,
-    /// The caller's id of each work request added, in order.
+    /// The caller's id of each work request added, in order: `ids[i]` for
+    /// the work request posted `i`-th, written past the list's length
+    /// (which the scoped post sets to the batch's size when the closure has
+    /// returned), so that noting one costs a compare and a store.
     ids: Vec<u64>,
 }
 
 impl<T: Transport> std::fmt::Debug for ScopedBatch<'_, '_, T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The caller's ids are written past the list's length (`next_id`):
+        // the batch's length says how many there are.
         f.debug_struct("ScopedBatch")
             .field("batch", &self.batch)
-            .field("ids", &self.ids)
-            .finish()
+            .field("base", &self.base)
+            .finish_non_exhaustive()
     }
 }
 
@@ -97,14 +103,21 @@ impl<'q, 'm, T: Transport> ScopedBatch<'q, 'm, T> {
     }
 
     /// The id the next work request is posted with, after noting the
-    /// caller's. A work request started but never given its data is not
-    /// posted, and the next one takes its place.
+    /// caller's at index `posted` of `ids`. A work request started but never
+    /// given its data is not posted, and the next one takes its place.
     #[inline]
     fn next_id(&mut self, wr_id: u64) -> u64 {
         let i = self.batch.state.posted;
-        self.ids.truncate(i);
-        self.ids.push(wr_id);
-        SCOPED_ID_BIT | (self.base.wrapping_add(i as u64) & !SCOPED_ID_BIT)
+        if i < self.ids.capacity() {
+            // SAFETY: `i` is within the capacity: the slot is in the
+            // list's allocation (`ids` holds plain integers).
+            unsafe { self.ids.as_mut_ptr().add(i).write(wr_id) };
+        } else {
+            // By value: the list's address does not escape to the growing
+            // call, so that the batch's state stays in registers.
+            self.ids = noted_at(std::mem::take(&mut self.ids), i, wr_id);
+        }
+        self.base.wrapping_add(i as u64)
     }
 }
 
@@ -142,41 +155,122 @@ impl<'m> ScopedBatch<'_, 'm, DcInitiator> {
     }
 }
 
+/// `ids` grown to hold `wr_id` at index `i`, the first `i` being the
+/// posted work requests' ids, written past its length: the first batches
+/// of a QP, until the list has room for its batches.
+#[cold]
+#[inline(never)]
+fn noted_at(mut ids: Vec<u64>, i: usize, wr_id: u64) -> Vec<u64> {
+    // SAFETY: `ids[..i]` were written by `next_id`, each within the
+    // capacity then, so `i` is the capacity now (the growing call comes
+    // at the first index past it); they are plain integers.
+    unsafe { ids.set_len(i) };
+    ids.push(wr_id);
+    ids
+}
+
+/// The id of a scoped batch's first work request: bit 63 and `next`, or 0
+/// when the batch's `depth` work requests could carry out of the low 63
+/// bits from there (the sequence then starts again at 0, as it would
+/// when wrapping). So the batch's ids are `first + k` for its k-th work
+/// request, each with bit 63 set, and an id is the batch's exactly when
+/// `id - first` (wrapping) is below the batch's length.
+#[inline]
+fn first_id(next: u64, depth: u32) -> u64 {
+    let room = SCOPED_ID_BIT - 1 - u64::from(depth);
+    SCOPED_ID_BIT | if next > room { 0 } else { next }
+}
+
+/// The fewest completions a scoped post's poll takes.
+const OTHERS_PER_POLL: usize = 64;
+
 /// What a scoped post has seen of its completions.
 struct Waiting<'a> {
     qp_num: u32,
+    /// The batch's first id (bit 63 set; see `first_id`).
     base: u64,
     ids: &'a [u64],
-    /// Its completions, with the caller's ids.
-    ours: Vec<RawWc>,
+    /// Its completions, with the caller's ids: `out[start..]`.
+    out: &'a mut Vec<WorkCompletion>,
+    start: usize,
     /// Whether its last work request's completion has come.
     done: bool,
 }
 
 impl Waiting<'_> {
-    /// Polls the device's completions (not the backlog): its own are kept
-    /// here, every other one in the CQ's backlog.
+    /// Polls the device's completions (not the backlog), at most as many
+    /// as are still to come: its own are written into `out` as they are
+    /// read, every other one is kept in the CQ's backlog.
     fn poll(&mut self, cq: &mut CompletionQueue) -> Result<usize> {
         let n = self.ids.len() as u64;
+        let seen = self.out.len() - self.start;
+        // What is still to come, but at least a poll's worth of others'
+        // (they go to the backlog 64 at a time, as a poll takes them).
+        let max = self.ids.len().saturating_sub(seen).max(OTHERS_PER_POLL);
+        // Room for `max` more in `out` (reserved before posting: normally
+        // nothing to do), written from `slots` on and counted after the
+        // poll, so that the loop keeps the place and the count in
+        // registers rather than in the vector.
+        self.out.reserve(max);
+        let slots = self
+            .out
+            .spare_capacity_mut()
+            .as_mut_ptr()
+            .cast::<WorkCompletion>();
+        let mut written = 0;
+        let mut last = false;
         let mut others: Vec<RawWc> = Vec::new();
         let (qp_num, base, ids) = (self.qp_num, self.base, self.ids);
-        let (ours, done) = (&mut self.ours, &mut self.done);
-        let polled = cq.poll_provider(64, |wc| {
-            let id = wc.wr_id();
-            let k = id.wrapping_sub(base) & !SCOPED_ID_BIT;
-            if id & SCOPED_ID_BIT != 0 && k < n && wc.qp_num() == qp_num {
-                let mut c = RawWc::of(wc);
-                c.wr_id = ids[k as usize];
-                ours.push(c);
-                *done |= k == n - 1;
-            } else {
-                others.push(RawWc::of(wc));
-            }
-        });
+        // Inlined (twice, in `poll_provider`): the test and the writes are
+        // then the poll loop's own, with their values in registers.
+        let polled = cq.poll_provider(
+            max,
+            #[inline(always)]
+            |wc| {
+                let id = wc.wr_id();
+                // The batch's ids are `base + k`, k < n, with bit 63 set
+                // and no carry (`first_id`): any other id, with bit 63
+                // or without, gives a k past `ids`. One compare for the
+                // range and the index.
+                let k = id.wrapping_sub(base);
+                let caller = usize::try_from(k).ok().and_then(|k| ids.get(k));
+                match caller {
+                    // `written < max` always (the poll hands over at most
+                    // `max`); tested, so that the writes stay in the room
+                    // whatever it does.
+                    Some(&caller) if written < max && wc.qp_num() == qp_num => {
+                        // SAFETY: slot `written` of the `max` reserved
+                        // past `out`'s length: in its allocation and
+                        // uninitialised; every field is written (two
+                        // here, the rest by `write_wc_fields`) before it
+                        // is counted.
+                        unsafe {
+                            let slot = slots.add(written);
+                            std::ptr::addr_of_mut!((*slot).wr_id).write(caller);
+                            std::ptr::addr_of_mut!((*slot).qp_num).write(qp_num);
+                            write_wc_fields(slot, wc);
+                        }
+                        written += 1;
+                        last |= k + 1 == n;
+                    }
+                    _ => others.push(RawWc::of(wc)),
+                }
+            },
+        );
+        // SAFETY: the first `written` slots past the length were written
+        // whole, within the reserved room.
+        unsafe { self.out.set_len(self.out.len() + written) };
+        self.done |= last;
         if !others.is_empty() {
             cq.keep(others);
         }
         polled
+    }
+
+    /// Moves the completions of its own that it has seen to the CQ's
+    /// backlog (after an error: the next polls hand them out).
+    fn keep_seen(self, cq: &mut CompletionQueue) {
+        cq.keep(self.out.drain(self.start..).map(|wc| RawWc::from_read(&wc)));
     }
 }
 
@@ -241,12 +335,56 @@ impl<T: Transport> QpEx<T> {
     /// assert_eq!(wcs.iter().map(|wc| wc.wr_id).collect::<Vec<_>>(), [1, 2]);
     /// # Ok(()) }
     /// ```
+    ///
+    /// What it costs beyond posting and polling: the vector it returns
+    /// (one allocation; [`post_and_wait_into`](Self::post_and_wait_into)
+    /// appends to one the caller keeps instead), per work request the
+    /// caller's id noted, per completion a test that it is the batch's own.
+    /// The clock is read only once a poll has brought none of the batch's
+    /// own completions: a batch whose completions are there at the first
+    /// poll reads none. The timeout counts from that poll.
     pub fn post_and_wait<'m, F>(
         &mut self,
         cq: &mut CompletionQueue,
         timeout: Duration,
         build: F,
     ) -> Result<Vec<WorkCompletion>>
+    where
+        F: for<'q> FnOnce(&mut ScopedBatch<'q, 'm, T>) -> Result<()>,
+    {
+        let mut out = Vec::new();
+        self.post_and_wait_into(cq, timeout, &mut out, build)?;
+        Ok(out)
+    }
+
+    /// [`post_and_wait`](Self::post_and_wait), appending the completions
+    /// to `out` (after what it holds) instead of returning a new vector:
+    /// in a loop, a vector kept across the calls makes the scoped post
+    /// allocate nothing. On an error `out` is left as it was (the
+    /// completions of the batch that were seen go to the CQ's backlog, as
+    /// with `post_and_wait`).
+    ///
+    /// ```no_run
+    /// # use mlx5dv::*;
+    /// # use std::time::Duration;
+    /// # fn f(qp: &mut RcQp, cq: &mut CompletionQueue, src: &MemoryRegion, remote: RemoteBuf) -> Result<()> {
+    /// let mut wcs = Vec::new();
+    /// for round in 0..100u64 {
+    ///     wcs.clear();
+    ///     qp.post_and_wait_into(cq, Duration::from_secs(5), &mut wcs, |b| {
+    ///         b.wr(round).rdma_write(remote.slice(0, 64)?).sge(src.sge(0..64)?)
+    ///     })?;
+    ///     wcs[0].ok()?;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn post_and_wait_into<'m, F>(
+        &mut self,
+        cq: &mut CompletionQueue,
+        timeout: Duration,
+        out: &mut Vec<WorkCompletion>,
+        build: F,
+    ) -> Result<()>
     where
         F: for<'q> FnOnce(&mut ScopedBatch<'q, 'm, T>) -> Result<()>,
     {
@@ -266,7 +404,7 @@ impl<T: Transport> QpEx<T> {
             )));
         }
         let capacity = cq.capacity() as usize;
-        let base = self.scope.next;
+        let base = first_id(self.scope.next, self.ops.depth);
         let mut ids = std::mem::take(&mut self.scope.ids);
         ids.clear();
         let mut scoped = ScopedBatch {
@@ -287,12 +425,18 @@ impl<T: Transport> QpEx<T> {
             });
         }
         let (batch, mut ids) = scoped.into_parts();
-        ids.truncate(n);
+        // SAFETY: the ids of the `n` work requests posted were written at
+        // `ids[..n]` (`next_id`), within the capacity.
+        unsafe { ids.set_len(n) };
         if n == 0 {
             drop(batch); // aborted: nothing to post
             self.scope.ids = ids;
-            return Ok(Vec::new());
+            return Ok(());
         }
+        // Room for the completions, before anything is posted (a failed
+        // allocation aborts the process, or panics with nothing posted).
+        out.reserve(n);
+        let start = out.len();
         // SAFETY: the memory of every SGE is borrowed for 'm, which outlives
         // this call; the call returns only when the device is done with
         // every work request of the batch, even after an error of
@@ -307,7 +451,8 @@ impl<T: Transport> QpEx<T> {
             qp_num,
             base,
             ids: &ids,
-            ours: Vec::with_capacity(n),
+            out,
+            start,
             done: false,
         };
         let outcome = match posted {
@@ -316,46 +461,54 @@ impl<T: Transport> QpEx<T> {
             Ok(_) => self.wait_scoped(cq, &mut waiting, timeout),
         };
         std::mem::forget(unwinding);
-        let ours = waiting.ours;
-        self.scope.ids = ids;
-        match outcome {
-            Ok(()) => Ok(ours.iter().map(WorkCompletion::from).collect()),
+        let outcome = match outcome {
+            Ok(()) => Ok(()),
             Err(e) => {
                 // The completions it did see tell the caller which work
                 // requests ran: the next polls hand them out.
-                cq.keep(ours);
+                waiting.keep_seen(cq);
                 Err(e)
             }
-        }
+        };
+        self.scope.ids = ids;
+        outcome
     }
 
     /// Polls until the scoped batch's last completion has come; on timeout
-    /// or a failed poll, stops the QP ([`stop`](Self::stop)).
+    /// or a failed poll, stops the QP ([`stop`](Self::stop)). The clock is
+    /// read once a poll has found none of the batch's completions.
     fn wait_scoped(
         &self,
         cq: &mut CompletionQueue,
         w: &mut Waiting<'_>,
         timeout: Duration,
     ) -> Result<()> {
-        let start = Instant::now();
-        let deadline = start.checked_add(timeout);
+        let mut clock: Option<(Instant, Option<Instant>)> = None;
         let mut idle = 0u32;
         while !w.done {
+            let before = w.out.len();
             match w.poll(cq) {
-                Ok(0) => {}
-                Ok(_) => {
+                // Its own came: poll on. Others only (or none) start the
+                // clock, so a CQ busy with other QPs' completions cannot
+                // hold the timeout off.
+                Ok(_) if w.out.len() > before => {
                     idle = 0;
                     continue;
                 }
+                Ok(_) => {}
                 Err(e) => return Err(self.stop(cq, w, e)),
             }
+            let (start, deadline) = *clock.get_or_insert_with(|| {
+                let start = Instant::now();
+                (start, start.checked_add(timeout))
+            });
             if start.elapsed() >= timeout {
                 let e = Error::Timeout {
                     what: format!(
                         "{} completions of QP {:#x} ({} arrived)",
                         w.ids.len(),
                         w.qp_num,
-                        w.ours.len()
+                        w.out.len() - w.start
                     ),
                     waited_ms: start.elapsed().as_millis() as u64,
                 };
@@ -526,6 +679,32 @@ impl Default for ScopeIds {
         ScopeIds {
             next: random & !SCOPED_ID_BIT,
             ids: Vec::new(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_batchs_ids_have_bit_63_and_never_carry_out_of_the_low_63_bits() {
+        let top = SCOPED_ID_BIT - 1;
+        for depth in [1u32, 128, u32::MAX] {
+            for next in [0, 1, 12345, top - u64::from(depth), top - 1, top] {
+                let first = first_id(next, depth);
+                assert_ne!(first & SCOPED_ID_BIT, 0, "{next:#x} {depth}");
+                // The last work request a batch can hold (index `depth`,
+                // the one refused as past the queue) still has bit 63.
+                let last = first.checked_add(u64::from(depth)).expect("no carry");
+                assert_ne!(last & SCOPED_ID_BIT, 0, "{next:#x} {depth}");
+                // The sequence goes on from `next` when it can.
+                if next <= top - u64::from(depth) {
+                    assert_eq!(first, SCOPED_ID_BIT | next);
+                } else {
+                    assert_eq!(first, SCOPED_ID_BIT);
+                }
+            }
         }
     }
 }

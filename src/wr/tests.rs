@@ -239,9 +239,10 @@ fn rc_write_sge_batch_makes_exactly_the_c_calls_of_ibv_wr_post() {
                 (8, ffi::IBV_SEND_FENCE),
                 vec![Arg::U32(0x1111_2222), Arg::U64(base), Arg::U32(4)]
             ),
-            // Each WR's own flags are written before its builder and the
-            // batch's (none) written back after its data.
-            qp_call("wr_complete", f, (8, 0), vec![]),
+            // Each WR's own flags are written before its builder, where
+            // they differ from what the QP holds; nothing is written back
+            // (the provider reads wr_flags at the builders only).
+            qp_call("wr_complete", f, (8, ffi::IBV_SEND_FENCE), vec![]),
         ]
     );
 }
@@ -284,8 +285,40 @@ fn batch_flags_are_written_once_and_a_work_requests_own_flags_only_for_it() {
             ("wr_complete", SIG),
         ]
     );
-    // Between work requests the QP holds the batch's flags again.
+    // The last work request's flags are the batch's.
     assert_eq!(f.ibv.wr_flags, SIG);
+}
+
+#[test]
+fn a_work_request_without_flags_after_one_with_them_gets_none() {
+    // The QP keeps the last flags written (nothing is written back): a
+    // run of signalled work requests writes SIGNALED once, and the one
+    // after it that adds nothing gets the batch's flags (none) back.
+    let mut fx = Fx::new();
+    let mr = fx.mr();
+    let mut qp = fx.rc();
+    let mut b = qp.batch();
+    for id in 1..=3 {
+        b.wr(id)
+            .signaled()
+            .send()
+            .sge(mr.sge(0..8).unwrap())
+            .unwrap();
+    }
+    b.wr(4).send().sge(mr.sge(0..8).unwrap()).unwrap();
+    b.wr(5).send().inline(b"x").unwrap();
+    b.wr(6).send().sge(mr.sge(0..8).unwrap()).unwrap();
+    assert_eq!(unsafe { b.complete() }.unwrap(), 6);
+    let seen: Vec<_> = fx
+        .qp_calls()
+        .into_iter()
+        .filter(|c| c.entry == "wr_send")
+        .map(|c| c.wr.unwrap())
+        .collect();
+    assert_eq!(
+        seen,
+        [(1, SIG), (2, SIG), (3, SIG), (4, 0), (5, INL), (6, 0)]
+    );
 }
 
 #[test]
@@ -329,9 +362,8 @@ fn inline_data_gets_ibv_send_inline_from_the_wrapper() {
         calls[2].args[1..],
         [Arg::Usize(5), Arg::Bytes(b"hello".to_vec())]
     );
-    // Dropped without complete: aborted, never completed. The batch's flags
-    // (none) were written back after the WR.
-    assert_eq!(calls[3], qp_call("wr_abort", f, (1, 0), vec![]));
+    // Dropped without complete: aborted, never completed.
+    assert_eq!(calls[3], qp_call("wr_abort", f, (1, INL), vec![]));
     assert_eq!(calls.len(), 4);
 }
 
@@ -415,6 +447,32 @@ fn post_and_wait_signals_every_work_request() {
         ]
     );
     assert_eq!(fx.cq.backlog_len(), 0);
+    assert!(fx.fcq.violations.is_empty(), "{:?}", fx.fcq.violations);
+}
+
+#[test]
+fn post_and_wait_into_appends_after_what_the_vector_holds() {
+    let mut fx = Fx::new();
+    let mr = fx.mr();
+    let mut qp = fx.rc();
+    let mut wcs = Vec::new();
+    for round in 0..3u64 {
+        qp.post_and_wait_into(&mut fx.cq, Duration::from_secs(1), &mut wcs, |b| {
+            for i in 0..4 {
+                b.wr(round * 10 + i).send().sge(mr.sge(0..8)?)?;
+            }
+            Ok(())
+        })
+        .unwrap();
+    }
+    let ids: Vec<_> = wcs.iter().map(|w| w.wr_id).collect();
+    assert_eq!(ids, [0, 1, 2, 3, 10, 11, 12, 13, 20, 21, 22, 23]);
+    assert!(wcs.iter().all(|w| w.status == WcStatus::SUCCESS));
+    assert_eq!(fx.cq.backlog_len(), 0);
+    // An empty batch posts nothing and adds nothing.
+    qp.post_and_wait_into(&mut fx.cq, Duration::from_secs(1), &mut wcs, |_| Ok(()))
+        .unwrap();
+    assert_eq!(wcs.len(), 12);
     assert!(fx.fcq.violations.is_empty(), "{:?}", fx.fcq.violations);
 }
 
