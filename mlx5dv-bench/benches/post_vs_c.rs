@@ -17,6 +17,17 @@
 //!   comparison: a flag per work request and a `RemoteBuf` whose length is
 //!   checked against the SGE's, or the memcpy's rules checked per work
 //!   request.
+//! - `rust_<shape>_natural` (three shapes): the same work as a newcomer
+//!   writes it from the README: `qp.batch()`, `.signaled()` on every work
+//!   request, `remote.slice(..)?` and `mr.sge(..)?` (or `memcpy(dest,
+//!   src)?`) inside the loop;
+//! - the completions as `WorkCompletion`s: `cq.poll_into` of one round,
+//!   `cq.wait` (and `cq.wait_into` a kept vector) of 32, `post_and_wait`
+//!   (and `post_and_wait_into`) of 32 RDMA writes written as the README
+//!   writes one, against C reading the same fields into an array
+//!   (`c_best_poll_full`, `c_best_cq_wait`) and C posting the writes then
+//!   polling them (`c_best_post_wait`, on a QP whose send CQ completes what
+//!   it was given).
 //!
 //! Every function has a stable symbol, so `valgrind --tool=callgrind
 //! --toggle-collect=<symbol>` counts the instructions inside it, the
@@ -25,63 +36,41 @@
 //!
 //! ```text
 //! post_vs_c --symbols        the functions' symbols, one a line
-//! post_vs_c --run N          run every function N times (under callgrind)
+//! post_vs_c --run N          run every function N times, call
+//!                            `bench_zero_mark`, and run each N times more
+//!                            (under callgrind `--zero-before=bench_zero_mark`:
+//!                            the count is that of calls N+1 to 2N, without
+//!                            the first calls' one-time costs)
 //! post_vs_c --report FILE N [--rounds R] [--check | --limit RATIO]
 //!                            FILE: `callgrind_annotate --inclusive=yes` of a
 //!                            `--run N`; times every function (best of R
 //!                            rounds) and prints the table; exits 1 when a
 //!                            shape's Rust/C-best instruction ratio exceeds
-//!                            its ceiling (--check) or RATIO (--limit)
+//!                            its ceiling (--check), its goal (--goals) or
+//!                            RATIO (--limit)
 //! ```
 //!
 //! Before measuring, each shape's three versions are run once and the
 //! provider's ring compared: they must have written the same slots.
 
+#[path = "common/mod.rs"]
+mod common;
+
+use common::measure::{self, bench_zero_mark, Row};
+use common::wc::BenchWc;
+use common::{c_loops, BenchObjs, CLoop, CSide, BATCH, INLINE, LIST, LOG_STREAMS, MSG};
 use mlx5dv::ffi;
 use mlx5dv::wqe::{Opcode, Wqe, WqeBuilder};
 use mlx5dv::{
     AccessFlags, AddressHandle, AhAttr, CompletionQueue, Context, DcAddr, DciQp, DciStreams,
     MemcpyOp, MemoryRegion, Mkey, Mlx5SendOps, ProtectionDomain, QpCaps, RawMlx5, RawQp, RcQp,
-    RemoteBuf, Result, SendFlags, SendOps, Sge, SgeMut, WcOpcode, WcStatus,
+    ReliableConnection, RemoteBuf, Result, ScopedBatch, SendFlags, SendOps, Sge, SgeMut, WcOpcode,
+    WcStatus, WorkCompletion,
 };
-use std::ffi::{c_int, c_void};
+use std::ffi::c_void;
 use std::hint::black_box;
 use std::ptr::NonNull;
-use std::time::Instant;
-
-/// Work requests per batch, completions per poll (`BENCH_BATCH`).
-const BATCH: usize = 32;
-/// Bytes per WR (`BENCH_MSG`), of the inline message (`BENCH_INLINE`).
-const MSG: usize = 64;
-const INLINE: usize = 16;
-/// log2 of the DCI's streams (`BENCH_LOG_STREAMS`).
-const LOG_STREAMS: u8 = 2;
-/// Entries per mkey list registration (`BENCH_LIST`).
-const LIST: usize = 2;
-
-/// `struct bench_objs` of `benches/c/bench.h`.
-#[repr(C)]
-struct BenchObjs {
-    ctx: *mut ffi::ibv_context,
-    pd: *mut ffi::ibv_pd,
-    cq: *mut ffi::ibv_cq_ex,
-    mr: *mut ffi::ibv_mr,
-    mkey: *mut ffi::mlx5dv_mkey,
-    ah: *mut ffi::ibv_ah,
-    rc: *mut c_void,
-    dci: *mut c_void,
-    rc_qp: *mut ffi::ibv_qp,
-    rc_qpx: *mut ffi::ibv_qp_ex,
-    rc_mqpx: *mut ffi::mlx5dv_qp_ex,
-    dci_qp: *mut ffi::ibv_qp,
-    dci_qpx: *mut ffi::ibv_qp_ex,
-    dci_mqpx: *mut ffi::mlx5dv_qp_ex,
-    remote_addr: u64,
-    rkey: u32,
-    remote_dctn: u32,
-    remote_dc_key: u64,
-    wqe: *const c_void,
-}
+use std::time::{Duration, Instant};
 
 extern "C" {
     fn bench_objs_new() -> *mut BenchObjs;
@@ -91,15 +80,7 @@ extern "C" {
     fn bench_clear_ring(q: *const c_void);
 }
 
-/// Declares the C loops of `benches/c/post.c`.
-macro_rules! c_loops {
-    ($($f:ident)*) => {
-        extern "C" {
-            $( fn $f(o: *const BenchObjs, p: *const c_void, wc: *mut c_void) -> c_int; )*
-        }
-    };
-}
-
+// The C loops of `c/post.c`.
 c_loops! {
     c_best_rc_write_sge c_plain_rc_write_sge
     c_best_rc_inline_send c_plain_rc_inline_send
@@ -109,6 +90,9 @@ c_loops! {
     c_best_mr_list c_plain_mr_list
     c_best_raw_wqe c_plain_raw_wqe
     c_best_poll_cq c_plain_poll_cq
+    c_best_poll_full c_plain_poll_full
+    c_best_cq_wait c_plain_cq_wait
+    c_best_post_wait c_plain_post_wait
 }
 
 /// What the Rust shapes use, besides the memory region the plan borrows.
@@ -118,361 +102,316 @@ struct Handles {
     cq: CompletionQueue,
     mkey: Mkey,
     ah: AddressHandle,
-    dc: Dct,
+    dc: DcTarget,
     wqe: Wqe,
     completions: [BenchWc; BATCH],
+    /// What the natural shapes use: the region again, as a newcomer's
+    /// source (`src.sge(range)?`) and memcpy destination
+    /// (`dst.sge_mut(range)?`), the peer's buffer as a `RemoteBuf` to
+    /// slice, and the RC QP whose send CQ (`wcq`) completes its work
+    /// requests, for `post_and_wait`.
+    natural: Natural,
 }
 
-/// What a performance-minded user prepares before posting (the C side's
-/// `struct bench_plan` has the same): the batch's SGEs and remote buffers.
-struct Plan<'m> {
-    /// The write sources, and (as `dst`) the memcpy destinations.
-    sge: [Sge<'m>; BATCH],
-    dst: [SgeMut<'m>; BATCH],
-    src: [Sge<'m>; BATCH],
-    /// The remote buffers as checked slices of the peer's region.
-    remote: [RemoteBuf; BATCH],
-    /// The same as C's plan has them: one rkey, an address per WR.
-    rkey: u32,
-    raddr: [u64; BATCH],
-    list: [Sge<'m>; LIST],
-    msg: [u8; INLINE],
-    /// `sge[i]` ← `src[i]`, checked against the QP once.
-    copy: [MemcpyOp<'m>; BATCH],
+struct Natural {
+    src: MemoryRegion,
+    dst: MemoryRegion,
+    remote: RemoteBuf,
+    rcw: RcQp,
+    wcq: CompletionQueue,
+    /// The last `cq.wait`, `poll_into` or `post_and_wait`'s completions.
+    wcs: Vec<WorkCompletion>,
 }
 
-impl<'m> Plan<'m> {
-    fn new(mr: &'m mut MemoryRegion, remote: RemoteBuf, qp: &RcQp) -> Result<Self> {
-        // The region exclusively borrowed once: memcpy destinations are
-        // written by the device; each piece is also a source.
-        let whole = mr.sge_mut(..)?;
-        let at = |base: usize, i: usize| -> Result<SgeMut<'m>> {
-            let (_, tail) = whole.split_at((base + i * MSG) as u32)?;
-            Ok(tail.split_at(MSG as u32)?.0)
-        };
-        let mut dst = [at(0, 0)?; BATCH];
-        let mut sge = [dst[0].into_sge(); BATCH];
-        let mut src = sge;
-        let mut rem = [remote.slice(0, MSG as u64)?; BATCH];
-        let mut raddr = [0; BATCH];
-        for i in 0..BATCH {
-            dst[i] = at(0, i)?;
-            sge[i] = dst[i].into_sge();
-            src[i] = at(4096, i)?.into_sge();
-            rem[i] = remote.slice((i * MSG) as u64, MSG as u64)?;
-            raddr[i] = rem[i].addr;
-        }
-        let list = [at(8192, 0)?.into_sge(), at(8192, 1)?.into_sge()];
-        let mut copy = [qp.memcpy_op(dst[0], src[0])?; BATCH];
-        for i in 0..BATCH {
-            copy[i] = qp.memcpy_op(dst[i], src[i])?;
-        }
-        let mut msg = [0u8; INLINE];
-        for (i, b) in msg.iter_mut().enumerate() {
-            *b = i as u8;
-        }
-        Ok(Plan {
-            sge,
-            dst,
-            src,
-            remote: rem,
-            rkey: remote.rkey,
-            raddr,
-            list,
-            msg,
-            copy,
-        })
-    }
-}
+// ----- the Rust shapes, shared with real_provider -----
 
-// ----- the Rust shapes: one batch per call, through the safe API -----
+// Included where they were always compiled: the file's head says why.
+include!("common/shapes.rs");
 
-#[no_mangle]
-#[inline(never)]
-fn rust_rc_write_sge(qp: &mut RcQp, p: &Plan<'_>) -> Result<u32> {
-    let mut b = qp.batch_with(SendFlags::SIGNALED);
+// ----- the completions as `WorkCompletion`s (this table's rows only) -----
+
+/// The 32 RDMA writes of the scoped shapes, as the README writes one.
+#[inline(always)]
+fn scoped_writes<'m>(
+    b: &mut ScopedBatch<'_, 'm, ReliableConnection>,
+    src: &'m MemoryRegion,
+    remote: RemoteBuf,
+) -> Result<()> {
     for i in 0..BATCH {
-        // By reference: the SGE's fields are read at the provider's setter,
-        // after the builder's call, as C reads them (see BENCHMARKS.md).
-        #[allow(clippy::needless_borrows_for_generic_args)]
+        let at = i * MSG;
         b.wr(i as u64)
-            .rdma_write(RemoteBuf::unbounded(p.raddr[i], p.rkey))
-            .sge(&p.sge[i])?;
+            .rdma_write(remote.slice(at as u64, MSG as u64)?)
+            .sge(src.sge(at..at + MSG)?)?;
     }
-    // SAFETY: the null provider keeps nothing of the memory after the call.
-    unsafe { b.complete() }
+    Ok(())
 }
 
-/// The same work with the conveniences that cost: a flag per work request
-/// and a remote buffer whose length is checked against the SGE's.
+/// `cq.poll_into` of one round, into a vector the caller reuses.
 #[no_mangle]
 #[inline(never)]
-fn rust_rc_write_sge_checked(qp: &mut RcQp, p: &Plan<'_>) -> Result<u32> {
-    let mut b = qp.batch();
-    for (i, (sge, remote)) in p.sge.iter().zip(&p.remote).enumerate() {
-        b.wr(i as u64).signaled().rdma_write(*remote).sge(*sge)?;
-    }
-    // SAFETY: as above.
-    unsafe { b.complete() }
+fn rust_poll_into(cq: &mut CompletionQueue, out: &mut Vec<WorkCompletion>) -> Result<usize> {
+    out.clear();
+    cq.poll_into(out, BATCH)
 }
 
+/// `cq.wait` for 32 completions; the vector it returns replaces (frees)
+/// the previous one, as a loop calling it does.
 #[no_mangle]
 #[inline(never)]
-fn rust_rc_inline_send(qp: &mut RcQp, p: &Plan<'_>) -> Result<u32> {
-    let mut b = qp.batch_with(SendFlags::SIGNALED | SendFlags::INLINE);
-    for i in 0..BATCH as u64 {
-        b.wr(i).send().inline(&p.msg)?;
-    }
-    // SAFETY: as above.
-    unsafe { b.complete() }
+fn rust_cq_wait(cq: &mut CompletionQueue, keep: &mut Vec<WorkCompletion>) -> Result<usize> {
+    let wcs = cq.wait(BATCH, Duration::from_secs(5))?;
+    let n = wcs.len();
+    *keep = wcs;
+    Ok(n)
 }
 
+/// `cq.wait_into` for 32 completions, into a vector the caller reuses.
 #[no_mangle]
 #[inline(never)]
-fn rust_dci_write_sge(qp: &mut DciQp, p: &Plan<'_>, addr: DcAddr<'_>) -> Result<u32> {
-    let mut b = qp.batch_with(SendFlags::SIGNALED);
-    for (i, (sge, &raddr)) in p.sge.iter().zip(&p.raddr).enumerate() {
-        b.wr(i as u64, addr)
-            .rdma_write(RemoteBuf::unbounded(raddr, p.rkey))
-            .sge(sge)?;
-    }
-    // SAFETY: as above.
-    unsafe { b.complete() }
+fn rust_cq_wait_into(cq: &mut CompletionQueue, out: &mut Vec<WorkCompletion>) -> Result<usize> {
+    out.clear();
+    cq.wait_into(out, BATCH, Duration::from_secs(5))?;
+    Ok(out.len())
 }
 
+/// `post_and_wait` of 32 RDMA writes, written as the README writes one.
 #[no_mangle]
 #[inline(never)]
-fn rust_dci_write_sge_stream(qp: &mut DciQp, p: &Plan<'_>, addr: DcAddr<'_>) -> Result<u32> {
-    let mut b = qp.batch_with(SendFlags::SIGNALED);
-    for (i, (sge, &raddr)) in p.sge.iter().zip(&p.raddr).enumerate() {
-        let stream = (i % (1 << LOG_STREAMS)) as u16;
-        b.wr_stream(i as u64, addr, stream)
-            .rdma_write(RemoteBuf::unbounded(raddr, p.rkey))
-            .sge(sge)?;
-    }
-    // SAFETY: as above.
-    unsafe { b.complete() }
+fn rust_post_and_wait(
+    qp: &mut RcQp,
+    cq: &mut CompletionQueue,
+    src: &MemoryRegion,
+    remote: RemoteBuf,
+    keep: &mut Vec<WorkCompletion>,
+) -> Result<usize> {
+    let wcs = qp.post_and_wait(cq, Duration::from_secs(5), |b| {
+        scoped_writes(b, src, remote)
+    })?;
+    let n = wcs.len();
+    *keep = wcs;
+    Ok(n)
 }
 
+/// The same appended to a vector the caller keeps (`post_and_wait_into`).
 #[no_mangle]
 #[inline(never)]
-fn rust_memcpy(qp: &mut RcQp, p: &Plan<'_>) -> Result<u32> {
-    let mut b = qp.batch_with(SendFlags::SIGNALED);
-    for i in 0..BATCH {
-        b.wr(i as u64).memcpy_op(&p.copy[i])?;
-    }
-    // SAFETY: as above.
-    unsafe { b.complete() }
-}
-
-/// The same work with mlx5dv_wr_post(3)'s length rules checked per work
-/// request, and a flag per work request.
-#[no_mangle]
-#[inline(never)]
-fn rust_memcpy_checked(qp: &mut RcQp, p: &Plan<'_>) -> Result<u32> {
-    let mut b = qp.batch();
-    for (i, (dest, src)) in p.dst.iter().zip(&p.src).enumerate() {
-        b.wr(i as u64).signaled().memcpy(*dest, *src)?;
-    }
-    // SAFETY: as above.
-    unsafe { b.complete() }
-}
-
-#[no_mangle]
-#[inline(never)]
-fn rust_mr_list(qp: &mut RcQp, p: &Plan<'_>, mkey: &Mkey) -> Result<u32> {
-    let mut b = qp.batch_with(SendFlags::SIGNALED | SendFlags::INLINE);
-    for i in 0..BATCH as u64 {
-        b.wr(i).mr_list(mkey, AccessFlags::LOCAL_WRITE, &p.list)?;
-    }
-    // SAFETY: as above.
-    unsafe { b.complete() }
-}
-
-#[no_mangle]
-#[inline(never)]
-fn rust_raw_wqe(qp: &mut RcQp, wqe: &Wqe) -> Result<u32> {
-    let mut b = qp.batch();
-    for i in 0..BATCH as u64 {
-        // SAFETY: the null provider only copies the WQE.
-        unsafe { b.wr(i).raw_wqe(wqe)? };
-    }
-    // SAFETY: as above.
-    unsafe { b.complete() }
+fn rust_post_and_wait_into(
+    qp: &mut RcQp,
+    cq: &mut CompletionQueue,
+    src: &MemoryRegion,
+    remote: RemoteBuf,
+    out: &mut Vec<WorkCompletion>,
+) -> Result<usize> {
+    out.clear();
+    qp.post_and_wait_into(cq, Duration::from_secs(5), out, |b| {
+        scoped_writes(b, src, remote)
+    })?;
+    Ok(out.len())
 }
 
 /// `struct bench_wc` of `benches/c/bench.h`: what the C loops read of each
-/// completion.
+/// `struct bench_wc_full` of `benches/c/bench.h`: every field of a
+/// `WorkCompletion`, as the C loops of the natural forms read them.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
-struct CWc {
+struct CWcFull {
     wr_id: u64,
     status: u32,
     opcode: u32,
     byte_len: u32,
     has_imm: u32,
     imm: u32,
+    has_inv: u32,
+    inv: u32,
     qp_num: u32,
     vendor_err: u32,
 }
 
-/// The same, as a Rust user keeps it: the crate's types, the immediate as
-/// an `Option`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct BenchWc {
-    wr_id: u64,
-    status: WcStatus,
-    opcode: WcOpcode,
-    byte_len: u32,
-    imm: Option<u32>,
-    qp_num: u32,
-    vendor_err: u32,
-}
-
-impl BenchWc {
-    const ZERO: BenchWc = BenchWc {
-        wr_id: 0,
-        status: WcStatus::from_raw(0),
-        opcode: WcOpcode::from_raw(0),
-        byte_len: 0,
-        imm: None,
-        qp_num: 0,
-        vendor_err: 0,
-    };
-
-    fn from_c(c: &CWc) -> Self {
-        BenchWc {
-            wr_id: c.wr_id,
-            status: WcStatus::from_raw(c.status),
-            opcode: WcOpcode::from_raw(c.opcode),
-            byte_len: c.byte_len,
-            imm: (c.has_imm != 0).then_some(c.imm),
-            qp_num: c.qp_num,
-            vendor_err: c.vendor_err,
+impl CWcFull {
+    fn to_rust(self) -> WorkCompletion {
+        WorkCompletion {
+            wr_id: self.wr_id,
+            status: WcStatus::from_raw(self.status),
+            opcode: WcOpcode::from_raw(self.opcode),
+            byte_len: self.byte_len,
+            imm: (self.has_imm != 0).then_some(self.imm),
+            invalidated_rkey: (self.has_inv != 0).then_some(self.inv),
+            qp_num: self.qp_num,
+            vendor_err: self.vendor_err,
         }
     }
 }
 
-#[no_mangle]
-#[inline(never)]
-fn rust_poll_cq(cq: &mut CompletionQueue, out: &mut [BenchWc; BATCH]) -> Result<usize> {
-    let mut n = 0;
-    cq.poll_each(BATCH, |wc| {
-        let w = &mut out[n];
-        n += 1;
-        w.wr_id = wc.wr_id();
-        w.status = wc.status();
-        w.imm = wc.imm();
-        w.opcode = wc.opcode();
-        w.byte_len = wc.byte_len();
-        w.qp_num = wc.qp_num();
-        w.vendor_err = wc.vendor_err();
-    })
-}
-
 // ----- the table of shapes -----
 
-/// One shape: its three versions and the QP whose ring they write.
+/// What a shape is held to (the goals of BENCHMARKS.md): its Rust version's
+/// instructions at most this many times C best's.
+#[derive(Clone, Copy, PartialEq)]
+enum Goal {
+    /// The tuned forms: 1.01 (`--limit` overrides it).
+    Tuned,
+    /// The natural forms (`qp.batch()`, per-WR `.signaled()`,
+    /// `remote.slice()?`, `mr.sge()?`, `memcpy(dest, src)?`): 1.25.
+    Natural,
+    /// `cq.wait`, `poll_into`, `post_and_wait`: 1.10.
+    Wait,
+    /// None: the rows that show what a convenience costs.
+    Shown,
+}
+
+impl Goal {
+    fn ratio(self) -> Option<f64> {
+        match self {
+            Goal::Tuned => Some(1.01),
+            Goal::Natural => Some(1.25),
+            Goal::Wait => Some(1.10),
+            Goal::Shown => None,
+        }
+    }
+}
+
+/// How `check_same_work` compares a shape's versions.
+#[derive(Clone, Copy)]
+enum Work {
+    /// The slots they wrote in this QP's ring (`struct null_qp`).
+    Ring(fn(&BenchObjs) -> *const c_void),
+    /// The completions they read (`BenchWc`; compared after every shape).
+    Poll,
+    /// The completions they read, every field (`WorkCompletion`); and, for
+    /// `post_and_wait`, the slots they wrote on `rcw`, but for the wr_id
+    /// (the scoped post posts ids of its own and gives the caller's back).
+    Full { posted: bool },
+}
+
+/// One shape: its three versions and what they must agree on.
 struct Shape {
     /// The Rust version is `rust_<name>`.
     name: &'static str,
     /// The C versions are `c_best_<c>` and `c_plain_<c>`.
     c: &'static str,
-    /// Whether the goal (at most 1.01 times C best, `--limit`) applies:
-    /// false for the rows that show what a convenience costs.
-    goal: bool,
+    goal: Goal,
     best: CLoop,
     plain: CLoop,
     rust: fn(&mut Handles, &Plan<'_>) -> usize,
-    /// The QP's `struct null_qp`; None for the poll.
-    ring: fn(&BenchObjs) -> Option<*const c_void>,
+    work: Work,
     /// The regression guard of `--check` (see `GOAL_GUARD`).
     ceiling: f64,
 }
 
-type CLoop = unsafe extern "C" fn(*const BenchObjs, *const c_void, *mut c_void) -> c_int;
+impl Row for Shape {
+    const C_PREFIX: &'static str = "";
+
+    fn name(&self) -> &'static str {
+        self.name
+    }
+
+    fn c(&self) -> &'static str {
+        self.c
+    }
+}
+
 type Slots = [[u64; 8]; BATCH];
 
 fn ok(r: Result<u32>) -> usize {
     r.expect("the null provider accepts every batch") as usize
 }
 
-fn rc_ring(o: &BenchObjs) -> Option<*const c_void> {
-    Some(o.rc as *const c_void)
+fn done(r: Result<usize>) -> usize {
+    r.expect("the null CQ serves the completions")
 }
 
-fn dci_ring(o: &BenchObjs) -> Option<*const c_void> {
-    Some(o.dci as *const c_void)
+fn rc_ring(o: &BenchObjs) -> *const c_void {
+    o.rc as *const c_void
 }
 
-/// The DCT the DCI writes to.
-#[derive(Clone, Copy)]
-struct Dct {
-    dctn: u32,
-    key: u64,
+fn dci_ring(o: &BenchObjs) -> *const c_void {
+    o.dci as *const c_void
 }
 
-impl Dct {
-    fn with(self, ah: &AddressHandle) -> DcAddr<'_> {
-        DcAddr::new(ah, self.dctn, self.key)
-    }
-}
-
-// The regression guards of `--check` (what scripts/test runs). The shapes
-// that meet the goal (at most 1.01 times C best, BENCHMARKS.md) are held
-// at 1.02: the goal plus room for one instruction per batch from another
-// compiler's register allocation. The others are held at the ratio
-// BENCHMARKS.md gives plus 0.05.
+// The regression guards of `--check` (what scripts/test runs), from one
+// full run (BENCHMARKS.md; `--quick` counts the same instructions per work
+// request, the first calls' one-time costs left out of both). A shape that
+// meets its goal is held at the goal. A shape above it is held at its
+// measured ratio plus about 0.02 (the tuned shapes, whose 1.01 goal the
+// soundness fixes gave up, BENCHMARKS.md) or 0.05 (the goals of the natural
+// forms' issue that are not met, for the reasons BENCHMARKS.md shows).
 const GOAL_GUARD: f64 = 1.02;
-// Above the goal since the soundness fixes (BENCHMARKS.md, "What the
-// soundness fixes cost": the send queue's bound is checked per work
-// request): held at the ratio `--quick` measured plus about 0.02.
-const CEILING_RC_WRITE_SGE: f64 = 1.11;
-const CEILING_RC_WRITE_SGE_CHECKED: f64 = 1.36;
+// Tuned shapes: above 1.01 since the send queue's bound is checked per
+// work request (BENCHMARKS.md, "What the soundness fixes cost").
+const CEILING_RC_WRITE_SGE: f64 = 1.09;
+const CEILING_RC_WRITE_SGE_CHECKED: f64 = 1.37;
 const CEILING_RC_INLINE_SEND: f64 = 1.08;
 const CEILING_DCI_WRITE_SGE: f64 = 1.09;
-const CEILING_DCI_WRITE_SGE_STREAM: f64 = 1.12;
+const CEILING_DCI_WRITE_SGE_STREAM: f64 = 1.09;
 const CEILING_MEMCPY: f64 = 1.10;
-const CEILING_MEMCPY_CHECKED: f64 = 1.41;
+const CEILING_MEMCPY_CHECKED: f64 = 1.39;
 const CEILING_MR_LIST: f64 = 1.10;
 const CEILING_RAW_WQE: f64 = GOAL_GUARD + 0.02;
 const CEILING_POLL_CQ: f64 = 1.05;
+// The natural forms, `poll_into` and the waits into a kept vector: at
+// their goals (1.25, 1.10), which they meet.
+const CEILING_RC_WRITE_SGE_NATURAL: f64 = 1.25;
+const CEILING_DCI_WRITE_SGE_NATURAL: f64 = 1.25;
+const CEILING_MEMCPY_NATURAL: f64 = 1.25;
+const CEILING_POLL_INTO: f64 = 1.10;
+const CEILING_CQ_WAIT_INTO: f64 = 1.10;
+// Above their goal of 1.10 (BENCHMARKS.md, "Where a goal is not met"):
+// `cq.wait` allocates the vector it returns (1.251); `post_and_wait` and
+// `post_and_wait_into` of the README's closure carry its checks (1.25
+// times C's posting alone), the caller's ids and a test per completion
+// that it is the batch's own (1.474, 1.334). Measured plus 0.05.
+const CEILING_CQ_WAIT: f64 = 1.30;
+const CEILING_POST_AND_WAIT: f64 = 1.52;
+const CEILING_POST_AND_WAIT_INTO: f64 = 1.38;
 
 const SHAPES: &[Shape] = &[
     Shape {
         name: "rc_write_sge",
         c: "rc_write_sge",
-        goal: true,
+        goal: Goal::Tuned,
         ceiling: CEILING_RC_WRITE_SGE,
         best: c_best_rc_write_sge,
         plain: c_plain_rc_write_sge,
         rust: |h, p| ok(rust_rc_write_sge(&mut h.rc, p)),
-        ring: rc_ring,
+        work: Work::Ring(rc_ring),
     },
     Shape {
         name: "rc_write_sge_checked",
         c: "rc_write_sge",
-        goal: false,
+        goal: Goal::Shown,
         ceiling: CEILING_RC_WRITE_SGE_CHECKED,
         best: c_best_rc_write_sge,
         plain: c_plain_rc_write_sge,
         rust: |h, p| ok(rust_rc_write_sge_checked(&mut h.rc, p)),
-        ring: rc_ring,
+        work: Work::Ring(rc_ring),
+    },
+    Shape {
+        name: "rc_write_sge_natural",
+        c: "rc_write_sge",
+        goal: Goal::Natural,
+        ceiling: CEILING_RC_WRITE_SGE_NATURAL,
+        best: c_best_rc_write_sge,
+        plain: c_plain_rc_write_sge,
+        rust: |h, _| {
+            let n = &h.natural;
+            ok(rust_rc_write_sge_natural(&mut h.rc, &n.src, n.remote))
+        },
+        work: Work::Ring(rc_ring),
     },
     Shape {
         name: "rc_inline_send",
         c: "rc_inline_send",
-        goal: true,
+        goal: Goal::Tuned,
         ceiling: CEILING_RC_INLINE_SEND,
         best: c_best_rc_inline_send,
         plain: c_plain_rc_inline_send,
         rust: |h, p| ok(rust_rc_inline_send(&mut h.rc, p)),
-        ring: rc_ring,
+        work: Work::Ring(rc_ring),
     },
     Shape {
         name: "dci_write_sge",
         c: "dci_write_sge",
-        goal: true,
+        goal: Goal::Tuned,
         ceiling: CEILING_DCI_WRITE_SGE,
         best: c_best_dci_write_sge,
         plain: c_plain_dci_write_sge,
@@ -480,12 +419,37 @@ const SHAPES: &[Shape] = &[
             let Handles { dci, ah, dc, .. } = h;
             ok(rust_dci_write_sge(dci, p, dc.with(ah)))
         },
-        ring: dci_ring,
+        work: Work::Ring(dci_ring),
+    },
+    Shape {
+        name: "dci_write_sge_natural",
+        c: "dci_write_sge",
+        goal: Goal::Natural,
+        ceiling: CEILING_DCI_WRITE_SGE_NATURAL,
+        best: c_best_dci_write_sge,
+        plain: c_plain_dci_write_sge,
+        rust: |h, _| {
+            let Handles {
+                dci,
+                ah,
+                dc,
+                natural,
+                ..
+            } = h;
+            ok(rust_dci_write_sge_natural(
+                dci,
+                ah,
+                *dc,
+                &natural.src,
+                natural.remote,
+            ))
+        },
+        work: Work::Ring(dci_ring),
     },
     Shape {
         name: "dci_write_sge_stream",
         c: "dci_write_sge_stream",
-        goal: true,
+        goal: Goal::Tuned,
         ceiling: CEILING_DCI_WRITE_SGE_STREAM,
         best: c_best_dci_write_sge_stream,
         plain: c_plain_dci_write_sge_stream,
@@ -493,59 +457,130 @@ const SHAPES: &[Shape] = &[
             let Handles { dci, ah, dc, .. } = h;
             ok(rust_dci_write_sge_stream(dci, p, dc.with(ah)))
         },
-        ring: dci_ring,
+        work: Work::Ring(dci_ring),
     },
     Shape {
         name: "memcpy",
         c: "memcpy",
-        goal: true,
+        goal: Goal::Tuned,
         ceiling: CEILING_MEMCPY,
         best: c_best_memcpy,
         plain: c_plain_memcpy,
         rust: |h, p| ok(rust_memcpy(&mut h.rc, p)),
-        ring: rc_ring,
+        work: Work::Ring(rc_ring),
     },
     Shape {
         name: "memcpy_checked",
         c: "memcpy",
-        goal: false,
+        goal: Goal::Shown,
         ceiling: CEILING_MEMCPY_CHECKED,
         best: c_best_memcpy,
         plain: c_plain_memcpy,
         rust: |h, p| ok(rust_memcpy_checked(&mut h.rc, p)),
-        ring: rc_ring,
+        work: Work::Ring(rc_ring),
+    },
+    Shape {
+        name: "memcpy_natural",
+        c: "memcpy",
+        goal: Goal::Natural,
+        ceiling: CEILING_MEMCPY_NATURAL,
+        best: c_best_memcpy,
+        plain: c_plain_memcpy,
+        rust: |h, _| {
+            let n = &mut h.natural;
+            ok(rust_memcpy_natural(&mut h.rc, &n.src, &mut n.dst))
+        },
+        work: Work::Ring(rc_ring),
     },
     Shape {
         name: "mr_list",
         c: "mr_list",
-        goal: true,
+        goal: Goal::Tuned,
         ceiling: CEILING_MR_LIST,
         best: c_best_mr_list,
         plain: c_plain_mr_list,
         rust: |h, p| ok(rust_mr_list(&mut h.rc, p, &h.mkey)),
-        ring: rc_ring,
+        work: Work::Ring(rc_ring),
     },
     Shape {
         name: "raw_wqe",
         c: "raw_wqe",
-        goal: true,
+        goal: Goal::Tuned,
         ceiling: CEILING_RAW_WQE,
         best: c_best_raw_wqe,
         plain: c_plain_raw_wqe,
         rust: |h, _| ok(rust_raw_wqe(&mut h.rc, &h.wqe)),
-        ring: rc_ring,
+        work: Work::Ring(rc_ring),
     },
     Shape {
         name: "poll_cq",
         c: "poll_cq",
-        goal: true,
+        goal: Goal::Tuned,
         ceiling: CEILING_POLL_CQ,
         best: c_best_poll_cq,
         plain: c_plain_poll_cq,
+        rust: |h, _| done(rust_poll_cq(&mut h.cq, &mut h.completions)),
+        work: Work::Poll,
+    },
+    Shape {
+        name: "poll_into",
+        c: "poll_full",
+        goal: Goal::Wait,
+        ceiling: CEILING_POLL_INTO,
+        best: c_best_poll_full,
+        plain: c_plain_poll_full,
+        rust: |h, _| done(rust_poll_into(&mut h.cq, &mut h.natural.wcs)),
+        work: Work::Full { posted: false },
+    },
+    Shape {
+        name: "cq_wait",
+        c: "cq_wait",
+        goal: Goal::Wait,
+        ceiling: CEILING_CQ_WAIT,
+        best: c_best_cq_wait,
+        plain: c_plain_cq_wait,
+        rust: |h, _| done(rust_cq_wait(&mut h.cq, &mut h.natural.wcs)),
+        work: Work::Full { posted: false },
+    },
+    Shape {
+        name: "cq_wait_into",
+        c: "cq_wait",
+        goal: Goal::Wait,
+        ceiling: CEILING_CQ_WAIT_INTO,
+        best: c_best_cq_wait,
+        plain: c_plain_cq_wait,
+        rust: |h, _| done(rust_cq_wait_into(&mut h.cq, &mut h.natural.wcs)),
+        work: Work::Full { posted: false },
+    },
+    Shape {
+        name: "post_and_wait",
+        c: "post_wait",
+        goal: Goal::Wait,
+        ceiling: CEILING_POST_AND_WAIT,
+        best: c_best_post_wait,
+        plain: c_plain_post_wait,
         rust: |h, _| {
-            rust_poll_cq(&mut h.cq, &mut h.completions).expect("the null CQ serves a round")
+            let n = &mut h.natural;
+            done(rust_post_and_wait(
+                &mut n.rcw, &mut n.wcq, &n.src, n.remote, &mut n.wcs,
+            ))
         },
-        ring: |_| None,
+        work: Work::Full { posted: true },
+    },
+    Shape {
+        name: "post_and_wait_into",
+        c: "post_wait",
+        goal: Goal::Wait,
+        ceiling: CEILING_POST_AND_WAIT_INTO,
+        best: c_best_post_wait,
+        plain: c_plain_post_wait,
+        rust: |h, _| {
+            let n = &mut h.natural;
+            done(rust_post_and_wait_into(
+                &mut n.rcw, &mut n.wcq, &n.src, n.remote, &mut n.wcs,
+            ))
+        },
+        work: Work::Full { posted: true },
     },
 ];
 
@@ -559,14 +594,24 @@ fn fixture() -> Result<(NonNull<BenchObjs>, Handles, MemoryRegion)> {
     let r = unsafe { &*o.as_ptr() };
     let nn = |p: *mut ffi::ibv_qp| NonNull::new(p).expect("non-NULL");
     // SAFETY: the fake objects live for the whole process, are wrapped once
-    // each, and nothing else posts on the QPs or polls the CQ (the C loops
-    // run between the Rust calls, never during one).
+    // each (the region three times, below), and nothing else posts on the
+    // QPs or polls the CQs (the C loops run between the Rust calls, never
+    // during one).
     unsafe {
         let ctx = Context::from_raw(NonNull::new(r.ctx).expect("ctx"));
         let pd = ProtectionDomain::from_raw(&ctx, NonNull::new(r.pd).expect("pd"));
         let cq =
             CompletionQueue::from_raw(&ctx, NonNull::new(r.cq).expect("cq")).expect("poll entries");
-        let mr = MemoryRegion::from_raw(&pd, NonNull::new(r.mr).expect("mr"), AccessFlags::all())?;
+        let wcq = CompletionQueue::from_raw(&ctx, NonNull::new(r.wcq).expect("wcq"))
+            .expect("poll entries");
+        let raw_mr = NonNull::new(r.mr).expect("mr");
+        let mr = MemoryRegion::from_raw(&pd, raw_mr, AccessFlags::all())?;
+        // The region again, for the natural shapes, which borrow it as a
+        // newcomer does (the plan holds `mr` exclusively borrowed). Nothing
+        // reads or writes its memory: the null provider only stores the
+        // SGEs' fields, so the three handles never access it in conflict.
+        let src = MemoryRegion::from_raw(&pd, raw_mr, AccessFlags::all())?;
+        let dst = MemoryRegion::from_raw(&pd, raw_mr, AccessFlags::all())?;
         let mkey = Mkey::from_raw(&pd, NonNull::new(r.mkey).expect("mkey"), 4, false);
         let attr = AhAttr {
             port: 1,
@@ -609,6 +654,16 @@ fn fixture() -> Result<(NonNull<BenchObjs>, Handles, MemoryRegion)> {
                 max_wr_memcpy_length: 0,
             }),
         })?;
+        let rcw = RcQp::from_raw_parts(RawQp {
+            qp: nn(r.rcw_qp),
+            qpx: NonNull::new(r.rcw_qpx).expect("qpx"),
+            pd: &pd,
+            send_cq: &wcq,
+            recv_cq: &wcq,
+            caps: QpCaps::default(),
+            send_ops,
+            mlx5: None,
+        })?;
         let wqe = WqeBuilder::new(Opcode::RdmaWrite, rc.qp_num())
             .signaled()
             .raddr_seg(r.remote_addr, r.rkey)
@@ -620,35 +675,35 @@ fn fixture() -> Result<(NonNull<BenchObjs>, Handles, MemoryRegion)> {
             cq,
             mkey,
             ah,
-            dc: Dct {
+            dc: DcTarget {
                 dctn: r.remote_dctn,
                 key: r.remote_dc_key,
             },
             wqe,
             completions: [BenchWc::ZERO; BATCH],
+            natural: Natural {
+                src,
+                dst,
+                remote: RemoteBuf {
+                    addr: r.remote_addr,
+                    len: (BATCH * MSG) as u64,
+                    rkey: r.rkey,
+                },
+                rcw,
+                wcq,
+                wcs: Vec::new(),
+            },
         };
         Ok((o, h, mr))
     }
 }
 
-/// The C side's inputs.
-struct CSide {
-    o: *const BenchObjs,
-    plan: *const c_void,
-    wc: *mut c_void,
-}
-
-impl CSide {
-    fn call(&self, f: CLoop) -> usize {
-        // SAFETY: the objects, plan and completion array live for the whole
-        // process.
-        let n = unsafe { f(self.o, self.plan, self.wc) };
-        match n {
-            0 => BATCH,
-            n if n > 0 => n as usize,
-            n => panic!("C loop failed: {n}"),
-        }
-    }
+/// What the last C loop of the natural forms read, as `WorkCompletion`s.
+fn full_wcs(c: &CSide) -> Vec<WorkCompletion> {
+    // SAFETY: `c.o` is valid; its `wc_full` holds BATCH completions
+    // (zeroed at first), as `CWcFull` lays them out.
+    let wcs = unsafe { &*((*c.o).wc_full as *const [CWcFull; BATCH]) };
+    wcs.iter().map(|w| w.to_rust()).collect()
 }
 
 /// The last batch the provider wrote on `q`, and the ring cleared for the
@@ -663,20 +718,43 @@ fn last_batch(q: *const c_void) -> Box<Slots> {
     out
 }
 
+/// What one version of a shape did, for comparison with the others.
+#[derive(PartialEq, Debug)]
+enum Did {
+    Slots(Box<Slots>),
+    Wcs(Vec<WorkCompletion>, Option<Box<Slots>>),
+    Nothing,
+}
+
 /// Runs every version of every shape once and checks they did the same
-/// work: the same ring slots (posting) or the same number of completions
-/// with the same ids (polling).
+/// work: the same ring slots (posting) or the same completions, field for
+/// field (polling).
 fn check_same_work(c: &CSide, h: &mut Handles, p: &Plan<'_>) {
     // SAFETY: `c.o` is valid.
     let o = unsafe { &*c.o };
     // The rings start zeroed and `last_batch` clears them after each read.
     for s in SHAPES {
+        let did = |rust_wcs: Option<&[WorkCompletion]>| match s.work {
+            Work::Ring(ring) => Did::Slots(last_batch(ring(o))),
+            Work::Poll => Did::Nothing,
+            Work::Full { posted } => {
+                let wcs = rust_wcs.map_or_else(|| full_wcs(c), <[_]>::to_vec);
+                let slots = posted.then(|| {
+                    let mut slots = last_batch(o.rcw as *const c_void);
+                    for slot in slots.iter_mut() {
+                        slot[0] = 0;
+                    }
+                    slots
+                });
+                Did::Wcs(wcs, slots)
+            }
+        };
         let n_best = c.call(s.best);
-        let best = (s.ring)(o).map(last_batch);
+        let best = did(None);
         let n_plain = c.call(s.plain);
-        let plain = (s.ring)(o).map(last_batch);
+        let plain = did(None);
         let n_rust = (s.rust)(h, p);
-        let rust = (s.ring)(o).map(last_batch);
+        let rust = did(Some(&h.natural.wcs));
         assert_eq!(
             (n_best, n_plain, n_rust),
             (BATCH, BATCH, BATCH),
@@ -685,32 +763,24 @@ fn check_same_work(c: &CSide, h: &mut Handles, p: &Plan<'_>) {
         );
         assert!(
             best == plain && plain == rust,
-            "{}: the provider saw different work",
+            "{}: the versions did different work:\nC best {best:?}\nC plain {plain:?}\nRust {rust:?}",
             s.name
         );
+        if let Did::Wcs(wcs, _) = &rust {
+            let ids: Vec<u64> = wcs.iter().map(|c| c.wr_id).collect();
+            assert_eq!(ids, (0..BATCH as u64).collect::<Vec<_>>(), "{}", s.name);
+        }
     }
     let ids: Vec<u64> = h.completions.iter().map(|c| c.wr_id).collect();
     assert_eq!(ids, (0..BATCH as u64).collect::<Vec<_>>());
-    // SAFETY: `c.wc` holds the BATCH completions the C poll loops wrote
-    // last, as `struct bench_wc`, which `CWc` lays out.
-    let c_wcs = unsafe { &*(c.wc as *const [CWc; BATCH]) };
     assert_eq!(
-        h.completions.to_vec(),
-        c_wcs.iter().map(BenchWc::from_c).collect::<Vec<_>>(),
+        h.completions,
+        c.wcs(),
         "poll_cq: Rust read other completions than C"
     );
 }
 
 // ----- measuring -----
-
-/// The three versions of a shape, by symbol.
-fn symbols(s: &Shape) -> [String; 3] {
-    [
-        format!("c_best_{}", s.c),
-        format!("c_plain_{}", s.c),
-        format!("rust_{}", s.name),
-    ]
-}
 
 /// Calls version `v` (0 best C, 1 plain C, 2 Rust) of `s` `n` times.
 fn run(s: &Shape, v: usize, n: u64, c: &CSide, h: &mut Handles, p: &Plan<'_>) {
@@ -723,18 +793,9 @@ fn run(s: &Shape, v: usize, n: u64, c: &CSide, h: &mut Handles, p: &Plan<'_>) {
     }
 }
 
-/// The inclusive instruction count of `symbol` in a `callgrind_annotate
-/// --inclusive=yes` listing: the line `N (P%)  file:symbol [object]`.
-fn inclusive_ir(annotate: &str, symbol: &str) -> Option<u64> {
-    annotate.lines().find_map(|line| {
-        let mut words = line.split_whitespace();
-        let count = words.next()?;
-        let name = words.find(|w| w.contains(':'))?;
-        let func = name.rsplit(':').next()?;
-        (func == symbol)
-            .then(|| count.replace(',', "").parse().ok())
-            .flatten()
-    })
+/// Calls every version of every shape `n` times (see `measure::run_all`).
+fn run_all(n: u64, c: &CSide, h: &mut Handles, p: &Plan<'_>) {
+    measure::run_all(SHAPES, |s, v| run(s, v, n, c, h, p));
 }
 
 struct Args {
@@ -744,7 +805,9 @@ struct Args {
     rounds: u32,
     /// Fail above each shape's ceiling.
     check: bool,
-    /// Fail above this ratio, for every shape.
+    /// Fail above each shape's goal.
+    goals: bool,
+    /// Fail above this ratio, for every tuned shape.
     limit: Option<f64>,
 }
 
@@ -755,6 +818,7 @@ fn args() -> Args {
         report: None,
         rounds: 20,
         check: false,
+        goals: false,
         limit: None,
     };
     let argv: Vec<String> = std::env::args().skip(1).collect();
@@ -773,6 +837,7 @@ fn args() -> Args {
             }
             "--rounds" => a.rounds = num(it.next(), "--rounds") as u32,
             "--check" => a.check = true,
+            "--goals" => a.goals = true,
             "--limit" => {
                 a.limit = Some(
                     it.next()
@@ -792,13 +857,7 @@ fn main() {
     let (o, mut h, mut mr) = fixture().expect("the fake objects wrap");
     // SAFETY: `o` is valid; the WQE outlives every use (it lives in `h`).
     unsafe { (*o.as_ptr()).wqe = h.wqe.as_ptr() };
-    // SAFETY: as in fixture().
-    let r = unsafe { &*o.as_ptr() };
-    let remote = RemoteBuf {
-        addr: r.remote_addr,
-        len: (BATCH * MSG) as u64,
-        rkey: r.rkey,
-    };
+    let remote = h.natural.remote;
     let p = Plan::new(&mut mr, remote, &h.rc).expect("the plan fits the region");
     let c = CSide {
         o: o.as_ptr(),
@@ -810,28 +869,18 @@ fn main() {
     check_same_work(&c, &mut h, &p);
 
     if a.symbols {
-        let mut all: Vec<String> = SHAPES.iter().flat_map(symbols).collect();
-        all.sort();
-        all.dedup();
-        for sym in all {
-            println!("{sym}");
-        }
+        measure::print_symbols(SHAPES);
         return;
     }
     if let Some(n) = a.run {
-        for s in SHAPES {
-            // The C versions of a row that shares them run once, under the
-            // row they are named after (callgrind counts per symbol).
-            let first = if s.c == s.name { 0 } else { 2 };
-            for v in first..3 {
-                run(s, v, n, &c, &mut h, &p);
-            }
-        }
+        run_all(n, &c, &mut h, &p);
+        bench_zero_mark();
+        run_all(n, &c, &mut h, &p);
         return;
     }
     let Some((file, n)) = a.report else {
         eprintln!(
-            "usage: post_vs_c --symbols | --run N | --report ANNOTATE_FILE N [--rounds R] [--check | --limit RATIO]"
+            "usage: post_vs_c --symbols | --run N | --report ANNOTATE_FILE N [--rounds R] [--check | --goals | --limit RATIO]"
         );
         eprintln!("(scripts/bench runs both and prints the table)");
         return;
@@ -854,13 +903,15 @@ fn main() {
     }
 
     println!(
-        "{:<21} {:>9} {:>9} {:>9} {:>8} {:>8}   {:>7} {:>7} {:>7} {:>6}",
+        "{:<21} {:>9} {:>9} {:>9} {:>8} {:>8} {:>5} {:>4}   {:>7} {:>7} {:>7} {:>6}",
         "shape (Ir per WR)",
         "C best",
         "C plain",
         "Rust",
         "R/Cbest",
         "R/Cplain",
+        "goal",
+        "met",
         "ns Cbest",
         "ns Cpln",
         "ns Rust",
@@ -868,32 +919,41 @@ fn main() {
     );
     let mut over = Vec::new();
     for (k, s) in SHAPES.iter().enumerate() {
-        let per_wr = symbols(s).map(|sym| {
-            let ir = inclusive_ir(&annotate, &sym)
-                .unwrap_or_else(|| panic!("{sym} is not in {file}: was it run with --run {n}?"));
-            ir as f64 / (n * BATCH as u64) as f64
-        });
+        let per_wr = measure::ir_per_wr(&annotate, s, n);
         let ns = best_ns[k];
         let ratio = per_wr[2] / per_wr[0];
-        let limit = a.limit.filter(|_| s.goal).or(a.check.then_some(s.ceiling));
+        let goal = s.goal.ratio();
+        let limit = if a.check {
+            Some(s.ceiling)
+        } else if a.goals {
+            goal
+        } else {
+            a.limit.filter(|_| s.goal == Goal::Tuned)
+        };
         if let Some(limit) = limit.filter(|&l| ratio > l) {
             over.push(format!("{} {ratio:.3} > {limit}", s.name));
         }
+        let (goal, met) = match goal {
+            Some(g) => (format!("{g:.2}"), if ratio <= g { "yes" } else { "no" }),
+            None => ("-".into(), "-"),
+        };
         println!(
-            "{:<21} {:>9.2} {:>9.2} {:>9.2} {:>8.3} {:>8.3}   {:>7.2} {:>7.2} {:>7.2} {:>6.2}",
+            "{:<21} {:>9.2} {:>9.2} {:>9.2} {:>8.3} {:>8.3} {:>5} {:>4}   {:>7.2} {:>7.2} {:>7.2} {:>6.2}",
             s.name,
             per_wr[0],
             per_wr[1],
             per_wr[2],
             ratio,
             per_wr[2] / per_wr[1],
+            goal,
+            met,
             ns[0],
             ns[1],
             ns[2],
             ns[2] / ns[0],
         );
     }
-    if a.check || a.limit.is_some() {
+    if a.check || a.goals || a.limit.is_some() {
         if !over.is_empty() {
             println!(
                 "FAILED: Rust/C-best instructions above the limit: {}",
@@ -901,9 +961,12 @@ fn main() {
             );
             std::process::exit(1);
         }
-        let what = a
-            .limit
-            .map_or("each shape's ceiling".to_string(), |l| l.to_string());
+        let what = match a.limit {
+            _ if a.check => "each shape's ceiling".to_string(),
+            _ if a.goals => "each shape's goal".to_string(),
+            Some(l) => l.to_string(),
+            None => unreachable!(),
+        };
         println!("ok: every shape's Rust/C-best instruction ratio is at most {what}");
     }
 }

@@ -67,6 +67,32 @@ struct bench_objs {
 	uint64_t remote_dc_key;
 	/* A prepared 64-byte raw WQE. */
 	const void *wqe;
+	/* For the natural forms' comparisons (the end of post.c): an RC QP
+	 * whose send CQ completes every work request it was given
+	 * (struct null_ring_cq), as the scoped post needs, and room for one
+	 * round of completions with every field the Rust side's
+	 * WorkCompletion holds. */
+	struct null_qp *rcw;
+	struct ibv_qp *rcw_qp;
+	struct ibv_qp_ex *rcw_qpx;
+	struct ibv_cq_ex *wcq;
+	struct bench_wc_full *wc_full;
+};
+
+/* A completion with every field of the Rust side's WorkCompletion: the
+ * immediate and the invalidated rkey share the CQE field, which is read
+ * (and its has_ flag set) only when the flags name one. */
+struct bench_wc_full {
+	uint64_t wr_id;
+	uint32_t status;
+	uint32_t opcode;
+	uint32_t byte_len;
+	uint32_t has_imm;
+	uint32_t imm;
+	uint32_t has_inv;
+	uint32_t inv;
+	uint32_t qp_num;
+	uint32_t vendor_err;
 };
 
 /* Builds the fake objects (never freed). */
@@ -125,6 +151,16 @@ void bench_clear_ring(struct null_qp *q);
 	int c_plain_##name(const struct bench_objs *o,                         \
 			   const struct bench_plan *p, struct bench_wc *wc);
 BENCH_SHAPES(BENCH_DECLARE)
+
+/* The natural forms' comparisons (the end of post.c): completions read
+ * whole into o->wc_full (poll_full: one poll round; cq_wait: rounds until
+ * BENCH_BATCH have come), and a batch of RDMA writes on o->rcw posted and
+ * then its completions polled from o->wcq (post_wait). `wc` is unused. */
+#define BENCH_NATURAL_SHAPES(X)                                                \
+	X(poll_full)                                                           \
+	X(cq_wait)                                                             \
+	X(post_wait)
+BENCH_NATURAL_SHAPES(BENCH_DECLARE)
 #undef BENCH_DECLARE
 
 #endif

@@ -243,6 +243,79 @@ static unsigned int read_wc_flags(struct ibv_cq_ex *cq)
 	return of_cq(cq)->cur & 1 ? IBV_WC_WITH_IMM : 0;
 }
 
+/* ----- a CQ that completes what its QP was given (the scoped post's) -----
+ *
+ * The send CQ of o->rcw: each poll position is the next slot the QP's
+ * entries wrote that has not completed yet, reported as a successful
+ * completion of that work request (its wr_id, its SGE's length), as a
+ * real send CQ reports a QP's work requests in order. The scoped post
+ * (post_and_wait) needs this: it waits for the completions of the ids it
+ * posted, on the QP's send CQ. */
+
+struct null_ring_cq {
+	struct ibv_cq_ex cq;
+	const struct null_qp *qp;
+	/* The next slot to complete. */
+	unsigned int tail;
+	/* The slot the poll is positioned on. */
+	const uint64_t *cur;
+};
+
+static struct null_ring_cq *of_ring_cq(struct ibv_cq_ex *cq)
+{
+	return (struct null_ring_cq *)cq;
+}
+
+static int ring_position(struct null_ring_cq *c)
+{
+	if (c->tail == c->qp->head)
+		return ENOENT;
+	c->cur = c->qp->ring[c->tail++ & SLOT_MASK];
+	c->cq.wr_id = c->cur[0];
+	c->cq.status = IBV_WC_SUCCESS;
+	return 0;
+}
+
+static int ring_start_poll(struct ibv_cq_ex *cq, struct ibv_poll_cq_attr *attr)
+{
+	(void)attr;
+	return ring_position(of_ring_cq(cq));
+}
+
+static int ring_next_poll(struct ibv_cq_ex *cq)
+{
+	return ring_position(of_ring_cq(cq));
+}
+
+static enum ibv_wc_opcode ring_read_opcode(struct ibv_cq_ex *cq)
+{
+	return (of_ring_cq(cq)->cur[1] >> 32) == IBV_WR_SEND ? IBV_WC_SEND : IBV_WC_RDMA_WRITE;
+}
+
+static uint32_t ring_read_byte_len(struct ibv_cq_ex *cq)
+{
+	return (uint32_t)(of_ring_cq(cq)->cur[4] >> 32);
+}
+
+static uint32_t ring_read_qp_num(struct ibv_cq_ex *cq)
+{
+	return of_ring_cq(cq)->qp->ibv.qp_base.qp_num;
+}
+
+static unsigned int ring_read_wc_flags(struct ibv_cq_ex *cq)
+{
+	(void)cq;
+	return 0;
+}
+
+static __be32 ring_read_imm_data(struct ibv_cq_ex *cq)
+{
+	(void)cq;
+	return 0;
+}
+
+static struct ibv_cq_ex *ring_cq_new(struct ibv_context *ctx, const struct null_qp *qp);
+
 /* ----- the objects ----- */
 
 static void *zalloc(size_t n)
@@ -318,7 +391,34 @@ struct bench_objs *bench_objs_new(void)
 	o->rkey = 0xabcd;
 	o->remote_dctn = 0x1234;
 	o->remote_dc_key = 0xc0ffee;
+
+	o->rcw = zalloc(sizeof(*o->rcw));
+	null_qp_init(o->rcw, 0x103);
+	o->rcw->ibv.qp_base.context = ctx;
+	o->rcw_qp = &o->rcw->ibv.qp_base;
+	o->rcw_qpx = &o->rcw->ibv;
+	o->wcq = ring_cq_new(ctx, o->rcw);
+	o->wc_full = zalloc(BENCH_BATCH * sizeof(*o->wc_full));
 	return o;
+}
+
+static struct ibv_cq_ex *ring_cq_new(struct ibv_context *ctx, const struct null_qp *qp)
+{
+	struct null_ring_cq *c = zalloc(sizeof(*c));
+
+	c->qp = qp;
+	c->cq.context = ctx;
+	c->cq.cqe = 256;
+	c->cq.start_poll = ring_start_poll;
+	c->cq.next_poll = ring_next_poll;
+	c->cq.end_poll = end_poll;
+	c->cq.read_opcode = ring_read_opcode;
+	c->cq.read_vendor_err = read_vendor_err;
+	c->cq.read_byte_len = ring_read_byte_len;
+	c->cq.read_imm_data = ring_read_imm_data;
+	c->cq.read_qp_num = ring_read_qp_num;
+	c->cq.read_wc_flags = ring_read_wc_flags;
+	return &c->cq;
 }
 
 void bench_last_batch(const struct null_qp *q, uint64_t out[BENCH_BATCH][8])

@@ -181,6 +181,16 @@ fn first_id(next: u64, depth: u32) -> u64 {
     SCOPED_ID_BIT | if next > room { 0 } else { next }
 }
 
+/// A completion of the batch's own past the room its poll reserved, with
+/// the caller's id.
+#[cold]
+#[inline(never)]
+fn own_beyond_room(wc: &crate::cq::PolledWc<'_>, caller: u64) -> WorkCompletion {
+    let mut c = WorkCompletion::from(wc);
+    c.wr_id = caller;
+    c
+}
+
 /// The fewest completions a scoped post's poll takes.
 const OTHERS_PER_POLL: usize = 64;
 
@@ -204,14 +214,15 @@ impl Waiting<'_> {
     fn poll(&mut self, cq: &mut CompletionQueue) -> Result<usize> {
         let n = self.ids.len() as u64;
         let seen = self.out.len() - self.start;
-        // What is still to come, but at least a poll's worth of others'
-        // (they go to the backlog 64 at a time, as a poll takes them).
-        let max = self.ids.len().saturating_sub(seen).max(OTHERS_PER_POLL);
-        // Room for `max` more in `out` (reserved before posting: normally
-        // nothing to do), written from `slots` on and counted after the
-        // poll, so that the loop keeps the place and the count in
-        // registers rather than in the vector.
-        self.out.reserve(max);
+        // Its own still to come: the room in `out` (reserved before
+        // posting: normally nothing to do), written from `slots` on and
+        // counted after the poll, so that the loop keeps the place and the
+        // count in registers rather than in the vector.
+        let room = self.ids.len().saturating_sub(seen).max(1);
+        self.out.reserve(room);
+        // The poll takes at least a poll's worth, so that others' go to
+        // the backlog 64 at a time.
+        let max = room.max(OTHERS_PER_POLL);
         let slots = self
             .out
             .spare_capacity_mut()
@@ -220,6 +231,7 @@ impl Waiting<'_> {
         let mut written = 0;
         let mut last = false;
         let mut others: Vec<RawWc> = Vec::new();
+        let mut beyond: Vec<WorkCompletion> = Vec::new();
         let (qp_num, base, ids) = (self.qp_num, self.base, self.ids);
         // Inlined (twice, in `poll_provider`): the test and the writes are
         // then the poll loop's own, with their values in registers.
@@ -235,22 +247,26 @@ impl Waiting<'_> {
                 let k = id.wrapping_sub(base);
                 let caller = usize::try_from(k).ok().and_then(|k| ids.get(k));
                 match caller {
-                    // `written < max` always (the poll hands over at most
-                    // `max`); tested, so that the writes stay in the room
-                    // whatever it does.
-                    Some(&caller) if written < max && wc.qp_num() == qp_num => {
-                        // SAFETY: slot `written` of the `max` reserved
-                        // past `out`'s length: in its allocation and
-                        // uninitialised; every field is written (two
-                        // here, the rest by `write_wc_fields`) before it
-                        // is counted.
-                        unsafe {
-                            let slot = slots.add(written);
-                            std::ptr::addr_of_mut!((*slot).wr_id).write(caller);
-                            std::ptr::addr_of_mut!((*slot).qp_num).write(qp_num);
-                            write_wc_fields(slot, wc);
+                    Some(&caller) if wc.qp_num() == qp_num => {
+                        if written < room {
+                            // SAFETY: slot `written` of the `room` reserved
+                            // past `out`'s length: in its allocation and
+                            // uninitialised; every field is written (two
+                            // here, the rest by `write_wc_fields`) before
+                            // it is counted.
+                            unsafe {
+                                let slot = slots.add(written);
+                                std::ptr::addr_of_mut!((*slot).wr_id).write(caller);
+                                std::ptr::addr_of_mut!((*slot).qp_num).write(qp_num);
+                                write_wc_fields(slot, wc);
+                            }
+                            written += 1;
+                        } else {
+                            // More of its own than it has work requests (a
+                            // device reporting one twice): kept, after the
+                            // ones written, never past the room.
+                            beyond.push(own_beyond_room(wc, caller));
                         }
-                        written += 1;
                         last |= k + 1 == n;
                     }
                     _ => others.push(RawWc::of(wc)),
@@ -260,6 +276,7 @@ impl Waiting<'_> {
         // SAFETY: the first `written` slots past the length were written
         // whole, within the reserved room.
         unsafe { self.out.set_len(self.out.len() + written) };
+        self.out.append(&mut beyond);
         self.done |= last;
         if !others.is_empty() {
             cq.keep(others);

@@ -1,0 +1,268 @@
+//! Posting and polling through the real libmlx5, Rust against C, on the
+//! software mlx5 device (`mlx5dv-sim`: the real libibverbs and libmlx5 run
+//! in this process; the "hardware" is a model of it). Not a hardware
+//! measurement: what it shows is what the library code costs, libmlx5's
+//! WQE building included, not what a ConnectX does.
+//!
+//! The shapes are those of `post_vs_c.rs` (which posts to a null
+//! provider), here on real objects: an RC QP connected to a second one, a
+//! DCI with 4 streams writing to a DCT, an indirect mkey, a registered
+//! region and the peer's. Each posts one batch of 32 work requests (or
+//! polls 32 completions) per call, three ways: `c/post.c`'s loops
+//! (`real_c_best_<shape>`, `real_c_plain_<shape>`: the same C, compiled by
+//! build.rs against libmlx5's QP layout) and the safe API's tuned and
+//! natural forms (`rust_<shape>`: `common/shapes.rs`, the same functions
+//! `post_vs_c.rs` measures).
+//!
+//! Between measured calls (never inside one) the device runs what was
+//! posted (`mlx5dv_sim_step`: the device has no thread of its own,
+//! `MLX5DV_SIM_THREAD=0`) and the completions are drained, so the send
+//! queues never fill: `GROUP` calls back to back, then the device. For the
+//! poll, 32 RDMA writes per call are posted and run before the calls.
+//!
+//! Before measuring, every version of every shape runs once and must have
+//! done the same work: the same WQEs in the send queue, byte for byte but
+//! for the WQE index, and the same completions (for the poll, the same
+//! fields read).
+//!
+//! ```text
+//! real_provider --symbols        the measured functions, one a line
+//! real_provider --run N          every function N times, `bench_zero_mark`,
+//!                                then N times more (callgrind
+//!                                --zero-before=bench_zero_mark counts the
+//!                                second N)
+//! real_provider --report FILE N [--rounds R] [--calls C]
+//!                                FILE: `callgrind_annotate --inclusive=yes`
+//!                                of a `--run N`; times every function
+//!                                (best of R rounds of C calls, without
+//!                                valgrind) and prints the table
+//! ```
+//!
+//! `scripts/bench-real` runs it under `scripts/mlx5-sim`.
+
+#[path = "../common/mod.rs"]
+mod common;
+mod rig;
+mod shapes;
+
+use common::measure::{self, bench_zero_mark};
+use common::wc::BenchWc;
+use common::{CSide, BATCH};
+use rig::{Rig, GROUP};
+use shapes::{Plan, Shape, Work, SHAPES};
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+
+/// What one version of a shape did.
+#[derive(PartialEq, Debug)]
+enum Did {
+    /// The WQEs it wrote (the index zeroed) and its completions.
+    Posted {
+        wqes: Vec<Vec<u8>>,
+        wcs: Vec<(u64, mlx5dv::WcStatus, mlx5dv::WcOpcode, u32)>,
+    },
+    /// The completions it read.
+    Polled(Vec<BenchWc>),
+}
+
+/// Runs version `v` of `s` twice and says what the second call did (so
+/// that the queue's history is the shape's own: libmlx5 fences the work
+/// request after a UMR, for one).
+fn did(s: &Shape, v: usize, c: &CSide, rig: &mut Rig, p: &Plan<'_>) -> Did {
+    run(s, v, 1, c, rig, p);
+    rig.prepare(s.work, 1);
+    match s.work {
+        Work::Post { queue, .. } => {
+            let from = rig.sq_pc(queue);
+            assert_eq!(s.call(v, c, rig, p), BATCH, "{}", s.name);
+            let wqes = rig.wqes(queue, from, rig.sq_pc(queue));
+            let wcs = rig.settle(s.work, 1);
+            let wcs = wcs
+                .iter()
+                .map(|w| (w.wr_id, w.status, w.opcode, w.byte_len))
+                .collect();
+            Did::Posted { wqes, wcs }
+        }
+        Work::Poll => {
+            assert_eq!(s.call(v, c, rig, p), BATCH, "{}", s.name);
+            rig.settle(s.work, 1);
+            Did::Polled(if v == 2 {
+                rig.completions.to_vec()
+            } else {
+                c.wcs().to_vec()
+            })
+        }
+    }
+}
+
+/// Runs every version of every shape once and checks they did the same
+/// work.
+fn check_same_work(c: &CSide, rig: &mut Rig, p: &Plan<'_>) {
+    for s in SHAPES {
+        let [best, plain, rust] = [0, 1, 2].map(|v| did(s, v, c, rig, p));
+        if let Did::Posted { wqes, wcs } = &rust {
+            assert_eq!(wqes.len(), BATCH, "{}: WQEs posted", s.name);
+            let ids: Vec<u64> = wcs.iter().map(|w| w.0).collect();
+            assert_eq!(ids, (0..BATCH as u64).collect::<Vec<_>>(), "{}", s.name);
+        }
+        if best != plain || plain != rust {
+            panic!(
+                "{}: the versions did different work:\n{}",
+                s.name,
+                difference(&[best, plain, rust])
+            );
+        }
+    }
+}
+
+/// The first place where the three versions' work differs, each
+/// version's side of it on a line.
+fn difference(did: &[Did; 3]) -> String {
+    let names = ["C best", "C plain", "Rust"];
+    let side = |f: &dyn Fn(&Did) -> String| {
+        let lines: Vec<String> = names
+            .iter()
+            .zip(did)
+            .map(|(n, d)| format!("{n}: {}", f(d)))
+            .collect();
+        lines.join("\n")
+    };
+    if let [Did::Posted { wqes: a, .. }, Did::Posted { wqes: b, .. }, Did::Posted { wqes: c, .. }] =
+        did
+    {
+        let at = (0..a.len().max(b.len()).max(c.len()))
+            .find(|&i| !(a.get(i) == b.get(i) && b.get(i) == c.get(i)));
+        if let Some(i) = at {
+            return format!(
+                "WQE {i} (index zeroed):\n{}",
+                side(&|d| match d {
+                    Did::Posted { wqes, .. } => wqes.get(i).map_or("none".into(), |w| {
+                        w.iter().map(|b| format!("{b:02x}")).collect::<String>()
+                    }),
+                    Did::Polled(_) => unreachable!(),
+                })
+            );
+        }
+    }
+    side(&|d| match d {
+        Did::Posted { wcs, .. } => format!("completions {wcs:?}"),
+        Did::Polled(wcs) => format!("read {wcs:?}"),
+    })
+}
+
+/// Calls version `v` of `s` `n` times, `GROUP` at a time with the device
+/// run between; returns the time spent in the calls alone.
+fn run(s: &Shape, v: usize, n: u64, c: &CSide, rig: &mut Rig, p: &Plan<'_>) -> Duration {
+    let mut spent = Duration::ZERO;
+    let mut left = n;
+    while left > 0 {
+        let g = left.min(GROUP);
+        rig.prepare(s.work, g);
+        let mut done = 0;
+        let t = Instant::now();
+        for _ in 0..g {
+            done += black_box(s.call(v, c, rig, p));
+        }
+        spent += t.elapsed();
+        assert_eq!(done, g as usize * BATCH, "{}", s.name);
+        rig.settle(s.work, g);
+        left -= g;
+    }
+    spent
+}
+
+/// Every version of every shape `n` times (a C version shared by several
+/// rows once, under the first: callgrind counts per symbol).
+fn run_all(n: u64, c: &CSide, rig: &mut Rig, p: &Plan<'_>) {
+    measure::run_all(SHAPES, |s, v| {
+        run(s, v, n, c, rig, p);
+    });
+}
+
+/// Prints the table: instructions per work request from `annotate` (a
+/// `--run n`), and the best time per work request of `rounds` rounds of
+/// `calls` calls, the versions interleaved round by round (their order
+/// turned each round, so that none always runs first).
+fn report(annotate: &str, n: u64, rounds: u32, calls: u64, c: &CSide, rig: &mut Rig, p: &Plan<'_>) {
+    let mut best_ns = vec![[f64::MAX; 3]; SHAPES.len()];
+    for round in 0..rounds as usize {
+        for (k, s) in SHAPES.iter().enumerate() {
+            for v in (0..3).map(|j| (j + round) % 3) {
+                let t = run(s, v, calls, c, rig, p);
+                let ns = t.as_nanos() as f64 / (calls * BATCH as u64) as f64;
+                best_ns[k][v] = best_ns[k][v].min(ns);
+            }
+        }
+    }
+    println!(
+        "| shape | kind | C best Ir/WR | C plain Ir/WR | Rust Ir/WR | Rust / C best | \
+         Rust / C plain | C best ns/WR | C plain ns/WR | Rust ns/WR | Rust / C best (time) |"
+    );
+    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for (s, ns) in SHAPES.iter().zip(&best_ns) {
+        let ir = measure::ir_per_wr(annotate, s, n);
+        println!(
+            "| {} | {} | {:.2} | {:.2} | {:.2} | {:.3} | {:.3} | {:.2} | {:.2} | {:.2} | {:.2} |",
+            s.title,
+            s.kind,
+            ir[0],
+            ir[1],
+            ir[2],
+            ir[2] / ir[0],
+            ir[2] / ir[1],
+            ns[0],
+            ns[1],
+            ns[2],
+            ns[2] / ns[0],
+        );
+    }
+}
+
+fn usage() -> ! {
+    eprintln!(
+        "usage: real_provider --symbols | --run N | --report ANNOTATE_FILE N [--rounds R] [--calls C]\n\
+         (under scripts/mlx5-sim with MLX5DV_SIM_THREAD=0; scripts/bench-real runs it)"
+    );
+    std::process::exit(2)
+}
+
+fn main() {
+    let argv: Vec<String> = std::env::args().skip(1).collect();
+    let num = |i: usize| -> u64 {
+        argv.get(i)
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| usage())
+    };
+    let flag_num = |name: &str, default: u64| {
+        argv.iter()
+            .position(|a| a == name)
+            .map_or(default, |i| num(i + 1))
+    };
+
+    let mut rig = Rig::open().expect("the objects on the device");
+    let c = rig.c_side();
+    // Declared after the rig: dropped before it.
+    let mut mr = rig.plan_region().expect("the plan's region");
+    let remote = rig.remote;
+    let p = Plan::new(&mut mr, remote, &rig.rc).expect("the plan fits the region");
+    check_same_work(&c, &mut rig, &p);
+
+    match argv.first().map(String::as_str) {
+        Some("--symbols") => measure::print_symbols(SHAPES),
+        Some("--run") => {
+            let n = num(1);
+            run_all(n, &c, &mut rig, &p);
+            bench_zero_mark();
+            run_all(n, &c, &mut rig, &p);
+        }
+        Some("--report") => {
+            let file = argv.get(1).unwrap_or_else(|| usage());
+            let annotate =
+                std::fs::read_to_string(file).expect("read the callgrind_annotate listing");
+            let rounds = flag_num("--rounds", 10) as u32;
+            let calls = flag_num("--calls", 400);
+            report(&annotate, num(2), rounds, calls, &c, &mut rig, &p);
+        }
+        _ => usage(),
+    }
+}

@@ -1,0 +1,429 @@
+//! The objects on the device, the same objects as the C loops see them
+//! (`struct bench_objs`), and what happens between measured calls: the
+//! device run (`mlx5dv_sim_step`), the completions drained, the peer's
+//! receives posted.
+
+use crate::common::wc::BenchWc;
+use crate::common::{BenchObjs, CSide, BATCH, LOG_STREAMS, MSG};
+use crate::shapes::{DcTarget, Queue, Work};
+use mlx5dv::ffi;
+use mlx5dv::wqe::{Opcode, Wqe, WqeBuilder};
+use mlx5dv::{
+    AccessFlags, AddressHandle, AhAttr, CompletionQueue, ConnectOptions, Context, DciQp, Dct, Gid,
+    MemoryRegion, Mkey, Mlx5SendOps, ProtectionDomain, QpBuilder, QpCaps, RcQp, RemoteBuf, Result,
+    SendFlags, SendOps, SharedReceiveQueue, WcStatus, WorkCompletion,
+};
+use std::ffi::{c_char, c_int, c_void};
+use std::ptr::{self, NonNull};
+
+/// Calls made back to back before the device runs them: the send queues
+/// hold `GROUP` batches, and the poll shape finds `GROUP` rounds waiting.
+pub const GROUP: u64 = 8;
+/// The send queues' depth: room for `GROUP` batches, twice.
+const SQ_DEPTH: u32 = 2 * GROUP as u32 * BATCH as u32;
+/// Bytes of the local region (the C plan's offsets reach 8192 + 128).
+const LOCAL_LEN: usize = 16384;
+/// The DC access key of the DCT.
+const DC_KEY: u64 = 0x0bad_c0de_0000_1234;
+const PSN: u32 = 0x1234;
+/// The device name scripts/mlx5-sim gives its device.
+const DEVICE: &str = "mlx5_0";
+
+extern "C" {
+    // `c/post.c` as build.rs compiles it for this bench.
+    fn real_bench_plan_new(o: *const BenchObjs) -> *mut c_void;
+    fn real_bench_wc_new() -> *mut c_void;
+    static real_qp_dv_offset: usize;
+    static real_bench_objs_size: usize;
+    // glibc.
+    fn dlsym(handle: *mut c_void, symbol: *const c_char) -> *mut c_void;
+}
+
+/// `int mlx5dv_sim_step(void)` of the software device.
+type Step = unsafe extern "C" fn() -> c_int;
+
+/// Everything on the device. Field order is drop order: the region
+/// wrappers go before the region they wrap.
+pub struct Rig {
+    pub rc: RcQp,
+    pub dci: DciQp,
+    pub cq: CompletionQueue,
+    pub mkey: Mkey,
+    pub ah: AddressHandle,
+    pub dc: DcTarget,
+    pub wqe: Wqe,
+    /// The local region again, as the natural forms borrow it: a source
+    /// (`src.sge(..)?`) and memcpy destinations (`dst.sge_mut(..)?`).
+    pub src: MemoryRegion,
+    pub dst: MemoryRegion,
+    /// The peer's buffer, where the writes land.
+    pub remote: RemoteBuf,
+    /// Where `rust_poll_cq` reads the completions to.
+    pub completions: [BenchWc; BATCH],
+    peer: RcQp,
+    peer_cq: CompletionQueue,
+    _dct: Dct,
+    _srq: SharedReceiveQueue,
+    remote_mr: MemoryRegion,
+    local: MemoryRegion,
+    pd: ProtectionDomain,
+    ctx: Context,
+    step: Step,
+    rc_sq: SqView,
+    dci_sq: SqView,
+    drained: Vec<WorkCompletion>,
+}
+
+/// Why the bench cannot run: it needs the software device in step mode.
+fn need_the_sim(what: &str) -> ! {
+    eprintln!(
+        "real_provider: {what}: run it with scripts/bench-real (the software mlx5 device, \
+         scripts/mlx5-sim, with MLX5DV_SIM_THREAD=0)"
+    );
+    std::process::exit(2)
+}
+
+impl Rig {
+    /// Opens the device and makes every object.
+    pub fn open() -> Result<Rig> {
+        if std::env::var("MLX5DV_SIM_THREAD").as_deref() != Ok("0") {
+            need_the_sim("MLX5DV_SIM_THREAD is not 0");
+        }
+        // SAFETY: dlsym with RTLD_DEFAULT (a null handle in glibc) and a
+        // NUL-terminated name.
+        let step = unsafe { dlsym(ptr::null_mut(), c"mlx5dv_sim_step".as_ptr()) };
+        if step.is_null() {
+            need_the_sim("no mlx5dv_sim_step in this process");
+        }
+        // SAFETY: the software device exports `int mlx5dv_sim_step(void)`.
+        let step = unsafe { std::mem::transmute::<*mut c_void, Step>(step) };
+        let ctx = Context::open(DEVICE).unwrap_or_else(|e| need_the_sim(&e.to_string()));
+        let pd = ProtectionDomain::new(&ctx)?;
+        let opts = ConnectOptions::default();
+        let depth = 4 * SQ_DEPTH;
+        let cq = CompletionQueue::new(&ctx, depth)?;
+        let peer_cq = CompletionQueue::new(&ctx, depth)?;
+        let caps = QpCaps {
+            max_send_wr: SQ_DEPTH,
+            max_recv_wr: SQ_DEPTH,
+            max_send_sge: 1,
+            max_recv_sge: 1,
+            max_inline_data: 64,
+        };
+        let rc = QpBuilder::rc(&pd, &cq, &cq)
+            .caps(caps)
+            .send_ops(SendOps::RDMA_WRITE | SendOps::SEND)
+            .mlx5_send_ops(Mlx5SendOps::MEMCPY | Mlx5SendOps::MR_LIST | Mlx5SendOps::RAW_WQE)
+            .build()?;
+        let peer = QpBuilder::rc(&pd, &peer_cq, &peer_cq).caps(caps).build()?;
+        let (e_rc, e_peer) = (rc.endpoint(PSN, &opts)?, peer.endpoint(PSN, &opts)?);
+        rc.connect(&e_peer, PSN, &opts)?;
+        peer.connect(&e_rc, PSN, &opts)?;
+
+        let dci = QpBuilder::dci(&pd, &cq)
+            .caps(QpCaps {
+                max_recv_wr: 0,
+                max_recv_sge: 0,
+                ..caps
+            })
+            .send_ops(SendOps::RDMA_WRITE)
+            .dci_streams(LOG_STREAMS, 0)
+            .build()?;
+        dci.ready(PSN, &opts)?;
+        let srq = SharedReceiveQueue::new(&pd, 16, 1)?;
+        let dct = Dct::new(&pd, &peer_cq, &srq, DC_KEY)?;
+        dct.ready(&opts)?;
+        let port = ctx.query_port(opts.port)?;
+        let ah = AddressHandle::new(&pd, &AhAttr::towards(port.lid, Gid::default(), &opts))?;
+        let mkey = Mkey::new(&pd, 4, false)?;
+
+        let local = MemoryRegion::new(&pd, LOCAL_LEN, AccessFlags::LOCAL_WRITE)?;
+        let remote_mr = MemoryRegion::new(
+            &pd,
+            BATCH * MSG,
+            AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
+        )?;
+        let remote = remote_mr.remote(..)?;
+        let wqe = WqeBuilder::new(Opcode::RdmaWrite, rc.qp_num())
+            .signaled()
+            .raddr_seg(remote.addr, remote.rkey)
+            .data_seg(MSG as u32, local.lkey(), local.addr())
+            .build()?;
+        // SAFETY: as `plan_region`.
+        let (src, dst) = unsafe { (local.alias()?, local.alias()?) };
+        Ok(Rig {
+            rc_sq: SqView::of(rc.as_ptr()),
+            dci_sq: SqView::of(dci.as_ptr()),
+            rc,
+            dci,
+            cq,
+            mkey,
+            ah,
+            dc: DcTarget {
+                dctn: dct.dctn(),
+                key: DC_KEY,
+            },
+            wqe,
+            src,
+            dst,
+            remote,
+            completions: [BenchWc::ZERO; BATCH],
+            peer,
+            peer_cq,
+            _dct: dct,
+            _srq: srq,
+            remote_mr,
+            local,
+            pd,
+            ctx,
+            step,
+            drained: Vec::new(),
+        })
+    }
+
+    /// The local region once more, for the plan to borrow exclusively
+    /// (`Plan::new`). Drop it before the rig.
+    pub fn plan_region(&self) -> Result<MemoryRegion> {
+        // SAFETY: the wrapper is dropped before the rig (the caller's
+        // promise, kept by `main`'s declaration order); nothing of the
+        // program reads or writes the region's memory: only the device
+        // does (memcpy destinations, write sources), so the wrappers never
+        // access it in conflict.
+        unsafe { self.local.alias() }
+    }
+
+    /// The objects as the C loops take them.
+    pub fn c_side(&self) -> CSide {
+        let (rc_qpx, dci_qpx) = (self.rc.as_qp_ex_ptr(), self.dci.as_qp_ex_ptr());
+        // SAFETY: the QPs are live mlx5 QPs.
+        let (rc_mqpx, dci_mqpx) = unsafe {
+            (
+                ffi::mlx5dv_qp_ex_from_ibv_qp_ex(rc_qpx),
+                ffi::mlx5dv_qp_ex_from_ibv_qp_ex(dci_qpx),
+            )
+        };
+        // SAFETY: plain constants of the C side.
+        let (dv_offset, objs_size) = unsafe { (real_qp_dv_offset, real_bench_objs_size) };
+        for (what, qpx, mqpx) in [("RC", rc_qpx, rc_mqpx), ("DCI", dci_qpx, dci_mqpx)] {
+            let found = mqpx as usize - qpx as usize;
+            assert_eq!(
+                found, dv_offset,
+                "libmlx5's {what} QP keeps its mlx5dv_qp_ex {found} bytes after its ibv_qp_ex; \
+                 the loops (build.rs's struct null_qp) assume {dv_offset}"
+            );
+        }
+        assert_eq!(
+            objs_size,
+            size_of::<BenchObjs>(),
+            "struct bench_objs changed: update BenchObjs"
+        );
+        let o = Box::new(BenchObjs {
+            ctx: self.ctx.as_ptr(),
+            pd: self.pd.as_ptr(),
+            cq: self.cq.as_ptr(),
+            mr: self.local.as_ptr(),
+            mkey: self.mkey.as_ptr(),
+            ah: self.ah.as_ptr(),
+            // The loops' `struct null_qp` starts at the `ibv_qp_ex`.
+            rc: rc_qpx.cast(),
+            dci: dci_qpx.cast(),
+            rc_qp: self.rc.as_ptr(),
+            rc_qpx,
+            rc_mqpx,
+            dci_qp: self.dci.as_ptr(),
+            dci_qpx,
+            dci_mqpx,
+            remote_addr: self.remote.addr,
+            rkey: self.remote.rkey,
+            remote_dctn: self.dc.dctn,
+            remote_dc_key: self.dc.key,
+            wqe: self.wqe.as_ptr(),
+            rcw: ptr::null_mut(),
+            rcw_qp: ptr::null_mut(),
+            rcw_qpx: ptr::null_mut(),
+            wcq: ptr::null_mut(),
+            wc_full: ptr::null_mut(),
+        });
+        // Never freed, as the plan and the completion array.
+        let o: *const BenchObjs = Box::leak(o);
+        // SAFETY: `o` is complete; the plan and the completion array are
+        // allocated (and never freed).
+        let (plan, wc) = unsafe { (real_bench_plan_new(o), real_bench_wc_new()) };
+        CSide { o, plan, wc }
+    }
+
+    /// Before `calls` calls of a shape: the peer's receives for sends, or
+    /// 32 completions per call waiting on the CQ for the poll.
+    pub fn prepare(&mut self, work: Work, calls: u64) {
+        let n = calls as usize * BATCH;
+        match work {
+            Work::Post { recvs: false, .. } => {}
+            Work::Post { recvs: true, .. } => {
+                let sge = self.remote_mr.sge(0..MSG).expect("a receive buffer");
+                for i in 0..n {
+                    // SAFETY: the peer's region stays registered for the
+                    // whole run; nothing of the program reads it.
+                    unsafe { self.peer.post_recv(i as u64, &[sge]) }.expect("post a receive");
+                }
+            }
+            Work::Poll => {
+                for _ in 0..calls {
+                    let r = prime(&mut self.rc, &self.src, self.remote);
+                    assert_eq!(r.expect("post the writes to poll"), BATCH as u32);
+                }
+                // SAFETY: the device's step runs what was posted.
+                unsafe { (self.step)() };
+            }
+        }
+    }
+
+    /// After `calls` calls of a shape: the device runs the batches, and
+    /// their completions (and the peer's, for sends) are drained and
+    /// checked. Returns the send completions.
+    pub fn settle(&mut self, work: Work, calls: u64) -> &[WorkCompletion] {
+        let n = calls as usize * BATCH;
+        self.drained.clear();
+        if let Work::Post { recvs, .. } = work {
+            drain(self.step, &mut self.cq, n, &mut self.drained);
+            if recvs {
+                let mut peer = Vec::with_capacity(n);
+                drain(self.step, &mut self.peer_cq, n, &mut peer);
+            }
+        }
+        &self.drained
+    }
+
+    /// The producer index of the send queue `q` (the doorbell record).
+    pub fn sq_pc(&self, q: Queue) -> u16 {
+        self.sq(q).pc()
+    }
+
+    /// The WQEs libmlx5 wrote on `q` between producer indexes `from` and
+    /// `to`, each cut to its size, its WQE index zeroed.
+    pub fn wqes(&self, q: Queue, from: u16, to: u16) -> Vec<Vec<u8>> {
+        self.sq(q).wqes(from, to)
+    }
+
+    fn sq(&self, q: Queue) -> &SqView {
+        match q {
+            Queue::Rc => &self.rc_sq,
+            Queue::Dci => &self.dci_sq,
+        }
+    }
+}
+
+trait Alias {
+    /// Another handle on the same registered region (`from_raw`).
+    ///
+    /// # Safety
+    ///
+    /// As `MemoryRegion::from_raw`: the handle is dropped before `self`,
+    /// and does not access the memory in conflict with other handles.
+    unsafe fn alias(&self) -> Result<MemoryRegion>;
+}
+
+impl Alias for MemoryRegion {
+    unsafe fn alias(&self) -> Result<MemoryRegion> {
+        let mr = NonNull::new(self.as_ptr()).expect("a registered region");
+        // SAFETY: `mr` is a live region of this PD registered with this
+        // access; the caller keeps the rest.
+        unsafe { MemoryRegion::from_raw(self.pd(), mr, self.access()) }
+    }
+}
+
+/// 32 signalled RDMA writes for the poll shape to find completed (not a
+/// measured function).
+#[inline(never)]
+fn prime(qp: &mut RcQp, src: &MemoryRegion, remote: RemoteBuf) -> Result<u32> {
+    let mut b = qp.batch_with(SendFlags::SIGNALED);
+    for i in 0..BATCH {
+        let at = i * MSG;
+        b.wr(i as u64)
+            .rdma_write(remote.slice(at as u64, MSG as u64)?)
+            .sge(src.sge(at..at + MSG)?)?;
+    }
+    // SAFETY: both regions stay registered for the whole run, and the
+    // program touches neither.
+    unsafe { b.complete() }
+}
+
+/// Runs the device until `n` completions have come on `cq`, into `out`;
+/// panics on one that failed, or when they do not come.
+fn drain(step: Step, cq: &mut CompletionQueue, n: usize, out: &mut Vec<WorkCompletion>) {
+    for _ in 0..100 {
+        if out.len() == n {
+            break;
+        }
+        // SAFETY: the device's step runs what was posted.
+        unsafe { step() };
+        cq.poll_into(out, n - out.len()).expect("poll the CQ");
+    }
+    assert_eq!(out.len(), n, "the device completed {} of {n}", out.len());
+    if let Some(bad) = out.iter().find(|wc| wc.status != WcStatus::SUCCESS) {
+        panic!("a work request failed on the device: {bad:?}");
+    }
+}
+
+/// A send queue as libmlx5 lays it out (`mlx5dv_init_obj`): 64-byte
+/// basic blocks, and the doorbell record libmlx5 writes the producer
+/// index to at each `ibv_wr_complete`.
+struct SqView {
+    buf: *const u8,
+    wqe_cnt: u32,
+    dbrec: *const u32,
+}
+
+impl SqView {
+    fn of(qp: *mut ffi::ibv_qp) -> SqView {
+        // SAFETY: zeroed is a valid `mlx5dv_qp` (pointers and integers).
+        let mut out: ffi::mlx5dv_qp = unsafe { std::mem::zeroed() };
+        // SAFETY: as above.
+        let mut obj: ffi::mlx5dv_obj = unsafe { std::mem::zeroed() };
+        obj.qp.in_ = qp;
+        obj.qp.out = &mut out;
+        // SAFETY: `obj` names a live mlx5 QP and room for its layout.
+        let rc = unsafe { ffi::mlx5dv_init_obj(&mut obj, u64::from(ffi::MLX5DV_OBJ_QP)) };
+        assert_eq!(rc, 0, "mlx5dv_init_obj of a QP");
+        assert_eq!(out.sq.stride, 64, "a send queue's basic block");
+        SqView {
+            buf: out.sq.buf as *const u8,
+            wqe_cnt: out.sq.wqe_cnt,
+            dbrec: out.dbrec as *const u32,
+        }
+    }
+
+    /// The producer index (`MLX5_SND_DBR`, big-endian, 16 bits).
+    fn pc(&self) -> u16 {
+        // SAFETY: the doorbell record lives as long as the QP.
+        u32::from_be(unsafe { ptr::read_volatile(self.dbrec.add(1)) }) as u16
+    }
+
+    /// Basic block `i` (modulo the queue).
+    fn bb(&self, i: u16) -> &[u8] {
+        let at = (u32::from(i) & (self.wqe_cnt - 1)) as usize * 64;
+        // SAFETY: inside the send queue, which lives as long as the QP;
+        // libmlx5 wrote these bytes before the doorbell record.
+        unsafe { std::slice::from_raw_parts(self.buf.add(at), 64) }
+    }
+
+    fn wqes(&self, from: u16, to: u16) -> Vec<Vec<u8>> {
+        let mut out = Vec::new();
+        let mut i = from;
+        while i != to {
+            let ctrl = self.bb(i);
+            // qpn_ds: the WQE's size in 16-byte units, in its low 6 bits.
+            let ds = usize::from(ctrl[7] & 0x3f);
+            let blocks = (ds * 16).div_ceil(64) as u16;
+            let mut wqe = Vec::with_capacity(usize::from(blocks) * 64);
+            for k in 0..blocks {
+                wqe.extend_from_slice(self.bb(i.wrapping_add(k)));
+            }
+            wqe.truncate(ds * 16);
+            // opmod_idx_opcode: the WQE index in bytes 1 and 2.
+            wqe[1..3].fill(0);
+            out.push(wqe);
+            i = i.wrapping_add(blocks.max(1));
+        }
+        out
+    }
+}
