@@ -314,7 +314,8 @@ fn client(
 ) -> Result<(), Failure> {
     let mut side = Side::new(pd, shape.slots_len(), shape)?;
     let seed = (random_psn() % 251) as u8;
-    let mut stream = common::connect_retry(host, port)?;
+    // One attempt, as perftest's ib_write_bw makes (ethernet_client_connect).
+    let mut stream = common::connect_to_server(host, port, common::Wait::Once)?;
     let mut rd = BufReader::new(stream.try_clone()?);
     endpoint_msg(&side.endpoint(opts)?)
         .num("seed", u64::from(seed))
@@ -512,12 +513,17 @@ mod with_cm {
         }
 
         fn client(&self, dst: SocketAddr) -> Result<(), Failure> {
+            println!("{PROG}: connecting to a server at {dst} through rdma_cm");
             let mut comm = Comm::connect(dst)?;
             let peer = self.open(&mut comm)?;
             let layout = Layout::new(self.shape.size, peer.sys);
             comm.hand_shake(&Dest::default(), Some(STEP))?;
-            let (mut side, id) =
-                perftest::connect_retry(dst, STEP, |id| self.data_side(id, layout), |s| &s.qp)?;
+            let (mut side, id) = perftest::connect_retry(
+                dst,
+                perftest::DATA_CONNECT_WITHIN,
+                |id| self.data_side(id, layout),
+                |s| &s.qp,
+            )?;
             comm.hand_shake(&Dest::default(), Some(STEP))?;
             let mine = Dest::of(&id, &side.qp, &side.mr, side.psn)?;
             let theirs = comm.connection_data(&mine)?;

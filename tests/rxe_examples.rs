@@ -194,9 +194,7 @@ fn rc_write_server_and_client_check_the_data() {
         "-d", &dev, "-g", &gid, "-n", "300", "-s", "8192", "-b", "16", "-p", "19104",
     ];
     let server = spawn(Command::new(example("rc_write")).args(common));
-    let client = run(Command::new(example("rc_write"))
-        .args(common)
-        .arg("127.0.0.1"));
+    let client = run_client(example("rc_write"), &[&common[..], &["127.0.0.1"]].concat());
     let server = finish(server, "rc_write server");
     assert_status(&client, 0, "rc_write client");
     assert_status(&server, 0, "rc_write server");

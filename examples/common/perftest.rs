@@ -78,8 +78,13 @@ pub const CACHE_LINE: u32 = 64;
 /// How long one exchange, connection step or the data connection's
 /// arrival may take.
 pub const STEP: Duration = Duration::from_secs(60);
-/// How long a client keeps trying to reach its server.
-pub const CONNECT_WITHIN: Duration = Duration::from_secs(60);
+/// How long a client tries to reach its server's first (exchange)
+/// connection: one attempt, as perftest's `rdma_client_connect` makes.
+pub const CONNECT_WITHIN: Duration = Duration::ZERO;
+/// How long a client keeps trying to reach the data connection, which the
+/// server listens for only after the exchanges: about a second, as
+/// perftest's `retry_rdma_connect` (10 attempts 100 ms apart).
+pub const DATA_CONNECT_WITHIN: Duration = Duration::from_secs(1);
 
 /// rdma_cm's parameters for both of perftest's connections (an RDMA write
 /// test): no RDMA reads either way, 7 retries, 7 RNR retries.
@@ -122,10 +127,14 @@ pub fn connect_retry<T>(
             Error::Rejected { .. } | Error::Cm { .. } | Error::Timeout { .. }
         );
         if !again || Instant::now() >= deadline {
-            return Err(Failure::Failed(format!(
-                "cannot connect to {dst} through rdma_cm within {} s: {err}",
-                within.as_secs()
-            )));
+            return Err(Failure::Failed(if within.is_zero() {
+                format!("cannot connect to {dst} through rdma_cm: {err}")
+            } else {
+                format!(
+                    "cannot connect to {dst} through rdma_cm within {} ms: {err}",
+                    within.as_millis()
+                )
+            }));
         }
         std::thread::sleep(Duration::from_millis(200));
     }
@@ -427,9 +436,8 @@ pub struct Comm {
 }
 
 impl Comm {
-    /// The client's end: connects to `dst`, retrying until the server
-    /// listens (perftest's server must be started first; this one waits
-    /// for it up to [`CONNECT_WITHIN`]).
+    /// The client's end: connects to `dst` ([`CONNECT_WITHIN`]: once, as
+    /// perftest's client does; its server must be started first).
     pub fn connect(dst: SocketAddr) -> Result<Comm, Failure> {
         let (c, id) = connect_retry(dst, CONNECT_WITHIN, CommQp::new, CommQp::qp)?;
         Ok(Comm {
