@@ -14,13 +14,16 @@
 
 #[path = "../examples/common/mod.rs"]
 mod common;
+#[allow(dead_code)]
+mod support;
 
 use common::{flag, val, Cli, Failure, Wait};
 use std::net::TcpListener;
 use std::path::PathBuf;
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
+use support::process::{finish, spawn, text};
 
 /// A device name no machine has.
 const NODEV: &str = "mlx5dv-no-such-device";
@@ -101,32 +104,8 @@ fn example(name: &str) -> PathBuf {
 
 /// Runs example `name` with `args`, no input, killed after 60 s.
 fn run(name: &str, args: &[&str]) -> Output {
-    let mut child = Command::new(example(name))
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot start {name}: {e}"));
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while child.try_wait().expect("try_wait").is_none() {
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let out = child.wait_with_output().expect("wait");
-            panic!("{name} {args:?} ran past 60 s: {}", text(&out));
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    child.wait_with_output().expect("wait_with_output")
-}
-
-fn text(out: &Output) -> String {
-    format!(
-        "status {:?}\n--- stdout\n{}--- stderr\n{}",
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
+    let child = spawn(Command::new(example(name)).args(args));
+    finish(child, &format!("{name} {args:?}"), Duration::from_secs(60))
 }
 
 /// Asserts exit status 2 with `"<name>: <...want...>"` and the hint as the

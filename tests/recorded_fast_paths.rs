@@ -13,33 +13,13 @@ use mlx5dv::*;
 use std::ptr::NonNull;
 use std::time::Duration;
 use support::fakes::*;
-use support::recorder::{self, Call, Wc};
+use support::recorder::{self, builders, Wc};
 
 const SIG: u32 = ffi::IBV_SEND_SIGNALED;
 const INL: u32 = ffi::IBV_SEND_INLINE;
 const FENCE: u32 = ffi::IBV_SEND_FENCE;
 const SOL: u32 = ffi::IBV_SEND_SOLICITED;
 const BIT63: u64 = 1 << 63;
-
-fn builders(calls: &[Call]) -> Vec<(u64, u32)> {
-    const SETTERS: [&str; 5] = [
-        "wr_set_sge",
-        "wr_set_sge_list",
-        "wr_set_inline_data",
-        "wr_set_dc_addr",
-        "wr_set_dc_addr_stream",
-    ];
-    calls
-        .iter()
-        .filter(|c| {
-            c.wr.is_some()
-                && c.entry.starts_with("wr_")
-                && !matches!(c.entry, "wr_start" | "wr_complete" | "wr_abort")
-                && !SETTERS.contains(&c.entry)
-        })
-        .map(|c| c.wr.unwrap())
-        .collect()
-}
 
 fn source(fx: &mut Fx) -> MemoryRegion {
     let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;

@@ -13,7 +13,7 @@ use mlx5dv::*;
 use std::ptr::NonNull;
 use std::time::{Duration, Instant};
 use support::fakes::*;
-use support::recorder::{self, Arg, Call, Wc, FLUSH_VENDOR_ERR};
+use support::recorder::{self, builders, Arg, Call, Wc, FLUSH_VENDOR_ERR};
 
 const SIG: u32 = ffi::IBV_SEND_SIGNALED;
 const INL: u32 = ffi::IBV_SEND_INLINE;
@@ -27,27 +27,6 @@ fn names(calls: &[Call]) -> Vec<&'static str> {
         .iter()
         .map(|c| c.entry)
         .filter(|e| !e.ends_with("_poll") && !e.starts_with("read_"))
-        .collect()
-}
-
-/// The (wr_id, wr_flags) each builder call saw, in order.
-fn builders(calls: &[Call]) -> Vec<(u64, u32)> {
-    const SETTERS: [&str; 5] = [
-        "wr_set_sge",
-        "wr_set_sge_list",
-        "wr_set_inline_data",
-        "wr_set_dc_addr",
-        "wr_set_dc_addr_stream",
-    ];
-    calls
-        .iter()
-        .filter(|c| {
-            c.wr.is_some()
-                && c.entry.starts_with("wr_")
-                && !matches!(c.entry, "wr_start" | "wr_complete" | "wr_abort")
-                && !SETTERS.contains(&c.entry)
-        })
-        .map(|c| c.wr.unwrap())
         .collect()
 }
 

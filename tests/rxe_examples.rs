@@ -17,8 +17,9 @@
 mod support;
 
 use std::path::PathBuf;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command, Output};
 use std::time::{Duration, Instant};
+use support::process::{self, spawn, text};
 use support::rig;
 
 /// How long one example run may take (soft-RoCE under emulation is slow).
@@ -52,40 +53,14 @@ fn device_and_gid() -> (String, String) {
     (ctx.name().to_string(), gid.unwrap_or_else(|| "0".into()))
 }
 
-fn spawn(cmd: &mut Command) -> Child {
-    cmd.stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot start {cmd:?}: {e}"))
-}
-
 /// Waits for `child`, killing it after [`LIMIT`].
-fn finish(mut child: Child, what: &str) -> Output {
-    let deadline = Instant::now() + LIMIT;
-    while child.try_wait().expect("try_wait").is_none() {
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let out = child.wait_with_output().expect("wait");
-            panic!("{what} ran past {} s: {}", LIMIT.as_secs(), text(&out));
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    child.wait_with_output().expect("wait_with_output")
+fn finish(child: Child, what: &str) -> Output {
+    process::finish(child, what, LIMIT)
 }
 
 fn run(cmd: &mut Command) -> Output {
     let what = format!("{cmd:?}");
     finish(spawn(cmd), &what)
-}
-
-fn text(out: &Output) -> String {
-    format!(
-        "status {:?}\n--- stdout\n{}--- stderr\n{}",
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
 }
 
 #[track_caller]

@@ -21,9 +21,9 @@ use std::task::Poll;
 use tokio::io::unix::AsyncFd;
 use tokio::io::Interest;
 
-/// The channel's fd as the reactor knows it: a number. The channel owns
+/// A channel's fd as the reactor knows it: a number. The channel owns
 /// the fd and drops its registration before closing it.
-pub(super) struct RawChannelFd(RawFd);
+pub(crate) struct RawChannelFd(RawFd);
 
 impl AsRawFd for RawChannelFd {
     fn as_raw_fd(&self) -> RawFd {
@@ -31,8 +31,24 @@ impl AsRawFd for RawChannelFd {
     }
 }
 
-/// The channel's one registration with a tokio reactor.
-pub(super) struct Registration(AsyncFd<RawChannelFd>);
+/// A channel's one registration with a tokio reactor (a completion
+/// channel's here, an rdma_cm event channel's in `cm::aio`).
+pub(crate) struct Registration(pub(crate) AsyncFd<RawChannelFd>);
+
+impl Registration {
+    /// Registers `fd` for readability with the current runtime's reactor.
+    ///
+    /// # Safety
+    ///
+    /// `fd` stays open until the registration is dropped: its owner drops
+    /// every share of it before closing the fd.
+    pub(crate) unsafe fn new(fd: RawFd) -> std::io::Result<Self> {
+        // SAFETY: the caller's promise.
+        let fd = unsafe { AsyncFd::register_with_interest(RawChannelFd(fd), Interest::READABLE) }
+            .map_err(std::io::Error::from)?;
+        Ok(Registration(fd))
+    }
+}
 
 impl CompletionChannel {
     /// The channel's registration with the reactor, made on the current
@@ -48,15 +64,14 @@ impl CompletionChannel {
                 self.describe()
             )));
         }
-        let fd = RawChannelFd(self.0.fd().as_raw_fd());
         // SAFETY: the fd is the channel's, open until the channel is
         // destroyed, and the registration is gone by then: the channel
         // drops its own share first, and every other share is held by a
         // `cq_event` future, which owns a handle of the channel and drops
         // the share before it.
-        let fd = unsafe { AsyncFd::register_with_interest(fd, Interest::READABLE) }
-            .map_err(|e| self.0.io_error("epoll_ctl", &std::io::Error::from(e)))?;
-        let reg = Arc::new(Registration(fd));
+        let reg = unsafe { Registration::new(self.0.fd().as_raw_fd()) }
+            .map_err(|e| self.0.io_error("epoll_ctl", &e))?;
+        let reg = Arc::new(reg);
         st.reactor = Some(reg.clone());
         Ok(reg)
     }

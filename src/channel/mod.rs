@@ -29,6 +29,8 @@
 
 #[cfg(feature = "tokio")]
 mod async_fd;
+#[cfg(all(feature = "tokio", feature = "rdma-cm"))]
+pub(crate) use async_fd::{RawChannelFd, Registration};
 mod cq;
 mod fd;
 mod ops;

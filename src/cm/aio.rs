@@ -21,33 +21,20 @@
 //! the connection unfinished: drop the id.
 
 use super::event::{CmEvent, CmEventKind, CmIdKey, EventChannel};
-use super::id::{check_event, CmId};
+use super::id::{check_event, disconnected, CmId};
 use super::param::ConnParam;
 use super::request::{accept_finish, ConnectRequest};
+use crate::channel::{RawChannelFd, Registration};
 use crate::error::{Error, Result};
 use crate::qp::RcQp;
 use std::future::{poll_fn, Future};
 use std::net::SocketAddr;
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::AsRawFd;
 use std::pin::pin;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Poll, Waker};
 use std::time::Duration;
-use tokio::io::unix::{AsyncFd, AsyncFdReadyGuard};
-use tokio::io::Interest;
-
-/// The channel's fd as the reactor knows it: a number. The channel owns
-/// the fd and drops its registration before closing it.
-struct RawEventFd(RawFd);
-
-impl AsRawFd for RawEventFd {
-    fn as_raw_fd(&self) -> RawFd {
-        self.0
-    }
-}
-
-/// The channel's one registration with a tokio reactor.
-struct Registration(AsyncFd<RawEventFd>);
+use tokio::io::unix::AsyncFdReadyGuard;
 
 /// The async side of an event channel.
 #[derive(Default)]
@@ -92,7 +79,7 @@ impl Reactor {
 /// What a look at the channel found.
 enum Found<'a> {
     Event(CmEvent),
-    Readable(AsyncFdReadyGuard<'a, RawEventFd>),
+    Readable(AsyncFdReadyGuard<'a, RawChannelFd>),
 }
 
 impl EventChannel {
@@ -108,15 +95,14 @@ impl EventChannel {
                 "an async wait on an rdma_cm event channel outside a tokio runtime".into(),
             ));
         }
-        let fd = RawEventFd(self.as_raw_fd());
         // SAFETY: the fd is the channel's, open until the channel is
         // destroyed, and the registration is gone by then: the channel
         // drops its own share first, and every other share is held by a
         // wait that holds a handle of the channel and drops the share
         // before it.
-        let fd = unsafe { AsyncFd::register_with_interest(fd, Interest::READABLE) }
-            .map_err(|e| io_error("epoll_ctl", &std::io::Error::from(e)))?;
-        let r = Arc::new(Registration(fd));
+        let r = unsafe { Registration::new(self.as_raw_fd()) }
+            .map_err(|e| io_error("epoll_ctl", &e))?;
+        let r = Arc::new(r);
         *reg = Some(r.clone());
         Ok(r)
     }
@@ -211,14 +197,7 @@ impl CmId {
     /// [`get_request`](Self::get_request): the next connect request to
     /// this listening id.
     pub async fn get_request_async(&self) -> Result<ConnectRequest> {
-        let ev = self.get_event_async().await?;
-        let (kind, status) = (ev.kind(), ev.status());
-        ev.into_request().ok_or_else(|| Error::Cm {
-            what: format!("waiting for a connect request on {self:?}"),
-            event: kind.name(),
-            status,
-            hint: String::new(),
-        })
+        self.request_of(self.get_event_async().await?)
     }
 
     /// [`connect`](Self::connect), awaiting the peer's answer: the QP is
@@ -234,12 +213,7 @@ impl CmId {
     /// [`wait_disconnected`](Self::wait_disconnected): awaits
     /// `RDMA_CM_EVENT_DISCONNECTED` of this id.
     pub async fn wait_disconnected_async(&self) -> Result<()> {
-        self.expect_async(
-            CmEventKind::Disconnected,
-            "waiting for RDMA_CM_EVENT_DISCONNECTED",
-        )
-        .await
-        .map(drop)
+        disconnected(self.get_event_async().await?)
     }
 }
 

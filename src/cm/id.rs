@@ -224,7 +224,12 @@ impl CmId {
     /// The next connect request to this listening id, waiting at most
     /// `timeout` (`None`: for ever).
     pub fn get_request(&self, timeout: Option<Duration>) -> Result<ConnectRequest> {
-        let ev = self.get_event(timeout)?;
+        self.request_of(self.get_event(timeout)?)
+    }
+
+    /// The connect request `ev` carries, or the error for an event of
+    /// another kind.
+    pub(super) fn request_of(&self, ev: CmEvent) -> Result<ConnectRequest> {
         let kind = ev.kind;
         let status = ev.status;
         ev.into_request().ok_or_else(|| Error::Cm {
@@ -519,11 +524,7 @@ impl CmId {
     /// the peer's disconnect (answered, see [`get_event`](Self::get_event)),
     /// or the peer's answer to this side's.
     pub fn wait_disconnected(&self, timeout: Duration) -> Result<()> {
-        let ev = self.get_event(Some(timeout))?;
-        if ev.kind == CmEventKind::Disconnected {
-            return Ok(());
-        }
-        Err(event_error("waiting for RDMA_CM_EVENT_DISCONNECTED", ev))
+        disconnected(self.get_event(Some(timeout))?)
     }
 }
 
@@ -555,6 +556,14 @@ pub(super) fn show(a: Option<SocketAddr>) -> String {
 
 fn timeout_ms(t: Duration) -> i32 {
     i32::try_from(t.as_millis()).unwrap_or(i32::MAX).max(1)
+}
+
+/// Ok for `RDMA_CM_EVENT_DISCONNECTED`, else the error `ev` stands for.
+pub(super) fn disconnected(ev: CmEvent) -> Result<()> {
+    if ev.kind == CmEventKind::Disconnected {
+        return Ok(());
+    }
+    Err(event_error("waiting for RDMA_CM_EVENT_DISCONNECTED", ev))
 }
 
 /// `ev` if it is `want` with status 0, else the error it stands for.

@@ -2,6 +2,7 @@
 
 pub mod fakes;
 pub mod hw;
+pub mod process;
 pub mod recorder;
 pub mod rig;
 pub mod table;

@@ -1405,3 +1405,24 @@ unsafe fn verbs_op(i: usize, a: [usize; 4]) -> usize {
         }
     }
 }
+
+/// The (wr_id, wr_flags) each builder call saw, in order.
+pub fn builders(calls: &[Call]) -> Vec<(u64, u32)> {
+    const SETTERS: [&str; 5] = [
+        "wr_set_sge",
+        "wr_set_sge_list",
+        "wr_set_inline_data",
+        "wr_set_dc_addr",
+        "wr_set_dc_addr_stream",
+    ];
+    calls
+        .iter()
+        .filter(|c| {
+            c.wr.is_some()
+                && c.entry.starts_with("wr_")
+                && !matches!(c.entry, "wr_start" | "wr_complete" | "wr_abort")
+                && !SETTERS.contains(&c.entry)
+        })
+        .map(|c| c.wr.unwrap())
+        .collect()
+}
