@@ -209,7 +209,7 @@ impl Rig {
                 len = b.wr(1).mr_list(&self.mkey, access, &sges)?.len();
                 Ok(())
             })?;
-        expect(&wcs, WcOpcode::UMR, "mr_list")?;
+        expect(wcs, WcOpcode::UMR, "mr_list")?;
         println!(
             "mkey_layout: list layout of {} pieces registered ({} bytes)",
             pieces.len(),
@@ -234,7 +234,7 @@ impl Rig {
                     .len();
                 Ok(())
             })?;
-        expect(&wcs, WcOpcode::UMR, "mr_interleaved")?;
+        expect(wcs, WcOpcode::UMR, "mr_interleaved")?;
         println!(
             "mkey_layout: interleaved layout of {} entries × {repeat} repeats registered ({} bytes)",
             entries.len(),
@@ -251,7 +251,7 @@ impl Rig {
             .post_and_wait(&mut self.owner_cq, common::WAIT, |b| {
                 b.wr(3).local_inv(rkey)
             })?;
-        expect(&wcs, WcOpcode::LOCAL_INV, "local invalidate")?;
+        expect(wcs, WcOpcode::LOCAL_INV, "local invalidate")?;
         println!("mkey_layout: layout invalidated");
         Ok(())
     }
@@ -277,7 +277,7 @@ impl Rig {
             .post_and_wait(&mut self.writer_cq, common::WAIT, |b| {
                 b.wr(4).rdma_write(remote).sge(src)
             })?;
-        expect(&wcs, WcOpcode::RDMA_WRITE, "RDMA write through the mkey")?;
+        expect(wcs, WcOpcode::RDMA_WRITE, "RDMA write through the mkey")?;
         // The expected target: the source's bytes, piece after piece.
         let mut want = vec![0u8; REGION];
         let mut from = 0;
@@ -324,7 +324,7 @@ impl Rig {
             .post_and_wait(&mut self.writer_cq, common::WAIT, |b| {
                 b.wr(5).rdma_read(remote).sge(into)
             })?;
-        expect(&wcs, WcOpcode::RDMA_READ, "RDMA read through the mkey")?;
+        expect(wcs, WcOpcode::RDMA_READ, "RDMA read through the mkey")?;
         let want: Vec<u8> = pieces
             .iter()
             .flat_map(|r| data[r.clone()].to_vec())

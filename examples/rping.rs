@@ -264,7 +264,7 @@ impl Conn {
     fn recv_info(&mut self, id: &CmId) -> Res<Option<(u64, u32, u32)>> {
         let wc = loop {
             match self.recv_cq.wait(1, Duration::from_millis(200)) {
-                Ok(mut wcs) => break wcs.remove(0).ok()?,
+                Ok(wcs) => break wcs[0].ok()?,
                 Err(Error::Timeout { .. }) => {
                     if let Some(ev) = id.try_get_event()? {
                         if self.debug {

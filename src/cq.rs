@@ -633,6 +633,9 @@ pub struct CompletionQueue {
     /// its own: handed out, oldest first, by the next polls, before any
     /// new completion of the device.
     backlog: VecDeque<RawWc>,
+    /// What the last [`wait`](CompletionQueue::wait) (or scoped post)
+    /// returned: its room is reused by the next.
+    completions: Vec<WorkCompletion>,
     inner: Arc<CqInner>,
 }
 
@@ -900,6 +903,7 @@ impl CompletionQueue {
             cq,
             attr: ffi::ibv_poll_cq_attr::default(),
             backlog: VecDeque::new(),
+            completions: Vec::new(),
             inner: Arc::new(inner),
         })
     }
@@ -926,6 +930,7 @@ impl CompletionQueue {
             cq,
             attr: ffi::ibv_poll_cq_attr::default(),
             backlog: VecDeque::new(),
+            completions: Vec::new(),
             inner: Arc::new(CqInner {
                 cq,
                 owned: false,
@@ -1144,10 +1149,16 @@ impl CompletionQueue {
         })
     }
 
-    /// Polls until `n` completions have arrived or `timeout` has passed.
-    /// Returns them in arrival order; on timeout, the error says how many
-    /// of the `n` came (those are lost to the caller: use
+    /// Polls until `n` completions have arrived or `timeout` has passed,
+    /// and returns them in arrival order. On timeout, the error says how
+    /// many of the `n` came (use [`wait_into`](Self::wait_into) or
     /// [`poll_into`](Self::poll_into) to keep partial results).
+    ///
+    /// The completions are kept in the CQ's own buffer, which the next
+    /// wait reuses: a loop of waits allocates nothing once the buffer has
+    /// grown to its largest `n`. They borrow the CQ until you are done
+    /// with them; copy them out (`.to_vec()`, or `wait_into` a vector of
+    /// yours) to keep them past the next call on the CQ.
     ///
     /// While the CQ is empty, a CQ made on a channel
     /// ([`with_channel`](Self::with_channel)) is armed and the wait sleeps
@@ -1155,10 +1166,41 @@ impl CompletionQueue {
     /// yields, then sleeps 50 µs at a time. The timeout counts from the
     /// first poll that finds the CQ empty: a wait whose completions are
     /// already there reads no clock.
-    pub fn wait(&mut self, n: usize, timeout: Duration) -> Result<Vec<WorkCompletion>> {
-        let mut out = Vec::with_capacity(n);
-        self.wait_into(&mut out, n, timeout)?;
-        Ok(out)
+    ///
+    /// ```no_run
+    /// # use mlx5dv::*;
+    /// # use std::time::Duration;
+    /// # fn f(cq: &mut CompletionQueue) -> Result<()> {
+    /// for wc in cq.wait(2, Duration::from_secs(5))? {
+    ///     let wc = wc.ok()?; // an error status becomes an Err
+    ///     println!("{} done: {} bytes", wc.wr_id, wc.byte_len);
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn wait(&mut self, n: usize, timeout: Duration) -> Result<&[WorkCompletion]> {
+        let mut out = self.take_completions();
+        let r = self.wait_into(&mut out, n, timeout);
+        let wcs = self.give_completions(out);
+        r?;
+        Ok(wcs)
+    }
+
+    /// The buffer of [`wait`](Self::wait), emptied, for a wait or scoped
+    /// post to fill and give back (`completions`).
+    #[inline]
+    pub(crate) fn take_completions(&mut self) -> Vec<WorkCompletion> {
+        let mut out = std::mem::take(&mut self.completions);
+        out.clear();
+        out
+    }
+
+    /// Gives back the buffer [`take_completions`](Self::take_completions)
+    /// lent, and returns what it holds.
+    #[inline]
+    pub(crate) fn give_completions(&mut self, out: Vec<WorkCompletion>) -> &[WorkCompletion] {
+        self.completions = out;
+        &self.completions
     }
 
     /// Like [`wait`](Self::wait), but appends to `out`, which keeps what
@@ -1275,7 +1317,9 @@ struct EndPoll(NonNull<ffi::ibv_cq_ex>);
 impl EndPoll {
     #[inline(always)]
     fn new(cq: NonNull<ffi::ibv_cq_ex>) -> Self {
-        POLLS.set(POLLS.get() + 1);
+        // Through `with`, not `LocalKey::set`, which goes through a call
+        // that the compiler does not always inline.
+        POLLS.with(|p| p.set(p.get() + 1));
         EndPoll(cq)
     }
 }
@@ -1312,8 +1356,11 @@ const DEFERRED_BIT: u32 = 1 << 31;
 
 #[inline(always)]
 fn leave_poll() {
-    let left = POLLS.get() - 1;
-    POLLS.set(left);
+    let left = POLLS.with(|p| {
+        let left = p.get() - 1;
+        p.set(left);
+        left
+    });
     if left == DEFERRED_BIT {
         run_deferred();
     }

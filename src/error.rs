@@ -107,6 +107,15 @@ pub enum Error {
         depth: u32,
     },
 
+    /// A work request past the number its batch was limited to
+    /// ([`WrBatch::limit`](crate::WrBatch::limit)); it was not added, and
+    /// the batch stays open.
+    #[error("batch full: it was limited to {limit} work requests")]
+    BatchLimit {
+        /// The batch's limit.
+        limit: u32,
+    },
+
     /// rdma_cm answered a request with an error event
     /// (`RDMA_CM_EVENT_ADDR_ERROR`, `_ROUTE_ERROR`, `_UNREACHABLE`,
     /// `_CONNECT_ERROR`, ...) or with an event other than the one awaited.

@@ -233,7 +233,7 @@
 //! let mut recv_cq = CompletionQueue::with_channel(&ctx, 64, &channel)?;
 //! let qp = QpBuilder::rc(&pd, &send_cq, &recv_cq).build()?;
 //! // ... connect, post receives ...
-//! let wcs = recv_cq.wait(1, Duration::from_secs(10))?; // asleep meanwhile
+//! let wc = recv_cq.wait(1, Duration::from_secs(10))?[0]; // asleep meanwhile
 //!
 //! // Or an event loop of one's own: arm, poll, then wait for the fd
 //! // (`AsFd`, non-blocking: fit for epoll) and read which CQ it was.
@@ -241,7 +241,7 @@
 //! recv_cq.req_notify(true)?; // solicited completions only
 //! let event = channel.get_event(Duration::from_secs(1))?;
 //! assert!(event.cq() == send_cq.id() || event.cq() == recv_cq.id());
-//! # drop(qp); let _ = wcs;
+//! # drop(qp); let _ = wc;
 //! # Ok(())
 //! # }
 //! ```

@@ -296,7 +296,7 @@ fn a_batch_of_64_mixed_work_requests_in_one_complete() {
     let mut ids: Vec<u64> = wcs.iter().map(|c| c.wr_id).collect();
     ids.sort_unstable();
     assert_eq!(ids, (0..64).collect::<Vec<_>>());
-    for wc in &wcs {
+    for wc in wcs {
         let want = match wc.wr_id {
             0..=31 => WcOpcode::RDMA_WRITE,
             32..=47 => WcOpcode::SEND,

@@ -187,13 +187,15 @@ fn big_read(
 ) -> AfterReturn {
     let whole = dst.sge_mut(..).unwrap();
     let parts: Vec<SgeMut<'_>> = READS.iter().map(|r| piece(whole, r)).collect();
-    let result = qp.post_and_wait(cq, WAIT, |b| {
-        for (i, (range, sge)) in READS.iter().zip(&parts).enumerate() {
-            let r = remote.slice(range.start as u64, range.len() as u64)?;
-            b.wr(i as u64).rdma_read(r).sge(sge)?;
-        }
-        Ok(())
-    });
+    let result = qp
+        .post_and_wait(cq, WAIT, |b| {
+            for (i, (range, sge)) in READS.iter().zip(&parts).enumerate() {
+                let r = remote.slice(range.start as u64, range.len() as u64)?;
+                b.wr(i as u64).rdma_read(r).sge(sge)?;
+            }
+            Ok(())
+        })
+        .map(<[_]>::to_vec);
     drop(parts);
     let at_return = dst.to_vec(..).unwrap();
     std::thread::sleep(Duration::from_millis(500));
@@ -433,6 +435,7 @@ fn refused_doorbell(at: At, how: How) -> Refused {
                     b.wr(1).rdma_read(remote.slice(0, 2048)?).sge(d1)?;
                     b.wr(2).rdma_read(remote.slice(2048, 2048)?).sge(d2)
                 })
+                .map(<[_]>::to_vec)
                 .map_err(|e| e.to_string())
         }
         How::UnsafeThenReset | How::UnsafeThenErr => {
@@ -502,9 +505,12 @@ fn refused_doorbell(at: At, how: How) -> Refused {
     let landed_after_connect = nonzero(&p.a.mr);
     p.a.mr.write_at(8192, b"later!!!").unwrap();
     let to = p.b.mr.remote(8192..8200).unwrap();
-    let later = p.a.qp.post_and_wait(&mut p.a.send_cq, WAIT, |b| {
-        b.wr(3).rdma_write(to).sge(p.a.mr.sge(8192..8200)?)
-    });
+    let later =
+        p.a.qp
+            .post_and_wait(&mut p.a.send_cq, WAIT, |b| {
+                b.wr(3).rdma_write(to).sge(p.a.mr.sge(8192..8200)?)
+            })
+            .map(<[_]>::to_vec);
     std::thread::sleep(Duration::from_millis(500));
     let landed_after_later = nonzero(&p.a.mr);
     let stray = drain(&mut p.a.send_cq, Duration::from_millis(500));
@@ -691,7 +697,7 @@ fn inline_flag_on_a_work_request_with_an_sge_sends_the_sge_bytes() {
             .sge(p.a.mr.sge(0..64)?)
     });
     let posted = res.map(|wcs| {
-        assert_eq!(ids(&wcs), [1], "{wcs:?}");
+        assert_eq!(ids(wcs), [1], "{wcs:?}");
         assert_wc(&wcs[0], 1, WcOpcode::RDMA_WRITE);
     });
     failures.extend(check_inline_flag(&p, "Wr::flags(INLINE)", 1024, posted));
@@ -788,7 +794,7 @@ fn a_leaked_batch_guard_does_not_hang_the_next_batch() {
                 b.wr(5).rdma_write(remote).sge(p.a.mr.sge(0..4)?)
             })
             .unwrap();
-    assert_eq!(ids(&wcs), [5]);
+    assert_eq!(ids(wcs), [5]);
     assert_wc(&wcs[0], 5, WcOpcode::RDMA_WRITE);
     assert_eq!(p.b.mr.to_vec(..4).unwrap(), b"okay");
     // Nothing of the leaked batch ran, nor completed.
@@ -844,9 +850,11 @@ fn a_timed_out_post_and_wait_keeps_other_qps_completions() {
     );
 
     let start = Instant::now();
-    let res = y.post_and_wait(&mut shared, Duration::from_millis(300), |b| {
-        b.wr(71).send().inline(b"nobody receives this")
-    });
+    let res = y
+        .post_and_wait(&mut shared, Duration::from_millis(300), |b| {
+            b.wr(71).send().inline(b"nobody receives this")
+        })
+        .map(<[_]>::to_vec);
     let took = start.elapsed();
     println!("Y's post_and_wait after {took:?}: {res:?}");
     let backlog = shared.backlog_len();
@@ -1031,14 +1039,16 @@ fn a_post_and_wait_of_more_than_its_cq_holds_is_refused_before_posting() {
             bytes.fill(.., 3).unwrap();
             let into = local.sge_mut(..).unwrap();
             let start = Instant::now();
-            let res = qp.post_and_wait(&mut small, Duration::from_secs(1), |b| {
-                b.wr(0).rdma_read(far.remote(..)?).sge(into)?;
-                for i in 1..n as u64 {
-                    let r = far.remote(..)?.slice(i * 8, 8)?;
-                    b.wr(i).rdma_write(r).sge(bytes.sge(0..8)?)?;
-                }
-                Ok(())
-            });
+            let res = qp
+                .post_and_wait(&mut small, Duration::from_secs(1), |b| {
+                    b.wr(0).rdma_read(far.remote(..)?).sge(into)?;
+                    for i in 1..n as u64 {
+                        let r = far.remote(..)?.slice(i * 8, 8)?;
+                        b.wr(i).rdma_write(r).sge(bytes.sge(0..8)?)?;
+                    }
+                    Ok(())
+                })
+                .map(<[_]>::to_vec);
             let took = start.elapsed();
             println!(
                 "post_and_wait of {n} WRs on a CQ of {cap} returned after {took:?}: {}",
@@ -1072,7 +1082,7 @@ fn a_post_and_wait_of_more_than_its_cq_holds_is_refused_before_posting() {
                     b.wr(1001).rdma_read(r.slice(0, 64)?).sge(into)
                 })
                 .unwrap();
-            assert_eq!(ids(&wcs), [1000, 1001]);
+            assert_eq!(ids(wcs), [1000, 1001]);
             assert_wc(&wcs[1], 1001, WcOpcode::RDMA_READ);
             let got = local.to_vec(..64).unwrap();
             assert_eq!(&got[..8], &[3; 8]);
@@ -1134,7 +1144,7 @@ fn a_post_and_wait_of_more_than_its_cq_holds_is_refused_before_posting() {
                     b.wr(7).rdma_write(r.slice(4096, 8)?).sge(bytes.sge(0..8)?)
                 })
                 .unwrap();
-            assert_eq!(ids(&wcs), [7]);
+            assert_eq!(ids(wcs), [7]);
             assert_eq!(far.to_vec(4096..4104).unwrap(), [3; 8]);
         },
     );

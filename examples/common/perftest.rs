@@ -486,7 +486,7 @@ impl Comm {
         let deadline = wait.map(|w| Instant::now() + w);
         let wc = loop {
             match self.c.recv_cq.wait(1, Duration::from_millis(200)) {
-                Ok(mut wcs) => break wcs.remove(0),
+                Ok(wcs) => break wcs[0],
                 Err(Error::Timeout { .. }) => {
                     if let Some(ev) = self.id.try_get_event()? {
                         if ev.kind() == CmEventKind::Disconnected {

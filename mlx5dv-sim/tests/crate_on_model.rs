@@ -195,7 +195,10 @@ fn reset_and_post_and_wait_inside_a_poll_callback_are_refused() {
     let a = &mut p.a;
     let mut scoped = None;
     let got = poll_one_with(&mut p.cq, |_| {
-        scoped = Some(a.post_and_wait(&mut other, WAIT, |b| b.wr(3).rdma_write(remote).sge(sge)));
+        scoped = Some(
+            a.post_and_wait(&mut other, WAIT, |b| b.wr(3).rdma_write(remote).sge(sge))
+                .map(<[_]>::to_vec),
+        );
     });
     assert_eq!(got, (2, WcStatus::SUCCESS));
     match scoped {
@@ -274,7 +277,8 @@ fn a_send_with_invalidate_invalidates_the_receivers_mkey() {
     let rkey = mkey.rkey();
     let mut wcs =
         p.a.post_and_wait(&mut p.cq, WAIT, |w| w.wr(4).send_inv(rkey).sge(src))
-            .unwrap();
+            .unwrap()
+            .to_vec();
     // The receive's completion, on the same CQ, may come with it or
     // after it.
     if wcs.iter().all(|c| c.wr_id != 3) {

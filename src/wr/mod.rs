@@ -243,8 +243,11 @@ struct BatchState {
     posted: usize,
     /// How many the batch may hold: the send queue's depth
     /// (`max_send_wr`), past which libmlx5 would build a work request over
-    /// the last WQE it wrote.
+    /// the last WQE it wrote, or less after [`WrBatch::limit`].
     room: usize,
+    /// The send queue's depth, as `room` has it at first (so that, in a
+    /// batch that is not limited, the compiler knows the two equal).
+    depth: u32,
     /// The QP's context: a DC address must come from it.
     ctx: *mut ffi::ibv_context,
 }
@@ -361,6 +364,7 @@ impl<T: Transport> QpEx<T> {
                 wr_flags: flags,
                 posted: 0,
                 room: self.ops.depth as usize,
+                depth: self.ops.depth,
             },
             _qp: PhantomData,
             _mem: PhantomData,
@@ -377,6 +381,45 @@ impl<'q, 'm, T: Transport> WrBatch<'q, 'm, T> {
     /// Whether none were.
     pub fn is_empty(&self) -> bool {
         self.state.posted == 0
+    }
+
+    /// Holds the batch to `n` more work requests, and checks now that the
+    /// send queue has room for them ([`Error::SendQueueFull`] if not;
+    /// the batch is unchanged).
+    ///
+    /// Past the limit, a work request is refused with
+    /// [`Error::BatchLimit`] before the provider sees it. Within it, the
+    /// send queue's bound is not checked again: when `n` is the trip count
+    /// of the loop that fills the batch (a constant, or the length of the
+    /// slice it walks), the compiler folds the per-work-request bound into
+    /// the loop's own, and the loop is C's.
+    ///
+    /// ```no_run
+    /// # use mlx5dv::*;
+    /// # fn f(qp: &mut RcQp, sges: &[Sge<'_>; 32], raddr: &[u64; 32], rkey: u32) -> Result<()> {
+    /// let mut b = qp.batch_with(SendFlags::SIGNALED);
+    /// b.limit(32)?;
+    /// for i in 0..32 {
+    ///     let to = RemoteBuf::unbounded(raddr[i], rkey);
+    ///     b.wr(i as u64).rdma_write(to).sge(&sges[i])?;
+    /// }
+    /// // SAFETY: the memory stays registered and untouched until the
+    /// // completions are polled.
+    /// unsafe { b.complete()? };
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[inline]
+    pub fn limit(&mut self, n: usize) -> Result<()> {
+        let posted = self.state.posted;
+        if n > self.state.room - posted {
+            return Err(Error::SendQueueFull {
+                batch: posted.saturating_add(n).min(u32::MAX as usize) as u32,
+                depth: self.state.depth,
+            });
+        }
+        self.state.room = posted + n;
+        Ok(())
     }
 
     /// Posts the batch (`ibv_wr_complete`) and returns how many work
@@ -422,13 +465,17 @@ impl<'q, 'm, T: Transport> WrBatch<'q, 'm, T> {
         let qpx = this.state.qpx.as_ptr();
         // The entry is read from the QP at each call, as the header's
         // `ibv_wr_complete` does: libmlx5 (rdma-core 40 and later) swaps it
-        // with the QP's state (a stub that refuses, outside RTS). A NULL
-        // one (never seen) falls back to the entry resolved at creation.
+        // with the QP's state (a stub that refuses, outside RTS).
         // SAFETY: the batch was started on this live QP and not finalised;
-        // the entry is the provider's current one for this QP; the memory
-        // rules are the caller's promise.
+        // the entry is the provider's current one for this QP, non-NULL:
+        // it was non-NULL when the QP was made (the QP's ops refuse a QP
+        // without it), and providers only ever replace it with another
+        // entry of theirs (libmlx5 between `mlx5_send_wr_complete` and
+        // `mlx5_send_wr_complete_error`; the others set it once), as C's
+        // `ibv_wr_complete`, which calls it unchecked, relies on. The
+        // memory rules are the caller's promise.
         let rc = unsafe {
-            let complete = (*qpx).wr_complete.unwrap_or(this.state.ops().complete);
+            let complete = (*qpx).wr_complete.unwrap_unchecked();
             complete(qpx)
         };
         this.state.ops().open.store(BATCH_CLOSED, Relaxed);
@@ -898,11 +945,17 @@ impl<T: Transport> Wr<'_, '_, T> {
         // (which a poll of that CQ may hold on this thread). By value: the
         // batch's state must not escape the caller's loop.
         if self.state.posted >= self.state.room {
-            // Made here (two integers): the caller's `?` then knows it is
-            // an error, and its loop keeps one counter.
-            return Err(Error::SendQueueFull {
-                batch: self.state.posted as u32 + 1,
-                depth: self.state.room as u32,
+            // Made here (integers): the caller's `?` then knows it is an
+            // error, and its loop keeps one counter. Below the depth, the
+            // room is the batch's `limit`.
+            let room = self.state.room as u32;
+            return Err(if room < self.state.depth {
+                Error::BatchLimit { limit: room }
+            } else {
+                Error::SendQueueFull {
+                    batch: room + 1,
+                    depth: room,
+                }
             });
         }
         if let Addressed::No = addressed {

@@ -181,16 +181,6 @@ fn first_id(next: u64, depth: u32) -> u64 {
     SCOPED_ID_BIT | if next > room { 0 } else { next }
 }
 
-/// A completion of the batch's own past the room its poll reserved, with
-/// the caller's id.
-#[cold]
-#[inline(never)]
-fn own_beyond_room(wc: &crate::cq::PolledWc<'_>, caller: u64) -> WorkCompletion {
-    let mut c = WorkCompletion::from(wc);
-    c.wr_id = caller;
-    c
-}
-
 /// The fewest completions a scoped post's poll takes.
 const OTHERS_PER_POLL: usize = 64;
 
@@ -214,15 +204,17 @@ impl Waiting<'_> {
     fn poll(&mut self, cq: &mut CompletionQueue) -> Result<usize> {
         let n = self.ids.len() as u64;
         let seen = self.out.len() - self.start;
-        // Its own still to come: the room in `out` (reserved before
-        // posting: normally nothing to do), written from `slots` on and
-        // counted after the poll, so that the loop keeps the place and the
-        // count in registers rather than in the vector.
-        let room = self.ids.len().saturating_sub(seen).max(1);
-        self.out.reserve(room);
-        // The poll takes at least a poll's worth, so that others' go to
-        // the backlog 64 at a time.
-        let max = room.max(OTHERS_PER_POLL);
+        // Its own still to come, but at least a poll's worth, so that
+        // others' go to the backlog 64 at a time.
+        let max = self.ids.len().saturating_sub(seen).max(OTHERS_PER_POLL);
+        // Room in `out` for every completion the poll may take (it hands
+        // out at most `max`), so that each of its own has a slot (even
+        // one a device reported twice) with no test per completion:
+        // normally nothing to do, the CQ's buffer or the caller's vector
+        // having grown to it before. Written from `slots` on and counted
+        // after the poll, so that the loop keeps the place and the count
+        // in registers rather than in the vector.
+        self.out.reserve(max);
         let slots = self
             .out
             .spare_capacity_mut()
@@ -231,7 +223,6 @@ impl Waiting<'_> {
         let mut written = 0;
         let mut last = false;
         let mut others: Vec<RawWc> = Vec::new();
-        let mut beyond: Vec<WorkCompletion> = Vec::new();
         let (qp_num, base, ids) = (self.qp_num, self.base, self.ids);
         // Inlined (twice, in `poll_provider`): the test and the writes are
         // then the poll loop's own, with their values in registers.
@@ -248,25 +239,20 @@ impl Waiting<'_> {
                 let caller = usize::try_from(k).ok().and_then(|k| ids.get(k));
                 match caller {
                     Some(&caller) if wc.qp_num() == qp_num => {
-                        if written < room {
-                            // SAFETY: slot `written` of the `room` reserved
-                            // past `out`'s length: in its allocation and
-                            // uninitialised; every field is written (two
-                            // here, the rest by `write_wc_fields`) before
-                            // it is counted.
-                            unsafe {
-                                let slot = slots.add(written);
-                                std::ptr::addr_of_mut!((*slot).wr_id).write(caller);
-                                std::ptr::addr_of_mut!((*slot).qp_num).write(qp_num);
-                                write_wc_fields(slot, wc);
-                            }
-                            written += 1;
-                        } else {
-                            // More of its own than it has work requests (a
-                            // device reporting one twice): kept, after the
-                            // ones written, never past the room.
-                            beyond.push(own_beyond_room(wc, caller));
+                        // SAFETY: `written` counts the completions this
+                        // closure took, fewer than the `max` the poll
+                        // hands out at most, for which room was reserved
+                        // past `out`'s length: slot `written` is in its
+                        // allocation and uninitialised; every field is
+                        // written (two here, the rest by
+                        // `write_wc_fields`) before it is counted.
+                        unsafe {
+                            let slot = slots.add(written);
+                            std::ptr::addr_of_mut!((*slot).wr_id).write(caller);
+                            std::ptr::addr_of_mut!((*slot).qp_num).write(qp_num);
+                            write_wc_fields(slot, wc);
                         }
+                        written += 1;
                         last |= k + 1 == n;
                     }
                     _ => others.push(RawWc::of(wc)),
@@ -276,7 +262,6 @@ impl Waiting<'_> {
         // SAFETY: the first `written` slots past the length were written
         // whole, within the reserved room.
         unsafe { self.out.set_len(self.out.len() + written) };
-        self.out.append(&mut beyond);
         self.done |= last;
         if !others.is_empty() {
             cq.keep(others);
@@ -353,25 +338,31 @@ impl<T: Transport> QpEx<T> {
     /// # Ok(()) }
     /// ```
     ///
-    /// What it costs beyond posting and polling: the vector it returns
-    /// (one allocation; [`post_and_wait_into`](Self::post_and_wait_into)
-    /// appends to one the caller keeps instead), per work request the
+    /// The completions are returned in the CQ's own buffer, as
+    /// [`CompletionQueue::wait`] returns them: they borrow `cq` until you
+    /// are done with them, and the next wait reuses the buffer
+    /// ([`post_and_wait_into`](Self::post_and_wait_into) appends to a
+    /// vector of yours instead).
+    ///
+    /// What it costs beyond posting and polling: per work request the
     /// caller's id noted, per completion a test that it is the batch's own.
     /// The clock is read only once a poll has brought none of the batch's
     /// own completions: a batch whose completions are there at the first
     /// poll reads none. The timeout counts from that poll.
-    pub fn post_and_wait<'m, F>(
+    pub fn post_and_wait<'c, 'm, F>(
         &mut self,
-        cq: &mut CompletionQueue,
+        cq: &'c mut CompletionQueue,
         timeout: Duration,
         build: F,
-    ) -> Result<Vec<WorkCompletion>>
+    ) -> Result<&'c [WorkCompletion]>
     where
         F: for<'q> FnOnce(&mut ScopedBatch<'q, 'm, T>) -> Result<()>,
     {
-        let mut out = Vec::new();
-        self.post_and_wait_into(cq, timeout, &mut out, build)?;
-        Ok(out)
+        let mut out = cq.take_completions();
+        let r = self.post_and_wait_into(cq, timeout, &mut out, build);
+        let wcs = cq.give_completions(out);
+        r?;
+        Ok(wcs)
     }
 
     /// [`post_and_wait`](Self::post_and_wait), appending the completions

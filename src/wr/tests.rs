@@ -405,7 +405,8 @@ fn post_and_wait_signals_every_work_request() {
             b.wr(1).rdma_write(remote(8)).sge(mr.sge(0..8)?)?;
             b.wr(2).rdma_read(remote(16)).sge(part(whole, 8..24))
         })
-        .unwrap();
+        .unwrap()
+        .to_vec();
     let calls = fx.qp_calls();
     // Every work request signalled, under an id of the scoped post's own:
     // bit 63 set, consecutive.
@@ -1327,4 +1328,97 @@ fn a_dct_refuses_a_cq_or_srq_of_another_context_before_any_c_call() {
     drop((srq, other_srq));
     let names: Vec<_> = take().iter().map(|c| c.entry).collect();
     assert_eq!(names, ["destroy_srq", "destroy_srq"]);
+}
+
+#[test]
+fn a_limited_batch_refuses_the_work_request_past_its_limit_before_the_provider() {
+    let mut fx = Fx::new();
+    let mr = fx.mr();
+    let mut qp = fx.rc();
+    let mut b = qp.batch();
+    // More than the send queue holds (128): refused, the batch unchanged.
+    let err = b.limit(129).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::SendQueueFull {
+                batch: 129,
+                depth: 128
+            }
+        ),
+        "{err}"
+    );
+    b.wr(1)
+        .rdma_write(remote(8))
+        .sge(mr.sge(0..8).unwrap())
+        .unwrap();
+    // Counted from what the batch holds: 1 + 127 fits, 1 + 128 does not.
+    assert!(matches!(
+        b.limit(128),
+        Err(Error::SendQueueFull { batch: 129, .. })
+    ));
+    b.limit(2).unwrap();
+    b.wr(2)
+        .rdma_write(remote(8))
+        .sge(mr.sge(0..8).unwrap())
+        .unwrap();
+    b.wr(3).send().sge(mr.sge(0..8).unwrap()).unwrap();
+    take();
+    let err = b.wr(4).send().sge(mr.sge(0..8).unwrap()).unwrap_err();
+    assert!(matches!(err, Error::BatchLimit { limit: 3 }), "{err}");
+    assert!(err.to_string().contains("limited to 3"), "{err}");
+    // Refused before the provider saw any of it; the batch stays open.
+    assert_eq!(fx.qp_calls(), []);
+    assert_eq!(b.len(), 3);
+    assert_eq!(unsafe { b.complete() }.unwrap(), 3);
+    let calls = fx.qp_calls();
+    assert_eq!(calls.len(), 1);
+    assert_eq!(calls[0].entry, "wr_complete");
+    // A new batch has the whole queue again.
+    let mut b = qp.batch();
+    b.limit(128).unwrap();
+    drop(b);
+}
+
+#[test]
+fn waits_return_the_completions_in_the_cqs_buffer_and_reuse_it() {
+    let mut fx = Fx::new();
+    let mr = fx.mr();
+    let mut qp = fx.rc();
+    let mut at = Vec::new();
+    for round in 0..3u64 {
+        let wcs = qp
+            .post_and_wait(&mut fx.cq, Duration::from_secs(1), |b| {
+                for i in 0..4 {
+                    b.wr(round * 10 + i).send().sge(mr.sge(0..8)?)?;
+                }
+                Ok(())
+            })
+            .unwrap();
+        let ids: Vec<_> = wcs.iter().map(|w| w.wr_id).collect();
+        assert_eq!(ids, [0, 1, 2, 3].map(|i| round * 10 + i));
+        assert!(wcs.iter().all(|w| w.status == WcStatus::SUCCESS));
+        at.push(wcs.as_ptr());
+    }
+    // One buffer, the CQ's, reused by each post (room for a poll's worth
+    // was made by the first).
+    assert!(at.iter().all(|p| *p == at[0]), "{at:?}");
+    // cq.wait returns its completions in the same buffer.
+    let mut b = qp.batch_with(SendFlags::SIGNALED);
+    for i in 0..3 {
+        b.wr(100 + i).send().sge(mr.sge(0..8).unwrap()).unwrap();
+    }
+    // SAFETY: the region outlives the fixture's CQ, which completes the
+    // batch at once.
+    unsafe { b.complete() }.unwrap();
+    let wcs = fx.cq.wait(3, Duration::from_secs(1)).unwrap();
+    assert_eq!(
+        wcs.iter().map(|w| w.wr_id).collect::<Vec<_>>(),
+        [100, 101, 102]
+    );
+    assert_eq!(wcs.as_ptr(), at[0]);
+    // On an empty CQ it times out, with a typed error.
+    let err = fx.cq.wait(1, Duration::from_millis(10)).unwrap_err();
+    assert!(matches!(err, Error::Timeout { .. }), "{err}");
+    assert!(fx.fcq.violations.is_empty(), "{:?}", fx.fcq.violations);
 }

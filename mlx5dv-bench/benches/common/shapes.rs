@@ -112,6 +112,7 @@ impl DcTarget {
 #[inline(never)]
 pub fn rust_rc_write_sge(qp: &mut RcQp, p: &Plan<'_>) -> Result<u32> {
     let mut b = qp.batch_with(SendFlags::SIGNALED);
+    b.limit(BATCH)?;
     for i in 0..BATCH {
         // By reference: the SGE's fields are read at the provider's setter,
         // after the builder's call, as C reads them (see BENCHMARKS.md).
@@ -141,6 +142,7 @@ pub fn rust_rc_write_sge_checked(qp: &mut RcQp, p: &Plan<'_>) -> Result<u32> {
 #[inline(never)]
 pub fn rust_rc_inline_send(qp: &mut RcQp, p: &Plan<'_>) -> Result<u32> {
     let mut b = qp.batch_with(SendFlags::SIGNALED | SendFlags::INLINE);
+    b.limit(BATCH)?;
     for i in 0..BATCH as u64 {
         b.wr(i).send().inline(&p.msg)?;
     }
@@ -152,6 +154,7 @@ pub fn rust_rc_inline_send(qp: &mut RcQp, p: &Plan<'_>) -> Result<u32> {
 #[inline(never)]
 pub fn rust_dci_write_sge(qp: &mut DciQp, p: &Plan<'_>, addr: DcAddr<'_>) -> Result<u32> {
     let mut b = qp.batch_with(SendFlags::SIGNALED);
+    b.limit(BATCH)?;
     for (i, (sge, &raddr)) in p.sge.iter().zip(&p.raddr).enumerate() {
         b.wr(i as u64, addr)
             .rdma_write(RemoteBuf::unbounded(raddr, p.rkey))
@@ -165,6 +168,7 @@ pub fn rust_dci_write_sge(qp: &mut DciQp, p: &Plan<'_>, addr: DcAddr<'_>) -> Res
 #[inline(never)]
 pub fn rust_dci_write_sge_stream(qp: &mut DciQp, p: &Plan<'_>, addr: DcAddr<'_>) -> Result<u32> {
     let mut b = qp.batch_with(SendFlags::SIGNALED);
+    b.limit(BATCH)?;
     for (i, (sge, &raddr)) in p.sge.iter().zip(&p.raddr).enumerate() {
         let stream = (i % (1 << LOG_STREAMS)) as u16;
         b.wr_stream(i as u64, addr, stream)
@@ -179,6 +183,7 @@ pub fn rust_dci_write_sge_stream(qp: &mut DciQp, p: &Plan<'_>, addr: DcAddr<'_>)
 #[inline(never)]
 pub fn rust_memcpy(qp: &mut RcQp, p: &Plan<'_>) -> Result<u32> {
     let mut b = qp.batch_with(SendFlags::SIGNALED);
+    b.limit(BATCH)?;
     for i in 0..BATCH {
         b.wr(i as u64).memcpy_op(&p.copy[i])?;
     }
@@ -203,6 +208,7 @@ pub fn rust_memcpy_checked(qp: &mut RcQp, p: &Plan<'_>) -> Result<u32> {
 #[inline(never)]
 pub fn rust_mr_list(qp: &mut RcQp, p: &Plan<'_>, mkey: &Mkey) -> Result<u32> {
     let mut b = qp.batch_with(SendFlags::SIGNALED | SendFlags::INLINE);
+    b.limit(BATCH)?;
     for i in 0..BATCH as u64 {
         b.wr(i).mr_list(mkey, AccessFlags::LOCAL_WRITE, &p.list)?;
     }
@@ -214,6 +220,7 @@ pub fn rust_mr_list(qp: &mut RcQp, p: &Plan<'_>, mkey: &Mkey) -> Result<u32> {
 #[inline(never)]
 pub fn rust_raw_wqe(qp: &mut RcQp, wqe: &Wqe) -> Result<u32> {
     let mut b = qp.batch();
+    b.limit(BATCH)?;
     for i in 0..BATCH as u64 {
         // SAFETY: both fixtures build the WQE as a signalled RDMA write of
         // 64 bytes from the plan's region to the peer's buffer: the null
