@@ -19,6 +19,7 @@ macro_rules! entries {
         /// `mlx5dv_qp_ex`.
         pub(crate) struct WrOps {
             pub(crate) start: unsafe extern "C" fn(Q),
+            pub(crate) complete: unsafe extern "C" fn(Q) -> i32,
             pub(crate) abort: unsafe extern "C" fn(Q),
             /// The send queue's depth (`max_send_wr`), for the error of a
             /// refused batch: kept here, beside the entry whose failure it
@@ -117,10 +118,9 @@ impl WrOps {
     ) -> Result<WrOps, Vec<&'static str>> {
         use super::{Mlx5SendOps as X, SendOps as S};
         let mut missing = Vec::new();
-        // The always-needed entries have no stand-ins. `wr_complete` is
-        // read from the QP at each batch's end (the provider may swap it),
-        // never NULL from here on (see `WrBatch::complete`).
-        let (Some(start), Some(_), Some(abort)) = (q.wr_start, q.wr_complete, q.wr_abort) else {
+        // The always-needed entries have no stand-ins.
+        let (Some(start), Some(complete), Some(abort)) = (q.wr_start, q.wr_complete, q.wr_abort)
+        else {
             return Err(vec!["wr_start, wr_complete or wr_abort"]);
         };
         macro_rules! generic {
@@ -152,6 +152,7 @@ impl WrOps {
         }
         let ops = WrOps {
             start,
+            complete,
             abort,
             depth: 0,
             mqpx: std::ptr::null_mut(),

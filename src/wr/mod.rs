@@ -465,17 +465,13 @@ impl<'q, 'm, T: Transport> WrBatch<'q, 'm, T> {
         let qpx = this.state.qpx.as_ptr();
         // The entry is read from the QP at each call, as the header's
         // `ibv_wr_complete` does: libmlx5 (rdma-core 40 and later) swaps it
-        // with the QP's state (a stub that refuses, outside RTS).
+        // with the QP's state (a stub that refuses, outside RTS). A NULL
+        // one (never seen) falls back to the entry resolved at creation.
         // SAFETY: the batch was started on this live QP and not finalised;
-        // the entry is the provider's current one for this QP, non-NULL:
-        // it was non-NULL when the QP was made (the QP's ops refuse a QP
-        // without it), and providers only ever replace it with another
-        // entry of theirs (libmlx5 between `mlx5_send_wr_complete` and
-        // `mlx5_send_wr_complete_error`; the others set it once), as C's
-        // `ibv_wr_complete`, which calls it unchecked, relies on. The
-        // memory rules are the caller's promise.
+        // the entry is the provider's current one for this QP; the memory
+        // rules are the caller's promise.
         let rc = unsafe {
-            let complete = (*qpx).wr_complete.unwrap_unchecked();
+            let complete = (*qpx).wr_complete.unwrap_or(this.state.ops().complete);
             complete(qpx)
         };
         this.state.ops().open.store(BATCH_CLOSED, Relaxed);
