@@ -5,9 +5,14 @@
 //! entries store their arguments into a 64-byte slot of a ring, as a real
 //! provider writes a WQE), three ways:
 //!
-//! - `c_best_<shape>`: C with rdma-core's inline functions, as a performance
-//!   engineer writes it (what does not change across the batch is set once);
-//! - `c_plain_<shape>`: the same C as the man pages' examples write it;
+//! - C best: C with rdma-core's inline functions, as a performance
+//!   engineer writes it (`c/post.c`: what does not change across the batch
+//!   is set once), in every build build.rs makes of it (gcc and clang,
+//!   `-O2` and `-O3`, two loop styles: `c_best_<build>_<shape>`); the
+//!   build with the fewest instructions per work request is the shape's C
+//!   best;
+//! - `c_plain_<shape>`: the same C as the man pages' examples write it
+//!   (`c/plain.c`);
 //! - `rust_<shape>`: the safe API as a performance-minded user writes it:
 //!   the batch's flags set once (`qp.batch_with(flags)`), the peer's rkey
 //!   passed once and each address as C passes it (`RemoteBuf::unbounded`),
@@ -31,7 +36,7 @@
 //!
 //! Every function has a stable symbol, so `valgrind --tool=callgrind
 //! --toggle-collect=<symbol>` counts the instructions inside it, the
-//! provider's included (the same for all three). `scripts/bench` runs the
+//! provider's included (the same for all versions). `scripts/bench` runs the
 //! comparison and prints the table:
 //!
 //! ```text
@@ -43,22 +48,25 @@
 //!                            the first calls' one-time costs)
 //! post_vs_c --report FILE N [--rounds R] [--check | --limit RATIO]
 //!                            FILE: `callgrind_annotate --inclusive=yes` of a
-//!                            `--run N`; times every function (best of R
-//!                            rounds) and prints the table; exits 1 when a
+//!                            `--run N`; times C best's cheapest build, C
+//!                            plain and Rust (best of R rounds) and prints
+//!                            the table, then every build's count; exits 1
+//!                            when a
 //!                            shape's Rust/C-best instruction ratio exceeds
 //!                            its ceiling (--check), its goal (--goals) or
 //!                            RATIO (--limit)
 //! ```
 //!
-//! Before measuring, each shape's three versions are run once and the
-//! provider's ring compared: they must have written the same slots.
+//! Before measuring, each shape's versions (every build of C best, C plain,
+//! Rust) are run once and the provider's ring compared: they must have
+//! written the same slots (or read the same completions).
 
 #[path = "common/mod.rs"]
 mod common;
 
-use common::measure::{self, bench_zero_mark, Row};
+use common::measure::{self, bench_zero_mark, Counts, Row, Version};
 use common::wc::BenchWc;
-use common::{c_loops, BenchObjs, CLoop, CSide, BATCH, INLINE, LIST, LOG_STREAMS, MSG};
+use common::{CDc, CQp, CShape, CSide, BATCH, INLINE, LIST, LOG_STREAMS, MSG, VARIANTS};
 use mlx5dv::ffi;
 use mlx5dv::wqe::{Opcode, Wqe, WqeBuilder};
 use mlx5dv::{
@@ -74,25 +82,41 @@ use std::time::{Duration, Instant};
 
 extern "C" {
     fn bench_objs_new() -> *mut BenchObjs;
-    fn bench_plan_new(o: *const BenchObjs) -> *mut c_void;
+    fn bench_plan_new(mr: *const ffi::ibv_mr, remote_addr: u64) -> *mut c_void;
     fn bench_wc_new() -> *mut c_void;
     fn bench_last_batch(q: *const c_void, out: *mut Slots);
     fn bench_clear_ring(q: *const c_void);
 }
 
-// The C loops of `c/post.c`.
-c_loops! {
-    c_best_rc_write_sge c_plain_rc_write_sge
-    c_best_rc_inline_send c_plain_rc_inline_send
-    c_best_dci_write_sge c_plain_dci_write_sge
-    c_best_dci_write_sge_stream c_plain_dci_write_sge_stream
-    c_best_memcpy c_plain_memcpy
-    c_best_mr_list c_plain_mr_list
-    c_best_raw_wqe c_plain_raw_wqe
-    c_best_poll_cq c_plain_poll_cq
-    c_best_poll_full c_plain_poll_full
-    c_best_cq_wait c_plain_cq_wait
-    c_best_post_wait c_plain_post_wait
+/// `struct bench_objs` of `c/bench.h`: the null provider's fake objects
+/// (`bench_objs_new`). `rc`, `dci` and `rcw` are the QPs as the provider
+/// keeps them (`struct null_qp`, whose ring `last_batch` reads);
+/// `wc_full`: `BATCH` `struct bench_wc_full`.
+#[repr(C)]
+struct BenchObjs {
+    ctx: *mut ffi::ibv_context,
+    pd: *mut ffi::ibv_pd,
+    cq: *mut ffi::ibv_cq_ex,
+    mr: *mut ffi::ibv_mr,
+    mkey: *mut ffi::mlx5dv_mkey,
+    ah: *mut ffi::ibv_ah,
+    rc: *mut c_void,
+    dci: *mut c_void,
+    rc_qp: *mut ffi::ibv_qp,
+    rc_qpx: *mut ffi::ibv_qp_ex,
+    rc_mqpx: *mut ffi::mlx5dv_qp_ex,
+    dci_qp: *mut ffi::ibv_qp,
+    dci_qpx: *mut ffi::ibv_qp_ex,
+    dci_mqpx: *mut ffi::mlx5dv_qp_ex,
+    remote_addr: u64,
+    rkey: u32,
+    remote_dctn: u32,
+    remote_dc_key: u64,
+    rcw: *mut c_void,
+    rcw_qp: *mut ffi::ibv_qp,
+    rcw_qpx: *mut ffi::ibv_qp_ex,
+    wcq: *mut ffi::ibv_cq_ex,
+    wc_full: *mut c_void,
 }
 
 /// What the Rust shapes use, besides the memory region the plan borrows.
@@ -269,7 +293,7 @@ impl Goal {
 enum Work {
     /// The slots they wrote in this QP's ring (`struct null_qp`).
     Ring(fn(&BenchObjs) -> *const c_void),
-    /// The completions they read (`BenchWc`; compared after every shape).
+    /// The completions they read (`BenchWc`).
     Poll,
     /// The completions they read, every field (`WorkCompletion`); and, for
     /// `post_and_wait`, the slots they wrote on `rcw`, but for the wr_id
@@ -277,15 +301,13 @@ enum Work {
     Full { posted: bool },
 }
 
-/// One shape: its three versions and what they must agree on.
+/// One shape: its versions and what they must agree on.
 struct Shape {
     /// The Rust version is `rust_<name>`.
     name: &'static str,
-    /// The C versions are `c_best_<c>` and `c_plain_<c>`.
-    c: &'static str,
+    /// The C versions' loop (`c_best_<build>_<c>`, `c_plain_<c>`).
+    c: CShape,
     goal: Goal,
-    best: CLoop,
-    plain: CLoop,
     rust: fn(&mut Handles, &Plan<'_>) -> usize,
     work: Work,
     /// The regression guard of `--check` (see `GOAL_GUARD`).
@@ -293,13 +315,11 @@ struct Shape {
 }
 
 impl Row for Shape {
-    const C_PREFIX: &'static str = "";
-
     fn name(&self) -> &'static str {
         self.name
     }
 
-    fn c(&self) -> &'static str {
+    fn c(&self) -> CShape {
         self.c
     }
 }
@@ -370,31 +390,25 @@ const CEILING_POST_AND_WAIT_INTO: f64 = 1.38;
 const SHAPES: &[Shape] = &[
     Shape {
         name: "rc_write_sge",
-        c: "rc_write_sge",
+        c: CShape::RcWriteSge,
         goal: Goal::Tuned,
         ceiling: CEILING_RC_WRITE_SGE,
-        best: c_best_rc_write_sge,
-        plain: c_plain_rc_write_sge,
         rust: |h, p| ok(rust_rc_write_sge(&mut h.rc, p)),
         work: Work::Ring(rc_ring),
     },
     Shape {
         name: "rc_write_sge_checked",
-        c: "rc_write_sge",
+        c: CShape::RcWriteSge,
         goal: Goal::Shown,
         ceiling: CEILING_RC_WRITE_SGE_CHECKED,
-        best: c_best_rc_write_sge,
-        plain: c_plain_rc_write_sge,
         rust: |h, p| ok(rust_rc_write_sge_checked(&mut h.rc, p)),
         work: Work::Ring(rc_ring),
     },
     Shape {
         name: "rc_write_sge_natural",
-        c: "rc_write_sge",
+        c: CShape::RcWriteSge,
         goal: Goal::Natural,
         ceiling: CEILING_RC_WRITE_SGE_NATURAL,
-        best: c_best_rc_write_sge,
-        plain: c_plain_rc_write_sge,
         rust: |h, _| {
             let n = &h.natural;
             ok(rust_rc_write_sge_natural(&mut h.rc, &n.src, n.remote))
@@ -403,21 +417,17 @@ const SHAPES: &[Shape] = &[
     },
     Shape {
         name: "rc_inline_send",
-        c: "rc_inline_send",
+        c: CShape::RcInlineSend,
         goal: Goal::Tuned,
         ceiling: CEILING_RC_INLINE_SEND,
-        best: c_best_rc_inline_send,
-        plain: c_plain_rc_inline_send,
         rust: |h, p| ok(rust_rc_inline_send(&mut h.rc, p)),
         work: Work::Ring(rc_ring),
     },
     Shape {
         name: "dci_write_sge",
-        c: "dci_write_sge",
+        c: CShape::DciWriteSge,
         goal: Goal::Tuned,
         ceiling: CEILING_DCI_WRITE_SGE,
-        best: c_best_dci_write_sge,
-        plain: c_plain_dci_write_sge,
         rust: |h, p| {
             let Handles { dci, ah, dc, .. } = h;
             ok(rust_dci_write_sge(dci, p, dc.with(ah)))
@@ -426,11 +436,9 @@ const SHAPES: &[Shape] = &[
     },
     Shape {
         name: "dci_write_sge_natural",
-        c: "dci_write_sge",
+        c: CShape::DciWriteSge,
         goal: Goal::Natural,
         ceiling: CEILING_DCI_WRITE_SGE_NATURAL,
-        best: c_best_dci_write_sge,
-        plain: c_plain_dci_write_sge,
         rust: |h, _| {
             let Handles {
                 dci,
@@ -451,11 +459,9 @@ const SHAPES: &[Shape] = &[
     },
     Shape {
         name: "dci_write_sge_stream",
-        c: "dci_write_sge_stream",
+        c: CShape::DciWriteSgeStream,
         goal: Goal::Tuned,
         ceiling: CEILING_DCI_WRITE_SGE_STREAM,
-        best: c_best_dci_write_sge_stream,
-        plain: c_plain_dci_write_sge_stream,
         rust: |h, p| {
             let Handles { dci, ah, dc, .. } = h;
             ok(rust_dci_write_sge_stream(dci, p, dc.with(ah)))
@@ -464,31 +470,25 @@ const SHAPES: &[Shape] = &[
     },
     Shape {
         name: "memcpy",
-        c: "memcpy",
+        c: CShape::Memcpy,
         goal: Goal::Tuned,
         ceiling: CEILING_MEMCPY,
-        best: c_best_memcpy,
-        plain: c_plain_memcpy,
         rust: |h, p| ok(rust_memcpy(&mut h.rc, p)),
         work: Work::Ring(rc_ring),
     },
     Shape {
         name: "memcpy_checked",
-        c: "memcpy",
+        c: CShape::Memcpy,
         goal: Goal::Shown,
         ceiling: CEILING_MEMCPY_CHECKED,
-        best: c_best_memcpy,
-        plain: c_plain_memcpy,
         rust: |h, p| ok(rust_memcpy_checked(&mut h.rc, p)),
         work: Work::Ring(rc_ring),
     },
     Shape {
         name: "memcpy_natural",
-        c: "memcpy",
+        c: CShape::Memcpy,
         goal: Goal::Natural,
         ceiling: CEILING_MEMCPY_NATURAL,
-        best: c_best_memcpy,
-        plain: c_plain_memcpy,
         rust: |h, _| {
             let n = &mut h.natural;
             ok(rust_memcpy_natural(&mut h.rc, &n.src, &mut n.dst))
@@ -497,71 +497,57 @@ const SHAPES: &[Shape] = &[
     },
     Shape {
         name: "mr_list",
-        c: "mr_list",
+        c: CShape::MrList,
         goal: Goal::Tuned,
         ceiling: CEILING_MR_LIST,
-        best: c_best_mr_list,
-        plain: c_plain_mr_list,
         rust: |h, p| ok(rust_mr_list(&mut h.rc, p, &h.mkey)),
         work: Work::Ring(rc_ring),
     },
     Shape {
         name: "raw_wqe",
-        c: "raw_wqe",
+        c: CShape::RawWqe,
         goal: Goal::Tuned,
         ceiling: CEILING_RAW_WQE,
-        best: c_best_raw_wqe,
-        plain: c_plain_raw_wqe,
         rust: |h, _| ok(rust_raw_wqe(&mut h.rc, &h.wqe)),
         work: Work::Ring(rc_ring),
     },
     Shape {
         name: "poll_cq",
-        c: "poll_cq",
+        c: CShape::PollCq,
         goal: Goal::Tuned,
         ceiling: CEILING_POLL_CQ,
-        best: c_best_poll_cq,
-        plain: c_plain_poll_cq,
         rust: |h, _| done(rust_poll_cq(&mut h.cq, &mut h.completions)),
         work: Work::Poll,
     },
     Shape {
         name: "poll_into",
-        c: "poll_full",
+        c: CShape::PollFull,
         goal: Goal::Wait,
         ceiling: CEILING_POLL_INTO,
-        best: c_best_poll_full,
-        plain: c_plain_poll_full,
         rust: |h, _| done(rust_poll_into(&mut h.cq, &mut h.natural.wcs)),
         work: Work::Full { posted: false },
     },
     Shape {
         name: "cq_wait",
-        c: "cq_wait",
+        c: CShape::CqWait,
         goal: Goal::Wait,
         ceiling: CEILING_CQ_WAIT,
-        best: c_best_cq_wait,
-        plain: c_plain_cq_wait,
         rust: |h, _| kept(rust_cq_wait(&mut h.cq), &mut h.natural.wcs),
         work: Work::Full { posted: false },
     },
     Shape {
         name: "cq_wait_into",
-        c: "cq_wait",
+        c: CShape::CqWait,
         goal: Goal::Wait,
         ceiling: CEILING_CQ_WAIT_INTO,
-        best: c_best_cq_wait,
-        plain: c_plain_cq_wait,
         rust: |h, _| done(rust_cq_wait_into(&mut h.cq, &mut h.natural.wcs)),
         work: Work::Full { posted: false },
     },
     Shape {
         name: "post_and_wait",
-        c: "post_wait",
+        c: CShape::PostWait,
         goal: Goal::Wait,
         ceiling: CEILING_POST_AND_WAIT,
-        best: c_best_post_wait,
-        plain: c_plain_post_wait,
         rust: |h, _| {
             let n = &mut h.natural;
             kept(
@@ -573,11 +559,9 @@ const SHAPES: &[Shape] = &[
     },
     Shape {
         name: "post_and_wait_into",
-        c: "post_wait",
+        c: CShape::PostWait,
         goal: Goal::Wait,
         ceiling: CEILING_POST_AND_WAIT_INTO,
-        best: c_best_post_wait,
-        plain: c_plain_post_wait,
         rust: |h, _| {
             let n = &mut h.natural;
             done(rust_post_and_wait_into(
@@ -702,12 +686,16 @@ fn fixture() -> Result<(NonNull<BenchObjs>, Handles, MemoryRegion)> {
     }
 }
 
-/// What the last C loop of the natural forms read, as `WorkCompletion`s.
-fn full_wcs(c: &CSide) -> Vec<WorkCompletion> {
-    // SAFETY: `c.o` is valid; its `wc_full` holds BATCH completions
-    // (zeroed at first), as `CWcFull` lays them out.
-    let wcs = unsafe { &*((*c.o).wc_full as *const [CWcFull; BATCH]) };
-    wcs.iter().map(|w| w.to_rust()).collect()
+/// What the last C loop of the natural forms read, as `WorkCompletion`s,
+/// and the array zeroed for the next.
+fn take_full_wcs(c: &CSide) -> Vec<WorkCompletion> {
+    // SAFETY: `wc_full` holds BATCH completions, as `CWcFull` lays them
+    // out (plain integers: zero is one).
+    let wcs = unsafe { &mut *(c.wc_full as *mut [CWcFull; BATCH]) };
+    let out = wcs.iter().map(|w| w.to_rust()).collect();
+    // SAFETY: as above.
+    *wcs = unsafe { std::mem::zeroed() };
+    out
 }
 
 /// The last batch the provider wrote on `q`, and the ring cleared for the
@@ -726,74 +714,81 @@ fn last_batch(q: *const c_void) -> Box<Slots> {
 #[derive(PartialEq, Debug)]
 enum Did {
     Slots(Box<Slots>),
+    Polled(Vec<BenchWc>),
     Wcs(Vec<WorkCompletion>, Option<Box<Slots>>),
-    Nothing,
 }
 
-/// Runs every version of every shape once and checks they did the same
-/// work: the same ring slots (posting) or the same completions, field for
-/// field (polling).
-fn check_same_work(c: &CSide, h: &mut Handles, p: &Plan<'_>) {
-    // SAFETY: `c.o` is valid.
-    let o = unsafe { &*c.o };
-    // The rings start zeroed and `last_batch` clears them after each read.
+/// Calls version `v` of `s` once: how many work requests it posted or
+/// completions it read.
+fn call(s: &Shape, v: Version, c: &CSide, h: &mut Handles, p: &Plan<'_>) -> usize {
+    match v.c_loops() {
+        Some(loops) => c.call(loops, s.c),
+        None => (s.rust)(h, p),
+    }
+}
+
+/// Runs every version of every shape once (every build of C best, C
+/// plain, Rust) and checks they did the same work: the same ring slots
+/// (posting) or the same completions, field for field (polling).
+fn check_same_work(o: &BenchObjs, c: &CSide, h: &mut Handles, p: &Plan<'_>) {
+    // The rings start zeroed and `last_batch` clears them after each read;
+    // the C completion arrays are zeroed after each read.
     for s in SHAPES {
-        let did = |rust_wcs: Option<&[WorkCompletion]>| match s.work {
-            Work::Ring(ring) => Did::Slots(last_batch(ring(o))),
-            Work::Poll => Did::Nothing,
-            Work::Full { posted } => {
-                let wcs = rust_wcs.map_or_else(|| full_wcs(c), <[_]>::to_vec);
-                let slots = posted.then(|| {
-                    let mut slots = last_batch(o.rcw as *const c_void);
-                    for slot in slots.iter_mut() {
-                        slot[0] = 0;
-                    }
-                    slots
-                });
-                Did::Wcs(wcs, slots)
+        let mut did = |v: Version| {
+            let n = call(s, v, c, h, p);
+            assert_eq!(n, BATCH, "{}: {}", s.name, v.label(s.c));
+            let rust = v == Version::Rust;
+            match s.work {
+                Work::Ring(ring) => Did::Slots(last_batch(ring(o))),
+                Work::Poll if rust => Did::Polled(h.completions.to_vec()),
+                Work::Poll => Did::Polled(c.take_wcs().to_vec()),
+                Work::Full { posted } => {
+                    let wcs = if rust {
+                        h.natural.wcs.clone()
+                    } else {
+                        take_full_wcs(c)
+                    };
+                    let slots = posted.then(|| {
+                        let mut slots = last_batch(o.rcw as *const c_void);
+                        for slot in slots.iter_mut() {
+                            slot[0] = 0;
+                        }
+                        slots
+                    });
+                    Did::Wcs(wcs, slots)
+                }
             }
         };
-        let n_best = c.call(s.best);
-        let best = did(None);
-        let n_plain = c.call(s.plain);
-        let plain = did(None);
-        let n_rust = (s.rust)(h, p);
-        let rust = did(Some(&h.natural.wcs));
-        assert_eq!(
-            (n_best, n_plain, n_rust),
-            (BATCH, BATCH, BATCH),
-            "{}",
-            s.name
-        );
-        assert!(
-            best == plain && plain == rust,
-            "{}: the versions did different work:\nC best {best:?}\nC plain {plain:?}\nRust {rust:?}",
-            s.name
-        );
-        if let Did::Wcs(wcs, _) = &rust {
-            let ids: Vec<u64> = wcs.iter().map(|c| c.wr_id).collect();
-            assert_eq!(ids, (0..BATCH as u64).collect::<Vec<_>>(), "{}", s.name);
+        let rust = did(Version::Rust);
+        match &rust {
+            Did::Wcs(wcs, _) => {
+                let ids: Vec<u64> = wcs.iter().map(|c| c.wr_id).collect();
+                assert_eq!(ids, (0..BATCH as u64).collect::<Vec<_>>(), "{}", s.name);
+            }
+            Did::Polled(wcs) => {
+                let ids: Vec<u64> = wcs.iter().map(|c| c.wr_id).collect();
+                assert_eq!(ids, (0..BATCH as u64).collect::<Vec<_>>(), "{}", s.name);
+            }
+            Did::Slots(_) => {}
+        }
+        for v in Version::all().filter(|&v| v != Version::Rust) {
+            let other = did(v);
+            assert!(
+                other == rust,
+                "{}: the versions did different work:\n{} {other:?}\nRust {rust:?}",
+                s.name,
+                v.label(s.c)
+            );
         }
     }
-    let ids: Vec<u64> = h.completions.iter().map(|c| c.wr_id).collect();
-    assert_eq!(ids, (0..BATCH as u64).collect::<Vec<_>>());
-    assert_eq!(
-        h.completions,
-        c.wcs(),
-        "poll_cq: Rust read other completions than C"
-    );
 }
 
 // ----- measuring -----
 
-/// Calls version `v` (0 best C, 1 plain C, 2 Rust) of `s` `n` times.
-fn run(s: &Shape, v: usize, n: u64, c: &CSide, h: &mut Handles, p: &Plan<'_>) {
+/// Calls version `v` of `s` `n` times.
+fn run(s: &Shape, v: Version, n: u64, c: &CSide, h: &mut Handles, p: &Plan<'_>) {
     for _ in 0..n {
-        black_box(match v {
-            0 => c.call(s.best),
-            1 => c.call(s.plain),
-            _ => (s.rust)(h, p),
-        });
+        black_box(call(s, v, c, h, p));
     }
 }
 
@@ -859,18 +854,38 @@ fn args() -> Args {
 fn main() {
     let a = args();
     let (o, mut h, mut mr) = fixture().expect("the fake objects wrap");
-    // SAFETY: `o` is valid; the WQE outlives every use (it lives in `h`).
-    unsafe { (*o.as_ptr()).wqe = h.wqe.as_ptr() };
+    // SAFETY: `o` is valid and stays so; nothing writes it from here on.
+    let r = unsafe { &*o.as_ptr() };
     let remote = h.natural.remote;
     let p = Plan::new(&mut mr, remote, &h.rc).expect("the plan fits the region");
     let c = CSide {
-        o: o.as_ptr(),
-        // SAFETY: `o` is valid.
-        plan: unsafe { bench_plan_new(o.as_ptr()) },
+        rc: CQp {
+            qpx: r.rc_qpx,
+            mqpx: r.rc_mqpx,
+        },
+        dci: CQp {
+            qpx: r.dci_qpx,
+            mqpx: r.dci_mqpx,
+        },
+        cq: r.cq,
+        rkey: r.rkey,
+        dc: CDc {
+            ah: r.ah,
+            dctn: r.remote_dctn,
+            key: r.remote_dc_key,
+        },
+        mkey: r.mkey,
+        // Lives in `h`, as long as `c`.
+        wqe: h.wqe.as_ptr(),
+        // SAFETY: `r.mr` is a live region; the plan is never freed.
+        plan: unsafe { bench_plan_new(r.mr, r.remote_addr) },
         // SAFETY: allocates.
         wc: unsafe { bench_wc_new() },
+        rcw: r.rcw_qpx,
+        wcq: r.wcq,
+        wc_full: r.wc_full,
     };
-    check_same_work(&c, &mut h, &p);
+    check_same_work(r, &c, &mut h, &p);
 
     if a.symbols {
         measure::print_symbols(SHAPES);
@@ -890,14 +905,20 @@ fn main() {
         return;
     };
     let annotate = std::fs::read_to_string(&file).expect("read the callgrind_annotate listing");
+    let counts: Vec<Counts> = SHAPES.iter().map(|s| Counts::of(&annotate, s, n)).collect();
 
     // Wall time: the best of `rounds` rounds of `batches` calls each, the
-    // versions interleaved round by round.
+    // versions interleaved round by round; for C best, its cheapest build.
     let batches = 2000u64;
     let mut best_ns = vec![[f64::MAX; 3]; SHAPES.len()];
     for _ in 0..a.rounds {
         for (k, s) in SHAPES.iter().enumerate() {
-            for (v, slot) in best_ns[k].iter_mut().enumerate() {
+            let versions = [
+                Version::Best(counts[k].winner()),
+                Version::Plain,
+                Version::Rust,
+            ];
+            for (v, slot) in versions.into_iter().zip(best_ns[k].iter_mut()) {
                 let t = Instant::now();
                 run(s, v, batches, &c, &mut h, &p);
                 let ns = t.elapsed().as_nanos() as f64 / (batches * BATCH as u64) as f64;
@@ -907,7 +928,7 @@ fn main() {
     }
 
     println!(
-        "{:<21} {:>9} {:>9} {:>9} {:>8} {:>8} {:>5} {:>4}   {:>7} {:>7} {:>7} {:>6}",
+        "{:<21} {:>9} {:>9} {:>9} {:>8} {:>8} {:>5} {:>4}   {:>7} {:>7} {:>7} {:>6}   C best build",
         "shape (Ir per WR)",
         "C best",
         "C plain",
@@ -922,10 +943,9 @@ fn main() {
         "R/Cb"
     );
     let mut over = Vec::new();
-    for (k, s) in SHAPES.iter().enumerate() {
-        let per_wr = measure::ir_per_wr(&annotate, s, n);
-        let ns = best_ns[k];
-        let ratio = per_wr[2] / per_wr[0];
+    for ((s, ns), count) in SHAPES.iter().zip(&best_ns).zip(&counts) {
+        let c_best = count.c_best();
+        let ratio = count.rust / c_best;
         let goal = s.goal.ratio();
         let limit = if a.check {
             Some(s.ceiling)
@@ -942,21 +962,23 @@ fn main() {
             None => ("-".into(), "-"),
         };
         println!(
-            "{:<21} {:>9.2} {:>9.2} {:>9.2} {:>8.3} {:>8.3} {:>5} {:>4}   {:>7.2} {:>7.2} {:>7.2} {:>6.2}",
+            "{:<21} {:>9.2} {:>9.2} {:>9.2} {:>8.3} {:>8.3} {:>5} {:>4}   {:>7.2} {:>7.2} {:>7.2} {:>6.2}   {}",
             s.name,
-            per_wr[0],
-            per_wr[1],
-            per_wr[2],
+            c_best,
+            count.plain,
+            count.rust,
             ratio,
-            per_wr[2] / per_wr[1],
+            count.rust / count.plain,
             goal,
             met,
             ns[0],
             ns[1],
             ns[2],
             ns[2] / ns[0],
+            VARIANTS[count.winner()].label(s.c),
         );
     }
+    measure::print_variants(SHAPES, &counts);
     if a.check || a.goals || a.limit.is_some() {
         if !over.is_empty() {
             println!(

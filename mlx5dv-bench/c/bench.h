@@ -1,9 +1,10 @@
 /*
- * The C side of benches/post_vs_c.rs: a null provider (an ibv_qp_ex +
- * mlx5dv_qp_ex pair and an ibv_cq_ex whose entries do what a minimal real
- * provider does: store their arguments into a 64-byte slot of a ring) and the
- * same batches the Rust bench posts through the safe API, written in C with
- * rdma-core's inline functions.
+ * The C side of the benches: a null provider (an ibv_qp_ex + mlx5dv_qp_ex
+ * pair and an ibv_cq_ex whose entries do what a minimal real provider does:
+ * store their arguments into a 64-byte slot of a ring; benches/post_vs_c.rs
+ * posts to it) and the same batches the Rust benches post through the safe
+ * API, written in C with rdma-core's inline functions (BENCH_LOOPS: c/post.c
+ * and c/plain.c), which post on the null provider's QPs or libmlx5's.
  */
 #ifndef MLX5DV_BENCH_H
 #define MLX5DV_BENCH_H
@@ -43,7 +44,8 @@ struct null_cq {
 	uint32_t qp_num;
 };
 
-/* Everything both sides need; the Rust side wraps these with from_raw. */
+/* The null provider's objects; the Rust side wraps these with from_raw, and
+ * passes the QPs, CQs and inputs to the C loops. */
 struct bench_objs {
 	struct ibv_context *ctx;
 	struct ibv_pd *pd;
@@ -65,8 +67,6 @@ struct bench_objs {
 	uint32_t rkey;
 	uint32_t remote_dctn;
 	uint64_t remote_dc_key;
-	/* A prepared 64-byte raw WQE. */
-	const void *wqe;
 	/* For the natural forms' comparisons (the end of post.c): an RC QP
 	 * whose send CQ completes every work request it was given
 	 * (struct null_ring_cq), as the scoped post needs, and room for one
@@ -108,8 +108,9 @@ struct bench_plan {
 	uint8_t msg[BENCH_INLINE];
 };
 
-/* A plan for the objects' memory region (never freed). */
-struct bench_plan *bench_plan_new(const struct bench_objs *o);
+/* A plan for the memory region `mr` and the peer's buffer at `remote_addr`
+ * (never freed). */
+struct bench_plan *bench_plan_new(const struct ibv_mr *mr, uint64_t remote_addr);
 
 /* A completion as the Rust side's WorkCompletion holds it. */
 struct bench_wc {
@@ -132,35 +133,71 @@ void bench_last_batch(const struct null_qp *q, uint64_t out[BENCH_BATCH][8]);
 /* Zeroes the ring, so that a batch's slots show only what it wrote. */
 void bench_clear_ring(struct null_qp *q);
 
-/* One batch (or one poll round) per call; 0 on success. "best": as a
- * performance engineer writes it (loop-invariant QP fields set once);
- * "plain": as the man page's examples do it (every field per WR). */
-#define BENCH_SHAPES(X)                                                        \
-	X(rc_write_sge)                                                        \
-	X(rc_inline_send)                                                      \
-	X(dci_write_sge)                                                       \
-	X(dci_write_sge_stream)                                                \
-	X(memcpy)                                                              \
-	X(mr_list)                                                             \
-	X(raw_wqe)                                                             \
-	X(poll_cq)
+/* The DC target of the DCI loops: the address handle, the DCT number and
+ * its access key, as a C program keeps them. */
+struct bench_dc {
+	struct ibv_ah *ah;
+	uint32_t dctn;
+	uint64_t key;
+};
 
-#define BENCH_DECLARE(name)                                                    \
-	int c_best_##name(const struct bench_objs *o,                          \
-			  const struct bench_plan *p, struct bench_wc *wc);    \
-	int c_plain_##name(const struct bench_objs *o,                         \
-			   const struct bench_plan *p, struct bench_wc *wc);
-BENCH_SHAPES(BENCH_DECLARE)
+#define BENCH_CAT2(a, b) a##b
+#define BENCH_CAT(a, b) BENCH_CAT2(a, b)
 
-/* The natural forms' comparisons (the end of post.c): completions read
- * whole into o->wc_full (poll_full: one poll round; cq_wait: rounds until
- * BENCH_BATCH have come), and a batch of RDMA writes on o->rcw posted and
- * then its completions polled from o->wcq (post_wait). `wc` is unused. */
-#define BENCH_NATURAL_SHAPES(X)                                                \
-	X(poll_full)                                                           \
-	X(cq_wait)                                                             \
-	X(post_wait)
-BENCH_NATURAL_SHAPES(BENCH_DECLARE)
-#undef BENCH_DECLARE
+/* The loops of one build, named <prefix><shape>: one batch (or one poll
+ * round) per call, 0 on success (a poll: how many completions it read), a
+ * negative errno on failure. They take what a C program passes: the QP as
+ * its struct ibv_qp_ex (and struct mlx5dv_qp_ex where the shape uses mlx5dv
+ * setters), the CQ as its struct ibv_cq_ex, and the batch's inputs: the
+ * peer's rkey, the plan, the DC target, the mkey, the raw WQE, room for the
+ * completions.
+ *
+ * poll_full reads one poll round whole into `wc` (struct bench_wc_full);
+ * cq_wait polls rounds until BENCH_BATCH have come; post_wait posts the
+ * BENCH_BATCH RDMA writes of rc_write_sge on `qpx`, then polls their
+ * completions from `cq`, its send CQ.
+ *
+ * c/post.c defines them as "C best" (compiled once per variant, its prefix
+ * c_best_<variant>_), c/plain.c as "C plain" (prefix c_plain_). */
+#define BENCH_LOOPS(prefix)                                                    \
+	int BENCH_CAT(prefix, rc_write_sge)(struct ibv_qp_ex *qpx, uint32_t rkey, \
+					    const struct bench_plan *p);       \
+	int BENCH_CAT(prefix, rc_inline_send)(struct ibv_qp_ex *qpx,           \
+					      const struct bench_plan *p);     \
+	int BENCH_CAT(prefix, dci_write_sge)(struct ibv_qp_ex *qpx,            \
+					     struct mlx5dv_qp_ex *mqpx,        \
+					     uint32_t rkey,                    \
+					     const struct bench_dc *dc,        \
+					     const struct bench_plan *p);      \
+	int BENCH_CAT(prefix, dci_write_sge_stream)(struct ibv_qp_ex *qpx,     \
+						    struct mlx5dv_qp_ex *mqpx, \
+						    uint32_t rkey,             \
+						    const struct bench_dc *dc, \
+						    const struct bench_plan *p); \
+	int BENCH_CAT(prefix, memcpy)(struct ibv_qp_ex *qpx,                   \
+				      struct mlx5dv_qp_ex *mqpx,               \
+				      const struct bench_plan *p);             \
+	int BENCH_CAT(prefix, mr_list)(struct ibv_qp_ex *qpx,                  \
+				       struct mlx5dv_qp_ex *mqpx,              \
+				       struct mlx5dv_mkey *mkey,               \
+				       const struct bench_plan *p);            \
+	int BENCH_CAT(prefix, raw_wqe)(struct ibv_qp_ex *qpx,                  \
+				       struct mlx5dv_qp_ex *mqpx,              \
+				       const void *wqe);                       \
+	int BENCH_CAT(prefix, poll_cq)(struct ibv_cq_ex *cq,                   \
+				       struct bench_wc *wc);                   \
+	int BENCH_CAT(prefix, poll_full)(struct ibv_cq_ex *cq,                 \
+					 struct bench_wc_full *wc);            \
+	int BENCH_CAT(prefix, cq_wait)(struct ibv_cq_ex *cq,                   \
+				       struct bench_wc_full *wc);              \
+	int BENCH_CAT(prefix, post_wait)(struct ibv_qp_ex *qpx, uint32_t rkey,  \
+					 const struct bench_plan *p,           \
+					 struct ibv_cq_ex *cq,                 \
+					 struct bench_wc_full *wc);
+
+BENCH_LOOPS(c_plain_)
+#ifdef BENCH_PREFIX
+BENCH_LOOPS(BENCH_PREFIX)
+#endif
 
 #endif

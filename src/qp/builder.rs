@@ -302,6 +302,8 @@ impl<T: Transport> QpBuilder<'_, T> {
                 ops: self.mlx5_ops,
                 max_memcpy,
                 streams: self.streams,
+                // Set by `assemble`, from the capabilities.
+                wqe_blocks: 0,
             },
             caps: QpCaps {
                 max_send_wr: attr.cap.max_send_wr,

@@ -157,6 +157,12 @@ pub(crate) struct Mlx5Info {
     pub(crate) max_memcpy: u64,
     /// DCI streams it was created with.
     pub(crate) streams: Option<DciStreams>,
+    /// The 64-byte blocks of the QP's WQE, what a raw WQE may take
+    /// (`wr::wqe_blocks` of its capabilities), worked out once. Here,
+    /// copied into each batch, rather than behind a pointer the
+    /// provider's calls might write through (the compiler would read it
+    /// again at each work request).
+    pub(crate) wqe_blocks: u32,
 }
 
 /// A queue pair with the extended work-request API. `T` is its transport
@@ -257,7 +263,10 @@ impl<T: Transport> QpEx<T> {
             }),
             qp: p.qp,
             qpx: p.qpx,
-            mlx5: p.mlx5,
+            mlx5: Mlx5Info {
+                wqe_blocks: crate::wr::wqe_blocks(&p.caps),
+                ..p.mlx5
+            },
             caps: p.caps,
             send_ops: p.send_ops,
             owned: p.owned,

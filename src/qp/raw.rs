@@ -65,6 +65,8 @@ impl<T: Transport> QpEx<T> {
             ops: m.ops,
             max_memcpy: m.max_wr_memcpy_length,
             streams: m.streams,
+            // Set by `assemble`, from the capabilities.
+            wqe_blocks: 0,
         });
         QpEx::assemble(QpParts {
             qp: raw.qp,

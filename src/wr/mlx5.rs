@@ -468,13 +468,11 @@ impl<'m> Wr<'_, 'm, ReliableConnection> {
         self.mlx5_op(Mlx5SendOps::RAW_WQE, "raw_wqe")?;
         // The provider copies the WQE whole and advances the send queue by
         // its 64-byte blocks without checking them against the QP's WQE
-        // size: a larger WQE would overwrite the next ones. The QP's WQE
-        // holds at least a control segment plus the larger of its inline
-        // data (with its 4-byte header) and its SGEs.
-        let caps = *self.state.caps();
-        let body = (caps.max_inline_data + INL_HDR).max(caps.max_send_sge * ENTRY);
-        let blocks = (16 + body).div_ceil(64);
-        if u32::from(wqe.basic_blocks()) > blocks {
+        // size: a larger WQE would overwrite the next ones.
+        // In 16-byte units (4 to a block): the WQE's own count, compared
+        // as it is.
+        let blocks = self.state.mlx5.wqe_blocks;
+        if u32::from(wqe.ds()) > blocks * 4 {
             return Err(Error::OutOfRange {
                 what: "raw WQE size in 64-byte blocks",
                 value: u64::from(wqe.basic_blocks()),
@@ -493,6 +491,14 @@ impl<'m> Wr<'_, 'm, ReliableConnection> {
             },
         )
     }
+}
+
+/// The 64-byte blocks of a QP's WQE: at least a control segment plus the
+/// larger of its inline data (with its 4-byte header) and its SGEs.
+pub(crate) fn wqe_blocks(caps: &crate::qp::QpCaps) -> u32 {
+    let body =
+        (caps.max_inline_data.saturating_add(INL_HDR)).max(caps.max_send_sge.saturating_mul(ENTRY));
+    body.saturating_add(16).div_ceil(64)
 }
 
 const WQE_LIMIT: &str = "what the QP's WQE holds: create it with a larger max_inline_data";

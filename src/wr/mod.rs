@@ -167,6 +167,7 @@ use crate::qp::{
 };
 
 mod mlx5;
+pub(crate) use mlx5::wqe_blocks;
 mod scoped;
 #[cfg(test)]
 mod tests;

@@ -8,11 +8,12 @@
 //! provider), here on real objects: an RC QP connected to a second one, a
 //! DCI with 4 streams writing to a DCT, an indirect mkey, a registered
 //! region and the peer's. Each posts one batch of 32 work requests (or
-//! polls 32 completions) per call, three ways: `c/post.c`'s loops
-//! (`real_c_best_<shape>`, `real_c_plain_<shape>`: the same C, compiled by
-//! build.rs against libmlx5's QP layout) and the safe API's tuned and
-//! natural forms (`rust_<shape>`: `common/shapes.rs`, the same functions
-//! `post_vs_c.rs` measures).
+//! polls 32 completions) per call: the C loops `post_vs_c.rs` measures,
+//! given libmlx5's own QPs and CQ (every build of C best,
+//! `c_best_<build>_<shape>`, the cheapest taken per shape, and C plain,
+//! `c_plain_<shape>`), and the safe API's tuned and natural forms
+//! (`rust_<shape>`: `common/shapes.rs`, the same functions `post_vs_c.rs`
+//! measures).
 //!
 //! Between measured calls (never inside one) the device runs what was
 //! posted (`mlx5dv_sim_step`: the device has no thread of its own,
@@ -33,9 +34,10 @@
 //!                                second N)
 //! real_provider --report FILE N [--rounds R] [--calls C]
 //!                                FILE: `callgrind_annotate --inclusive=yes`
-//!                                of a `--run N`; times every function
-//!                                (best of R rounds of C calls, without
-//!                                valgrind) and prints the table
+//!                                of a `--run N`; times C best's cheapest
+//!                                build, C plain and Rust (best of R rounds
+//!                                of C calls, without valgrind) and prints
+//!                                the table
 //! ```
 //!
 //! `scripts/bench-real` runs it under `scripts/mlx5-sim`.
@@ -45,9 +47,9 @@ mod common;
 mod rig;
 mod shapes;
 
-use common::measure::{self, bench_zero_mark};
+use common::measure::{self, bench_zero_mark, Counts, Version};
 use common::wc::BenchWc;
-use common::{CSide, BATCH};
+use common::{CSide, BATCH, VARIANTS};
 use rig::{Rig, GROUP};
 use shapes::{Plan, Shape, Work, SHAPES};
 use std::hint::black_box;
@@ -68,7 +70,7 @@ enum Did {
 /// Runs version `v` of `s` twice and says what the second call did (so
 /// that the queue's history is the shape's own: libmlx5 fences the work
 /// request after a UMR, for one).
-fn did(s: &Shape, v: usize, c: &CSide, rig: &mut Rig, p: &Plan<'_>) -> Did {
+fn did(s: &Shape, v: Version, c: &CSide, rig: &mut Rig, p: &Plan<'_>) -> Did {
     run(s, v, 1, c, rig, p);
     rig.prepare(s.work, 1);
     match s.work {
@@ -86,53 +88,47 @@ fn did(s: &Shape, v: usize, c: &CSide, rig: &mut Rig, p: &Plan<'_>) -> Did {
         Work::Poll => {
             assert_eq!(s.call(v, c, rig, p), BATCH, "{}", s.name);
             rig.settle(s.work, 1);
-            Did::Polled(if v == 2 {
+            Did::Polled(if v == Version::Rust {
                 rig.completions.to_vec()
             } else {
-                c.wcs().to_vec()
+                c.take_wcs().to_vec()
             })
         }
     }
 }
 
-/// Runs every version of every shape once and checks they did the same
-/// work.
+/// Runs every version of every shape once (every build of C best, C
+/// plain, Rust) and checks they did the same work.
 fn check_same_work(c: &CSide, rig: &mut Rig, p: &Plan<'_>) {
     for s in SHAPES {
-        let [best, plain, rust] = [0, 1, 2].map(|v| did(s, v, c, rig, p));
+        let rust = did(s, Version::Rust, c, rig, p);
         if let Did::Posted { wqes, wcs } = &rust {
             assert_eq!(wqes.len(), BATCH, "{}: WQEs posted", s.name);
             let ids: Vec<u64> = wcs.iter().map(|w| w.0).collect();
             assert_eq!(ids, (0..BATCH as u64).collect::<Vec<_>>(), "{}", s.name);
         }
-        if best != plain || plain != rust {
-            panic!(
-                "{}: the versions did different work:\n{}",
-                s.name,
-                difference(&[best, plain, rust])
-            );
+        for v in Version::all().filter(|&v| v != Version::Rust) {
+            let other = did(s, v, c, rig, p);
+            if other != rust {
+                panic!(
+                    "{}: the versions did different work:\n{}",
+                    s.name,
+                    difference(&[(v.label(s.c), other), ("Rust".into(), rust)])
+                );
+            }
         }
     }
 }
 
-/// The first place where the three versions' work differs, each
-/// version's side of it on a line.
-fn difference(did: &[Did; 3]) -> String {
-    let names = ["C best", "C plain", "Rust"];
+/// The first place where two versions' work differs, each version's side
+/// of it on a line.
+fn difference(did: &[(String, Did); 2]) -> String {
     let side = |f: &dyn Fn(&Did) -> String| {
-        let lines: Vec<String> = names
-            .iter()
-            .zip(did)
-            .map(|(n, d)| format!("{n}: {}", f(d)))
-            .collect();
+        let lines: Vec<String> = did.iter().map(|(n, d)| format!("{n}: {}", f(d))).collect();
         lines.join("\n")
     };
-    if let [Did::Posted { wqes: a, .. }, Did::Posted { wqes: b, .. }, Did::Posted { wqes: c, .. }] =
-        did
-    {
-        let at = (0..a.len().max(b.len()).max(c.len()))
-            .find(|&i| !(a.get(i) == b.get(i) && b.get(i) == c.get(i)));
-        if let Some(i) = at {
+    if let [(_, Did::Posted { wqes: a, .. }), (_, Did::Posted { wqes: b, .. })] = did {
+        if let Some(i) = (0..a.len().max(b.len())).find(|&i| a.get(i) != b.get(i)) {
             return format!(
                 "WQE {i} (index zeroed):\n{}",
                 side(&|d| match d {
@@ -152,7 +148,7 @@ fn difference(did: &[Did; 3]) -> String {
 
 /// Calls version `v` of `s` `n` times, `GROUP` at a time with the device
 /// run between; returns the time spent in the calls alone.
-fn run(s: &Shape, v: usize, n: u64, c: &CSide, rig: &mut Rig, p: &Plan<'_>) -> Duration {
+fn run(s: &Shape, v: Version, n: u64, c: &CSide, rig: &mut Rig, p: &Plan<'_>) -> Duration {
     let mut spent = Duration::ZERO;
     let mut left = n;
     while left > 0 {
@@ -180,42 +176,52 @@ fn run_all(n: u64, c: &CSide, rig: &mut Rig, p: &Plan<'_>) {
 }
 
 /// Prints the table: instructions per work request from `annotate` (a
-/// `--run n`), and the best time per work request of `rounds` rounds of
-/// `calls` calls, the versions interleaved round by round (their order
-/// turned each round, so that none always runs first).
+/// `--run n`; C best the cheapest build per shape), and the best time per
+/// work request of `rounds` rounds of `calls` calls of C best's cheapest
+/// build, C plain and Rust, interleaved round by round (their order turned
+/// each round, so that none always runs first).
 fn report(annotate: &str, n: u64, rounds: u32, calls: u64, c: &CSide, rig: &mut Rig, p: &Plan<'_>) {
+    let counts: Vec<Counts> = SHAPES.iter().map(|s| Counts::of(annotate, s, n)).collect();
     let mut best_ns = vec![[f64::MAX; 3]; SHAPES.len()];
     for round in 0..rounds as usize {
         for (k, s) in SHAPES.iter().enumerate() {
-            for v in (0..3).map(|j| (j + round) % 3) {
-                let t = run(s, v, calls, c, rig, p);
+            let versions = [
+                Version::Best(counts[k].winner()),
+                Version::Plain,
+                Version::Rust,
+            ];
+            for j in (0..3).map(|j| (j + round) % 3) {
+                let t = run(s, versions[j], calls, c, rig, p);
                 let ns = t.as_nanos() as f64 / (calls * BATCH as u64) as f64;
-                best_ns[k][v] = best_ns[k][v].min(ns);
+                best_ns[k][j] = best_ns[k][j].min(ns);
             }
         }
     }
     println!(
         "| shape | kind | C best Ir/WR | C plain Ir/WR | Rust Ir/WR | Rust / C best | \
-         Rust / C plain | C best ns/WR | C plain ns/WR | Rust ns/WR | Rust / C best (time) |"
+         Rust / C plain | C best ns/WR | C plain ns/WR | Rust ns/WR | Rust / C best (time) | \
+         C best build |"
     );
-    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
-    for (s, ns) in SHAPES.iter().zip(&best_ns) {
-        let ir = measure::ir_per_wr(annotate, s, n);
+    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|");
+    for ((s, ns), ir) in SHAPES.iter().zip(&best_ns).zip(&counts) {
+        let c_best = ir.c_best();
         println!(
-            "| {} | {} | {:.2} | {:.2} | {:.2} | {:.3} | {:.3} | {:.2} | {:.2} | {:.2} | {:.2} |",
+            "| {} | {} | {:.2} | {:.2} | {:.2} | {:.3} | {:.3} | {:.2} | {:.2} | {:.2} | {:.2} | {} |",
             s.title,
             s.kind,
-            ir[0],
-            ir[1],
-            ir[2],
-            ir[2] / ir[0],
-            ir[2] / ir[1],
+            c_best,
+            ir.plain,
+            ir.rust,
+            ir.rust / c_best,
+            ir.rust / ir.plain,
             ns[0],
             ns[1],
             ns[2],
             ns[2] / ns[0],
+            VARIANTS[ir.winner()].label(s.c),
         );
     }
+    measure::print_variants(SHAPES, &counts);
 }
 
 fn usage() -> ! {

@@ -1,10 +1,10 @@
-//! The objects on the device, the same objects as the C loops see them
-//! (`struct bench_objs`), and what happens between measured calls: the
+//! The objects on the device, the same objects as the C loops take them
+//! (libmlx5's own QPs and CQ), and what happens between measured calls: the
 //! device run (`mlx5dv_sim_step`), the completions drained, the peer's
 //! receives posted.
 
 use crate::common::wc::BenchWc;
-use crate::common::{BenchObjs, CSide, BATCH, LOG_STREAMS, MSG};
+use crate::common::{CDc, CQp, CSide, BATCH, LOG_STREAMS, MSG};
 use crate::shapes::{DcTarget, Queue, Work};
 use mlx5dv::ffi;
 use mlx5dv::wqe::{Opcode, Wqe, WqeBuilder};
@@ -30,11 +30,9 @@ const PSN: u32 = 0x1234;
 const DEVICE: &str = "mlx5_0";
 
 extern "C" {
-    // `c/post.c` as build.rs compiles it for this bench.
-    fn real_bench_plan_new(o: *const BenchObjs) -> *mut c_void;
-    fn real_bench_wc_new() -> *mut c_void;
-    static real_qp_dv_offset: usize;
-    static real_bench_objs_size: usize;
+    // `c/plain.c`.
+    fn bench_plan_new(mr: *const ffi::ibv_mr, remote_addr: u64) -> *mut c_void;
+    fn bench_wc_new() -> *mut c_void;
     // glibc.
     fn dlsym(handle: *mut c_void, symbol: *const c_char) -> *mut c_void;
 }
@@ -66,8 +64,8 @@ pub struct Rig {
     _srq: SharedReceiveQueue,
     remote_mr: MemoryRegion,
     local: MemoryRegion,
-    pd: ProtectionDomain,
-    ctx: Context,
+    _pd: ProtectionDomain,
+    _ctx: Context,
     step: Step,
     rc_sq: SqView,
     dci_sq: SqView,
@@ -174,8 +172,8 @@ impl Rig {
             _srq: srq,
             remote_mr,
             local,
-            pd,
-            ctx,
+            _pd: pd,
+            _ctx: ctx,
             step,
             drained: Vec::new(),
         })
@@ -192,64 +190,37 @@ impl Rig {
         unsafe { self.local.alias() }
     }
 
-    /// The objects as the C loops take them.
+    /// The objects as the C loops take them: libmlx5's QPs as their
+    /// `ibv_qp_ex` and `mlx5dv_qp_ex` (`mlx5dv_qp_ex_from_ibv_qp_ex`), its
+    /// CQ as its `ibv_cq_ex`, and the batch's inputs.
     pub fn c_side(&self) -> CSide {
-        let (rc_qpx, dci_qpx) = (self.rc.as_qp_ex_ptr(), self.dci.as_qp_ex_ptr());
-        // SAFETY: the QPs are live mlx5 QPs.
-        let (rc_mqpx, dci_mqpx) = unsafe {
-            (
-                ffi::mlx5dv_qp_ex_from_ibv_qp_ex(rc_qpx),
-                ffi::mlx5dv_qp_ex_from_ibv_qp_ex(dci_qpx),
-            )
+        let qp = |qpx: *mut ffi::ibv_qp_ex| CQp {
+            qpx,
+            // SAFETY: `qpx` is a live mlx5 QP's.
+            mqpx: unsafe { ffi::mlx5dv_qp_ex_from_ibv_qp_ex(qpx) },
         };
-        // SAFETY: plain constants of the C side.
-        let (dv_offset, objs_size) = unsafe { (real_qp_dv_offset, real_bench_objs_size) };
-        for (what, qpx, mqpx) in [("RC", rc_qpx, rc_mqpx), ("DCI", dci_qpx, dci_mqpx)] {
-            let found = mqpx as usize - qpx as usize;
-            assert_eq!(
-                found, dv_offset,
-                "libmlx5's {what} QP keeps its mlx5dv_qp_ex {found} bytes after its ibv_qp_ex; \
-                 the loops (build.rs's struct null_qp) assume {dv_offset}"
-            );
-        }
-        assert_eq!(
-            objs_size,
-            size_of::<BenchObjs>(),
-            "struct bench_objs changed: update BenchObjs"
-        );
-        let o = Box::new(BenchObjs {
-            ctx: self.ctx.as_ptr(),
-            pd: self.pd.as_ptr(),
+        CSide {
+            rc: qp(self.rc.as_qp_ex_ptr()),
+            dci: qp(self.dci.as_qp_ex_ptr()),
             cq: self.cq.as_ptr(),
-            mr: self.local.as_ptr(),
-            mkey: self.mkey.as_ptr(),
-            ah: self.ah.as_ptr(),
-            // The loops' `struct null_qp` starts at the `ibv_qp_ex`.
-            rc: rc_qpx.cast(),
-            dci: dci_qpx.cast(),
-            rc_qp: self.rc.as_ptr(),
-            rc_qpx,
-            rc_mqpx,
-            dci_qp: self.dci.as_ptr(),
-            dci_qpx,
-            dci_mqpx,
-            remote_addr: self.remote.addr,
             rkey: self.remote.rkey,
-            remote_dctn: self.dc.dctn,
-            remote_dc_key: self.dc.key,
+            dc: CDc {
+                ah: self.ah.as_ptr(),
+                dctn: self.dc.dctn,
+                key: self.dc.key,
+            },
+            mkey: self.mkey.as_ptr(),
             wqe: self.wqe.as_ptr(),
+            // SAFETY: the region is live; the plan, like the completion
+            // array, is never freed.
+            plan: unsafe { bench_plan_new(self.local.as_ptr(), self.remote.addr) },
+            // SAFETY: allocates.
+            wc: unsafe { bench_wc_new() },
+            // No natural forms' comparisons here.
             rcw: ptr::null_mut(),
-            rcw_qp: ptr::null_mut(),
-            rcw_qpx: ptr::null_mut(),
             wcq: ptr::null_mut(),
             wc_full: ptr::null_mut(),
-        });
-        // Never freed, as the plan and the completion array.
-        let o: *const BenchObjs = Box::leak(o);
-        // SAFETY: `o` is complete; the plan and the completion array are
-        // allocated (and never freed).
-        let (plan, wc) = unsafe { (real_bench_plan_new(o), real_bench_wc_new()) };
-        CSide { o, plan, wc }
+        }
     }
 
     /// Before `calls` calls of a shape: the peer's receives for sends, or

@@ -1,13 +1,13 @@
 //! The table's rows: one batch of 32 work requests (or one poll of 32
-//! completions) per call, in C (`c/post.c`'s loops, compiled against
-//! libmlx5's QP layout by build.rs and named `real_c_best_<shape>`,
-//! `real_c_plain_<shape>`) and in Rust through the safe API: the tuned and
-//! natural forms that `benches/post_vs_c.rs` measures too
-//! (`common/shapes.rs`).
+//! completions) per call, in C (the loops `post_vs_c.rs` measures: every
+//! build of `c/post.c`'s C best, `c_best_<build>_<shape>`, and
+//! `c/plain.c`'s `c_plain_<shape>`, given libmlx5's own QPs) and in Rust
+//! through the safe API: the tuned and natural forms that
+//! `benches/post_vs_c.rs` measures too (`common/shapes.rs`).
 
-use crate::common::measure::Row;
+use crate::common::measure::{Row, Version};
 use crate::common::wc::BenchWc;
-use crate::common::{c_loops, CLoop, CSide, BATCH, INLINE, LIST, LOG_STREAMS, MSG};
+use crate::common::{CShape, CSide, BATCH, INLINE, LIST, LOG_STREAMS, MSG};
 use crate::rig::Rig;
 use mlx5dv::wqe::Wqe;
 use mlx5dv::{
@@ -38,55 +38,39 @@ pub enum Work {
     Poll,
 }
 
-/// One row: C best, C plain and one Rust form of the same work.
+/// One row: C best (every build), C plain and one Rust form of the same
+/// work.
 pub struct Shape {
     /// The Rust version is `rust_<name>`.
     pub name: &'static str,
-    /// The C versions are `real_c_best_<c>` and `real_c_plain_<c>`.
-    pub c: &'static str,
+    /// The C versions' loop (`c_best_<build>_<c>`, `c_plain_<c>`).
+    pub c: CShape,
     /// The row's title in the table, and its kind (tuned or natural).
     pub title: &'static str,
     pub kind: &'static str,
-    pub best: CLoop,
-    pub plain: CLoop,
     pub rust: fn(&mut Rig, &Plan<'_>) -> usize,
     pub work: Work,
 }
 
 impl Shape {
-    /// Calls version `v` (0 best C, 1 plain C, 2 Rust) once; how many work
-    /// requests it posted or completions it read.
-    pub fn call(&self, v: usize, c: &CSide, rig: &mut Rig, p: &Plan<'_>) -> usize {
-        match v {
-            0 => c.call(self.best),
-            1 => c.call(self.plain),
-            _ => (self.rust)(rig, p),
+    /// Calls version `v` once; how many work requests it posted or
+    /// completions it read.
+    pub fn call(&self, v: Version, c: &CSide, rig: &mut Rig, p: &Plan<'_>) -> usize {
+        match v.c_loops() {
+            Some(loops) => c.call(loops, self.c),
+            None => (self.rust)(rig, p),
         }
     }
 }
 
 impl Row for Shape {
-    const C_PREFIX: &'static str = "real_";
-
     fn name(&self) -> &'static str {
         self.name
     }
 
-    fn c(&self) -> &'static str {
+    fn c(&self) -> CShape {
         self.c
     }
-}
-
-// The C loops, under the names build.rs gives them.
-c_loops! {
-    real_c_best_rc_write_sge real_c_plain_rc_write_sge
-    real_c_best_rc_inline_send real_c_plain_rc_inline_send
-    real_c_best_dci_write_sge real_c_plain_dci_write_sge
-    real_c_best_dci_write_sge_stream real_c_plain_dci_write_sge_stream
-    real_c_best_memcpy real_c_plain_memcpy
-    real_c_best_mr_list real_c_plain_mr_list
-    real_c_best_raw_wqe real_c_plain_raw_wqe
-    real_c_best_poll_cq real_c_plain_poll_cq
 }
 
 fn ok(r: Result<u32>) -> usize {
@@ -105,31 +89,25 @@ const DCI: Work = Work::Post {
 pub const SHAPES: &[Shape] = &[
     Shape {
         name: "rc_write_sge",
-        c: "rc_write_sge",
+        c: CShape::RcWriteSge,
         title: "RC write + SGE",
         kind: "tuned",
-        best: real_c_best_rc_write_sge,
-        plain: real_c_plain_rc_write_sge,
         rust: |r, p| ok(rust_rc_write_sge(&mut r.rc, p)),
         work: RC,
     },
     Shape {
         name: "rc_write_sge_natural",
-        c: "rc_write_sge",
+        c: CShape::RcWriteSge,
         title: "RC write + SGE",
         kind: "natural",
-        best: real_c_best_rc_write_sge,
-        plain: real_c_plain_rc_write_sge,
         rust: |r, _| ok(rust_rc_write_sge_natural(&mut r.rc, &r.src, r.remote)),
         work: RC,
     },
     Shape {
         name: "rc_inline_send",
-        c: "rc_inline_send",
+        c: CShape::RcInlineSend,
         title: "RC send, 16 B inline",
         kind: "tuned",
-        best: real_c_best_rc_inline_send,
-        plain: real_c_plain_rc_inline_send,
         rust: |r, p| ok(rust_rc_inline_send(&mut r.rc, p)),
         work: Work::Post {
             queue: Queue::Rc,
@@ -138,21 +116,17 @@ pub const SHAPES: &[Shape] = &[
     },
     Shape {
         name: "dci_write_sge",
-        c: "dci_write_sge",
+        c: CShape::DciWriteSge,
         title: "DCI write + SGE + DC address",
         kind: "tuned",
-        best: real_c_best_dci_write_sge,
-        plain: real_c_plain_dci_write_sge,
         rust: |r, p| ok(rust_dci_write_sge(&mut r.dci, p, r.dc.with(&r.ah))),
         work: DCI,
     },
     Shape {
         name: "dci_write_sge_natural",
-        c: "dci_write_sge",
+        c: CShape::DciWriteSge,
         title: "DCI write + SGE + DC address",
         kind: "natural",
-        best: real_c_best_dci_write_sge,
-        plain: real_c_plain_dci_write_sge,
         rust: |r, _| {
             let Rig {
                 dci,
@@ -168,61 +142,49 @@ pub const SHAPES: &[Shape] = &[
     },
     Shape {
         name: "dci_write_sge_stream",
-        c: "dci_write_sge_stream",
+        c: CShape::DciWriteSgeStream,
         title: "DCI write, stream",
         kind: "tuned",
-        best: real_c_best_dci_write_sge_stream,
-        plain: real_c_plain_dci_write_sge_stream,
         rust: |r, p| ok(rust_dci_write_sge_stream(&mut r.dci, p, r.dc.with(&r.ah))),
         work: DCI,
     },
     Shape {
         name: "memcpy",
-        c: "memcpy",
+        c: CShape::Memcpy,
         title: "DMA memcpy, 64 B",
         kind: "tuned",
-        best: real_c_best_memcpy,
-        plain: real_c_plain_memcpy,
         rust: |r, p| ok(rust_memcpy(&mut r.rc, p)),
         work: RC,
     },
     Shape {
         name: "memcpy_natural",
-        c: "memcpy",
+        c: CShape::Memcpy,
         title: "DMA memcpy, 64 B",
         kind: "natural",
-        best: real_c_best_memcpy,
-        plain: real_c_plain_memcpy,
         rust: |r, _| ok(rust_memcpy_natural(&mut r.rc, &r.src, &mut r.dst)),
         work: RC,
     },
     Shape {
         name: "mr_list",
-        c: "mr_list",
+        c: CShape::MrList,
         title: "mkey list registration, 2 entries",
         kind: "tuned",
-        best: real_c_best_mr_list,
-        plain: real_c_plain_mr_list,
         rust: |r, p| ok(rust_mr_list(&mut r.rc, p, &r.mkey)),
         work: RC,
     },
     Shape {
         name: "raw_wqe",
-        c: "raw_wqe",
+        c: CShape::RawWqe,
         title: "raw WQE post",
         kind: "tuned",
-        best: real_c_best_raw_wqe,
-        plain: real_c_plain_raw_wqe,
         rust: |r, _| ok(rust_raw_wqe(&mut r.rc, &r.wqe)),
         work: RC,
     },
     Shape {
         name: "poll_cq",
-        c: "poll_cq",
+        c: CShape::PollCq,
         title: "poll 32, `poll_each` (per completion)",
         kind: "tuned",
-        best: real_c_best_poll_cq,
-        plain: real_c_plain_poll_cq,
         rust: |r, _| {
             let n = rust_poll_cq(&mut r.cq, &mut r.completions);
             n.expect("the CQ holds the completions")
