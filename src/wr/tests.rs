@@ -96,6 +96,7 @@ impl Fx {
                 ops: mlx5,
                 max_memcpy: 1 << 20,
                 streams,
+                wqe_blocks: 0,
             },
             caps: QpCaps::default(),
             send_ops: ops,
