@@ -65,15 +65,15 @@
 mod common;
 
 use common::measure::{self, bench_zero_mark, Counts, Row, Version};
-use common::wc::BenchWc;
+use common::wc::{BenchWc, CWcFull};
 use common::{CDc, CQp, CShape, CSide, BATCH, INLINE, LIST, LOG_STREAMS, MSG, VARIANTS};
 use mlx5dv::ffi;
 use mlx5dv::wqe::{Opcode, Wqe, WqeBuilder};
 use mlx5dv::{
     AccessFlags, AddressHandle, AhAttr, CompletionQueue, Context, DcAddr, DciQp, DciStreams,
     MemcpyOp, MemoryRegion, Mkey, Mlx5SendOps, ProtectionDomain, QpCaps, RawMlx5, RawQp, RcQp,
-    ReliableConnection, RemoteBuf, Result, ScopedBatch, SendFlags, SendOps, Sge, SgeMut, WcOpcode,
-    WcStatus, WorkCompletion,
+    ReliableConnection, RemoteBuf, Result, ScopedBatch, SendFlags, SendOps, Sge, SgeMut,
+    WorkCompletion,
 };
 use std::ffi::c_void;
 use std::hint::black_box;
@@ -200,39 +200,6 @@ fn rust_post_and_wait_into(
         scoped_writes(b, src, remote)
     })?;
     Ok(out.len())
-}
-
-/// `struct bench_wc` of `benches/c/bench.h`: what the C loops read of each
-/// `struct bench_wc_full` of `benches/c/bench.h`: every field of a
-/// `WorkCompletion`, as the C loops of the natural forms read them.
-#[repr(C)]
-#[derive(Clone, Copy, Debug)]
-struct CWcFull {
-    wr_id: u64,
-    status: u32,
-    opcode: u32,
-    byte_len: u32,
-    has_imm: u32,
-    imm: u32,
-    has_inv: u32,
-    inv: u32,
-    qp_num: u32,
-    vendor_err: u32,
-}
-
-impl CWcFull {
-    fn to_rust(self) -> WorkCompletion {
-        WorkCompletion {
-            wr_id: self.wr_id,
-            status: WcStatus::from_raw(self.status),
-            opcode: WcOpcode::from_raw(self.opcode),
-            byte_len: self.byte_len,
-            imm: (self.has_imm != 0).then_some(self.imm),
-            invalidated_rkey: (self.has_inv != 0).then_some(self.inv),
-            qp_num: self.qp_num,
-            vendor_err: self.vendor_err,
-        }
-    }
 }
 
 // ----- the table of shapes -----

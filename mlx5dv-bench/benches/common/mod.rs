@@ -147,10 +147,9 @@ pub enum CShape {
     MrList,
     RawWqe,
     PollCq,
-    // The natural forms' comparisons, which only `post_vs_c.rs` measures.
-    #[allow(dead_code)]
+    // The comparisons of the completions as `WorkCompletion`s; `post_wait`
+    // only `post_vs_c.rs` measures.
     PollFull,
-    #[allow(dead_code)]
     CqWait,
     #[allow(dead_code)]
     PostWait,
@@ -212,11 +211,12 @@ pub struct CSide {
     pub plan: *const c_void,
     /// `BATCH` `struct bench_wc` (`bench_wc_new`).
     pub wc: *mut c_void,
-    /// For the natural forms' comparisons (`post_vs_c.rs` only: null in
-    /// `real_provider`): the RC QP whose send CQ `wcq` completes what it
-    /// was given, and `BATCH` `struct bench_wc_full`.
+    /// For `post_wait` (`post_vs_c.rs` only: null in `real_provider`): the
+    /// RC QP whose send CQ `wcq` completes what it was given.
     pub rcw: *mut ffi::ibv_qp_ex,
     pub wcq: *mut ffi::ibv_cq_ex,
+    /// `BATCH` `struct bench_wc_full`, for `poll_full`, `cq_wait` and
+    /// `post_wait`.
     pub wc_full: *mut c_void,
 }
 
@@ -225,15 +225,18 @@ impl CSide {
     /// posted or completions it read.
     pub fn call(&self, loops: &CLoops, shape: CShape) -> usize {
         let (rc, dci, plan) = (&self.rc, &self.dci, self.plan);
-        let natural = matches!(shape, CShape::PollFull | CShape::CqWait | CShape::PostWait);
+        let full = matches!(shape, CShape::PollFull | CShape::CqWait | CShape::PostWait);
+        let scoped = shape == CShape::PostWait;
         assert!(
-            !natural || !self.wc_full.is_null(),
+            (!full || !self.wc_full.is_null())
+                && (!scoped || !(self.rcw.is_null() || self.wcq.is_null())),
             "{shape:?}: no objects for it"
         );
         // SAFETY: the QPs, CQs, plan and completion arrays live for the
         // whole process, and the QPs have what each loop uses (the mlx5
-        // extension for mlx5dv's setters; the natural forms' objects
-        // checked above); nothing else posts on the QPs or polls the CQs
+        // extension for mlx5dv's setters; the objects of `poll_full`,
+        // `cq_wait` and `post_wait` checked above); nothing else posts on
+        // the QPs or polls the CQs
         // during the call.
         let n = unsafe {
             match shape {

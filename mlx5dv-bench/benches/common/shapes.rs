@@ -1,8 +1,10 @@
 // The Rust shapes both harnesses measure: one batch of 32 work requests
-// (or one poll of 32 completions) per call through the safe API, in the
-// tuned forms (`rust_<shape>`, from a `Plan`), the natural forms
-// (`rust_<shape>_natural`) and, for post_vs_c's table only, two tuned
-// shapes with the conveniences that cost (`rust_<shape>_checked`).
+// (or one poll or wait of 32 completions) per call through the safe API,
+// in the tuned forms (`rust_<shape>`, from a `Plan`), the natural forms
+// (`rust_<shape>_natural`), the completions as `WorkCompletion`s
+// (`rust_poll_into`, `rust_cq_wait`, `rust_cq_wait_into`) and, for
+// post_vs_c's table only, two tuned shapes with the conveniences that cost
+// (`rust_<shape>_checked`).
 //
 // Included (`include!`), not a module: each harness includes it where its
 // shapes have always been compiled, post_vs_c.rs in its crate root and
@@ -14,9 +16,9 @@
 //
 // The includer has in scope what it names: `mlx5dv::{AccessFlags,
 // AddressHandle, CompletionQueue, DcAddr, DciQp, MemcpyOp, MemoryRegion,
-// Mkey, RcQp, RemoteBuf, Result, SendFlags, Sge, SgeMut}`,
-// `mlx5dv::wqe::Wqe`, and `common::{BATCH, INLINE, LIST, LOG_STREAMS, MSG}`
-// and `common::wc::BenchWc`.
+// Mkey, RcQp, RemoteBuf, Result, SendFlags, Sge, SgeMut, WorkCompletion}`,
+// `mlx5dv::wqe::Wqe`, `std::time::Duration`, and `common::{BATCH, INLINE,
+// LIST, LOG_STREAMS, MSG}` and `common::wc::BenchWc`.
 
 /// What a performance-minded user prepares before posting (the C side's
 /// `struct bench_plan` has the same, from the same region): the batch's
@@ -318,4 +320,38 @@ pub fn rust_poll_cq(cq: &mut CompletionQueue, out: &mut [BenchWc; BATCH]) -> Res
         w.qp_num = wc.qp_num();
         w.vendor_err = wc.vendor_err();
     })
+}
+
+// ----- the completions as `WorkCompletion`s -----
+//
+// Against C reading every field into `struct bench_wc_full`
+// (`c_best_poll_full`, `c_best_cq_wait`). The completions are already in
+// the CQ when each call runs: a wait never spins.
+
+/// `cq.poll_into` of one round, into a vector the caller reuses.
+#[no_mangle]
+#[inline(never)]
+pub fn rust_poll_into(cq: &mut CompletionQueue, out: &mut Vec<WorkCompletion>) -> Result<usize> {
+    out.clear();
+    cq.poll_into(out, BATCH)
+}
+
+/// `cq.wait` for 32 completions, returned in the CQ's buffer (the harness
+/// copies them out for its check, after the counted call).
+#[no_mangle]
+#[inline(never)]
+pub fn rust_cq_wait(cq: &mut CompletionQueue) -> Result<&[WorkCompletion]> {
+    cq.wait(BATCH, Duration::from_secs(5))
+}
+
+/// `cq.wait_into` for 32 completions, into a vector the caller reuses.
+#[no_mangle]
+#[inline(never)]
+pub fn rust_cq_wait_into(
+    cq: &mut CompletionQueue,
+    out: &mut Vec<WorkCompletion>,
+) -> Result<usize> {
+    out.clear();
+    cq.wait_into(out, BATCH, Duration::from_secs(5))?;
+    Ok(out.len())
 }

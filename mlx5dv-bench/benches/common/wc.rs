@@ -1,7 +1,8 @@
 //! The fields of a completion that the poll shape reads, as the C loops
-//! write them (`CWc`) and as a Rust user keeps them (`BenchWc`).
+//! write them (`CWc`) and as a Rust user keeps them (`BenchWc`); every field
+//! of one, as the C loops of the completions rows write them (`CWcFull`).
 
-use mlx5dv::{WcOpcode, WcStatus};
+use mlx5dv::{WcOpcode, WcStatus, WorkCompletion};
 
 /// `struct bench_wc` of `c/bench.h`: what the C poll loops read of each
 /// completion.
@@ -51,6 +52,53 @@ impl BenchWc {
             imm: (c.has_imm != 0).then_some(c.imm),
             qp_num: c.qp_num,
             vendor_err: c.vendor_err,
+        }
+    }
+}
+
+/// `struct bench_wc_full` of `c/bench.h`: every field of a
+/// `WorkCompletion`, as the C loops `poll_full` and `cq_wait` read them.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct CWcFull {
+    wr_id: u64,
+    status: u32,
+    opcode: u32,
+    byte_len: u32,
+    has_imm: u32,
+    imm: u32,
+    has_inv: u32,
+    inv: u32,
+    qp_num: u32,
+    vendor_err: u32,
+}
+
+impl CWcFull {
+    // Only real_provider makes the C loops' arrays in Rust.
+    #[allow(dead_code)]
+    pub const ZERO: CWcFull = CWcFull {
+        wr_id: 0,
+        status: 0,
+        opcode: 0,
+        byte_len: 0,
+        has_imm: 0,
+        imm: 0,
+        has_inv: 0,
+        inv: 0,
+        qp_num: 0,
+        vendor_err: 0,
+    };
+
+    pub fn to_rust(self) -> WorkCompletion {
+        WorkCompletion {
+            wr_id: self.wr_id,
+            status: WcStatus::from_raw(self.status),
+            opcode: WcOpcode::from_raw(self.opcode),
+            byte_len: self.byte_len,
+            imm: (self.has_imm != 0).then_some(self.imm),
+            invalidated_rkey: (self.has_inv != 0).then_some(self.inv),
+            qp_num: self.qp_num,
+            vendor_err: self.vendor_err,
         }
     }
 }

@@ -8,23 +8,29 @@
 //! provider), here on real objects: an RC QP connected to a second one, a
 //! DCI with 4 streams writing to a DCT, an indirect mkey, a registered
 //! region and the peer's. Each posts one batch of 32 work requests (or
-//! polls 32 completions) per call: the C loops `post_vs_c.rs` measures,
+//! reads 32 completions) per call: the C loops `post_vs_c.rs` measures,
 //! given libmlx5's own QPs and CQ (every build of C best,
 //! `c_best_<build>_<shape>`, the cheapest taken per shape, and C plain,
-//! `c_plain_<shape>`), and the safe API's tuned and natural forms
-//! (`rust_<shape>`: `common/shapes.rs`, the same functions `post_vs_c.rs`
-//! measures).
+//! `c_plain_<shape>`), and the safe API's tuned and natural forms and its
+//! completions as `WorkCompletion`s, `cq.poll_into`, `cq.wait` and
+//! `cq.wait_into` (`rust_<shape>`: `common/shapes.rs`, the same functions
+//! `post_vs_c.rs` measures). Not `post_and_wait`: the device would have to
+//! run on its own thread while the scoped post waits, and the counts would
+//! not repeat.
 //!
 //! Between measured calls (never inside one) the device runs what was
 //! posted (`mlx5dv_sim_step`: the device has no thread of its own,
 //! `MLX5DV_SIM_THREAD=0`) and the completions are drained, so the send
 //! queues never fill: `GROUP` calls back to back, then the device. For the
-//! poll, 32 RDMA writes per call are posted and run before the calls.
+//! polls and waits, 32 RDMA writes per call are posted and run before the
+//! calls: their completions are in the CQ when each call runs, and a wait
+//! never spins.
 //!
 //! Before measuring, every version of every shape runs once and must have
 //! done the same work: the same WQEs in the send queue, byte for byte but
-//! for the WQE index, and the same completions (for the poll, the same
-//! fields read).
+//! for the WQE index, and the same completions (for the polls and waits,
+//! the same fields read: every field of `WorkCompletion` for `poll_into`
+//! and the waits).
 //!
 //! ```text
 //! real_provider --symbols        the measured functions, one a line
@@ -50,6 +56,7 @@ mod shapes;
 use common::measure::{self, bench_zero_mark, Counts, Version};
 use common::wc::BenchWc;
 use common::{CSide, BATCH, VARIANTS};
+use mlx5dv::WorkCompletion;
 use rig::{Rig, GROUP};
 use shapes::{Plan, Shape, Work, SHAPES};
 use std::hint::black_box;
@@ -63,8 +70,10 @@ enum Did {
         wqes: Vec<Vec<u8>>,
         wcs: Vec<(u64, mlx5dv::WcStatus, mlx5dv::WcOpcode, u32)>,
     },
-    /// The completions it read.
+    /// The completions it read (`poll_each`'s fields).
     Polled(Vec<BenchWc>),
+    /// The completions it read, every field (`poll_into`, the waits).
+    Read(Vec<WorkCompletion>),
 }
 
 /// Runs version `v` of `s` twice and says what the second call did (so
@@ -85,14 +94,21 @@ fn did(s: &Shape, v: Version, c: &CSide, rig: &mut Rig, p: &Plan<'_>) -> Did {
                 .collect();
             Did::Posted { wqes, wcs }
         }
-        Work::Poll => {
+        Work::Poll { full } => {
+            // Every version's room for the completions emptied, so that
+            // what is compared is this call's alone.
+            c.take_wcs();
+            rig::take_full_wcs(c);
+            rig.completions = [BenchWc::ZERO; BATCH];
+            rig.wcs.clear();
             assert_eq!(s.call(v, c, rig, p), BATCH, "{}", s.name);
             rig.settle(s.work, 1);
-            Did::Polled(if v == Version::Rust {
-                rig.completions.to_vec()
-            } else {
-                c.take_wcs().to_vec()
-            })
+            match (full, v == Version::Rust) {
+                (false, true) => Did::Polled(rig.completions.to_vec()),
+                (false, false) => Did::Polled(c.take_wcs().to_vec()),
+                (true, true) => Did::Read(rig.wcs.clone()),
+                (true, false) => Did::Read(rig::take_full_wcs(c)),
+            }
         }
     }
 }
@@ -102,11 +118,15 @@ fn did(s: &Shape, v: Version, c: &CSide, rig: &mut Rig, p: &Plan<'_>) -> Did {
 fn check_same_work(c: &CSide, rig: &mut Rig, p: &Plan<'_>) {
     for s in SHAPES {
         let rust = did(s, Version::Rust, c, rig, p);
-        if let Did::Posted { wqes, wcs } = &rust {
-            assert_eq!(wqes.len(), BATCH, "{}: WQEs posted", s.name);
-            let ids: Vec<u64> = wcs.iter().map(|w| w.0).collect();
-            assert_eq!(ids, (0..BATCH as u64).collect::<Vec<_>>(), "{}", s.name);
-        }
+        let ids: Vec<u64> = match &rust {
+            Did::Posted { wqes, wcs } => {
+                assert_eq!(wqes.len(), BATCH, "{}: WQEs posted", s.name);
+                wcs.iter().map(|w| w.0).collect()
+            }
+            Did::Polled(wcs) => wcs.iter().map(|w| w.wr_id).collect(),
+            Did::Read(wcs) => wcs.iter().map(|w| w.wr_id).collect(),
+        };
+        assert_eq!(ids, (0..BATCH as u64).collect::<Vec<_>>(), "{}", s.name);
         for v in Version::all().filter(|&v| v != Version::Rust) {
             let other = did(s, v, c, rig, p);
             if other != rust {
@@ -135,7 +155,7 @@ fn difference(did: &[(String, Did); 2]) -> String {
                     Did::Posted { wqes, .. } => wqes.get(i).map_or("none".into(), |w| {
                         w.iter().map(|b| format!("{b:02x}")).collect::<String>()
                     }),
-                    Did::Polled(_) => unreachable!(),
+                    Did::Polled(_) | Did::Read(_) => unreachable!(),
                 })
             );
         }
@@ -143,6 +163,7 @@ fn difference(did: &[(String, Did); 2]) -> String {
     side(&|d| match d {
         Did::Posted { wcs, .. } => format!("completions {wcs:?}"),
         Did::Polled(wcs) => format!("read {wcs:?}"),
+        Did::Read(wcs) => format!("read {wcs:?}"),
     })
 }
 

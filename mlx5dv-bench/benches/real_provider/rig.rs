@@ -1,9 +1,9 @@
 //! The objects on the device, the same objects as the C loops take them
 //! (libmlx5's own QPs and CQ), and what happens between measured calls: the
 //! device run (`mlx5dv_sim_step`), the completions drained, the peer's
-//! receives posted.
+//! receives posted, and what the C loops read taken back for the check.
 
-use crate::common::wc::BenchWc;
+use crate::common::wc::{BenchWc, CWcFull};
 use crate::common::{CDc, CQp, CSide, BATCH, LOG_STREAMS, MSG};
 use crate::shapes::{DcTarget, Queue, Work};
 use mlx5dv::ffi;
@@ -58,6 +58,9 @@ pub struct Rig {
     pub remote: RemoteBuf,
     /// Where `rust_poll_cq` reads the completions to.
     pub completions: [BenchWc; BATCH],
+    /// Where `rust_poll_into` and `rust_cq_wait_into` read them to, and
+    /// where what `rust_cq_wait` returned is copied for the check.
+    pub wcs: Vec<WorkCompletion>,
     peer: RcQp,
     peer_cq: CompletionQueue,
     _dct: Dct,
@@ -166,6 +169,7 @@ impl Rig {
             dst,
             remote,
             completions: [BenchWc::ZERO; BATCH],
+            wcs: Vec::new(),
             peer,
             peer_cq,
             _dct: dct,
@@ -192,7 +196,8 @@ impl Rig {
 
     /// The objects as the C loops take them: libmlx5's QPs as their
     /// `ibv_qp_ex` and `mlx5dv_qp_ex` (`mlx5dv_qp_ex_from_ibv_qp_ex`), its
-    /// CQ as its `ibv_cq_ex`, and the batch's inputs.
+    /// CQ as its `ibv_cq_ex`, the batch's inputs and room for the
+    /// completions.
     pub fn c_side(&self) -> CSide {
         let qp = |qpx: *mut ffi::ibv_qp_ex| CQp {
             qpx,
@@ -216,15 +221,16 @@ impl Rig {
             plan: unsafe { bench_plan_new(self.local.as_ptr(), self.remote.addr) },
             // SAFETY: allocates.
             wc: unsafe { bench_wc_new() },
-            // No natural forms' comparisons here.
+            // No `post_wait` here (see BENCHMARKS.md).
             rcw: ptr::null_mut(),
             wcq: ptr::null_mut(),
-            wc_full: ptr::null_mut(),
+            // Never freed, as the plan.
+            wc_full: Box::into_raw(Box::new([CWcFull::ZERO; BATCH])).cast(),
         }
     }
 
     /// Before `calls` calls of a shape: the peer's receives for sends, or
-    /// 32 completions per call waiting on the CQ for the poll.
+    /// 32 completions per call waiting on the CQ for the polls and waits.
     pub fn prepare(&mut self, work: Work, calls: u64) {
         let n = calls as usize * BATCH;
         match work {
@@ -237,7 +243,7 @@ impl Rig {
                     unsafe { self.peer.post_recv(i as u64, &[sge]) }.expect("post a receive");
                 }
             }
-            Work::Poll => {
+            Work::Poll { .. } => {
                 for _ in 0..calls {
                     let r = prime(&mut self.rc, &self.src, self.remote);
                     assert_eq!(r.expect("post the writes to poll"), BATCH as u32);
@@ -281,6 +287,18 @@ impl Rig {
             Queue::Dci => &self.dci_sq,
         }
     }
+}
+
+/// What the last C loop `poll_full` or `cq_wait` read (into `c.wc_full`,
+/// which `Rig::c_side` made), as `WorkCompletion`s, and the array zeroed
+/// for the next.
+pub fn take_full_wcs(c: &CSide) -> Vec<WorkCompletion> {
+    // SAFETY: `wc_full` holds BATCH `CWcFull` (`Rig::c_side`), never freed;
+    // no C loop runs during this.
+    let wcs = unsafe { &mut *(c.wc_full as *mut [CWcFull; BATCH]) };
+    let out = wcs.iter().map(|w| w.to_rust()).collect();
+    *wcs = [CWcFull::ZERO; BATCH];
+    out
 }
 
 trait Alias {

@@ -1,9 +1,10 @@
-//! The table's rows: one batch of 32 work requests (or one poll of 32
-//! completions) per call, in C (the loops `post_vs_c.rs` measures: every
+//! The table's rows: one batch of 32 work requests (or one poll or wait of
+//! 32 completions) per call, in C (the loops `post_vs_c.rs` measures: every
 //! build of `c/post.c`'s C best, `c_best_<build>_<shape>`, and
-//! `c/plain.c`'s `c_plain_<shape>`, given libmlx5's own QPs) and in Rust
-//! through the safe API: the tuned and natural forms that
-//! `benches/post_vs_c.rs` measures too (`common/shapes.rs`).
+//! `c/plain.c`'s `c_plain_<shape>`, given libmlx5's own QPs and CQ) and in
+//! Rust through the safe API: the tuned and natural forms, and the
+//! completions as `WorkCompletion`s, that `benches/post_vs_c.rs` measures
+//! too (`common/shapes.rs`).
 
 use crate::common::measure::{Row, Version};
 use crate::common::wc::BenchWc;
@@ -12,8 +13,9 @@ use crate::rig::Rig;
 use mlx5dv::wqe::Wqe;
 use mlx5dv::{
     AccessFlags, AddressHandle, CompletionQueue, DcAddr, DciQp, MemcpyOp, MemoryRegion, Mkey, RcQp,
-    RemoteBuf, Result, SendFlags, Sge, SgeMut,
+    RemoteBuf, Result, SendFlags, Sge, SgeMut, WorkCompletion,
 };
+use std::time::Duration;
 
 // The Rust shapes, shared with post_vs_c.rs: included where they were
 // always compiled (the file's head says why).
@@ -33,9 +35,12 @@ pub enum Work {
     /// completions are drained; `recvs`: the peer needs a receive per work
     /// request (sends).
     Post { queue: Queue, recvs: bool },
-    /// Polls 32 completions: before, 32 RDMA writes per call are posted and
-    /// run.
-    Poll,
+    /// Reads 32 completions: before, 32 RDMA writes per call are posted and
+    /// run, so that they are in the CQ when the call runs (a wait never
+    /// spins). `full`: every field, as `WorkCompletion`s (`poll_into`, the
+    /// waits; C's `struct bench_wc_full`), else the fields of `BenchWc`
+    /// (`poll_each`; C's `struct bench_wc`).
+    Poll { full: bool },
 }
 
 /// One row: C best (every build), C plain and one Rust form of the same
@@ -75,6 +80,19 @@ impl Row for Shape {
 
 fn ok(r: Result<u32>) -> usize {
     r.expect("libmlx5 accepts every batch") as usize
+}
+
+fn done(r: Result<usize>) -> usize {
+    r.expect("the CQ holds the completions")
+}
+
+/// The completions a wait returned in its CQ's buffer, copied into `keep`
+/// for the check (outside the counted function).
+fn kept(r: Result<&[WorkCompletion]>, keep: &mut Vec<WorkCompletion>) -> usize {
+    let wcs = r.expect("the CQ holds the completions");
+    keep.clear();
+    keep.extend_from_slice(wcs);
+    wcs.len()
 }
 
 const RC: Work = Work::Post {
@@ -185,10 +203,31 @@ pub const SHAPES: &[Shape] = &[
         c: CShape::PollCq,
         title: "poll 32, `poll_each` (per completion)",
         kind: "tuned",
-        rust: |r, _| {
-            let n = rust_poll_cq(&mut r.cq, &mut r.completions);
-            n.expect("the CQ holds the completions")
-        },
-        work: Work::Poll,
+        rust: |r, _| done(rust_poll_cq(&mut r.cq, &mut r.completions)),
+        work: Work::Poll { full: false },
+    },
+    Shape {
+        name: "poll_into",
+        c: CShape::PollFull,
+        title: "`cq.poll_into` of 32 (per completion)",
+        kind: "completions",
+        rust: |r, _| done(rust_poll_into(&mut r.cq, &mut r.wcs)),
+        work: Work::Poll { full: true },
+    },
+    Shape {
+        name: "cq_wait",
+        c: CShape::CqWait,
+        title: "`cq.wait(32, ..)` (per completion)",
+        kind: "completions",
+        rust: |r, _| kept(rust_cq_wait(&mut r.cq), &mut r.wcs),
+        work: Work::Poll { full: true },
+    },
+    Shape {
+        name: "cq_wait_into",
+        c: CShape::CqWait,
+        title: "`cq.wait_into` of 32 (per completion)",
+        kind: "completions",
+        rust: |r, _| done(rust_cq_wait_into(&mut r.cq, &mut r.wcs)),
+        work: Work::Poll { full: true },
     },
 ];
