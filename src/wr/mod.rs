@@ -224,8 +224,10 @@ type Invariant<'m> = fn(&'m ()) -> &'m ();
 /// What a batch needs of its QP, copied at `batch()`.
 struct BatchState {
     qpx: NonNull<ffi::ibv_qp_ex>,
-    /// The QP's capabilities (in the QP, borrowed for the batch's life).
-    caps: NonNull<QpCaps>,
+    /// The QP's capabilities, copied: a value of the batch's own, which
+    /// the provider's calls cannot change, so that a check against them
+    /// (the inline data's length, the SGE count) is made once for a loop.
+    caps: QpCaps,
     send_ops: SendOps,
     /// What an mlx5 QP was created with (mlx5 extension, ops, limits).
     mlx5: Mlx5Info,
@@ -257,9 +259,7 @@ impl BatchState {
     /// The QP's capabilities.
     #[inline(always)]
     pub(crate) fn caps(&self) -> &QpCaps {
-        // SAFETY: `caps` points into the QP the batch borrows mutably for
-        // its whole life, and nothing writes to it meanwhile.
-        unsafe { self.caps.as_ref() }
+        &self.caps
     }
 
     /// The provider's entries.
@@ -357,7 +357,7 @@ impl<T: Transport> QpEx<T> {
                 qpx,
                 // SAFETY: the QP is live.
                 ctx: unsafe { (*self.qp.as_ptr()).context },
-                caps: NonNull::from(&self.caps),
+                caps: self.caps,
                 send_ops: self.send_ops(),
                 mlx5: self.mlx5,
                 ops: NonNull::from(&*self.ops),
