@@ -473,11 +473,8 @@ impl<'m> Wr<'_, 'm, ReliableConnection> {
         // as it is.
         let blocks = self.state.mlx5.wqe_blocks;
         if u32::from(wqe.ds()) > blocks * 4 {
-            return Err(Error::OutOfRange {
-                what: "raw WQE size in 64-byte blocks",
-                value: u64::from(wqe.basic_blocks()),
-                limit: wqe_too_big(blocks),
-            });
+            // Made out of line whole: its blocks are counted only there.
+            return Err(wqe_too_big(wqe, blocks));
         }
         self.commit(
             SendFlags::empty(),
@@ -593,9 +590,13 @@ fn memcpy_length(max: u64) -> String {
 
 #[cold]
 #[inline(never)]
-fn wqe_too_big(max: u32) -> String {
-    format!(
-        "at most {max} (the QP's WQE size: create it with a larger \
-         max_inline_data or max_send_sge)"
-    )
+fn wqe_too_big(wqe: &Wqe, max: u32) -> Error {
+    Error::OutOfRange {
+        what: "raw WQE size in 64-byte blocks",
+        value: u64::from(wqe.basic_blocks()),
+        limit: format!(
+            "at most {max} (the QP's WQE size: create it with a larger \
+             max_inline_data or max_send_sge)"
+        ),
+    }
 }
