@@ -108,11 +108,13 @@ pub enum Error {
     },
 
     /// A work request past the number its batch was limited to
-    /// ([`WrBatch::limit`](crate::WrBatch::limit)); it was not added, and
-    /// the batch stays open.
+    /// ([`WrBatch::limit`](crate::WrBatch::limit)), or a later `limit`
+    /// asking for more room than an earlier one left: it was not added
+    /// (nor the limit changed), and the batch stays open.
     #[error("batch full: it was limited to {limit} work requests")]
     BatchLimit {
-        /// The batch's limit.
+        /// How many work requests the batch may hold in all, those added
+        /// before it was limited included.
         limit: u32,
     },
 

@@ -384,14 +384,16 @@ impl<'q, 'm, T: Transport> WrBatch<'q, 'm, T> {
         self.state.posted == 0
     }
 
-    /// Holds the batch to `n` more work requests, and checks now that the
-    /// send queue has room for them ([`Error::SendQueueFull`] if not;
-    /// the batch is unchanged).
+    /// Holds the batch to `n` more work requests, and checks now that
+    /// there is room for them: in the send queue ([`Error::SendQueueFull`]
+    /// if not) and within an earlier limit ([`Error::BatchLimit`]). On an
+    /// error the batch is unchanged.
     ///
-    /// Past the limit, a work request is refused with
-    /// [`Error::BatchLimit`] before the provider sees it. Within it, the
-    /// send queue's bound is not checked again: when `n` is the trip count
-    /// of the loop that fills the batch (a constant, or the length of the
+    /// Past the limit, a work request is refused before the provider sees
+    /// it, with [`Error::BatchLimit`] (or [`Error::SendQueueFull`] when the
+    /// limit is all the room the send queue had). Within it, the send
+    /// queue's bound is not checked again: when `n` is the trip count of
+    /// the loop that fills the batch (a constant, or the length of the
     /// slice it walks), the compiler folds the per-work-request bound into
     /// the loop's own, and the loop is C's.
     ///
@@ -414,9 +416,14 @@ impl<'q, 'm, T: Transport> WrBatch<'q, 'm, T> {
     pub fn limit(&mut self, n: usize) -> Result<()> {
         let posted = self.state.posted;
         if n > self.state.room - posted {
-            return Err(Error::SendQueueFull {
-                batch: posted.saturating_add(n).min(u32::MAX as usize) as u32,
-                depth: self.state.depth,
+            let room = self.state.room as u32;
+            return Err(if room < self.state.depth {
+                Error::BatchLimit { limit: room }
+            } else {
+                Error::SendQueueFull {
+                    batch: posted.saturating_add(n).min(u32::MAX as usize) as u32,
+                    depth: self.state.depth,
+                }
             });
         }
         self.state.room = posted + n;

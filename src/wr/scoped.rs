@@ -366,11 +366,10 @@ impl<T: Transport> QpEx<T> {
     }
 
     /// [`post_and_wait`](Self::post_and_wait), appending the completions
-    /// to `out` (after what it holds) instead of returning a new vector:
-    /// in a loop, a vector kept across the calls makes the scoped post
-    /// allocate nothing. On an error `out` is left as it was (the
-    /// completions of the batch that were seen go to the CQ's backlog, as
-    /// with `post_and_wait`).
+    /// to `out` (after what it holds) instead of returning them in the
+    /// CQ's buffer: they are then the caller's, past the next wait. On an
+    /// error `out` is left as it was (the completions of the batch that
+    /// were seen go to the CQ's backlog, as with `post_and_wait`).
     ///
     /// ```no_run
     /// # use mlx5dv::*;
@@ -420,9 +419,14 @@ impl<T: Transport> QpEx<T> {
             base,
             ids,
         };
-        build(&mut scoped)?;
+        let built = build(&mut scoped);
         let n = scoped.batch.state.posted;
-        if n > capacity {
+        let (batch, mut ids) = scoped.into_parts();
+        if built.is_err() || n > capacity {
+            // Aborted, nothing posted; the list is kept for the next post.
+            drop(batch);
+            self.scope.ids = ids;
+            built?;
             return Err(Error::OutOfRange {
                 what: "scoped batch size",
                 value: n as u64,
@@ -432,7 +436,6 @@ impl<T: Transport> QpEx<T> {
                 ),
             });
         }
-        let (batch, mut ids) = scoped.into_parts();
         // SAFETY: the ids of the `n` work requests posted were written at
         // `ids[..n]` (`next_id`), within the capacity.
         unsafe { ids.set_len(n) };

@@ -1359,6 +1359,9 @@ fn a_limited_batch_refuses_the_work_request_past_its_limit_before_the_provider()
         Err(Error::SendQueueFull { batch: 129, .. })
     ));
     b.limit(2).unwrap();
+    // A later limit cannot ask for more than the earlier one left.
+    let err = b.limit(3).unwrap_err();
+    assert!(matches!(err, Error::BatchLimit { limit: 3 }), "{err}");
     b.wr(2)
         .rdma_write(remote(8))
         .sge(mr.sge(0..8).unwrap())
