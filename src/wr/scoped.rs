@@ -419,14 +419,18 @@ impl<T: Transport> QpEx<T> {
             base,
             ids,
         };
-        let built = build(&mut scoped);
-        let n = scoped.batch.state.posted;
-        let (batch, mut ids) = scoped.into_parts();
-        if built.is_err() || n > capacity {
+        if let Err(e) = build(&mut scoped) {
             // Aborted, nothing posted; the list is kept for the next post.
+            let (batch, ids) = scoped.into_parts();
             drop(batch);
             self.scope.ids = ids;
-            built?;
+            return Err(e);
+        }
+        let n = scoped.batch.state.posted;
+        let (batch, mut ids) = scoped.into_parts();
+        if n > capacity {
+            drop(batch);
+            self.scope.ids = ids;
             return Err(Error::OutOfRange {
                 what: "scoped batch size",
                 value: n as u64,
