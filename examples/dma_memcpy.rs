@@ -132,6 +132,8 @@ fn run(cli: &Cli) -> Result<(), Failure> {
         }
         let n = (iters - posted).min(u64::from(batch)) as usize;
         let mut b = qp.batch();
+        // The send queue's room for all `n`, checked once.
+        b.limit(n)?;
         for (i, &dest) in slots[..n].iter().enumerate() {
             let wr = b.wr(posted + i as u64);
             let wr = if i + 1 == n { wr.signaled() } else { wr };

@@ -380,6 +380,8 @@ fn write_all(
         }
         let n = (shape.iters - posted).min(u64::from(shape.batch)) as usize;
         let mut batch = side.qp.batch();
+        // The send queue's room for all `n`, checked once.
+        batch.limit(n)?;
         for i in 0..n {
             let k = posted + i as u64;
             let at = offset(k);
