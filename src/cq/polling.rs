@@ -1,0 +1,228 @@
+//! Polling: [`CompletionQueue::poll_each`], the poll of the provider,
+//! its errors, and the per-thread count of provider polls in progress
+//! (with what waits for them to end).
+
+use super::{CompletionQueue, PolledWc};
+use crate::error::{Error, Result};
+use crate::ffi;
+use std::cell::{Cell, RefCell};
+use std::marker::PhantomData;
+use std::ptr::NonNull;
+
+impl CompletionQueue {
+    /// Polls up to `max` completions, oldest first, handing each to `f`;
+    /// returns how many it handed over. `Ok(0)` when the CQ is empty.
+    ///
+    /// The extended poll of ibv_create_cq_ex(3) (`ibv_start_poll`,
+    /// `ibv_next_poll`, `ibv_end_poll`) with nothing in between but `f`:
+    /// `f` reads what it needs through the [`PolledWc`] accessors, each a
+    /// direct call of the provider's reader, and nothing is copied or
+    /// converted that it does not ask for. The view cannot leave `f`: the
+    /// CQ moves on when `f` returns. The poll is ended on every path: after
+    /// `max` completions, when the CQ runs empty, on an error of the
+    /// provider (returned, after the completions already handed over) and
+    /// when `f` panics. `f` cannot reach the CQ (it is borrowed for the
+    /// poll), so it cannot start a poll of it within this one. Since the
+    /// provider may hold the CQ's lock meanwhile (mlx5 does), a QP dropped
+    /// in `f` is destroyed when the poll ends, and [`QpEx::reset`](crate::QpEx::reset)
+    /// is refused in `f`.
+    ///
+    /// Completions a scoped post ([`QpEx::post_and_wait`](crate::QpEx::post_and_wait))
+    /// took from the device but did not own are handed out first, oldest
+    /// first, before the device is polled again ([`backlog_len`](Self::backlog_len)).
+    ///
+    /// ```no_run
+    /// # fn demo(cq: &mut mlx5dv::CompletionQueue) -> mlx5dv::Result<()> {
+    /// let (mut bytes, mut failed) = (0u64, Vec::new());
+    /// let n = cq.poll_each(32, |wc| {
+    ///     if wc.is_success() {
+    ///         bytes += u64::from(wc.byte_len());
+    ///     } else {
+    ///         failed.push((wc.wr_id(), wc.status()));
+    ///     }
+    /// })?;
+    /// println!("{n} completions, {bytes} bytes, failed: {failed:?}");
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[inline]
+    pub fn poll_each<F>(&mut self, max: usize, f: F) -> Result<usize>
+    where
+        F: FnMut(&PolledWc<'_>),
+    {
+        if !self.backlog.is_empty() {
+            return Ok(self.replay(max, f));
+        }
+        self.poll_provider(max, f)
+    }
+
+    /// [`poll_each`](Self::poll_each) of the device's completions only,
+    /// leaving the backlog alone.
+    #[inline(always)]
+    pub(crate) fn poll_provider<F>(&mut self, max: usize, mut f: F) -> Result<usize>
+    where
+        F: FnMut(&PolledWc<'_>),
+    {
+        if max == 0 {
+            return Ok(0);
+        }
+        let cq = self.cq;
+        let wc = PolledWc {
+            cq,
+            _poll: PhantomData,
+        };
+        // SAFETY: the CQ is live, its entries were checked at creation, and
+        // no poll of it is in progress (`&mut self`); `attr` is ours,
+        // writable, and zero (`start_poll` only reads it).
+        let rc = unsafe { entry!(cq, start_poll, &mut self.attr) };
+        if rc != 0 {
+            return if rc == libc::ENOENT {
+                Ok(0)
+            } else {
+                Err(poll_failed(cq, "ibv_start_poll", rc))
+            };
+        }
+        let poll = EndPoll::new(cq);
+        // Written as `f; while n < max { next_poll; f }`, the count is one
+        // register, the same at every exit, and the back edge is the test
+        // of the count (no copy of it, no extra jump). `f` is inlined
+        // twice.
+        f(&wc);
+        let mut n = 1;
+        while n < max {
+            // SAFETY: a poll is in progress (ended by `poll`, not by `f`,
+            // which cannot reach the CQ).
+            let rc = unsafe { entry!(cq, next_poll) };
+            if rc != 0 {
+                if rc == libc::ENOENT {
+                    drop(poll);
+                    return Ok(n);
+                }
+                // The error path ends the poll itself: nothing of `poll`
+                // has to be kept for it.
+                std::mem::forget(poll);
+                return Err(next_poll_failed(cq, rc));
+            }
+            f(&wc);
+            n += 1;
+        }
+        drop(poll);
+        Ok(max)
+    }
+}
+
+/// The error of a failed `start_poll` / `next_poll` of `cq`, naming its
+/// device (found through the CQ, so that a poll keeps nothing else at hand
+/// for its errors).
+#[cold]
+#[inline(never)]
+fn poll_failed(cq: NonNull<ffi::ibv_cq_ex>, call: &'static str, rc: i32) -> Error {
+    // SAFETY: `cq` is live; its context and the context's device, when
+    // set, are live too.
+    let device = unsafe {
+        let ctx = (*cq.as_ptr()).context;
+        if ctx.is_null() || (*ctx).device.is_null() {
+            "an unnamed device".to_string()
+        } else {
+            crate::device::device_name((*ctx).device)
+        }
+    };
+    Error::verbs(call, rc, device)
+}
+
+/// Ends the poll `next_poll` failed in, and returns its error.
+#[cold]
+#[inline(never)]
+fn next_poll_failed(cq: NonNull<ffi::ibv_cq_ex>, rc: i32) -> Error {
+    // SAFETY: called instead of dropping the `EndPoll` of the poll in
+    // progress: it ends that poll once.
+    unsafe { entry!(cq, end_poll) };
+    leave_poll();
+    poll_failed(cq, "ibv_next_poll", rc)
+}
+
+/// Ends the poll in progress on a CQ when dropped (`ibv_end_poll`): on
+/// every return of a poll, and when its callback panics. Made right after
+/// a successful `start_poll`; while it lives, this thread is inside a
+/// provider poll ([`in_provider_poll`]).
+struct EndPoll(NonNull<ffi::ibv_cq_ex>);
+
+impl EndPoll {
+    #[inline(always)]
+    fn new(cq: NonNull<ffi::ibv_cq_ex>) -> Self {
+        // Through `with`, not `LocalKey::set`, which goes through a call
+        // that the compiler does not always inline.
+        POLLS.with(|p| p.set(p.get() + 1));
+        EndPoll(cq)
+    }
+}
+
+impl Drop for EndPoll {
+    #[inline]
+    fn drop(&mut self) {
+        // SAFETY: made right after a successful start_poll of this live CQ,
+        // whose entries were checked at creation, and dropped once: it ends
+        // that poll.
+        unsafe { entry!(self.0, end_poll) }
+        leave_poll();
+    }
+}
+
+// A provider may hold a CQ's lock from `start_poll` to `end_poll` (mlx5
+// does), and some verbs calls take the locks of a QP's CQs (mlx5's
+// `ibv_destroy_qp`, and `ibv_modify_qp` to RESET, which clean the CQs of
+// the QP's entries). Made from inside a poll callback on the thread that
+// holds the lock, such a call would wait for ever on itself. The crate
+// therefore counts, per thread, the provider polls in progress: a QP
+// dropped meanwhile is destroyed when the outermost poll ends, and a reset
+// is refused ([`in_provider_poll`]).
+thread_local! {
+    /// Provider polls in progress on this thread, plus [`DEFERRED_BIT`]
+    /// when destructions wait for the last of them to end.
+    static POLLS: Cell<u32> = const { Cell::new(0) };
+    /// What waits for the end of this thread's polls.
+    static DEFERRED: RefCell<Vec<Box<dyn FnOnce()>>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Set in [`POLLS`] while [`DEFERRED`] holds work.
+const DEFERRED_BIT: u32 = 1 << 31;
+
+#[inline(always)]
+fn leave_poll() {
+    let left = POLLS.with(|p| {
+        let left = p.get() - 1;
+        p.set(left);
+        left
+    });
+    if left == DEFERRED_BIT {
+        run_deferred();
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn run_deferred() {
+    POLLS.set(0);
+    // One at a time: a destruction that drops the last share of a CQ (or
+    // anything else) runs with the list released.
+    while let Some(f) = DEFERRED.with(|d| d.borrow_mut().pop()) {
+        f();
+    }
+}
+
+/// Whether this thread is inside a provider poll of some CQ (a
+/// [`CompletionQueue::poll_each`] callback, at any depth).
+pub(crate) fn in_provider_poll() -> bool {
+    POLLS.get() & !DEFERRED_BIT != 0
+}
+
+/// Runs `f` when this thread's provider polls have all ended (at once when
+/// none is in progress).
+pub(crate) fn after_polls(f: Box<dyn FnOnce()>) {
+    if !in_provider_poll() {
+        f();
+        return;
+    }
+    DEFERRED.with(|d| d.borrow_mut().push(f));
+    POLLS.set(POLLS.get() | DEFERRED_BIT);
+}

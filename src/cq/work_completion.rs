@@ -1,0 +1,149 @@
+//! Owned completions: [`WorkCompletion`], every field of a completion
+//! read, and the writers that fill one in place as a poll reads it.
+
+#[cfg(doc)]
+use super::CompletionQueue;
+use super::{PolledWc, WcFlags, WcOpcode, WcStatus};
+use crate::error::{Error, Result};
+
+/// One work completion, read with the extended poll API.
+///
+/// An owned copy of every field, made by [`CompletionQueue::poll_into`] and
+/// [`CompletionQueue::wait`], or from a [`PolledWc`] with
+/// `WorkCompletion::from(wc)`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WorkCompletion {
+    /// The `wr_id` the work request was posted with.
+    pub wr_id: u64,
+    /// Success, or why it failed.
+    pub status: WcStatus,
+    /// What it did. Only meaningful when `status` is
+    /// [`SUCCESS`](WcStatus::SUCCESS) (rdma-core does not define the opcode
+    /// of failed completions).
+    pub opcode: WcOpcode,
+    /// Bytes received (receives) or transferred.
+    pub byte_len: u32,
+    /// The immediate data in host byte order, when the completion carries
+    /// one (`IBV_WC_WITH_IMM`).
+    pub imm: Option<u32>,
+    /// The rkey a received send-with-invalidate invalidated
+    /// (`IBV_WC_WITH_INV`).
+    pub invalidated_rkey: Option<u32>,
+    /// The local QP number.
+    pub qp_num: u32,
+    /// The provider's vendor error code (0 on success).
+    pub vendor_err: u32,
+}
+
+impl WorkCompletion {
+    /// `Ok(self)` when successful, else [`Error::WorkCompletion`].
+    pub fn ok(self) -> Result<Self> {
+        if self.status.is_success() {
+            Ok(self)
+        } else {
+            Err(Error::WorkCompletion {
+                wr_id: self.wr_id,
+                qp_num: self.qp_num,
+                status: self.status,
+                vendor_err: self.vendor_err,
+            })
+        }
+    }
+}
+
+impl From<&PolledWc<'_>> for WorkCompletion {
+    /// Reads every field of the completion the poll is positioned on.
+    #[inline]
+    fn from(wc: &PolledWc<'_>) -> Self {
+        // The immediate and the invalidated rkey share the CQE field
+        // (`ibv_wc_read_invalidated_rkey` reads it with read_imm_data): one
+        // flags read decides which it is.
+        let flags = wc.wc_flags();
+        let (imm, invalidated_rkey) = imm_or_inv(flags, || wc.imm_data_raw());
+        WorkCompletion {
+            wr_id: wc.wr_id(),
+            status: wc.status(),
+            opcode: wc.opcode(),
+            byte_len: wc.byte_len(),
+            imm,
+            invalidated_rkey,
+            qp_num: wc.qp_num(),
+            vendor_err: wc.vendor_err(),
+        }
+    }
+}
+
+/// Writes every field of the completion `wc` is positioned on into `slot`,
+/// each right after it is read ([`WorkCompletion::from`] reads the same).
+///
+/// # Safety
+/// `slot` is valid for writes of a `WorkCompletion`.
+#[inline(always)]
+pub(super) unsafe fn write_wc(slot: *mut WorkCompletion, wc: &PolledWc<'_>) {
+    // SAFETY: the caller's promise; with the two fields written here,
+    // every field is written.
+    unsafe {
+        write_wc_fields(slot, wc);
+        std::ptr::addr_of_mut!((*slot).wr_id).write(wc.wr_id());
+        std::ptr::addr_of_mut!((*slot).qp_num).write(wc.qp_num());
+    }
+}
+
+/// Writes the fields of the completion `wc` is positioned on into `slot`,
+/// each right after it is read, but for `wr_id` and `qp_num` (the caller
+/// writes those).
+///
+/// # Safety
+/// `slot` is valid for writes of a `WorkCompletion`.
+#[inline(always)]
+pub(crate) unsafe fn write_wc_fields(slot: *mut WorkCompletion, wc: &PolledWc<'_>) {
+    // The fields written here and by the callers: a field added to
+    // `WorkCompletion` fails this pattern until it is written too (its
+    // readers count it initialised).
+    let _every_field = |w: WorkCompletion| {
+        let WorkCompletion {
+            wr_id: _,
+            qp_num: _,
+            imm: _,
+            invalidated_rkey: _,
+            status: _,
+            opcode: _,
+            byte_len: _,
+            vendor_err: _,
+        } = w;
+    };
+    let flags = wc.wc_flags();
+    // SAFETY: the caller's promise.
+    unsafe {
+        let imm = std::ptr::addr_of_mut!((*slot).imm);
+        let inv = std::ptr::addr_of_mut!((*slot).invalidated_rkey);
+        // As `imm_or_inv`, each branch writing its own.
+        if flags.contains(WcFlags::WITH_IMM) {
+            imm.write(Some(u32::from_be(wc.imm_data_raw())));
+            inv.write(None);
+        } else if flags.contains(WcFlags::WITH_INV) {
+            imm.write(None);
+            inv.write(Some(wc.imm_data_raw()));
+        } else {
+            imm.write(None);
+            inv.write(None);
+        }
+        std::ptr::addr_of_mut!((*slot).status).write(wc.status());
+        std::ptr::addr_of_mut!((*slot).opcode).write(wc.opcode());
+        std::ptr::addr_of_mut!((*slot).byte_len).write(wc.byte_len());
+        std::ptr::addr_of_mut!((*slot).vendor_err).write(wc.vendor_err());
+    }
+}
+
+/// The immediate (in host order) or the invalidated rkey a completion with
+/// `flags` carries in its shared field, read by `raw` only when it has one.
+#[inline]
+pub(super) fn imm_or_inv(flags: WcFlags, raw: impl FnOnce() -> u32) -> (Option<u32>, Option<u32>) {
+    if flags.contains(WcFlags::WITH_IMM) {
+        (Some(u32::from_be(raw())), None)
+    } else if flags.contains(WcFlags::WITH_INV) {
+        (None, Some(raw()))
+    } else {
+        (None, None)
+    }
+}
