@@ -26,22 +26,20 @@
 //!   it has no `complete`, and dropping it (an error, a panic) aborts it.
 
 use super::{RawDc, SendFlags, WrBatch, BATCH_ABORTING, BATCH_CLOSED, BATCH_OPEN};
-use crate::cq::{back_off, write_wc_fields, CompletionQueue, RawWc, WorkCompletion};
+use crate::cq::{write_wc_fields, CompletionQueue, RawWc, WorkCompletion};
 use crate::error::{Error, Result};
 use crate::qp::{DcAddr, DcInitiator, QpEx, ReliableConnection, Transport};
 use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hasher};
-use std::io::Write;
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+mod wait;
+use wait::AbortOnUnwind;
 
 /// The bit every scoped post's work request id has (see
 /// [`WrBatch::complete`]'s rule on ids).
 const SCOPED_ID_BIT: u64 = 1 << 63;
-
-/// How long a scoped post that has moved its QP to ERR waits for the flush
-/// of its work requests before it moves the QP to RESET.
-const FLUSH_WAIT: Duration = Duration::from_secs(5);
 
 /// The batch of a [`QpEx::post_and_wait`] closure: add work requests with
 /// [`wr`](ScopedBatch::wr) as on a [`WrBatch`]; the scoped post completes
@@ -489,106 +487,6 @@ impl<T: Transport> QpEx<T> {
         outcome
     }
 
-    /// Polls until the scoped batch's last completion has come; on timeout
-    /// or a failed poll, stops the QP ([`stop`](Self::stop)). The clock is
-    /// read once a poll has found none of the batch's completions.
-    fn wait_scoped(
-        &self,
-        cq: &mut CompletionQueue,
-        w: &mut Waiting<'_>,
-        timeout: Duration,
-    ) -> Result<()> {
-        let mut clock: Option<(Instant, Option<Instant>)> = None;
-        let mut idle = 0u32;
-        while !w.done {
-            let before = w.out.len();
-            match w.poll(cq) {
-                // Its own came: poll on. Others only (or none) start the
-                // clock, so a CQ busy with other QPs' completions cannot
-                // hold the timeout off.
-                Ok(_) if w.out.len() > before => {
-                    idle = 0;
-                    continue;
-                }
-                Ok(_) => {}
-                Err(e) => return Err(self.stop(cq, w, e)),
-            }
-            let (start, deadline) = *clock.get_or_insert_with(|| {
-                let start = Instant::now();
-                (start, start.checked_add(timeout))
-            });
-            if start.elapsed() >= timeout {
-                let e = Error::Timeout {
-                    what: format!(
-                        "{} completions of QP {:#x} ({} arrived)",
-                        w.ids.len(),
-                        w.qp_num,
-                        w.out.len() - w.start
-                    ),
-                    waited_ms: start.elapsed().as_millis() as u64,
-                };
-                return Err(self.stop(cq, w, e));
-            }
-            match cq.idle(&mut idle, deadline, |cq| w.poll(cq)) {
-                Ok(0) => {}
-                Ok(_) => idle = 0,
-                Err(e) => return Err(self.stop(cq, w, e)),
-            }
-        }
-        Ok(())
-    }
-
-    /// Makes sure the device runs nothing more of a scoped batch whose end
-    /// was not seen: ERR, then the flush awaited for a bounded time, then
-    /// RESET. Returns `cause`, with what was done said in it.
-    #[cold]
-    #[inline(never)]
-    fn stop(&self, cq: &mut CompletionQueue, w: &mut Waiting<'_>, cause: Error) -> Error {
-        let to_err = self.to_error();
-        // A QP that cannot go to ERR (soft-RoCE refuses RESET → ERR) flushes
-        // nothing: straight to RESET then.
-        let wait = if to_err.is_ok() {
-            FLUSH_WAIT
-        } else {
-            Duration::ZERO
-        };
-        let deadline = Instant::now() + wait;
-        let mut idle = 0u32;
-        while !w.done && Instant::now() < deadline {
-            let polled = match w.poll(cq) {
-                // On a CQ with a channel: arm, poll, sleep until the flush.
-                Ok(0) => cq.idle(&mut idle, Some(deadline), |cq| w.poll(cq)),
-                other => other,
-            };
-            match polled {
-                Ok(0) => {}
-                Ok(_) => idle = 0,
-                Err(_) => back_off(&mut idle),
-            }
-        }
-        let how = if w.done {
-            "the QP was moved to ERR and the rest flushed".to_string()
-        } else {
-            match self.reset() {
-                Ok(()) => match &to_err {
-                    Ok(()) => "the QP was moved to RESET: the device runs nothing more of \
-                               it (the flush after ERR did not come)"
-                        .to_string(),
-                    Err(e) => format!(
-                        "the QP was moved to RESET: the device runs nothing more of it \
-                         (the move to ERR was refused: {e})"
-                    ),
-                },
-                Err(e) => abort_with(format_args!(
-                    "QP {:#x}: a scoped batch may still be running and the QP cannot be \
-                     reset ({e}); aborting, since its memory cannot be released safely",
-                    w.qp_num
-                )),
-            }
-        };
-        said_with(cause, &how)
-    }
-
     /// Whether the provider rolls back a batch whose `ibv_wr_complete`
     /// fails (so that nothing of it was posted): mlx5 does.
     fn provider_rolls_back(&self) -> bool {
@@ -635,49 +533,6 @@ impl<T: Transport> QpEx<T> {
                 }
             }
         }
-    }
-}
-
-/// Aborts the process if dropped: held (and forgotten at the end) across
-/// the part of a scoped post where a panic would otherwise unwind past
-/// work requests the device still runs.
-struct AbortOnUnwind;
-
-impl Drop for AbortOnUnwind {
-    #[cold]
-    fn drop(&mut self) {
-        abort_with(format_args!(
-            "a panic inside a scoped post while its work requests may still run; \
-             aborting, since their memory cannot be released safely"
-        ));
-    }
-}
-
-/// Says why on stderr, without a panic should stderr be closed (nothing
-/// may unwind where this is called), and aborts the process.
-#[cold]
-fn abort_with(why: std::fmt::Arguments<'_>) -> ! {
-    let _ = writeln!(std::io::stderr(), "mlx5dv: {why}");
-    std::process::abort();
-}
-
-/// `cause`, with what the scoped post did after it added to its text.
-fn said_with(cause: Error, how: &str) -> Error {
-    match cause {
-        Error::Timeout { what, waited_ms } => Error::Timeout {
-            what: format!("{what}; {how}"),
-            waited_ms,
-        },
-        Error::Verbs {
-            call,
-            context,
-            source,
-        } => Error::Verbs {
-            call,
-            context: format!("{context}; {how}"),
-            source,
-        },
-        other => other,
     }
 }
 
