@@ -108,7 +108,7 @@ impl Drop for AhInner {
         // SAFETY: created by this crate; destroyed once, when no handle is
         // left.
         let rc = unsafe { ffi::ibv_destroy_ah(self.ah.as_ptr()) };
-        crate::report_destroy_failure("ibv_destroy_ah", rc, self.pd.context().name());
+        crate::error::report_destroy_failure("ibv_destroy_ah", rc, self.pd.context().name());
     }
 }
 

@@ -194,7 +194,7 @@ impl Drop for ContextInner {
             // SAFETY: the context was opened by this crate, every child holds
             // an Arc to it, so none is left; closed once.
             let rc = unsafe { ffi::ibv_close_device(self.ctx.as_ptr()) };
-            crate::report_destroy_failure("ibv_close_device", rc, &self.name);
+            crate::error::report_destroy_failure("ibv_close_device", rc, &self.name);
         }
     }
 }

@@ -74,7 +74,7 @@ pub enum Error {
         /// The QP it was posted on.
         qp_num: u32,
         /// Its status.
-        status: crate::cq::WcStatus,
+        status: crate::wc::WcStatus,
         /// The provider's vendor error code.
         vendor_err: u32,
     },
@@ -198,6 +198,26 @@ pub(crate) fn check(rc: i32, call: &'static str, context: impl FnOnce() -> Strin
         Ok(())
     } else {
         Err(Error::verbs(call, rc, context()))
+    }
+}
+
+/// Destroy calls that failed in `Drop` so far
+/// ([`destroy_failures`](crate::destroy_failures)).
+pub(crate) static DESTROY_FAILURES: std::sync::atomic::AtomicU64 =
+    std::sync::atomic::AtomicU64::new(0);
+
+/// Reports a destroy call that failed in `Drop`, where it cannot be
+/// returned: one line on standard error naming the call, the errno and the
+/// device, and one more in [`destroy_failures`](crate::destroy_failures).
+/// The object is forgotten either way (see the crate docs). Here, at the
+/// bottom of the crate, so that every module's `Drop` calls down to it.
+pub(crate) fn report_destroy_failure(call: &str, rc: i32, device: &str) {
+    if rc != 0 {
+        DESTROY_FAILURES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        eprintln!(
+            "mlx5dv: {call} on {device} failed in drop: {}",
+            std::io::Error::from_raw_os_error(rc.abs())
+        );
     }
 }
 

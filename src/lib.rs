@@ -377,6 +377,7 @@ mod roce;
 #[cfg(feature = "serde")]
 mod serde_impl;
 mod srq;
+mod wc;
 pub mod wqe;
 pub mod wr;
 
@@ -402,23 +403,7 @@ pub use wr::{MemcpyOp, MrInterleaved, ScopedBatch, SendFlags, WrBatch};
 /// standard error (see "When a destroy call fails" in the crate docs); a
 /// long-running program can watch this count to notice leaked objects.
 pub fn destroy_failures() -> u64 {
-    DESTROY_FAILURES.load(std::sync::atomic::Ordering::Relaxed)
-}
-
-static DESTROY_FAILURES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-
-/// Reports a destroy call that failed in `Drop`, where it cannot be
-/// returned: one line on standard error naming the call, the errno and the
-/// device, and one more in [`destroy_failures`]. The object is forgotten
-/// either way (see the crate docs).
-pub(crate) fn report_destroy_failure(call: &str, rc: i32, device: &str) {
-    if rc != 0 {
-        DESTROY_FAILURES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        eprintln!(
-            "mlx5dv: {call} on {device} failed in drop: {}",
-            std::io::Error::from_raw_os_error(rc.abs())
-        );
-    }
+    error::DESTROY_FAILURES.load(std::sync::atomic::Ordering::Relaxed)
 }
 
 /// The README's code, compiled as doctests so it stays true.

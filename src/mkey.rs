@@ -241,7 +241,7 @@ impl Drop for Mkey {
         }
         // SAFETY: created by this value and destroyed once.
         let rc = unsafe { ffi::mlx5dv_destroy_mkey(self.mkey.as_ptr()) };
-        crate::report_destroy_failure("mlx5dv_destroy_mkey", rc, self.pd.context().name());
+        crate::error::report_destroy_failure("mlx5dv_destroy_mkey", rc, self.pd.context().name());
     }
 }
 

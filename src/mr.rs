@@ -494,7 +494,7 @@ impl Drop for MemoryRegion {
         }
         // SAFETY: registered by this value and deregistered once.
         let rc = unsafe { ffi::ibv_dereg_mr(self.mr.as_ptr()) };
-        crate::report_destroy_failure("ibv_dereg_mr", rc, self.pd.context().name());
+        crate::error::report_destroy_failure("ibv_dereg_mr", rc, self.pd.context().name());
         if let Some(layout) = self.owned_buf {
             if rc == 0 {
                 // SAFETY: allocated in `new` with `layout`; the device can no

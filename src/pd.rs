@@ -33,7 +33,7 @@ impl Drop for PdInner {
             // SAFETY: allocated by this crate; every object made in it holds
             // this Arc, so none is left; deallocated once.
             let rc = unsafe { ffi::ibv_dealloc_pd(self.pd.as_ptr()) };
-            crate::report_destroy_failure("ibv_dealloc_pd", rc, self.ctx.name());
+            crate::error::report_destroy_failure("ibv_dealloc_pd", rc, self.ctx.name());
         }
     }
 }

@@ -32,7 +32,7 @@ impl Drop for SrqInner {
         // SAFETY: created by this crate, destroyed once when no handle (and
         // so no DCT) is left.
         let rc = unsafe { ffi::ibv_destroy_srq(self.srq.as_ptr()) };
-        crate::report_destroy_failure("ibv_destroy_srq", rc, self.pd.context().name());
+        crate::error::report_destroy_failure("ibv_destroy_srq", rc, self.pd.context().name());
     }
 }
 

@@ -225,7 +225,7 @@ impl Drop for ChannelInner {
         // SAFETY: created by this crate; every CQ on it holds this Arc, so
         // none is left; destroyed once.
         let rc = unsafe { (self.ops.destroy)(self.chan.as_ptr()) };
-        crate::report_destroy_failure("ibv_destroy_comp_channel", rc, self.ctx.name());
+        crate::error::report_destroy_failure("ibv_destroy_comp_channel", rc, self.ctx.name());
     }
 }
 

@@ -51,7 +51,7 @@ impl Drop for IdInner {
         let rc = unsafe { cm::rdma_destroy_id(self.id.as_ptr()) };
         if rc != 0 {
             let errno = std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
-            crate::report_destroy_failure("rdma_destroy_id", errno.max(1), "rdma_cm");
+            crate::error::report_destroy_failure("rdma_destroy_id", errno.max(1), "rdma_cm");
         }
     }
 }

@@ -10,8 +10,9 @@
 //!   [`wait_into`](CompletionQueue::wait_into) collect owned
 //!   [`WorkCompletion`]s, every field read.
 //!
-//! One concern a file: the status, opcode and flags types (`types`), the
-//! completion view (`polled_wc`), owned completions (`work_completion`),
+//! One concern a file (the status, opcode and flags types are in
+//! `crate::wc`, below the errors that name them): the completion view
+//! (`polled_wc`), owned completions (`work_completion`),
 //! polling (`polling`) and the completions a scoped post kept for it
 //! (`backlog`), waiting (`wait`), and the soft-RoCE workaround
 //! (`one_per_start`, `soft_roce_probe`). This file: the handle, its
@@ -48,15 +49,14 @@ mod polling;
 mod soft_roce_probe;
 #[cfg(test)]
 mod tests;
-mod types;
 mod wait;
 mod work_completion;
 
+pub use crate::wc::{WcFlags, WcOpcode, WcStatus};
 pub(crate) use backlog::RawWc;
 use one_per_start::{OnePerStart, OnePerStartPtr};
 pub use polled_wc::PolledWc;
 pub(crate) use polling::{after_polls, in_provider_poll};
-pub use types::{WcFlags, WcOpcode, WcStatus};
 pub(crate) use wait::back_off;
 pub(crate) use work_completion::write_wc_fields;
 pub use work_completion::WorkCompletion;
@@ -143,7 +143,7 @@ impl Drop for CqInner {
             // SAFETY: created by this crate; the handle and every QP using
             // it hold this Arc, so none is left; destroyed once.
             let rc = unsafe { ffi::ibv_destroy_cq(ffi::ibv_cq_ex_to_cq(self.cq.as_ptr())) };
-            crate::report_destroy_failure("ibv_destroy_cq", rc, self.ctx.name());
+            crate::error::report_destroy_failure("ibv_destroy_cq", rc, self.ctx.name());
         }
     }
 }

@@ -171,7 +171,7 @@ impl Drop for Dct {
             // SAFETY: created by the handle being dropped and destroyed once,
             // here; its PD, CQ and SRQ are kept alive until after the call.
             let rc = unsafe { ffi::ibv_destroy_qp(qp.as_ptr()) };
-            crate::report_destroy_failure("ibv_destroy_qp", rc, parents.0.context().name());
+            crate::error::report_destroy_failure("ibv_destroy_qp", rc, parents.0.context().name());
             drop(parents);
         }));
     }

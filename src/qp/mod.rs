@@ -219,7 +219,11 @@ impl<T: Transport> Drop for QpEx<T> {
                 // mutably, and a leaked one was aborted above); its PD and
                 // CQs are kept alive until after the call.
                 let rc = unsafe { ffi::ibv_destroy_qp(qp.as_ptr()) };
-                crate::report_destroy_failure("ibv_destroy_qp", rc, parents.0.context().name());
+                crate::error::report_destroy_failure(
+                    "ibv_destroy_qp",
+                    rc,
+                    parents.0.context().name(),
+                );
                 drop(parents);
             }));
         }

@@ -12,6 +12,7 @@ use crate::ffi;
 use crate::qp::{Mlx5Info, QpParts};
 use crate::wqe::{Opcode, WqeBuilder};
 use crate::*;
+use recorder::wc;
 use recorder::*;
 use std::ptr::NonNull;
 use std::time::Duration;

@@ -75,7 +75,7 @@ macro_rules! named_values {
 /// ```
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 #[repr(transparent)]
-pub struct WcStatus(pub(super) u32);
+pub struct WcStatus(pub(crate) u32);
 
 named_values!(WcStatus {
     /// `IBV_WC_SUCCESS`.
@@ -162,7 +162,7 @@ impl fmt::Display for WcStatus {
 /// ```
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 #[repr(transparent)]
-pub struct WcOpcode(pub(super) u32);
+pub struct WcOpcode(pub(crate) u32);
 
 named_values!(WcOpcode {
     /// A send (`IBV_WC_SEND`).
