@@ -815,6 +815,70 @@ fn a_hot_loop_with_batch_flags_unbounded_remotes_and_sges_by_reference() {
     );
 }
 
+#[test]
+#[ignore = "needs an RDMA device: set MLX5DV_TEST_DEVICE"]
+fn a_limited_batch_is_checked_once_and_refuses_the_work_request_past_it() {
+    let mut p = Pair::new();
+    let depth = p.a.qp.caps().max_send_wr as usize;
+    assert!(depth >= 8, "{depth}");
+    const AT: usize = 16 * 1024;
+    let data = pattern(depth * 8, 5);
+    p.a.mr.write_at(0, &data).unwrap();
+    let remote = p.b.mr.remote(..).unwrap();
+
+    // Limited below the queue: one write past the limit is refused before
+    // the provider sees it, and the batch posts what it holds.
+    let mut b = p.a.qp.batch();
+    let err = b.limit(depth + 1).unwrap_err();
+    assert!(
+        matches!(err, Error::SendQueueFull { batch, depth: d } if batch as usize == depth + 1 && d as usize == depth),
+        "{err}"
+    );
+    b.limit(8).unwrap();
+    for i in 0..8 {
+        let wr = b.wr(i as u64);
+        let wr = if i == 7 { wr.signaled() } else { wr };
+        wr.rdma_write(remote.slice((AT + i * 8) as u64, 8).unwrap())
+            .sge(p.a.mr.sge(i * 8..i * 8 + 8).unwrap())
+            .unwrap();
+    }
+    let err = b
+        .wr(8)
+        .rdma_write(remote.slice(AT as u64, 8).unwrap())
+        .sge(p.a.mr.sge(0..8).unwrap())
+        .unwrap_err();
+    assert!(matches!(err, Error::BatchLimit { limit: 8 }), "{err}");
+    assert_eq!(b.len(), 8);
+    // SAFETY: both regions outlive the wait below.
+    assert_eq!(unsafe { b.complete() }.unwrap(), 8);
+    let wcs = p.a.send_cq.wait(1, WAIT).unwrap();
+    assert_wc(&wcs[0], 7, WcOpcode::RDMA_WRITE);
+    assert_eq!(p.b.mr.to_vec(AT..AT + 64).unwrap(), &data[..64]);
+
+    // Limited to the whole queue: the queue fills, and the work request
+    // past it is the full queue's error.
+    let mut b = p.a.qp.batch();
+    b.limit(depth).unwrap();
+    for i in 0..depth {
+        let wr = b.wr(100 + i as u64);
+        let wr = if i + 1 == depth { wr.signaled() } else { wr };
+        wr.rdma_write(remote.slice((AT + i * 8) as u64, 8).unwrap())
+            .sge(p.a.mr.sge(i * 8..i * 8 + 8).unwrap())
+            .unwrap();
+    }
+    let err = b
+        .wr(0)
+        .rdma_write(remote.slice(AT as u64, 8).unwrap())
+        .sge(p.a.mr.sge(0..8).unwrap())
+        .unwrap_err();
+    assert!(matches!(err, Error::SendQueueFull { .. }), "{err}");
+    // SAFETY: as above.
+    assert_eq!(unsafe { b.complete() }.unwrap() as usize, depth);
+    let wcs = p.a.send_cq.wait(1, WAIT).unwrap();
+    assert_wc(&wcs[0], 100 + depth as u64 - 1, WcOpcode::RDMA_WRITE);
+    assert_eq!(p.b.mr.to_vec(AT..AT + depth * 8).unwrap(), &data[..]);
+}
+
 /// `len` bytes at `at` of `whole`.
 fn piece(whole: SgeMut<'_>, at: usize, len: usize) -> Result<SgeMut<'_>> {
     Ok(whole.split_at(at as u32)?.1.split_at(len as u32)?.0)
