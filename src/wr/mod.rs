@@ -265,6 +265,24 @@ impl BatchState {
         &self.caps
     }
 
+    /// The error of a batch of `batch` work requests, more than its room:
+    /// the batch's [`limit`](WrBatch::limit) where that is below the send
+    /// queue's depth, else a full send queue. Built of integers where it
+    /// is made (inlined), so that the caller's `?` knows it is an error
+    /// and its loop keeps one counter.
+    #[inline(always)]
+    fn no_room(&self, batch: u32) -> Error {
+        let room = self.room as u32;
+        if room < self.depth {
+            Error::BatchLimit { limit: room }
+        } else {
+            Error::SendQueueFull {
+                batch,
+                depth: self.depth,
+            }
+        }
+    }
+
     /// The provider's entries.
     #[inline]
     fn ops(&self) -> &WrOps {
@@ -419,15 +437,8 @@ impl<'q, 'm, T: Transport> WrBatch<'q, 'm, T> {
     pub fn limit(&mut self, n: usize) -> Result<()> {
         let posted = self.state.posted;
         if n > self.state.room - posted {
-            let room = self.state.room as u32;
-            return Err(if room < self.state.depth {
-                Error::BatchLimit { limit: room }
-            } else {
-                Error::SendQueueFull {
-                    batch: posted.saturating_add(n).min(u32::MAX as usize) as u32,
-                    depth: self.state.depth,
-                }
-            });
+            let batch = posted.saturating_add(n).min(u32::MAX as usize) as u32;
+            return Err(self.state.no_room(batch));
         }
         self.state.room = posted + n;
         Ok(())

@@ -372,18 +372,8 @@ impl<T: Transport> Wr<'_, '_, T> {
         // (which a poll of that CQ may hold on this thread). By value: the
         // batch's state must not escape the caller's loop.
         if self.state.posted >= self.state.room {
-            // Made here (integers): the caller's `?` then knows it is an
-            // error, and its loop keeps one counter. Below the depth, the
-            // room is the batch's `limit`.
-            let room = self.state.room as u32;
-            return Err(if room < self.state.depth {
-                Error::BatchLimit { limit: room }
-            } else {
-                Error::SendQueueFull {
-                    batch: room + 1,
-                    depth: room,
-                }
-            });
+            // Here the count is the room: the batch would be one more.
+            return Err(self.state.no_room(self.state.room as u32 + 1));
         }
         if let Addressed::No = addressed {
             // libmlx5 finishes these WQEs in the builder, with no address
