@@ -65,7 +65,7 @@
 mod common;
 
 use common::measure::{self, bench_zero_mark, Counts, Row, Version};
-use common::wc::{BenchWc, CWcFull};
+use common::wc::{kept, BenchWc, CWcFull};
 use common::{CDc, CQp, CShape, CSide, BATCH, INLINE, LIST, LOG_STREAMS, MSG, VARIANTS};
 use mlx5dv::ffi;
 use mlx5dv::wqe::{Opcode, Wqe, WqeBuilder};
@@ -274,15 +274,6 @@ fn ok(r: Result<u32>) -> usize {
 
 fn done(r: Result<usize>) -> usize {
     r.expect("the null CQ serves the completions")
-}
-
-/// The completions a wait returned in its CQ's buffer, copied into `keep`
-/// for the check (outside the counted function).
-fn kept(r: Result<&[WorkCompletion]>, keep: &mut Vec<WorkCompletion>) -> usize {
-    let wcs = r.expect("the null CQ serves the completions");
-    keep.clear();
-    keep.extend_from_slice(wcs);
-    wcs.len()
 }
 
 fn rc_ring(o: &BenchObjs) -> *const c_void {

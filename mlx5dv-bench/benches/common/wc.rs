@@ -102,3 +102,12 @@ impl CWcFull {
         }
     }
 }
+
+/// The completions a wait returned in its CQ's buffer, copied into `keep`
+/// for the harness's check (after the counted call); how many.
+pub fn kept(r: mlx5dv::Result<&[WorkCompletion]>, keep: &mut Vec<WorkCompletion>) -> usize {
+    let wcs = r.expect("the CQ holds the completions");
+    keep.clear();
+    keep.extend_from_slice(wcs);
+    wcs.len()
+}

@@ -7,7 +7,7 @@
 //! too (`common/shapes.rs`).
 
 use crate::common::measure::{Row, Version};
-use crate::common::wc::BenchWc;
+use crate::common::wc::{kept, BenchWc};
 use crate::common::{CShape, CSide, BATCH, INLINE, LIST, LOG_STREAMS, MSG};
 use crate::rig::Rig;
 use mlx5dv::wqe::Wqe;
@@ -84,15 +84,6 @@ fn ok(r: Result<u32>) -> usize {
 
 fn done(r: Result<usize>) -> usize {
     r.expect("the CQ holds the completions")
-}
-
-/// The completions a wait returned in its CQ's buffer, copied into `keep`
-/// for the check (outside the counted function).
-fn kept(r: Result<&[WorkCompletion]>, keep: &mut Vec<WorkCompletion>) -> usize {
-    let wcs = r.expect("the CQ holds the completions");
-    keep.clear();
-    keep.extend_from_slice(wcs);
-    wcs.len()
 }
 
 const RC: Work = Work::Post {
