@@ -818,10 +818,24 @@ fn a_hot_loop_with_batch_flags_unbounded_remotes_and_sges_by_reference() {
 #[test]
 #[ignore = "needs an RDMA device: set MLX5DV_TEST_DEVICE"]
 fn a_limited_batch_is_checked_once_and_refuses_the_work_request_past_it() {
+    const AT: usize = 16 * 1024;
+    /// The k-th 8 bytes of `mr` to the k-th of `remote` from AT, under
+    /// `id`, signalled when `last`.
+    fn write<'m>(
+        b: &mut WrBatch<'_, 'm, ReliableConnection>,
+        mr: &'m MemoryRegion,
+        remote: RemoteBuf,
+        (id, k, last): (u64, usize, bool),
+    ) -> Result<()> {
+        let wr = b.wr(id);
+        let wr = if last { wr.signaled() } else { wr };
+        wr.rdma_write(remote.slice((AT + k * 8) as u64, 8)?)
+            .sge(mr.sge(k * 8..k * 8 + 8)?)
+    }
+
     let mut p = Pair::new();
     let depth = p.a.qp.caps().max_send_wr as usize;
     assert!(depth >= 8, "{depth}");
-    const AT: usize = 16 * 1024;
     let data = pattern(depth * 8, 5);
     p.a.mr.write_at(0, &data).unwrap();
     let remote = p.b.mr.remote(..).unwrap();
@@ -835,18 +849,10 @@ fn a_limited_batch_is_checked_once_and_refuses_the_work_request_past_it() {
         "{err}"
     );
     b.limit(8).unwrap();
-    for i in 0..8 {
-        let wr = b.wr(i as u64);
-        let wr = if i == 7 { wr.signaled() } else { wr };
-        wr.rdma_write(remote.slice((AT + i * 8) as u64, 8).unwrap())
-            .sge(p.a.mr.sge(i * 8..i * 8 + 8).unwrap())
-            .unwrap();
+    for k in 0..8 {
+        write(&mut b, &p.a.mr, remote, (k as u64, k, k == 7)).unwrap();
     }
-    let err = b
-        .wr(8)
-        .rdma_write(remote.slice(AT as u64, 8).unwrap())
-        .sge(p.a.mr.sge(0..8).unwrap())
-        .unwrap_err();
+    let err = write(&mut b, &p.a.mr, remote, (8, 0, false)).unwrap_err();
     assert!(matches!(err, Error::BatchLimit { limit: 8 }), "{err}");
     assert_eq!(b.len(), 8);
     // SAFETY: both regions outlive the wait below.
@@ -859,18 +865,10 @@ fn a_limited_batch_is_checked_once_and_refuses_the_work_request_past_it() {
     // past it is the full queue's error.
     let mut b = p.a.qp.batch();
     b.limit(depth).unwrap();
-    for i in 0..depth {
-        let wr = b.wr(100 + i as u64);
-        let wr = if i + 1 == depth { wr.signaled() } else { wr };
-        wr.rdma_write(remote.slice((AT + i * 8) as u64, 8).unwrap())
-            .sge(p.a.mr.sge(i * 8..i * 8 + 8).unwrap())
-            .unwrap();
+    for k in 0..depth {
+        write(&mut b, &p.a.mr, remote, (100 + k as u64, k, k + 1 == depth)).unwrap();
     }
-    let err = b
-        .wr(0)
-        .rdma_write(remote.slice(AT as u64, 8).unwrap())
-        .sge(p.a.mr.sge(0..8).unwrap())
-        .unwrap_err();
+    let err = write(&mut b, &p.a.mr, remote, (0, 0, false)).unwrap_err();
     assert!(matches!(err, Error::SendQueueFull { .. }), "{err}");
     // SAFETY: as above.
     assert_eq!(unsafe { b.complete() }.unwrap() as usize, depth);
