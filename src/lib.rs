@@ -179,6 +179,44 @@
 //!   a builder whose op the QP was not created with returns
 //!   [`Error::Unsupported`] instead of calling a NULL entry.
 //!
+//! ### Every wait ends
+//!
+//! A wait — [`CompletionQueue::wait`], [`QpEx::post_and_wait`],
+//! [`CompletionChannel::get_event`], `CompletionQueue::wait_async`, an
+//! `aio::AsyncQp` operation, an rdma_cm event — ends either with its own
+//! completion or event soon after it arrives, or with its own timeout or
+//! error; never later, whoever else reads the same channel or fd, on
+//! whichever runtime, after whatever state change safe code can make. How
+//! the API keeps it:
+//!
+//! - **Shared channels.** Reading an event consumes no one's wakeup. Each
+//!   CQ on a channel counts the events read for it; a wait for a CQ notes
+//!   the count when it arms the CQ and ends when the count has moved,
+//!   whichever thread or task read the fd, and whether or not a
+//!   [`CompletionChannel::get_event`] caller took that event too (the
+//!   "any event" readers have a queue of their own). One thread at a time
+//!   sleeps in `poll(2)` on the fd and hands what it reads to the others;
+//!   async waits leave the reading to it while it sleeps there. The
+//!   rdma_cm event channel does the same for its ids' events.
+//! - **Runtimes.** With the `tokio` feature, a channel's fd is registered
+//!   with the reactor of each runtime that waits on it, so a task is woken
+//!   by its own runtime, whatever runtimes waited on the channel before,
+//!   idle or dropped since.
+//! - **State changes.** A QP reset, on any path safe code has to it
+//!   (`aio::AsyncQp::reset`, or `qp.reset()` inside
+//!   `aio::AsyncQp::with_qp`), ends the operations in flight as flushed,
+//!   after handing the completions the device made before it to their own
+//!   operations. A wait that can learn of nothing more (its CQ cannot be
+//!   armed, its reactor is gone) ends with an error instead of sleeping.
+//! - **Cancellation.** No wait holds a completion or an event across an
+//!   await point, so dropping one at any await loses nothing for the
+//!   others. An rdma_cm connect or accept dropped before its event moves
+//!   its QP to ERR (the `cm` module's docs).
+//!
+//! `tests/rxe_channel.rs` and `tests/rxe_tokio.rs` hold a test for each
+//! way a wait was once kept asleep (a `get_event` caller taking a CQ's
+//! event, tasks of two runtimes, a reset through `with_qp`).
+//!
 //! ## Where `unsafe` remains, and why
 //!
 //! | call | why it cannot be safe | what the caller keeps true |
@@ -253,7 +291,8 @@
 //!
 //! With the `tokio` feature, the `aio` module does that loop on tokio:
 //! `CompletionQueue::wait_async` awaits completions (the channel's fd
-//! registered once with the reactor, shared by the channel's CQs), and
+//! registered once with the reactor of each runtime that waits on it,
+//! shared by the channel's CQs), and
 //! `aio::AsyncQp` posts sends, RDMA writes and reads, and receives whose
 //! memory the operation owns, as tokio-uring's buffers are owned: a future
 //! dropped or leaked while its work request is in flight leaves the region
@@ -266,8 +305,11 @@
 //! waits for ever. An event names its CQ by [`CqId`], a number, never by
 //! pointer; a CQ dropped while an event of it is being read is
 //! acknowledged by the reader and reported to nobody. The channel outlives
-//! its CQs (each holds it). Several threads may wait on CQs of one channel
-//! at once: one sleeps on the fd and hands the others their events.
+//! its CQs (each holds it). Several threads and tasks may wait on CQs of
+//! one channel at once, and others take any event with
+//! [`CompletionChannel::get_event`]: one sleeps on the fd and hands the
+//! others what it reads, and none takes another's wakeup (see "Every wait
+//! ends" above).
 //!
 //! The device's asynchronous events (`ibv_get_async_event(3)`: a port
 //! down, a CQ overrun, a QP in fatal error, ...) come from

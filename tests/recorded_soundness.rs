@@ -1128,6 +1128,9 @@ fn mkey_layouts_longer_than_i32_max_are_refused_before_any_builder() {
 
 #[test]
 fn mkey_layouts_grant_peer_writes_only_over_peer_writable_regions() {
+    fn e_private_first(private: &MemoryRegion) -> MrInterleaved<'_> {
+        MrInterleaved::new(private, 0, 64, 0).unwrap()
+    }
     let mut fx = Fx::new();
     let mut raw: Box<ffi::ibv_mr> = zeroed();
     let private = fake_region(&fx, &mut raw, 1 << 20, AccessFlags::LOCAL_WRITE);
@@ -1136,9 +1139,19 @@ fn mkey_layouts_grant_peer_writes_only_over_peer_writable_regions() {
     let rw = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
     let ra = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_ATOMIC;
     let rr = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ;
+    // A window bound through the mkey could grant a peer writes too.
+    let mw = AccessFlags::LOCAL_WRITE | AccessFlags::MW_BIND;
     recorder::take();
     let mut b = fx.rc.batch();
     // mr_list: an SGE does not say whether its region is peer-writable.
+    invalid(
+        b.wr(10)
+            .mr_list(&fx.mkey_big, mw, &[fx.mr.sge(0..64).unwrap()]),
+    );
+    invalid(
+        b.wr(11)
+            .mr_interleaved(&fx.mkey_big, mw, 1, &[e_private_first(&private)]),
+    );
     invalid(
         b.wr(1)
             .mr_list(&fx.mkey_big, rw, &[fx.mr.sge(0..64).unwrap()]),

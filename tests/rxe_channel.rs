@@ -824,3 +824,99 @@ fn the_cq_events_example_plays_ping_pong_with_both_kinds_of_wait() {
         assert!(text.contains(how) && text.contains("CPU: ping"), "{text}");
     }
 }
+
+/// A thread that reads every event of `channel` with `get_event` (as an
+/// event loop for "any event" would) until `stop`; returns what it read.
+fn any_event_reader(
+    channel: &CompletionChannel,
+    stop: &std::sync::atomic::AtomicBool,
+) -> Vec<CqId> {
+    let mut seen = Vec::new();
+    while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+        match channel.get_event(Duration::from_millis(200)) {
+            Ok(e) => seen.push(e.cq()),
+            Err(Error::Timeout { .. }) => {}
+            Err(e) => panic!("get_event: {e}"),
+        }
+    }
+    seen
+}
+
+#[test]
+#[ignore = "needs an RDMA device: set MLX5DV_TEST_DEVICE"]
+fn a_cq_wait_wakes_for_its_completion_when_another_thread_takes_the_event() {
+    // Thread X reads the channel for any event (`get_event`) and takes
+    // every event it reads; thread Y then waits on its own CQ of the same
+    // channel: first a blocking `wait`, then a scoped post. Each wait must
+    // end soon after its completion arrives, not at its timeout, whoever
+    // took the CQ's event.
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let ctx = open();
+    let channel = CompletionChannel::new(&ctx).unwrap();
+    let mut p = pair_on(&ctx, [Some(&channel); 4]);
+    recv_at_b(&mut p, 41, 64);
+    let long = Duration::from_secs(15);
+    let soon = Duration::from_secs(5);
+    let stop = AtomicBool::new(false);
+    let b_recv_id = p.b.recv_cq.id();
+    let a_send_id = p.a.send_cq.id();
+    let (a_qp, a_send, a_mr) = (&mut p.a.qp, &mut p.a.send_cq, &p.a.mr);
+    let b_recv = &mut p.b.recv_cq;
+    let remote = p.b.mr.remote(0..64).unwrap();
+    /// Stops the reader however the scope ends (a failed assertion too).
+    struct StopOnDrop<'a>(&'a AtomicBool);
+    impl Drop for StopOnDrop<'_> {
+        fn drop(&mut self) {
+            self.0.store(true, Ordering::SeqCst);
+        }
+    }
+    std::thread::scope(|s| {
+        let reader = s.spawn(|| any_event_reader(&channel, &stop));
+        let _stop = StopOnDrop(&stop);
+        // X is asleep on the fd before Y waits.
+        std::thread::sleep(Duration::from_millis(300));
+        let waiter = s.spawn(|| {
+            let start = Instant::now();
+            let wc = b_recv.wait(1, long).map(|w| w[0]);
+            (wc, start.elapsed())
+        });
+        std::thread::sleep(Duration::from_millis(500));
+        // A's send completes at B's receive CQ (Y's) and at A's send CQ.
+        let mut batch = a_qp.batch();
+        batch
+            .wr(1)
+            .signaled()
+            .send()
+            .sge(a_mr.sge(0..64).unwrap())
+            .unwrap();
+        unsafe { batch.complete() }.unwrap();
+        let (wc, took) = waiter.join().unwrap();
+        assert_wc(&wc.expect("Y's wait"), 41, WcOpcode::RECV);
+        assert!(took < soon, "Y's wait took {took:?}: its wakeup was lost");
+        // The send's own completion, polled here so that it is not left.
+        let wc = a_send.wait(1, WAIT).unwrap()[0];
+        assert_wc(&wc, 1, WcOpcode::SEND);
+
+        // A scoped post on A's send CQ while X still reads the channel.
+        let start = Instant::now();
+        let wcs = a_qp
+            .post_and_wait(a_send, long, |b| {
+                b.wr(2).rdma_write(remote).sge(a_mr.sge(0..64)?)
+            })
+            .expect("the scoped post");
+        let took = start.elapsed();
+        assert_wc(&wcs[0], 2, WcOpcode::RDMA_WRITE);
+        assert!(
+            took < soon,
+            "the scoped post took {took:?}: its wakeup was lost"
+        );
+        stop.store(true, Ordering::SeqCst);
+        let seen = reader.join().unwrap();
+        // What X read names only the channel's CQs (it may have taken
+        // Y's events, which is the point).
+        assert!(
+            seen.iter().all(|id| [b_recv_id, a_send_id].contains(id)),
+            "{seen:?}"
+        );
+    });
+}

@@ -818,3 +818,57 @@ fn poll_once<F: std::future::Future>(f: F) -> Option<F::Output> {
         Poll::Pending => None,
     }
 }
+
+/// An accept cancelled after `rdma_accept` went out (its future polled
+/// once, then dropped) leaves the server's QP short of RTS: in ERR, so
+/// that none of its work requests runs and the peer reaches nothing
+/// through it, whether or not the client saw the accept.
+#[cfg(feature = "tokio")]
+#[test]
+#[ignore = "needs an RDMA device: set MLX5DV_TEST_DEVICE"]
+fn a_cancelled_accept_leaves_the_qp_short_of_rts() {
+    rig::device_name();
+    let l = listener(7414);
+    let (tx, rx) = std::sync::mpsc::channel::<RemoteBuf>();
+    let client = thread::spawn(move || {
+        let id = resolved(7414);
+        let mut c = side(&id);
+        let r = id.connect(&c.qp, &ConnParam::new(), T);
+        // Connected or not, the server's memory is out of reach.
+        let read = r.is_ok().then(|| {
+            let remote = rx.recv_timeout(T).expect("the server's region");
+            let into = c.mr.sge_mut(0..64).unwrap();
+            c.qp.post_and_wait(&mut c.send_cq, T, |b| b.wr(1).rdma_read(remote).sge(into))
+                .map(|w| w[0].status)
+        });
+        (r.map(drop), read, id, c)
+    });
+    let req = l.get_request(Some(T)).expect("connect request");
+    let s = side(req.id());
+    let mut server_mr = s.mr;
+    server_mr.write_at(0, b"secret").unwrap();
+    tx.send(server_mr.remote(0..64).unwrap()).unwrap();
+    let rt = one_thread();
+    let cancelled = rt.block_on(async {
+        // Timeout polls the accept once (rdma_accept is sent), then ends.
+        tokio::time::timeout(Duration::ZERO, req.accept_async(&s.qp, &ConnParam::new())).await
+    });
+    assert!(
+        cancelled.is_err(),
+        "the accept ended before it was cancelled"
+    );
+    let state = s.qp.state().unwrap();
+    assert_eq!(
+        state,
+        QpState::Err,
+        "a cancelled accept left the QP in {state:?}"
+    );
+    let (r, read, _id, _c) = client.join().unwrap();
+    match read {
+        None => assert!(r.is_err()),
+        Some(status) => assert!(
+            !matches!(status, Ok(WcStatus::SUCCESS)),
+            "the client read the server's memory through a cancelled accept: {status:?}"
+        ),
+    }
+}

@@ -693,3 +693,202 @@ async fn two_receives_waiting_on_one_cq_each_get_their_completion() {
         }
     }
 }
+
+/// A blocking thread that takes every event of `channel` (an event loop
+/// for "any event") until `stop`.
+fn spawn_any_event_reader(
+    channel: &CompletionChannel,
+    stop: &Arc<AtomicBool>,
+) -> std::thread::JoinHandle<usize> {
+    let (channel, stop) = (channel.clone(), stop.clone());
+    std::thread::spawn(move || {
+        let mut n = 0;
+        while !stop.load(Ordering::SeqCst) {
+            match channel.get_event(Duration::from_millis(100)) {
+                Ok(_) => n += 1,
+                Err(Error::Timeout { .. }) => {}
+                Err(e) => panic!("get_event: {e}"),
+            }
+        }
+        n
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs an RDMA device: set MLX5DV_TEST_DEVICE"]
+async fn a_task_wakes_for_its_completion_when_a_blocking_reader_takes_the_event() {
+    // A thread reads the channel with `get_event` and takes every event;
+    // a task awaits a receive (and then `wait_async`) on a CQ of the same
+    // channel. Each must end soon after its completion, not never.
+    let ctx = open();
+    let channel = CompletionChannel::new(&ctx).unwrap();
+    let (a, b, pd) = async_pair(&ctx, &channel);
+    let stop = Arc::new(AtomicBool::new(false));
+    let reader = spawn_any_event_reader(&channel, &stop);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let recv = tokio::spawn({
+        let b = b.clone();
+        let mr = MemoryRegion::new(&pd, 4096, AccessFlags::LOCAL_WRITE).unwrap();
+        async move { b.recv(mr, 0..4096).await }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (wc, _) = tokio::time::timeout(
+        Duration::from_secs(8),
+        a.send(region_with(&pd, b"taken"), 0..5),
+    )
+    .await
+    .expect("the send's wakeup was lost: pending after its completion");
+    assert_eq!(wc.expect("the send").opcode, WcOpcode::SEND);
+    let (wc, mr) = tokio::time::timeout(Duration::from_secs(8), recv)
+        .await
+        .expect("the receive's wakeup was lost: pending after its completion")
+        .unwrap();
+    let wc = wc.expect("the receive");
+    assert_eq!((wc.opcode, wc.byte_len), (WcOpcode::RECV, 5));
+    assert_eq!(mr.to_vec(0..5).unwrap(), b"taken");
+    assert!(b.take_stray().is_empty(), "its completion was its own");
+
+    // `wait_async` on a plain pair's CQ of the same channel.
+    let mut p = pair_on(&ctx, Some(&channel), Some(&channel));
+    unsafe { p.b.qp.post_recv(7, &[p.b.mr.sge(0..64).unwrap()]) }.unwrap();
+    let mut b_recv = p.b.recv_cq;
+    let waiting = tokio::spawn(async move {
+        let wcs = b_recv.wait_async(4).await;
+        (wcs, b_recv)
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let sge = p.a.mr.sge(0..64).unwrap();
+    p.a.qp
+        .post_and_wait(&mut p.a.send_cq, WAIT, |bt| bt.wr(8).send().sge(sge))
+        .expect("the send");
+    let (wcs, _cq) = tokio::time::timeout(Duration::from_secs(8), waiting)
+        .await
+        .expect("wait_async's wakeup was lost: pending after its completion")
+        .unwrap();
+    assert_wc(&wcs.expect("wait_async")[0], 7, WcOpcode::RECV);
+    stop.store(true, Ordering::SeqCst);
+    reader.join().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs an RDMA device: set MLX5DV_TEST_DEVICE"]
+async fn a_reset_through_with_qp_ends_operations_and_a_reconnect_serves_new_ones() {
+    let ctx = open();
+    let channel = CompletionChannel::new(&ctx).unwrap();
+    let p = pair_on(&ctx, Some(&channel), Some(&channel));
+    let (opts, pd) = (p.opts.clone(), p.pd.clone());
+    let a = AsyncQp::new(p.a.qp, p.a.send_cq, Some(p.a.recv_cq)).unwrap();
+    let b = AsyncQp::new(p.b.qp, p.b.send_cq, Some(p.b.recv_cq)).unwrap();
+    let (buf, dropped) = Tracked::new(&pd);
+    let waiting = tokio::spawn({
+        let b = b.clone();
+        async move { b.recv(buf, 0..4096).await }
+    });
+    let (abandoned_buf, abandoned) = Tracked::new(&pd);
+    drop(b.recv(abandoned_buf, 0..4096));
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(b.in_flight(), 2);
+    // The reset made through `with_qp`, not `AsyncQp::reset`.
+    b.with_qp(|qp| qp.reset()).expect("reset through with_qp");
+    assert_eq!(b.in_flight(), 0, "a reset QP runs nothing");
+    assert!(
+        abandoned.load(Ordering::SeqCst),
+        "the dropped one's region released"
+    );
+    let (wc, buf) = tokio::time::timeout(Duration::from_secs(8), waiting)
+        .await
+        .expect("an operation in flight across the reset never ended")
+        .unwrap();
+    match wc {
+        Err(Error::WorkCompletion { status, .. }) => assert_eq!(status, WcStatus::WR_FLUSH_ERR),
+        other => panic!("{other:?}"),
+    }
+    drop(buf);
+    assert!(dropped.load(Ordering::SeqCst));
+    // Reconnected through `with_qp` (both sides, from RESET): new
+    // operations run and carry their bytes.
+    a.with_qp(|qp| qp.reset()).unwrap();
+    let ea = a.with_qp(|qp| qp.endpoint(0x111, &opts)).unwrap();
+    let eb = b.with_qp(|qp| qp.endpoint(0x222, &opts)).unwrap();
+    a.with_qp(|qp| qp.connect_to(&eb, &opts)).unwrap();
+    b.with_qp(|qp| qp.connect_to(&ea, &opts)).unwrap();
+    let recv = b.recv(
+        MemoryRegion::new(&pd, 4096, AccessFlags::LOCAL_WRITE).unwrap(),
+        0..4096,
+    );
+    let (wc, _) = a.send(region_with(&pd, b"again"), 0..5).await;
+    wc.expect("a send after the reconnect");
+    let (wc, mr) = tokio::time::timeout(WAIT, recv).await.unwrap();
+    assert_eq!(wc.expect("a receive after the reconnect").byte_len, 5);
+    assert_eq!(mr.to_vec(0..5).unwrap(), b"again");
+    assert!(b.take_stray().is_empty(), "{:?}", b.take_stray());
+}
+
+#[test]
+#[ignore = "needs an RDMA device: set MLX5DV_TEST_DEVICE"]
+fn a_channel_serves_tasks_of_every_runtime_and_outlives_the_first() {
+    // The first async wait on the channel runs on runtime R1, which then
+    // idles (nothing drives its reactor). A task on runtime R2 awaits a
+    // receive on a CQ of the same channel: it must end soon after its
+    // completion. Then R1 is dropped: later waits on R2 go on working, and
+    // every completion is its own operation's.
+    let current = || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+    };
+    let ctx = open();
+    let channel = CompletionChannel::new(&ctx).unwrap();
+    let r1 = current();
+    let (a, b, pd) = async_pair(&ctx, &channel);
+    // On R1: a round trip whose receive sleeps on the channel first.
+    r1.block_on(async {
+        let recv = b.recv(
+            MemoryRegion::new(&pd, 4096, AccessFlags::LOCAL_WRITE).unwrap(),
+            0..4096,
+        );
+        let recv = tokio::spawn(recv);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        a.send(region_with(&pd, b"on r1"), 0..5)
+            .await
+            .0
+            .expect("send on R1");
+        let (wc, mr) = tokio::time::timeout(WAIT, recv).await.unwrap().unwrap();
+        assert_eq!(wc.expect("receive on R1").byte_len, 5);
+        assert_eq!(mr.to_vec(0..5).unwrap(), b"on r1");
+    });
+    // R1 idles; R2 runs on another thread.
+    let round_trip_on_r2 = |msg: &'static [u8]| {
+        let (a, b, pd) = (a.clone(), b.clone(), pd.clone());
+        std::thread::spawn(move || {
+            current().block_on(async {
+                let recv = tokio::spawn(b.recv(
+                    MemoryRegion::new(&pd, 4096, AccessFlags::LOCAL_WRITE).unwrap(),
+                    0..4096,
+                ));
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                let sent = tokio::time::timeout(
+                    Duration::from_secs(8),
+                    a.send(region_with(&pd, msg), 0..msg.len()),
+                )
+                .await
+                .expect("the send on R2 never ended")
+                .0;
+                sent.expect("send on R2");
+                let (wc, mr) = tokio::time::timeout(Duration::from_secs(8), recv)
+                    .await
+                    .expect("the receive on R2 never ended")
+                    .unwrap();
+                assert_eq!(wc.expect("receive on R2").byte_len as usize, msg.len());
+                assert_eq!(mr.to_vec(0..msg.len()).unwrap(), msg);
+            })
+        })
+        .join()
+    };
+    round_trip_on_r2(b"while r1 idles").expect("R2's round trip while R1 idles");
+    drop(r1);
+    round_trip_on_r2(b"after r1 is gone").expect("R2's round trip after R1 was dropped");
+    assert!(a.take_stray().is_empty() && b.take_stray().is_empty());
+    assert_eq!((a.in_flight(), b.in_flight()), (0, 0));
+}

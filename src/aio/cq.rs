@@ -27,25 +27,51 @@ impl CompletionQueue {
     /// # Ok(()) }
     /// ```
     pub async fn wait_async(&mut self, max: usize) -> Result<Vec<WorkCompletion>> {
-        let Some(channel) = self.channel().cloned() else {
-            return Err(Error::InvalidArgument(format!(
-                "wait_async on a CQ of {} that has no completion channel \
-                 (create it with CompletionQueue::with_channel)",
-                self.context().name()
-            )));
-        };
+        if self.channel().is_none() {
+            return Err(self.no_channel_for_async());
+        }
+        if max == 0 {
+            return Err(Error::OutOfRange {
+                what: "wait_async max",
+                value: 0,
+                limit: "at least 1".into(),
+            });
+        }
         let key = self.raw_cq().as_ptr() as usize;
-        let mut out = Vec::new();
         loop {
-            match self.poll_or_arm(max, |wc| out.push(WorkCompletion::from(wc))) {
-                Ok(0) => {}
-                Ok(_) => return Ok(out),
-                // A poll that failed after handing some over: those are
-                // returned (the error comes again with the next poll).
-                Err(_) if !out.is_empty() => return Ok(out),
-                Err(e) => return Err(e),
+            let out = self.poll_some(max)?;
+            if !out.is_empty() {
+                return Ok(out);
             }
-            channel.clone().cq_event(key).await?;
+            // Arm (noting the CQ's count of events), then poll again: a
+            // completion before the arm raises no event.
+            let Some((channel, armed)) = self.arm_for_wait()? else {
+                return Err(self.no_channel_for_async());
+            };
+            let out = self.poll_some(max)?;
+            if !out.is_empty() {
+                return Ok(out);
+            }
+            channel.cq_event(key, armed).await?;
+        }
+    }
+
+    fn no_channel_for_async(&self) -> Error {
+        Error::InvalidArgument(format!(
+            "wait_async on a CQ of {} that has no completion channel \
+             (create it with CompletionQueue::with_channel)",
+            self.context().name()
+        ))
+    }
+
+    /// Up to `max` completions, none when the CQ is empty. A poll that
+    /// fails after handing some over returns those (the error comes again
+    /// with the next poll).
+    fn poll_some(&mut self, max: usize) -> Result<Vec<WorkCompletion>> {
+        let mut out = Vec::new();
+        match self.poll_each(max, |wc| out.push(WorkCompletion::from(wc))) {
+            Err(e) if out.is_empty() => Err(e),
+            _ => Ok(out),
         }
     }
 }

@@ -87,15 +87,24 @@ impl<B: IoBuf> Future for Op<B> {
                     // failed poll stops the QP, which ends the operations.
                     let _ = inner.progress(qp_num);
                     done = take_done(&mut inner, id);
-                    if done.is_none() && inner.cq_of(recv).req_notify(false).is_ok() {
-                        let _ = inner.progress(qp_num);
-                        done = take_done(&mut inner, id);
-                    }
                     if done.is_none() {
                         let cq = inner.cq_of(recv);
-                        let channel = cq.channel().expect("checked by AsyncQp::new").clone();
                         let key = cq.raw_cq().as_ptr() as usize;
-                        *wait = Some(Box::pin(channel.cq_event(key)));
+                        match cq.arm_for_wait() {
+                            Ok(Some((channel, armed))) => {
+                                let _ = inner.progress(qp_num);
+                                done = take_done(&mut inner, id);
+                                if done.is_none() {
+                                    *wait = Some(Box::pin(channel.cq_event(key, armed)));
+                                }
+                            }
+                            // No event can be had: see `no_event`.
+                            Ok(None) => unreachable!("AsyncQp::new checked the CQs' channels"),
+                            Err(e) => {
+                                no_event(&mut inner, qp_num, id, e);
+                                continue;
+                            }
+                        }
                     }
                 }
                 if let Some((result, buf)) = done {
@@ -127,20 +136,30 @@ impl<B: IoBuf> Future for Op<B> {
                 Poll::Pending => return Poll::Pending,
                 // The event: poll again (the CQ is the truth).
                 Poll::Ready(Ok(())) => *wait = None,
-                // The wait itself failed (no runtime, the reactor's error):
-                // no event can be had, so the QP is stopped (RESET) and
-                // the operation ends with the error.
                 Poll::Ready(Err(e)) => {
                     *wait = None;
-                    let mut inner = this.qp.lock();
-                    inner.stop(this.qp.qp_num);
-                    if let Some(entry) = inner.table.get_mut(&id) {
-                        if entry.result.is_some() {
-                            entry.result = Some(Err(e));
-                        }
-                    }
+                    no_event(&mut this.qp.lock(), this.qp.qp_num, id, e);
                 }
             }
+        }
+    }
+}
+
+/// The wait for the CQ's event failed (no runtime, the reactor's error, a
+/// failed arm): no event can be had, so the QP is stopped (RESET, after
+/// the completions already there are handed to their operations) and
+/// operation `id`, unless it completed meanwhile, ends with the error.
+fn no_event(inner: &mut Inner, qp_num: u32, id: u64, e: Error) {
+    inner.stop(qp_num);
+    if let Some(entry) = inner.table.get_mut(&id) {
+        if matches!(
+            entry.result,
+            Some(Err(Error::WorkCompletion {
+                status: crate::cq::WcStatus::WR_FLUSH_ERR,
+                ..
+            }))
+        ) {
+            entry.result = Some(Err(e));
         }
     }
 }

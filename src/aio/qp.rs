@@ -194,8 +194,34 @@ impl AsyncQp {
 
     /// Runs `f` on the QP (to connect it, read its state, ...), under the
     /// `AsyncQp`'s lock.
+    ///
+    /// A reset made in `f` (`qp.reset()`) counts as [`reset`](Self::reset):
+    /// when `f` returns (or unwinds), the operations in flight end as
+    /// flushed, their regions are given back, and the QP may be connected
+    /// again for new ones.
     pub fn with_qp<R>(&self, f: impl FnOnce(&RcQp) -> R) -> R {
-        f(self.0.lock().qp())
+        /// Ends the operations a reset in `f` ended on the device, however
+        /// `f` returns.
+        struct AfterReset<'a> {
+            inner: MutexGuard<'a, Inner>,
+            qp_num: u32,
+            resets: u64,
+        }
+        impl Drop for AfterReset<'_> {
+            fn drop(&mut self) {
+                if self.inner.resets() != self.resets {
+                    self.inner.after_reset(self.qp_num);
+                }
+            }
+        }
+        let inner = self.0.lock();
+        let resets = inner.resets();
+        let guard = AfterReset {
+            inner,
+            qp_num: self.0.qp_num,
+            resets,
+        };
+        f(guard.inner.qp())
     }
 
     /// Sends `buf[range]` (`IBV_WR_SEND`, signalled).
@@ -293,8 +319,7 @@ impl AsyncQp {
     pub fn reset(&self) -> Result<()> {
         let mut inner = self.0.lock();
         inner.qp().reset()?;
-        inner.end_all(self.0.qp_num);
-        inner.broken = None;
+        inner.after_reset(self.0.qp_num);
         Ok(())
     }
 
@@ -424,9 +449,24 @@ impl Inner {
         Ok(())
     }
 
+    /// How many times the QP was reset (`QpEx::reset`, on any path).
+    fn resets(&self) -> u64 {
+        self.qp().resets.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// Polls both CQs dry and hands each completion to its operation.
     /// On a failed poll the QP is stopped.
     pub(super) fn progress(&mut self, qp_num: u32) -> Result<usize> {
+        let polled = self.poll_and_dispatch(qp_num);
+        if let Err(e) = polled {
+            self.stop(qp_num);
+            return Err(e);
+        }
+        polled
+    }
+
+    /// Polls both CQs dry and hands each completion to its operation.
+    fn poll_and_dispatch(&mut self, qp_num: u32) -> Result<usize> {
         let mut wcs = Vec::new();
         let polled = poll_dry(&mut self.send_cq, &mut wcs).and_then(|()| match &mut self.recv_cq {
             Some(cq) => poll_dry(cq, &mut wcs),
@@ -436,11 +476,7 @@ impl Inner {
         for wc in wcs {
             self.dispatch(wc, qp_num);
         }
-        if let Err(e) = polled {
-            self.stop(qp_num);
-            return Err(e);
-        }
-        Ok(n)
+        polled.map(|()| n)
     }
 
     fn dispatch(&mut self, wc: WorkCompletion, qp_num: u32) {
@@ -469,9 +505,20 @@ impl Inner {
     /// operation; when even that fails, the regions stay held.
     pub(super) fn stop(&mut self, qp_num: u32) {
         match self.qp().reset() {
-            Ok(()) => self.end_all(qp_num),
+            Ok(()) => self.after_reset(qp_num),
             Err(e) => self.broken = Some(format!("a poll or post failed, then RESET: {e}")),
         }
+    }
+
+    /// After the QP was reset (by [`AsyncQp::reset`], a stop, or through
+    /// [`AsyncQp::with_qp`]): the completions the device made before are
+    /// handed to their own operations, then every operation still in
+    /// flight ends as flushed (the device runs none of them any more).
+    fn after_reset(&mut self, qp_num: u32) {
+        // A failed poll here leaves nothing to the device: the QP is reset.
+        let _ = self.poll_and_dispatch(qp_num);
+        self.end_all(qp_num);
+        self.broken = None;
     }
 
     /// Arms both CQs and polls them again: after an event was taken by

@@ -1,17 +1,29 @@
-//! The channel on tokio's reactor (feature `tokio`): one `AsyncFd`
-//! registration per channel, and an async task's wait for one CQ's event.
+//! The channel on tokio's reactors (feature `tokio`): one `AsyncFd`
+//! registration per channel and runtime, and an async task's wait for one
+//! CQ's event.
 //!
-//! Every async wait on the channel awaits the fd's readiness (tokio wakes
-//! each task waiting on it); the first to run reads every event the fd
-//! holds, under the channel's lock, into the same per-CQ bookkeeping the
-//! blocking waits use (`Slot::notified`, counted for acknowledgement), and
-//! clears the readiness. A wait ends when its own CQ's `notified` is set:
-//! by its own read, by another task's, or by a blocking thread's read,
-//! which wakes it through `Slot::wakers`. While a blocking wait sleeps in
-//! `poll(2)` on the fd, async waits leave the reading to it (it would
-//! otherwise sleep on until its timeout with its event read by a task).
+//! Every async wait on the channel awaits the fd's readiness on its own
+//! runtime's reactor (tokio wakes each task waiting on it); the first to
+//! run reads every event the fd holds, under the channel's lock, into the
+//! same per-CQ bookkeeping the blocking waits use (`Slot::events`, counted
+//! for acknowledgement), and clears the readiness. A wait ends when its
+//! own CQ's count of events has moved past the one it noted when it armed
+//! the CQ: by its own read, by another task's, or by a blocking thread's
+//! read, which wakes it through `Slot::wakers`. Nothing consumes another
+//! waiter's wakeup. While a blocking wait sleeps in `poll(2)` on the fd,
+//! async waits leave the reading to it (it would otherwise sleep on until
+//! its timeout with its event read by a task).
+//!
+//! Why one registration per runtime: a registration belongs to the
+//! reactor of the runtime it was made on, and only that runtime's driver
+//! turns the fd's readiness into wakeups. A task on another runtime
+//! awaiting it would sleep while the first runtime idles, and fail once
+//! that runtime is gone. Each runtime that waits on the channel gets its
+//! own registration of the fd (one fd may be in several epoll sets); a
+//! registration found dead (its runtime shut down, its id reused) is
+//! dropped and made again.
 
-use super::{ChannelInner, CompletionChannel};
+use super::{ChannelInner, CompletionChannel, EventCount};
 use crate::error::{Error, Result};
 use std::future::{poll_fn, Future};
 use std::os::fd::{AsRawFd, RawFd};
@@ -20,9 +32,10 @@ use std::sync::Arc;
 use std::task::Poll;
 use tokio::io::unix::AsyncFd;
 use tokio::io::Interest;
+use tokio::runtime::{Handle, Id};
 
 /// A channel's fd as the reactor knows it: a number. The channel owns
-/// the fd and drops its registration before closing it.
+/// the fd and drops its registrations before closing it.
 pub(crate) struct RawChannelFd(RawFd);
 
 impl AsRawFd for RawChannelFd {
@@ -31,7 +44,7 @@ impl AsRawFd for RawChannelFd {
     }
 }
 
-/// A channel's one registration with a tokio reactor (a completion
+/// A channel's registration with one tokio reactor (a completion
 /// channel's here, an rdma_cm event channel's in `cm::aio`).
 pub(crate) struct Registration(pub(crate) AsyncFd<RawChannelFd>);
 
@@ -42,7 +55,7 @@ impl Registration {
     ///
     /// `fd` stays open until the registration is dropped: its owner drops
     /// every share of it before closing the fd.
-    pub(crate) unsafe fn new(fd: RawFd) -> std::io::Result<Self> {
+    unsafe fn new(fd: RawFd) -> std::io::Result<Self> {
         // SAFETY: the caller's promise.
         let fd = unsafe { AsyncFd::register_with_interest(RawChannelFd(fd), Interest::READABLE) }
             .map_err(std::io::Error::from)?;
@@ -50,35 +63,92 @@ impl Registration {
     }
 }
 
-impl CompletionChannel {
-    /// The channel's registration with the reactor, made on the current
-    /// tokio runtime by the first async wait.
-    fn registration(&self) -> Result<Arc<Registration>> {
-        let mut st = self.0.lock();
-        if let Some(reg) = &st.reactor {
+/// An fd's registrations, one for each tokio runtime that waited on it,
+/// kept by the fd's owner under its lock.
+#[derive(Default)]
+pub(crate) struct Registrations(Vec<(Id, Arc<Registration>)>);
+
+/// Why no registration could be had.
+pub(crate) enum RegisterError {
+    /// The caller is not on a tokio runtime.
+    NoRuntime,
+    /// The reactor refused the fd (`epoll_ctl`).
+    Io(std::io::Error),
+}
+
+impl Registrations {
+    /// The registration on the current runtime's reactor, made if there
+    /// is none yet.
+    ///
+    /// # Safety
+    ///
+    /// `fd` stays open until every registration made of it is dropped:
+    /// its owner clears these (and waits drop their shares) before closing
+    /// it.
+    pub(crate) unsafe fn current(
+        &mut self,
+        fd: RawFd,
+    ) -> std::result::Result<Arc<Registration>, RegisterError> {
+        let id = Handle::try_current()
+            .map_err(|_| RegisterError::NoRuntime)?
+            .id();
+        if let Some((_, reg)) = self.0.iter().find(|(k, _)| *k == id) {
             return Ok(reg.clone());
         }
-        if tokio::runtime::Handle::try_current().is_err() {
-            return Err(Error::InvalidArgument(format!(
-                "an async wait on {} outside a tokio runtime",
-                self.describe()
-            )));
-        }
-        // SAFETY: the fd is the channel's, open until the channel is
-        // destroyed, and the registration is gone by then: the channel
-        // drops its own share first, and every other share is held by a
-        // `cq_event` future, which owns a handle of the channel and drops
-        // the share before it.
-        let reg = unsafe { Registration::new(self.0.fd().as_raw_fd()) }
-            .map_err(|e| self.0.io_error("epoll_ctl", &e))?;
-        let reg = Arc::new(reg);
-        st.reactor = Some(reg.clone());
+        // SAFETY: the caller's promise.
+        let reg = Arc::new(unsafe { Registration::new(fd) }.map_err(RegisterError::Io)?);
+        self.0.push((id, reg.clone()));
         Ok(reg)
     }
 
-    /// Awaits the event of the CQ registered under `key` (the address of
-    /// its `struct ibv_cq`), which the caller armed and then polled empty;
-    /// takes it. Returns at once when the CQ has left the channel.
+    /// Forgets `reg`, found dead (its runtime is shut down): the next
+    /// wait on the current runtime registers the fd anew.
+    pub(crate) fn forget(&mut self, reg: &Arc<Registration>) {
+        self.0.retain(|(_, r)| !Arc::ptr_eq(r, reg));
+    }
+
+    /// The one registration there is (a test's check).
+    #[cfg(test)]
+    pub(crate) fn only(&self) -> Arc<Registration> {
+        assert_eq!(self.0.len(), 1, "one registration");
+        self.0[0].1.clone()
+    }
+
+    /// How many runtimes the fd is registered with.
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Drops every registration (the owner's share of each).
+    pub(crate) fn clear(&mut self) {
+        self.0.clear();
+    }
+}
+
+impl CompletionChannel {
+    /// The channel's registration with the current tokio runtime's
+    /// reactor, made by the first async wait on that runtime.
+    fn registration(&self) -> Result<Arc<Registration>> {
+        // SAFETY: the fd is the channel's, open until the channel is
+        // destroyed, and every registration is gone by then: the channel
+        // drops its own shares first, and every other share is held by a
+        // `cq_event` future, which owns a handle of the channel and drops
+        // the share before it.
+        match unsafe { self.0.lock().reactor.current(self.0.fd().as_raw_fd()) } {
+            Ok(reg) => Ok(reg),
+            Err(RegisterError::NoRuntime) => Err(Error::InvalidArgument(format!(
+                "an async wait on {} outside a tokio runtime",
+                self.describe()
+            ))),
+            Err(RegisterError::Io(e)) => Err(self.0.io_error("epoll_ctl", &e)),
+        }
+    }
+
+    /// Awaits an event of the CQ registered under `key` (the address of
+    /// its `struct ibv_cq`) past `armed`, the count noted when the caller
+    /// armed it (and then polled it empty). Returns at once when the CQ
+    /// has left the channel.
     ///
     /// Cancel-safe: dropping the future loses nothing (an event read
     /// meanwhile stays counted for the CQ, and the caller polls after
@@ -86,49 +156,62 @@ impl CompletionChannel {
     ///
     /// It owns a handle of the channel (`self`, dropped after the
     /// registration's share): the fd stays open while it holds the share.
-    pub(crate) async fn cq_event(self, key: usize) -> Result<()> {
-        let reg = self.registration()?;
-        loop {
-            let mut readable = pin!(reg.0.readable());
-            let ready = poll_fn(|cx| {
-                {
+    pub(crate) async fn cq_event(self, key: usize, armed: EventCount) -> Result<()> {
+        // A registration that failed once was dropped and made again; a
+        // second failure is the current runtime's own (shutting down).
+        let mut renewed = false;
+        'registered: loop {
+            let reg = self.registration()?;
+            loop {
+                let mut readable = pin!(reg.0.readable());
+                let ready = poll_fn(|cx| {
+                    {
+                        let mut st = self.0.lock();
+                        // Gone from the channel: nothing more comes for it.
+                        let Some(slot) = st.cqs.get_mut(&key) else {
+                            return Poll::Ready(None);
+                        };
+                        if slot.events != armed.0 {
+                            slot.wakers.retain(|w| !w.will_wake(cx.waker()));
+                            return Poll::Ready(None);
+                        }
+                        if !slot.wakers.iter().any(|w| w.will_wake(cx.waker())) {
+                            slot.wakers.push(cx.waker().clone());
+                        }
+                    }
+                    readable.as_mut().poll(cx).map(Some)
+                })
+                .await;
+                let mut guard = match ready {
+                    None => return Ok(()),
+                    Some(Ok(guard)) => guard,
+                    Some(Err(e)) if renewed => return Err(self.0.io_error("epoll_wait", &e)),
+                    Some(Err(_)) => {
+                        // Its runtime is gone (a runtime id reused): register
+                        // anew on the current one.
+                        self.0.lock().reactor.forget(&reg);
+                        renewed = true;
+                        continue 'registered;
+                    }
+                };
+                let read = {
                     let mut st = self.0.lock();
-                    let Some(slot) = st.cqs.get_mut(&key) else {
-                        return Poll::Ready(None);
+                    // A blocking wait in poll(2) reads what came; its reads
+                    // wake the tasks whose CQs they name.
+                    let read = if st.reading {
+                        Ok(())
+                    } else {
+                        let read = self.0.read_events(&mut st);
+                        self.0.read.notify_all();
+                        read
                     };
-                    if std::mem::take(&mut slot.notified) {
-                        slot.wakers.retain(|w| !w.will_wake(cx.waker()));
-                        return Poll::Ready(None);
-                    }
-                    if !slot.wakers.iter().any(|w| w.will_wake(cx.waker())) {
-                        slot.wakers.push(cx.waker().clone());
-                    }
-                }
-                readable.as_mut().poll(cx).map(Some)
-            })
-            .await;
-            let mut guard = match ready {
-                None => return Ok(()),
-                Some(Ok(guard)) => guard,
-                Some(Err(e)) => return Err(self.0.io_error("epoll_wait", &e)),
-            };
-            let read = {
-                let mut st = self.0.lock();
-                // A blocking wait in poll(2) reads what came; its reads
-                // wake the tasks whose CQs they name.
-                let read = if st.reading {
-                    Ok(())
-                } else {
-                    let read = self.0.read_events(&mut st);
-                    self.0.read.notify_all();
+                    // Read to EAGAIN (or left to the blocking reader): an event
+                    // that comes after this raises the readiness again.
+                    guard.clear_ready();
                     read
                 };
-                // Read to EAGAIN (or left to the blocking reader): an event
-                // that comes after this raises the readiness again.
-                guard.clear_ready();
-                read
-            };
-            read?;
+                read?;
+            }
         }
     }
 }

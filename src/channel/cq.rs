@@ -1,7 +1,7 @@
 //! The channel side of a CQ: creating it on a channel, its id, arming it,
 //! the race-free step of an event loop and the wait's sleep.
 
-use super::{CompletionChannel, CqId};
+use super::{CompletionChannel, CqId, EventCount};
 use crate::cq::{CompletionQueue, PolledWc};
 use crate::device::Context;
 use crate::error::{Error, Result};
@@ -52,7 +52,19 @@ impl CompletionQueue {
             return Err(self.no_channel("req_notify"));
         };
         // SAFETY: the CQ is live and was attached to its channel when made.
-        unsafe { channel.arm(self.raw_cq(), solicited_only) }
+        unsafe { channel.arm(self.raw_cq(), solicited_only) }.map(drop)
+    }
+
+    /// Arms the CQ for a wait of this crate's for its event: returns its
+    /// channel and the count of its events before the arm, which the wait
+    /// ends past. `None` for a CQ without a channel.
+    pub(crate) fn arm_for_wait(&mut self) -> Result<Option<(CompletionChannel, EventCount)>> {
+        let Some(channel) = self.channel().cloned() else {
+            return Ok(None);
+        };
+        // SAFETY: the CQ is live and was attached to its channel when made.
+        let armed = unsafe { channel.arm(self.raw_cq(), false) }?;
+        Ok(Some((channel, armed)))
     }
 
     /// One step of an event loop over a CQ with a channel (on `epoll`, an
@@ -135,17 +147,14 @@ impl CompletionQueue {
     where
         F: FnOnce(&mut CompletionQueue) -> Result<usize>,
     {
-        let Some(channel) = self.channel().cloned() else {
+        let Some((channel, armed)) = self.arm_for_wait()? else {
             return Ok(0);
         };
-        let cq = self.raw_cq();
-        // SAFETY: the CQ is live and was attached to its channel when made.
-        unsafe { channel.arm(cq, false) }?;
         let k = poll(self)?;
         if k > 0 {
             return Ok(k);
         }
-        channel.wait_notified(cq, deadline)?;
+        channel.wait_notified(self.raw_cq(), armed, deadline)?;
         Ok(0)
     }
 

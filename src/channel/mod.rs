@@ -26,11 +26,22 @@
 //!   its [`CqId`], a number.
 //! - The channel outlives its CQs: each holds a share of it, dropped after
 //!   the CQ is destroyed.
+//!
+//! Who learns of an event, and how (the liveness rule: a wait ends soon
+//! after its own CQ's event, whoever reads the fd):
+//! - Each registered CQ counts the events read for it (`Slot::events`,
+//!   only ever growing). A wait for one CQ (blocking or async) notes the
+//!   count when it arms the CQ and ends once the count has moved: reading
+//!   an event never consumes another waiter's wakeup, whichever thread or
+//!   task read it and whoever else takes it with `get_event`.
+//! - [`CompletionChannel::get_event`] and `try_get_event` take events from
+//!   a queue of their own (`State::ready`, `Slot::notified`): what they
+//!   take, no CQ wait misses.
 
 #[cfg(feature = "tokio")]
 mod async_fd;
 #[cfg(all(feature = "tokio", feature = "rdma-cm"))]
-pub(crate) use async_fd::{RawChannelFd, Registration};
+pub(crate) use async_fd::{RawChannelFd, RegisterError, Registration, Registrations};
 mod cq;
 mod fd;
 mod ops;
@@ -188,18 +199,23 @@ struct State {
     /// CQs with an event not yet taken by `get_event`, oldest first; each
     /// at most once (`Slot::queued`).
     ready: VecDeque<usize>,
-    /// The channel's one registration with the async runtime's reactor,
-    /// made by the first async wait; dropped before the channel is
-    /// destroyed (its fd closed).
+    /// The channel's registrations with the reactors of the tokio runtimes
+    /// that waited on it, one a runtime, each made by the first async wait
+    /// on that runtime; dropped before the channel is destroyed (its fd
+    /// closed).
     #[cfg(feature = "tokio")]
-    reactor: Option<Arc<async_fd::Registration>>,
+    reactor: async_fd::Registrations,
 }
 
 struct Slot {
     id: CqId,
     /// Events read and not yet acknowledged.
     unacked: u32,
-    /// An event came since the CQ was last armed or its event taken.
+    /// Events read for the CQ, ever: a CQ wait ends when it moves past the
+    /// count noted when the wait armed the CQ.
+    events: u64,
+    /// An event came since the CQ was last armed or its event taken by
+    /// `get_event` (the "any event" readers' queue, not the CQ waits').
     notified: bool,
     /// The CQ is in `State::ready`.
     queued: bool,
@@ -221,7 +237,7 @@ impl Drop for ChannelInner {
         // The reactor forgets the fd before it is closed (a later fd with
         // the same number must not be deregistered in its place).
         #[cfg(feature = "tokio")]
-        drop(self.lock().reactor.take());
+        self.lock().reactor.clear();
         // SAFETY: created by this crate; every CQ on it holds this Arc, so
         // none is left; destroyed once.
         let rc = unsafe { (self.ops.destroy)(self.chan.as_ptr()) };
@@ -316,6 +332,7 @@ impl CompletionChannel {
             Slot {
                 id,
                 unacked: 0,
+                events: 0,
                 notified: false,
                 queued: false,
                 wakers: Vec::new(),
@@ -345,15 +362,19 @@ impl CompletionChannel {
     }
 
     /// Arms `cq` for its next completion, or its next solicited one
-    /// (`ibv_req_notify_cq(3)`); an event that came before is forgotten
-    /// (the caller polls after arming).
+    /// (`ibv_req_notify_cq(3)`); an event that came before is forgotten by
+    /// `get_event` (the caller polls after arming). Returns the CQ's count
+    /// of events before the arm, which a wait for its event passes to
+    /// [`wait_notified`](Self::wait_notified).
     ///
     /// # Safety
     /// `cq` is live and attached to this channel.
-    pub(crate) unsafe fn arm(&self, cq: NonNull<ffi::ibv_cq>, solicited_only: bool) -> Result<()> {
-        if let Some(slot) = self.0.lock().cqs.get_mut(&(cq.as_ptr() as usize)) {
-            slot.notified = false;
-        }
+    pub(crate) unsafe fn arm(
+        &self,
+        cq: NonNull<ffi::ibv_cq>,
+        solicited_only: bool,
+    ) -> Result<EventCount> {
+        let seen = self.0.lock().note_arm(cq.as_ptr() as usize);
         // SAFETY: the caller's promise.
         let rc = unsafe { ffi::ibv_req_notify_cq(cq.as_ptr(), i32::from(solicited_only)) };
         crate::error::check(rc, "ibv_req_notify_cq", || {
@@ -366,26 +387,53 @@ impl CompletionChannel {
                 },
                 self.0.ctx.name()
             )
-        })
+        })?;
+        Ok(seen)
     }
 
-    /// Sleeps until `cq` has an event or `deadline` passes; returns whether
-    /// it had one (and takes it).
+    /// Sleeps until `cq` has had an event since `armed` (what
+    /// [`arm`](Self::arm) returned) or `deadline` passes; returns whether
+    /// it had one. Consumes nothing: another waiter, or a `get_event`
+    /// that takes the same event, does not hide it from this one.
     pub(crate) fn wait_notified(
         &self,
         cq: NonNull<ffi::ibv_cq>,
+        armed: EventCount,
         deadline: Option<Instant>,
     ) -> Result<bool> {
         let key = cq.as_ptr() as usize;
-        let woken = self.0.wait_for(deadline, |st| {
-            let slot = st.cqs.get_mut(&key)?;
-            std::mem::take(&mut slot.notified).then_some(())
-        })?;
+        let woken = self
+            .0
+            .wait_for(deadline, |st| st.event_since(key, armed).then_some(()))?;
         Ok(woken.is_some())
     }
 }
 
+/// A CQ's count of events read, noted when it was armed: its wait ends
+/// when the count moves past it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct EventCount(u64);
+
 impl State {
+    /// What arming the CQ registered under `key` does to the state: its
+    /// earlier event is forgotten by `get_event`; returns its count of
+    /// events (0 for a CQ not registered: nothing will come for it).
+    fn note_arm(&mut self, key: usize) -> EventCount {
+        match self.cqs.get_mut(&key) {
+            Some(slot) => {
+                slot.notified = false;
+                EventCount(slot.events)
+            }
+            None => EventCount(0),
+        }
+    }
+
+    /// Whether the CQ registered under `key` had an event since `armed`,
+    /// or has left the channel (nothing more will come for it).
+    fn event_since(&self, key: usize, armed: EventCount) -> bool {
+        self.cqs.get(&key).is_none_or(|slot| slot.events != armed.0)
+    }
+
     /// Counts an event read for `cq`, or acknowledges it at once when `cq`
     /// is not registered (its destroy is under way and waits for it).
     ///
@@ -408,6 +456,7 @@ impl State {
             unsafe { (ops.ack)(cq, slot.unacked) };
             slot.unacked = 0;
         }
+        slot.events += 1;
         slot.notified = true;
         for waker in slot.wakers.drain(..) {
             waker.wake();

@@ -104,6 +104,12 @@ impl Fx {
         NonNull::from(&self.cqs[i])
     }
 
+    /// What arming CQ `i` notes (as `CompletionChannel::arm`, without the
+    /// C call): a wait ends on an event after this.
+    fn arm(&self, i: usize) -> EventCount {
+        self.channel.0.lock().note_arm(self.cq(i).as_ptr() as usize)
+    }
+
     /// Raises an event for CQ `i` (or any address).
     fn event(&self, cq: NonNull<ffi::ibv_cq>) {
         let bytes = (cq.as_ptr() as usize).to_ne_bytes();
@@ -128,12 +134,14 @@ fn threads_waiting_for_cqs_of_one_channel_each_wake_for_their_own_event() {
         let ch = &fx.channel;
         let w: Vec<_> = [c0, c1, c2]
             .into_iter()
-            .map(|cq| {
+            .enumerate()
+            .map(|(i, cq)| {
                 let cq = cq.as_ptr() as usize;
+                let armed = fx.arm(i);
                 s.spawn(move || {
                     let cq = NonNull::new(cq as *mut ffi::ibv_cq).unwrap();
                     let start = Instant::now();
-                    assert!(ch.wait_notified(cq, deadline).unwrap());
+                    assert!(ch.wait_notified(cq, armed, deadline).unwrap());
                     start.elapsed()
                 })
             })
@@ -150,6 +158,12 @@ fn threads_waiting_for_cqs_of_one_channel_each_wake_for_their_own_event() {
     });
     // Each event was counted, none acknowledged yet (fewer than a batch).
     assert!(Fx::acks(c0).is_empty());
+    // The waits consumed nothing: get_event has the same events, in the
+    // order they came.
+    let ids: Vec<CqId> = std::iter::from_fn(|| fx.channel.try_get_event().unwrap())
+        .map(|e| e.cq())
+        .collect();
+    assert_eq!(ids, [CqId(3), CqId(1), CqId(2)]);
     // Events of CQs nobody waits for are handed to get_event, oldest
     // first, each CQ once however many events it had.
     fx.event(c1);
@@ -195,7 +209,7 @@ fn waits_end_at_their_deadline_and_errors_name_the_call() {
     let start = Instant::now();
     let woken = fx
         .channel
-        .wait_notified(c0, Some(start + Duration::from_millis(100)))
+        .wait_notified(c0, fx.arm(0), Some(start + Duration::from_millis(100)))
         .unwrap();
     assert!(!woken);
     let took = start.elapsed();
@@ -207,9 +221,15 @@ fn waits_end_at_their_deadline_and_errors_name_the_call() {
     let e = fx.channel.get_event(Duration::from_millis(50)).unwrap_err();
     assert!(matches!(e, Error::Timeout { .. }), "{e}");
     assert!(start.elapsed() >= Duration::from_millis(50));
-    // An event that came before the wait wakes it at once.
+    // An event that came after the arm, before the wait, wakes it at once.
+    let armed = fx.arm(0);
     fx.event(c0);
-    assert!(fx.channel.wait_notified(c0, None).unwrap());
+    assert!(fx.channel.wait_notified(c0, armed, None).unwrap());
+    assert_eq!(
+        fx.channel.try_get_event().unwrap().map(|e| e.cq()),
+        Some(CqId(5)),
+        "left to get_event"
+    );
     // A failing read is returned, naming the call, and leaves no
     // reader behind: the next wait fails too, rather than hang.
     let Fx { channel, tx, .. } = fx;
@@ -293,6 +313,7 @@ fn the_oldest_event_is_taken_first_and_each_cq_is_queued_once() {
             Slot {
                 id: CqId(id),
                 unacked: 0,
+                events: 0,
                 notified: false,
                 queued: false,
                 wakers: Vec::new(),
@@ -321,8 +342,9 @@ async fn async_waits_and_a_blocking_one_on_one_channel_each_end_for_their_own_ev
     let tasks: Vec<_> = (0..3)
         .map(|i| {
             let (ch, key) = (fx.channel.clone(), fx.cq(i).as_ptr() as usize);
+            let armed = fx.arm(i);
             tokio::spawn(async move {
-                ch.cq_event(key).await.unwrap();
+                ch.cq_event(key, armed).await.unwrap();
                 Instant::now()
             })
         })
@@ -330,10 +352,11 @@ async fn async_waits_and_a_blocking_one_on_one_channel_each_end_for_their_own_ev
     // A blocking wait on the fourth CQ, asleep in poll(2) on the same fd.
     let blocking = {
         let (ch, key) = (fx.channel.clone(), fx.cq(3).as_ptr() as usize);
+        let armed = fx.arm(3);
         std::thread::spawn(move || {
             let cq = NonNull::new(key as *mut ffi::ibv_cq).unwrap();
             let deadline = Some(Instant::now() + Duration::from_secs(20));
-            assert!(ch.wait_notified(cq, deadline).unwrap());
+            assert!(ch.wait_notified(cq, armed, deadline).unwrap());
             Instant::now()
         })
     };
@@ -355,15 +378,13 @@ async fn async_waits_and_a_blocking_one_on_one_channel_each_end_for_their_own_ev
         woke < sent[3] + Duration::from_secs(5),
         "the blocking wait slept on"
     );
-    // One registration with the reactor for the channel, kept.
-    let reg = fx.channel.0.lock().reactor.clone().expect("registered");
+    // One registration with the runtime's reactor for the channel, kept.
+    let reg = fx.channel.0.lock().reactor.only();
     let key = fx.cq(0).as_ptr() as usize;
+    let armed = fx.arm(0);
     fx.event(fx.cq(0));
-    fx.channel.clone().cq_event(key).await.unwrap();
-    assert!(Arc::ptr_eq(
-        &reg,
-        fx.channel.0.lock().reactor.as_ref().unwrap()
-    ));
+    fx.channel.clone().cq_event(key, armed).await.unwrap();
+    assert!(Arc::ptr_eq(&reg, &fx.channel.0.lock().reactor.only()));
 }
 
 #[cfg(feature = "tokio")]
@@ -371,7 +392,7 @@ async fn async_waits_and_a_blocking_one_on_one_channel_each_end_for_their_own_ev
 fn an_async_wait_outside_a_runtime_is_refused() {
     let fx = Fx::new(&[1]);
     let key = fx.cq(0).as_ptr() as usize;
-    let wait = fx.channel.clone().cq_event(key);
+    let wait = fx.channel.clone().cq_event(key, fx.arm(0));
     let waker = std::task::Waker::noop();
     let mut cx = std::task::Context::from_waker(waker);
     let r = std::future::Future::poll(std::pin::pin!(wait), &mut cx);
@@ -379,4 +400,134 @@ fn an_async_wait_outside_a_runtime_is_refused() {
         matches!(r, std::task::Poll::Ready(Err(Error::InvalidArgument(_)))),
         "{r:?}"
     );
+}
+
+#[test]
+fn a_cq_wait_ends_on_its_event_when_get_event_takes_it() {
+    // Thread X sleeps in get_event (it reads the fd); thread Y waits for
+    // CQ 0's event. X reads the event and takes it: Y must wake all the
+    // same, soon, not at its deadline.
+    let fx = Fx::new(&[1, 2]);
+    let c0 = fx.cq(0);
+    std::thread::scope(|s| {
+        let ch = &fx.channel;
+        let x = s.spawn(|| ch.get_event(Duration::from_secs(20)).unwrap().cq());
+        std::thread::sleep(Duration::from_millis(100));
+        let armed = fx.arm(0);
+        let key = c0.as_ptr() as usize;
+        let y = s.spawn(move || {
+            let cq = NonNull::new(key as *mut ffi::ibv_cq).unwrap();
+            let start = Instant::now();
+            let woken = ch
+                .wait_notified(cq, armed, Some(start + Duration::from_secs(20)))
+                .unwrap();
+            (woken, start.elapsed())
+        });
+        std::thread::sleep(Duration::from_millis(100));
+        fx.event(c0);
+        assert_eq!(x.join().unwrap(), CqId(1), "X took the event");
+        let (woken, took) = y.join().unwrap();
+        assert!(woken, "Y's wait timed out: {took:?}");
+        assert!(took < Duration::from_secs(5), "Y woke late: {took:?}");
+    });
+    // The other way round: a CQ wait that saw the event leaves it to
+    // get_event, which still reports it.
+    let armed = fx.arm(1);
+    fx.event(fx.cq(1));
+    assert!(fx.channel.wait_notified(fx.cq(1), armed, None).unwrap());
+    assert_eq!(
+        fx.channel.try_get_event().unwrap().map(|e| e.cq()),
+        Some(CqId(2))
+    );
+}
+
+#[cfg(feature = "tokio")]
+#[test]
+fn a_task_ends_on_its_event_when_a_blocking_get_event_takes_it() {
+    let fx = Fx::new(&[1]);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let key = fx.cq(0).as_ptr() as usize;
+    let armed = fx.arm(0);
+    let ch = fx.channel.clone();
+    let x = std::thread::spawn(move || ch.get_event(Duration::from_secs(20)).map(|e| e.cq()));
+    std::thread::sleep(Duration::from_millis(100));
+    let took = rt.block_on(async {
+        let wait = tokio::spawn(fx.channel.clone().cq_event(key, armed));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let sent = Instant::now();
+        fx.event(fx.cq(0));
+        tokio::time::timeout(Duration::from_secs(5), wait)
+            .await
+            .expect("the task's wakeup was lost")
+            .unwrap()
+            .unwrap();
+        sent.elapsed()
+    });
+    assert_eq!(
+        x.join().unwrap().unwrap(),
+        CqId(1),
+        "the thread took the event"
+    );
+    assert!(took < Duration::from_secs(5));
+}
+
+#[cfg(feature = "tokio")]
+#[test]
+fn each_runtime_gets_its_own_registration_and_a_dead_one_is_replaced() {
+    // A wait on runtime R1 registers the fd there; R1 then idles. A task on
+    // R2 waits for the next event: only its own reactor can wake it.
+    let fx = Fx::new(&[1]);
+    let current = || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+    };
+    let key = fx.cq(0).as_ptr() as usize;
+    let r1 = current();
+    let armed = fx.arm(0);
+    fx.event(fx.cq(0));
+    r1.block_on(fx.channel.clone().cq_event(key, armed))
+        .unwrap();
+    let wait_on_r2 = |ch: CompletionChannel, armed: EventCount, raise: Box<dyn FnOnce() + Send>| {
+        std::thread::spawn(move || {
+            current().block_on(async move {
+                let wait = tokio::spawn(ch.cq_event(key, armed));
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                raise();
+                tokio::time::timeout(Duration::from_secs(5), wait).await
+            })
+        })
+    };
+    let tx = Arc::new(fx.tx.try_clone().unwrap());
+    let cq = fx.cq(0).as_ptr() as usize;
+    let raise = move || {
+        let bytes = cq.to_ne_bytes();
+        assert_eq!(
+            unsafe { libc::write(tx.as_raw_fd(), bytes.as_ptr().cast(), 8) },
+            8
+        );
+    };
+    let r = wait_on_r2(fx.channel.clone(), fx.arm(0), Box::new(raise.clone()));
+    r.join()
+        .unwrap()
+        .expect("a task on R2 slept on while R1 idled")
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        fx.channel.0.lock().reactor.len(),
+        2,
+        "one registration a runtime"
+    );
+    // R1 gone: R2's waits go on.
+    drop(r1);
+    let r = wait_on_r2(fx.channel.clone(), fx.arm(0), Box::new(raise));
+    r.join()
+        .unwrap()
+        .expect("a task on R2 slept on after R1 was dropped")
+        .unwrap()
+        .unwrap();
 }

@@ -1,8 +1,9 @@
 //! rdma_cm on tokio (features `rdma-cm` and `tokio`): the event channel's
 //! fd on the reactor, and async forms of the calls that wait for an event.
 //!
-//! Each channel is registered once with the reactor (tokio's `AsyncFd`,
-//! made by the first async wait on it, on the runtime current then). A
+//! Each channel is registered once with the reactor of each runtime that
+//! waits on it (tokio's `AsyncFd`, made by the first async wait on that
+//! runtime), so tasks of several runtimes may wait on one channel. A
 //! task waiting for its id's event awaits the fd's readiness; whoever
 //! reads the fd (a task or a blocking call) keeps the other ids' events in
 //! the channel's backlog and wakes the waiting tasks, which look there
@@ -17,14 +18,19 @@
 //!
 //! Cancelling (dropping the future) loses no event of another id, and no
 //! memory is borrowed by a wait. A connect or accept dropped before it
-//! ends leaves its QP short of RTS (no work request of it ever runs) and
-//! the connection unfinished: drop the id.
+//! ends moves its QP to ERR (no work request of it runs, and the peer
+//! reaches nothing through it) and leaves the connection unfinished: drop
+//! the id. A future leaked (`mem::forget`) instead of dropped leaves the
+//! QP where the wait found it, short of RTS either way: INIT for a
+//! connect (the CM's answer not yet taken), RTR for an accept (RTS comes
+//! only with `RDMA_CM_EVENT_ESTABLISHED`), so that none of its work
+//! requests is sent.
 
 use super::event::{CmEvent, CmEventKind, CmIdKey, EventChannel};
 use super::id::{check_event, disconnected, CmId};
 use super::param::ConnParam;
 use super::request::{accept_finish, ConnectRequest};
-use crate::channel::{RawChannelFd, Registration};
+use crate::channel::{RawChannelFd, RegisterError, Registration, Registrations};
 use crate::error::{Error, Result};
 use crate::qp::RcQp;
 use std::future::{poll_fn, Future};
@@ -39,10 +45,11 @@ use tokio::io::unix::AsyncFdReadyGuard;
 /// The async side of an event channel.
 #[derive(Default)]
 pub(crate) struct Reactor {
-    /// Made by the first async wait; dropped before the channel's fd is
-    /// closed (by the channel, and by each wait, which holds a handle of
-    /// the channel while it holds a share).
-    registration: Mutex<Option<Arc<Registration>>>,
+    /// One for each runtime that waited, made by its first async wait;
+    /// dropped before the channel's fd is closed (by the channel, and by
+    /// each wait, which holds a handle of the channel while it holds a
+    /// share).
+    registrations: Mutex<Registrations>,
     /// Tasks waiting for an event, woken when events go to the backlog.
     wakers: Mutex<Vec<Waker>>,
 }
@@ -54,11 +61,10 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 impl Reactor {
     /// Drops the channel's own share of the registration.
     pub(super) fn deregister(&mut self) {
-        let reg = self
-            .registration
+        self.registrations
             .get_mut()
-            .unwrap_or_else(|p| p.into_inner());
-        drop(reg.take());
+            .unwrap_or_else(|p| p.into_inner())
+            .clear();
     }
 
     /// Wakes every waiting task (events of some ids went to the backlog).
@@ -83,28 +89,22 @@ enum Found<'a> {
 }
 
 impl EventChannel {
-    /// The channel's registration with the reactor, made on the current
-    /// tokio runtime by the first async wait.
+    /// The channel's registration with the current tokio runtime's
+    /// reactor, made by the first async wait on that runtime.
     fn registration(&self) -> Result<Arc<Registration>> {
-        let mut reg = lock(&self.0.reactor.registration);
-        if let Some(r) = &*reg {
-            return Ok(r.clone());
-        }
-        if tokio::runtime::Handle::try_current().is_err() {
-            return Err(Error::InvalidArgument(
-                "an async wait on an rdma_cm event channel outside a tokio runtime".into(),
-            ));
-        }
+        let mut regs = lock(&self.0.reactor.registrations);
         // SAFETY: the fd is the channel's, open until the channel is
-        // destroyed, and the registration is gone by then: the channel
-        // drops its own share first, and every other share is held by a
+        // destroyed, and every registration is gone by then: the channel
+        // drops its own shares first, and every other share is held by a
         // wait that holds a handle of the channel and drops the share
         // before it.
-        let r = unsafe { Registration::new(self.as_raw_fd()) }
-            .map_err(|e| io_error("epoll_ctl", &e))?;
-        let r = Arc::new(r);
-        *reg = Some(r.clone());
-        Ok(r)
+        match unsafe { regs.current(self.as_raw_fd()) } {
+            Ok(r) => Ok(r),
+            Err(RegisterError::NoRuntime) => Err(Error::InvalidArgument(
+                "an async wait on an rdma_cm event channel outside a tokio runtime".into(),
+            )),
+            Err(RegisterError::Io(e)) => Err(io_error("epoll_ctl", &e)),
+        }
     }
 
     /// The next event of `id` (or of any id, for `None`), asleep in the
@@ -113,29 +113,41 @@ impl EventChannel {
         // The share of the registration is dropped before this handle of
         // the channel (locals drop in reverse order).
         let channel = self.clone();
-        let reg = channel.registration()?;
-        loop {
-            let mut readable = pin!(reg.0.readable());
-            let found = poll_fn(|cx| {
-                // Registered before looking, so an event queued after the
-                // look wakes this task.
-                channel.0.reactor.add_waker(cx.waker());
-                if let Some(ev) = channel.take_queued(id) {
-                    return Poll::Ready(Ok(Found::Event(ev)));
+        // A registration that failed once was dropped and made again; a
+        // second failure is the current runtime's own (shutting down).
+        let mut renewed = false;
+        'registered: loop {
+            let reg = channel.registration()?;
+            loop {
+                let mut readable = pin!(reg.0.readable());
+                let found = poll_fn(|cx| {
+                    // Registered before looking, so an event queued after the
+                    // look wakes this task.
+                    channel.0.reactor.add_waker(cx.waker());
+                    if let Some(ev) = channel.take_queued(id) {
+                        return Poll::Ready(Ok(Found::Event(ev)));
+                    }
+                    readable.as_mut().poll(cx).map(|r| r.map(Found::Readable))
+                })
+                .await;
+                let mut guard = match found {
+                    Ok(Found::Event(ev)) => return Ok(ev),
+                    Ok(Found::Readable(guard)) => guard,
+                    Err(e) if renewed => return Err(io_error("epoll_wait", &e)),
+                    Err(_) => {
+                        // Its runtime is gone (a runtime id reused): register
+                        // anew on the current one.
+                        lock(&channel.0.reactor.registrations).forget(&reg);
+                        renewed = true;
+                        continue 'registered;
+                    }
+                };
+                // Read after the readiness was seen: what comes later raises it
+                // again, so clearing it loses nothing.
+                match channel.take_matching(id)? {
+                    Some(ev) => return Ok(ev),
+                    None => guard.clear_ready(),
                 }
-                readable.as_mut().poll(cx).map(|r| r.map(Found::Readable))
-            })
-            .await
-            .map_err(|e| io_error("epoll_wait", &e))?;
-            let mut guard = match found {
-                Found::Event(ev) => return Ok(ev),
-                Found::Readable(guard) => guard,
-            };
-            // Read after the readiness was seen: what comes later raises it
-            // again, so clearing it loses nothing.
-            match channel.take_matching(id)? {
-                Some(ev) => return Ok(ev),
-                None => guard.clear_ready(),
             }
         }
     }
@@ -204,9 +216,14 @@ impl CmId {
     /// moved to RTR and RTS on `RDMA_CM_EVENT_CONNECT_RESPONSE`. Returns
     /// the private data of the peer's accept. With no answer the CM ends
     /// it (`RDMA_CM_EVENT_UNREACHABLE`, [`Error::Cm`]) after its retries.
+    ///
+    /// Dropped before it ends, it moves the QP to ERR (see
+    /// [the module's docs](crate::cm#async)).
     pub async fn connect_async(&self, qp: &RcQp, param: &ConnParam) -> Result<Vec<u8>> {
         let what = self.connect_start(qp, param)?;
+        let cancelled = ErrOnDrop(Some(qp));
         let ev = self.expect_async(CmEventKind::ConnectResponse, &what).await;
+        cancelled.disarm();
         self.connect_finish(qp, param, &what, ev)
     }
 
@@ -220,9 +237,35 @@ impl CmId {
 impl ConnectRequest {
     /// [`accept`](Self::accept), awaiting `RDMA_CM_EVENT_ESTABLISHED`
     /// (features `rdma-cm` and `tokio`). Returns the connected id.
+    ///
+    /// The QP waits in RTR and moves to RTS on the event. Dropped before
+    /// it ends, the accept moves the QP to ERR (see
+    /// [the module's docs](crate::cm#async)).
     pub async fn accept_async(self, qp: &RcQp, param: &ConnParam) -> Result<CmId> {
         let (id, what) = self.accept_start(qp, param)?;
+        let cancelled = ErrOnDrop(Some(qp));
         let ev = id.expect_async(CmEventKind::Established, &what).await;
-        accept_finish(id, qp, ev)
+        cancelled.disarm();
+        accept_finish(id, qp, param, ev)
+    }
+}
+
+/// Moves a QP to ERR when the connect or accept that holds it is dropped
+/// before its event came (cancelled).
+struct ErrOnDrop<'q>(Option<&'q RcQp>);
+
+impl ErrOnDrop<'_> {
+    /// The event came: the call ends the connection itself.
+    fn disarm(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for ErrOnDrop<'_> {
+    fn drop(&mut self) {
+        if let Some(qp) = self.0 {
+            // Best effort: should it fail, the QP stays short of RTS.
+            let _ = qp.to_error();
+        }
     }
 }

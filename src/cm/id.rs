@@ -437,8 +437,18 @@ impl CmId {
 
     /// INIT (again, with the connection's attributes), RTR, RTS.
     pub(super) fn to_rts(&self, qp: &RcQp, param: &ConnParam) -> Result<()> {
+        self.to_rtr(qp, param)?;
+        self.rts_from_rtr(qp, param)
+    }
+
+    /// INIT (again, with the connection's attributes), RTR.
+    pub(super) fn to_rtr(&self, qp: &RcQp, param: &ConnParam) -> Result<()> {
         self.cm_modify(qp, ffi::IBV_QPS_INIT, "INIT", None)?;
-        self.cm_modify(qp, ffi::IBV_QPS_RTR, "RTR", Some(param.responder_resources))?;
+        self.cm_modify(qp, ffi::IBV_QPS_RTR, "RTR", Some(param.responder_resources))
+    }
+
+    /// RTR → RTS with the connection's attributes.
+    pub(super) fn rts_from_rtr(&self, qp: &RcQp, param: &ConnParam) -> Result<()> {
         self.cm_modify(qp, ffi::IBV_QPS_RTS, "RTS", Some(param.initiator_depth))
     }
 

@@ -53,18 +53,22 @@ impl ConnectRequest {
     }
 
     /// Accepts with `qp` (on the id's device, in RESET or INIT): moves it
-    /// to RTR and RTS with the CM's attributes, answers the peer
-    /// (`rdma_accept(3)`) and waits up to `timeout` for
-    /// `RDMA_CM_EVENT_ESTABLISHED`. Returns the connected id.
+    /// to RTR with the CM's attributes, answers the peer (`rdma_accept(3)`),
+    /// waits up to `timeout` for `RDMA_CM_EVENT_ESTABLISHED`, and only then
+    /// moves it to RTS. Returns the connected id.
+    ///
+    /// Until the connection is established the QP sends nothing: a failed
+    /// or timed-out accept leaves it in ERR, never in RTS.
     pub fn accept(self, qp: &RcQp, param: &ConnParam, timeout: Duration) -> Result<CmId> {
         let (id, what) = self.accept_start(qp, param)?;
         let ev = id.expect(CmEventKind::Established, &what, timeout);
-        accept_finish(id, qp, ev)
+        accept_finish(id, qp, param, ev)
     }
 
-    /// Checks, moves `qp` to RTS with the CM's attributes and answers the
+    /// Checks, moves `qp` to RTR with the CM's attributes and answers the
     /// peer (`rdma_accept`); the caller awaits `ESTABLISHED` and calls
-    /// [`accept_finish`]. A failure after the checks moves the QP to ERR.
+    /// [`accept_finish`], which moves it to RTS. A failure after the
+    /// checks moves the QP to ERR.
     pub(super) fn accept_start(self, qp: &RcQp, param: &ConnParam) -> Result<(CmId, String)> {
         param.check(MAX_ACCEPT_PRIVATE_DATA, "rdma_accept")?;
         let id = self.id;
@@ -72,7 +76,7 @@ impl ConnectRequest {
         let what = format!("rdma_accept from {}", show(id.peer_addr()));
         let result = (|| {
             id.init_if_reset(qp)?;
-            id.to_rts(qp, param)?;
+            id.to_rtr(qp, param)?;
             let mut raw = param.to_raw(qp.qp_num());
             // SAFETY: the id is live; `raw` and its private data are valid
             // for the call.
@@ -117,10 +121,16 @@ impl ConnectRequest {
 }
 
 /// Ends an accept on `ev`, the checked `ESTABLISHED` event (or the error
-/// in its place): the connected id, or the error with the QP in ERR.
-pub(super) fn accept_finish(id: CmId, qp: &RcQp, ev: Result<CmEvent>) -> Result<CmId> {
-    match ev {
-        Ok(_) => {
+/// in its place): RTS and the connected id, or the error with the QP in
+/// ERR.
+pub(super) fn accept_finish(
+    id: CmId,
+    qp: &RcQp,
+    param: &ConnParam,
+    ev: Result<CmEvent>,
+) -> Result<CmId> {
+    match ev.and_then(|_| id.rts_from_rtr(qp, param)) {
+        Ok(()) => {
             id.connected.store(true, Ordering::Relaxed);
             Ok(id)
         }

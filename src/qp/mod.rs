@@ -185,6 +185,10 @@ pub struct QpEx<T: Transport> {
     /// The PSN this QP's last [`QpEx::endpoint`] gave the peer
     /// ([`rc::NO_PSN`] before any).
     pub(crate) local_psn: std::sync::atomic::AtomicU32,
+    /// How many times [`QpEx::reset`] moved the QP to RESET: an owner that
+    /// lends the QP out (`AsyncQp::with_qp`) sees by it that the work
+    /// requests it tracks were ended.
+    pub(crate) resets: std::sync::atomic::AtomicU64,
     // Dropped after the QP is destroyed (fields drop after Drop::drop).
     pd: ProtectionDomain,
     send_cq: Arc<CqInner>,
@@ -276,6 +280,7 @@ impl<T: Transport> QpEx<T> {
             owned: p.owned,
             scope: Default::default(),
             local_psn: std::sync::atomic::AtomicU32::new(rc::NO_PSN),
+            resets: std::sync::atomic::AtomicU64::new(0),
             pd: p.pd.clone(),
             send_cq: p.send_cq.share(),
             _recv_cq: p.recv_cq.share(),
@@ -427,7 +432,10 @@ impl<T: Transport> QpEx<T> {
             qp_state: ffi::IBV_QPS_RESET,
             ..Default::default()
         };
-        self.modify(&mut a, ffi::IBV_QP_STATE, "RESET")
+        self.modify(&mut a, ffi::IBV_QP_STATE, "RESET")?;
+        self.resets
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Ok(())
     }
 }
 

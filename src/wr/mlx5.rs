@@ -527,8 +527,12 @@ fn not_in_mlx5_ops(name: &str, op: Mlx5SendOps) -> String {
     format!("{name}: the QP was not created with {op:?} in its mlx5 send ops")
 }
 
-/// The access that lets a peer write through an mkey.
-const PEER_WRITES: AccessFlags = AccessFlags::REMOTE_WRITE.union(AccessFlags::REMOTE_ATOMIC);
+/// The access that lets a peer write through an mkey: remote write and
+/// atomic access, and `MW_BIND` (a memory window bound through the mkey
+/// may grant either), as [`MemoryRegion::is_peer_writable`](crate::MemoryRegion::is_peer_writable) counts them.
+const PEER_WRITES: AccessFlags = AccessFlags::REMOTE_WRITE
+    .union(AccessFlags::REMOTE_ATOMIC)
+    .union(AccessFlags::MW_BIND);
 
 /// An mkey layout is at most 2^31 - 1 bytes: rdma-core sums its entries in
 /// an `int`.
@@ -570,7 +574,7 @@ fn list_peer_writes(access: AccessFlags) -> String {
 fn interleaved_peer_writes(access: AccessFlags) -> String {
     format!(
         "mr_interleaved with {:?}: every entry's region must itself be registered with \
-         remote write or atomic access (a region that is not hands out plain slices, \
+         remote write, atomic or memory-window access (a region that is not hands out plain slices, \
          which a peer writing through the mkey would change under them)",
         access & PEER_WRITES
     )
