@@ -776,7 +776,7 @@ async fn a_reset_through_with_qp_ends_operations_and_a_reconnect_serves_new_ones
     let ctx = open();
     let channel = CompletionChannel::new(&ctx).unwrap();
     let p = pair_on(&ctx, Some(&channel), Some(&channel));
-    let (opts, pd) = (p.opts.clone(), p.pd.clone());
+    let (opts, pd) = (p.opts, p.pd.clone());
     let a = AsyncQp::new(p.a.qp, p.a.send_cq, Some(p.a.recv_cq)).unwrap();
     let b = AsyncQp::new(p.b.qp, p.b.send_cq, Some(p.b.recv_cq)).unwrap();
     let (buf, dropped) = Tracked::new(&pd);
