@@ -46,20 +46,34 @@ impl AsRawFd for RawChannelFd {
 
 /// A channel's registration with one tokio reactor (a completion
 /// channel's here, an rdma_cm event channel's in `cm::aio`).
-pub(crate) struct Registration(pub(crate) AsyncFd<RawChannelFd>);
+pub(crate) struct Registration {
+    pub(crate) fd: AsyncFd<RawChannelFd>,
+    /// The runtime whose reactor it is.
+    runtime: Id,
+}
 
 impl Registration {
-    /// Registers `fd` for readability with the current runtime's reactor.
+    /// Registers `fd` for readability with the reactor of the current
+    /// runtime, `runtime`.
     ///
     /// # Safety
     ///
     /// `fd` stays open until the registration is dropped: its owner drops
     /// every share of it before closing the fd.
-    unsafe fn new(fd: RawFd) -> std::io::Result<Self> {
+    unsafe fn new(fd: RawFd, runtime: Id) -> std::io::Result<Self> {
         // SAFETY: the caller's promise.
         let fd = unsafe { AsyncFd::register_with_interest(RawChannelFd(fd), Interest::READABLE) }
             .map_err(std::io::Error::from)?;
-        Ok(Registration(fd))
+        Ok(Registration { fd, runtime })
+    }
+
+    /// Whether the task polling now runs on the runtime of this
+    /// registration. A wait's future may be polled on one runtime, then
+    /// moved to another: only the current runtime's reactor wakes it, so
+    /// it checks this at every poll and takes the current runtime's
+    /// registration when it moved.
+    pub(crate) fn on_current_runtime(&self) -> bool {
+        Handle::try_current().is_ok_and(|h| h.id() == self.runtime)
     }
 }
 
@@ -96,7 +110,7 @@ impl Registrations {
             return Ok(reg.clone());
         }
         // SAFETY: the caller's promise.
-        let reg = Arc::new(unsafe { Registration::new(fd) }.map_err(RegisterError::Io)?);
+        let reg = Arc::new(unsafe { Registration::new(fd, id) }.map_err(RegisterError::Io)?);
         self.0.push((id, reg.clone()));
         Ok(reg)
     }
@@ -163,8 +177,11 @@ impl CompletionChannel {
         'registered: loop {
             let reg = self.registration()?;
             loop {
-                let mut readable = pin!(reg.0.readable());
+                let mut readable = pin!(reg.fd.readable());
                 let ready = poll_fn(|cx| {
+                    if !reg.on_current_runtime() {
+                        return Poll::Ready(Some(Err(None)));
+                    }
                     {
                         let mut st = self.0.lock();
                         // Gone from the channel: nothing more comes for it.
@@ -179,14 +196,16 @@ impl CompletionChannel {
                             slot.wakers.push(cx.waker().clone());
                         }
                     }
-                    readable.as_mut().poll(cx).map(Some)
+                    readable.as_mut().poll(cx).map(|r| Some(r.map_err(Some)))
                 })
                 .await;
+                // `Err(None)`: the future moved to another runtime.
                 let mut guard = match ready {
                     None => return Ok(()),
                     Some(Ok(guard)) => guard,
-                    Some(Err(e)) if renewed => return Err(self.0.io_error("epoll_wait", &e)),
-                    Some(Err(_)) => {
+                    Some(Err(None)) => continue 'registered,
+                    Some(Err(Some(e))) if renewed => return Err(self.0.io_error("epoll_wait", &e)),
+                    Some(Err(Some(_))) => {
                         // Its runtime is gone (a runtime id reused): register
                         // anew on the current one.
                         self.0.lock().reactor.forget(&reg);

@@ -107,6 +107,12 @@ impl fmt::Debug for CqId {
 /// ([`CompletionQueue::req_notify`](crate::CompletionQueue::req_notify)) and poll once more before waiting for
 /// the next event (a completion that came between the poll and the arm
 /// raises none). The event has been counted for acknowledgement already.
+///
+/// Every event read from the channel reaches `get_event` once, whoever
+/// read it from the fd, even when a wait for that CQ on another thread
+/// ([`CompletionQueue::wait`](crate::CompletionQueue::wait)) woke for it
+/// too and has polled its completions since: an event loop finds the CQ
+/// empty then, and arms it again.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[must_use = "an event means its CQ has completions to poll and is no longer armed"]
 pub struct CqEvent {
@@ -214,8 +220,8 @@ struct Slot {
     /// Events read for the CQ, ever: a CQ wait ends when it moves past the
     /// count noted when the wait armed the CQ.
     events: u64,
-    /// An event came since the CQ was last armed or its event taken by
-    /// `get_event` (the "any event" readers' queue, not the CQ waits').
+    /// An event came since `get_event` last took one of this CQ (the "any
+    /// event" readers' queue, not the CQ waits').
     notified: bool,
     /// The CQ is in `State::ready`.
     queued: bool,
@@ -362,10 +368,11 @@ impl CompletionChannel {
     }
 
     /// Arms `cq` for its next completion, or its next solicited one
-    /// (`ibv_req_notify_cq(3)`); an event that came before is forgotten by
-    /// `get_event` (the caller polls after arming). Returns the CQ's count
-    /// of events before the arm, which a wait for its event passes to
-    /// [`wait_notified`](Self::wait_notified).
+    /// (`ibv_req_notify_cq(3)`). Returns the CQ's count of events before
+    /// the arm, which a wait for its event passes to
+    /// [`wait_notified`](Self::wait_notified). An event that came before
+    /// stays queued for `get_event`: a re-arm by the CQ's own waiter never
+    /// takes an event from an "any event" reader.
     ///
     /// # Safety
     /// `cq` is live and attached to this channel.
@@ -415,17 +422,10 @@ impl CompletionChannel {
 pub(crate) struct EventCount(u64);
 
 impl State {
-    /// What arming the CQ registered under `key` does to the state: its
-    /// earlier event is forgotten by `get_event`; returns its count of
-    /// events (0 for a CQ not registered: nothing will come for it).
-    fn note_arm(&mut self, key: usize) -> EventCount {
-        match self.cqs.get_mut(&key) {
-            Some(slot) => {
-                slot.notified = false;
-                EventCount(slot.events)
-            }
-            None => EventCount(0),
-        }
+    /// What a wait arming the CQ registered under `key` notes: its count
+    /// of events (0 for a CQ not registered: nothing will come for it).
+    fn note_arm(&self, key: usize) -> EventCount {
+        EventCount(self.cqs.get(&key).map_or(0, |slot| slot.events))
     }
 
     /// Whether the CQ registered under `key` had an event since `armed`,

@@ -531,3 +531,52 @@ fn each_runtime_gets_its_own_registration_and_a_dead_one_is_replaced() {
         .unwrap()
         .unwrap();
 }
+
+#[cfg(feature = "tokio")]
+#[test]
+fn a_wait_polled_on_one_runtime_then_awaited_on_another_ends_on_its_event() {
+    // First polled on R1 (registered there), which then idles; the same
+    // future is then awaited on R2: R2's reactor must wake it.
+    let fx = Fx::new(&[1]);
+    let key = fx.cq(0).as_ptr() as usize;
+    let r1 = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let mut wait = Box::pin(fx.channel.clone().cq_event(key, fx.arm(0)));
+    r1.block_on(async {
+        let first = tokio::time::timeout(Duration::from_millis(50), &mut wait).await;
+        assert!(first.is_err(), "no event yet");
+    });
+    let r2 = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let r = r2.block_on(async {
+        let w = tokio::spawn(wait);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        fx.event(fx.cq(0));
+        tokio::time::timeout(Duration::from_secs(5), w).await
+    });
+    drop(r1);
+    r.expect("the wait slept on past its event on R2")
+        .unwrap()
+        .unwrap();
+}
+
+#[test]
+fn a_re_arm_by_the_cqs_own_waiter_leaves_the_event_to_get_event() {
+    // An event of CQ 0 is read; before an "any event" reader takes it,
+    // CQ 0's own waiter arms the CQ again: the reader still gets it, at
+    // once, not at its timeout.
+    let fx = Fx::new(&[4]);
+    let armed = fx.arm(0);
+    fx.event(fx.cq(0));
+    assert!(fx.channel.wait_notified(fx.cq(0), armed, None).unwrap());
+    let _ = fx.arm(0);
+    let start = Instant::now();
+    let e = fx.channel.get_event(Duration::from_secs(5)).unwrap();
+    assert_eq!(e.cq(), CqId(4));
+    assert!(start.elapsed() < Duration::from_secs(1));
+}

@@ -86,6 +86,9 @@ impl Reactor {
 enum Found<'a> {
     Event(CmEvent),
     Readable(AsyncFdReadyGuard<'a, RawChannelFd>),
+    /// The wait's future is polled on another runtime than its
+    /// registration's.
+    Moved,
 }
 
 impl EventChannel {
@@ -119,8 +122,11 @@ impl EventChannel {
         'registered: loop {
             let reg = channel.registration()?;
             loop {
-                let mut readable = pin!(reg.0.readable());
+                let mut readable = pin!(reg.fd.readable());
                 let found = poll_fn(|cx| {
+                    if !reg.on_current_runtime() {
+                        return Poll::Ready(Ok(Found::Moved));
+                    }
                     // Registered before looking, so an event queued after the
                     // look wakes this task.
                     channel.0.reactor.add_waker(cx.waker());
@@ -133,6 +139,7 @@ impl EventChannel {
                 let mut guard = match found {
                     Ok(Found::Event(ev)) => return Ok(ev),
                     Ok(Found::Readable(guard)) => guard,
+                    Ok(Found::Moved) => continue 'registered,
                     Err(e) if renewed => return Err(io_error("epoll_wait", &e)),
                     Err(_) => {
                         // Its runtime is gone (a runtime id reused): register
