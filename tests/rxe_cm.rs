@@ -360,6 +360,12 @@ fn bad_input_is_refused_before_any_c_call() {
     let id = CmId::new().unwrap();
     let e = id.context().unwrap_err();
     assert!(e.to_string().contains("resolve an address first"), "{e}");
+    // librdmacm's rdma_disconnect and rdma_resolve_route reach the id's
+    // device, NULL before an address is resolved: refused, not a crash.
+    let e = id.disconnect().unwrap_err();
+    assert!(matches!(e, Error::InvalidArgument(_)), "{e}");
+    let e = id.resolve_route(Duration::from_secs(1)).unwrap_err();
+    assert!(matches!(e, Error::InvalidArgument(_)), "{e}");
     let id = resolved(7407);
     let c = side(&id);
     let e = id
@@ -881,4 +887,105 @@ fn a_cancelled_accept_leaves_the_qp_short_of_rts() {
             "the client read the server's memory through a cancelled accept: {status:?}"
         ),
     }
+}
+
+/// A cancelled `resolve_addr_async` (polled once, then dropped) leaves its
+/// answer to come late: the id's next wait, for its own step, must not
+/// take it (it would end with "unexpected event" and leave its own answer
+/// to the wait after it).
+#[cfg(feature = "tokio")]
+#[test]
+#[ignore = "needs an RDMA device: set MLX5DV_TEST_DEVICE"]
+fn the_late_answer_of_a_cancelled_step_goes_to_no_later_wait() {
+    rig::device_name();
+    let l = listener(7415);
+    let id = CmId::new().unwrap();
+    let rt = one_thread();
+    rt.block_on(async {
+        let mut resolve =
+            std::pin::pin!(id.resolve_addr_async(None, at(7415), Duration::from_secs(5)));
+        let first = std::future::poll_fn(|cx| {
+            std::task::Poll::Ready(std::future::Future::poll(resolve.as_mut(), cx))
+        })
+        .await;
+        assert!(first.is_pending(), "resolved at the first poll");
+    });
+    // The address is resolved by now (a local one); its event is unread.
+    thread::sleep(Duration::from_millis(500));
+    id.resolve_route(Duration::from_secs(5))
+        .expect("the route's own answer, not the cancelled step's");
+    let c = side(&id);
+    let server = thread::spawn(move || {
+        let req = l.get_request(Some(T)).expect("request");
+        let s = side(req.id());
+        let sid = req.accept(&s.qp, &ConnParam::new(), T).expect("accept");
+        (sid, s)
+    });
+    id.connect(&c.qp, &ConnParam::new(), T)
+        .expect("connect after the cancelled step");
+    let _ = server.join().unwrap();
+}
+
+/// When the new id of a connect request cannot be taken over (here: no fd
+/// left for its event channel), that is the listening id's error. The
+/// active id on the same channel, whose blocking connect happened to read
+/// the request, goes on waiting for its own answer (the rejection the
+/// failed take-over caused). Runs itself in a child process, whose fd
+/// limit it lowers.
+#[test]
+#[ignore = "needs an RDMA device: set MLX5DV_TEST_DEVICE"]
+fn a_request_that_cannot_be_taken_over_is_the_listeners_error() {
+    rig::device_name();
+    const CHILD: &str = "MLX5DV_TEST_CM_NOFILE_CHILD";
+    if std::env::var_os(CHILD).is_none() {
+        let out = Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--ignored",
+                "--exact",
+                "a_request_that_cannot_be_taken_over_is_the_listeners_error",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(CHILD, "1")
+            .output()
+            .expect("run the child");
+        let text = String::from_utf8_lossy(&out.stdout).to_string()
+            + &String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "the child failed:\n{text}");
+        assert!(text.contains("1 passed"), "{text}");
+        return;
+    }
+    let ch = EventChannel::new().unwrap();
+    let l = CmId::with_channel(&ch).unwrap();
+    l.listen(at(7416), 8).unwrap();
+    let a = CmId::with_channel(&ch).unwrap();
+    a.resolve_addr(None, at(7416), Duration::from_secs(5))
+        .unwrap();
+    a.resolve_route(Duration::from_secs(5)).unwrap();
+    let c = side(&a);
+    // No fd left: the request's own event channel cannot be made.
+    let open = std::fs::read_dir("/proc/self/fd").unwrap().count() as u64;
+    let mut old = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    assert_eq!(unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut old) }, 0);
+    // read_dir's own fd was counted: `open - 1` are open now.
+    let none_left = libc::rlimit {
+        rlim_cur: open - 1,
+        ..old
+    };
+    assert_eq!(
+        unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &none_left) },
+        0
+    );
+    // Only this thread reads the channel: it reads the request first.
+    let r = a.connect(&c.qp, &ConnParam::new(), T);
+    assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &old) }, 0);
+    match r {
+        Err(Error::Rejected { .. }) | Err(Error::Cm { .. }) => {}
+        other => panic!("the active id's connect ended with {other:?}, not its own answer"),
+    }
+    let e = l.get_request(Some(T)).unwrap_err();
+    assert_eq!(e.errno(), Some(libc::EMFILE), "{e}");
 }

@@ -182,12 +182,22 @@ impl CmId {
     /// a peer's disconnect is answered as [`get_event`](Self::get_event)
     /// answers it.
     pub async fn get_event_async(&self) -> Result<CmEvent> {
-        let ev = self.channel().next_matching_async(Some(self.key())).await?;
-        Ok(self.answer(ev))
+        loop {
+            let ev = self.channel().next_matching_async(Some(self.key())).await?;
+            // The late answer of a step whose wait ended without it.
+            if !self.drop_if_late(&ev) {
+                return Ok(self.answer(ev));
+            }
+        }
     }
 
+    /// Awaits the answer of a step: dropped before it (cancelled), the
+    /// step's late answer is dropped rather than taken by a later wait.
     async fn expect_async(&self, want: CmEventKind, what: &str) -> Result<CmEvent> {
-        check_event(want, what, self.get_event_async().await?)
+        let mut awaiting = self.awaiting(want);
+        let ev = self.get_event_async().await?;
+        awaiting.got(&ev);
+        check_event(want, what, ev)
     }
 
     /// [`resolve_addr`](Self::resolve_addr), awaiting

@@ -130,6 +130,10 @@ pub struct CmEvent {
     pub(crate) id: CmIdKey,
     pub(crate) private_data: Vec<u8>,
     pub(crate) request: Option<ConnectRequest>,
+    /// Why a connect request's new id could not be taken over (it was
+    /// destroyed, which rejected the request): the listening id's waits
+    /// report it, not the wait that happened to read the event.
+    pub(crate) request_failed: Option<Error>,
 }
 
 impl CmEvent {
@@ -158,9 +162,18 @@ impl CmEvent {
     }
 
     /// The request of a [`CmEventKind::ConnectRequest`] event: the new id,
-    /// to accept or reject.
+    /// to accept or reject. `None` for other events, and for a request
+    /// whose new id could not be taken over (see
+    /// [`request_error`](Self::request_error)).
     pub fn into_request(self) -> Option<ConnectRequest> {
         self.request
+    }
+
+    /// For a [`CmEventKind::ConnectRequest`] event whose new id could not
+    /// be taken over (a new event channel for it, or `rdma_migrate_id(3)`,
+    /// failed; the id was destroyed, which rejected the request): why.
+    pub fn request_error(&self) -> Option<&Error> {
+        self.request_failed.as_ref()
     }
 }
 
@@ -174,7 +187,14 @@ impl CmEvent {
 /// block in [`get_event`](Self::get_event).
 ///
 /// Events of ids that a blocking call of another id reads meanwhile are
-/// kept, in order, for the next reader.
+/// kept, in order, for the next reader. Every wait of an id (blocking or
+/// async) looks there first, so none sleeps past its own event whoever
+/// read it. An event loop of one's own that waits on the fd should be the
+/// channel's only reader: events another reader moved to the backlog are
+/// handed to the next [`try_get_event`](Self::try_get_event) without the
+/// fd becoming readable again (an edge-triggered `epoll` would not
+/// report them), so call it until `None` after each readiness and after
+/// each other wait on the channel.
 #[derive(Clone)]
 pub struct EventChannel(pub(crate) Arc<ChannelInner>);
 
@@ -306,11 +326,23 @@ impl EventChannel {
     /// else the first the fd holds now: reads until one matches or the fd
     /// is empty (`None`), queuing the others' events in the backlog.
     pub(super) fn take_matching(&self, id: Option<CmIdKey>) -> Result<Option<CmEvent>> {
-        let matches = |e: &CmEvent| id.is_none_or(|k| e.id == k);
+        self.take_first(|e| id.is_none_or(|k| e.id == k))
+    }
+
+    /// Reads every event the fd holds now into the backlog (librdmacm
+    /// updates its ids as it reads their events).
+    pub(super) fn read_pending(&self) -> Result<()> {
+        self.take_first(|_| false).map(drop)
+    }
+
+    /// The first event `matches` takes in the backlog, else the first the
+    /// fd holds now: reads until one matches or the fd is empty (`None`),
+    /// queuing the others in the backlog.
+    fn take_first(&self, matches: impl Fn(&CmEvent) -> bool) -> Result<Option<CmEvent>> {
         let mut backlog = self.lock();
         if let Some(e) = backlog
             .iter()
-            .position(matches)
+            .position(&matches)
             .and_then(|i| backlog.remove(i))
         {
             return Ok(Some(e));
@@ -386,14 +418,19 @@ impl EventChannel {
         // SAFETY: the event came from rdma_get_cm_event and is acknowledged
         // once; nothing of it is used after this.
         unsafe { cm::rdma_ack_cm_event(ev) };
-        let request = match new_id.and_then(NonNull::new) {
+        // A failure to take the request's id over is the listening id's
+        // event, not an error of whichever wait read it.
+        let (request, request_failed) = match new_id.and_then(NonNull::new) {
             // SAFETY: the new id of a connect request, not yet owned by
             // anyone; its event is acknowledged.
             Some(raw) => match unsafe { CmId::adopt_request(raw) } {
-                Ok(id) => Some(ConnectRequest::new(id, private_data.clone(), &conn)),
-                Err(e) => return Err(e),
+                Ok(id) => (
+                    Some(ConnectRequest::new(id, private_data.clone(), &conn)),
+                    None,
+                ),
+                Err(e) => (None, Some(e)),
             },
-            None => None,
+            None => (None, None),
         };
         Ok(Some(CmEvent {
             kind,
@@ -401,6 +438,7 @@ impl EventChannel {
             id: key,
             private_data,
             request,
+            request_failed,
         }))
     }
 

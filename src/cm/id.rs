@@ -73,6 +73,11 @@ impl Drop for IdInner {
 pub struct CmId {
     inner: Arc<IdInner>,
     pub(super) connected: AtomicBool,
+    /// Steps whose wait ended before their answer came (a timeout, a
+    /// cancelled async call), by the event each awaited: the answer, when
+    /// it comes late, is dropped rather than taken by a later wait of the
+    /// id for its own.
+    unanswered: std::sync::Mutex<Vec<CmEventKind>>,
 }
 
 impl CmId {
@@ -106,6 +111,7 @@ impl CmId {
         CmId {
             inner: Arc::new(IdInner { id, key, channel }),
             connected: AtomicBool::new(false),
+            unanswered: std::sync::Mutex::new(Vec::new()),
         }
     }
 
@@ -164,13 +170,48 @@ impl CmId {
     /// A `RDMA_CM_EVENT_DISCONNECTED` of a connected id read here is
     /// answered with `rdma_disconnect` (the IB CM's DREP), which completes
     /// the peer's disconnect; the id is then no longer connected.
+    ///
+    /// The late answer of a step whose wait ended without it (a
+    /// [`resolve_addr`](Self::resolve_addr) that timed out, an async call
+    /// dropped) is not returned: it is no answer to anything asked now.
     pub fn get_event(&self, timeout: Option<Duration>) -> Result<CmEvent> {
         let what = format!("an rdma_cm event of {self:?}");
-        let ev = self
-            .inner
-            .channel
-            .next_matching(Some(self.key()), timeout, &what)?;
-        Ok(self.answer(ev))
+        let deadline = timeout.and_then(|t| std::time::Instant::now().checked_add(t));
+        loop {
+            let left = deadline.map(|d| d.saturating_duration_since(std::time::Instant::now()));
+            let ev = self
+                .inner
+                .channel
+                .next_matching(Some(self.key()), left.or(timeout), &what)?;
+            if !self.drop_if_late(&ev) {
+                return Ok(self.answer(ev));
+            }
+        }
+    }
+
+    /// Whether `ev` is the late answer of a step whose wait ended without
+    /// it; if so, it is forgotten (once).
+    pub(super) fn drop_if_late(&self, ev: &CmEvent) -> bool {
+        let mut steps = self
+            .unanswered
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        match steps.iter().position(|&want| answers(want, ev.kind)) {
+            Some(i) => {
+                steps.remove(i);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// A wait for `want`'s answer that ends, however it ends, noting
+    /// whether the answer came (see [`Awaiting`]).
+    pub(super) fn awaiting(&self, want: CmEventKind) -> Awaiting<'_> {
+        Awaiting {
+            id: self,
+            want: Some(want),
+        }
     }
 
     /// Answers a peer's disconnect read for this id (see
@@ -229,7 +270,10 @@ impl CmId {
 
     /// The connect request `ev` carries, or the error for an event of
     /// another kind.
-    pub(super) fn request_of(&self, ev: CmEvent) -> Result<ConnectRequest> {
+    pub(super) fn request_of(&self, mut ev: CmEvent) -> Result<ConnectRequest> {
+        if let Some(e) = ev.request_failed.take() {
+            return Err(e);
+        }
         let kind = ev.kind;
         let status = ev.status;
         ev.into_request().ok_or_else(|| Error::Cm {
@@ -285,7 +329,15 @@ impl CmId {
 
     /// Starts `rdma_resolve_route`; its event is awaited by the caller.
     pub(super) fn resolve_route_start(&self, timeout: Duration) -> Result<()> {
-        // SAFETY: the id is live.
+        if !self.is_bound() {
+            // librdmacm binds the id to its device when it reads the
+            // address's answer: read what the channel holds (into its
+            // backlog), then look again.
+            self.inner.channel.read_pending()?;
+        }
+        self.require_bound("rdma_resolve_route")?;
+        // SAFETY: the id is live and bound to a device (librdmacm's
+        // rdma_resolve_route reaches `id->verbs`).
         let rc = unsafe { cm::rdma_resolve_route(self.raw(), timeout_ms(timeout)) };
         if rc != 0 {
             return Err(Error::last_os("rdma_resolve_route", format!("{self:?}")));
@@ -313,6 +365,27 @@ impl CmId {
             return Err(Error::last_os("rdma_set_option", "RDMA_OPTION_ID_TOS"));
         }
         Ok(())
+    }
+
+    /// Whether librdmacm has bound the id to a device (`id->verbs` set: an
+    /// address resolved and its answer read, a bind to a device's
+    /// address, or a connect request's id).
+    fn is_bound(&self) -> bool {
+        // SAFETY: the id is live; `verbs` is a pointer field librdmacm sets
+        // when it binds the id.
+        !unsafe { (*self.raw()).verbs }.is_null()
+    }
+
+    /// Refuses `call` on an id not bound to a device: librdmacm would
+    /// reach its NULL device.
+    fn require_bound(&self, call: &str) -> Result<()> {
+        if self.is_bound() {
+            return Ok(());
+        }
+        Err(Error::InvalidArgument(format!(
+            "{call} on {self:?}, which is bound to no RDMA device yet: resolve its address \
+             first (resolve_addr, and its answer read)"
+        )))
     }
 
     /// The open device the id is bound to, for the PD, CQs, MRs and QP of
@@ -370,7 +443,9 @@ impl CmId {
     ) -> Result<CmEvent> {
         // The CM times its own steps out; give its error event time to
         // come before giving up on it.
+        let mut awaiting = self.awaiting(want);
         let ev = self.get_event(Some(timeout + Duration::from_secs(1)))?;
+        awaiting.got(&ev);
         check_event(want, what, ev)
     }
 
@@ -521,8 +596,10 @@ impl CmId {
     /// `RDMA_CM_EVENT_DISCONNECTED`, and so does this id. Move the QP to
     /// ERR ([`QpEx::to_error`](crate::QpEx::to_error)) to flush what is outstanding on it.
     pub fn disconnect(&self) -> Result<()> {
+        self.require_bound("rdma_disconnect")?;
         self.connected.store(false, Ordering::Relaxed);
-        // SAFETY: the id is live.
+        // SAFETY: the id is live and bound to a device (librdmacm's
+        // rdma_disconnect reaches `id->verbs`).
         let rc = unsafe { cm::rdma_disconnect(self.raw()) };
         if rc != 0 {
             return Err(Error::last_os("rdma_disconnect", format!("{self:?}")));
@@ -577,6 +654,51 @@ pub(super) fn disconnected(ev: CmEvent) -> Result<()> {
 }
 
 /// `ev` if it is `want` with status 0, else the error it stands for.
+/// Whether an event of `kind` answers a step awaiting `want`: the event
+/// itself, or the CM's error in its place.
+fn answers(want: CmEventKind, kind: CmEventKind) -> bool {
+    use CmEventKind as K;
+    kind == want
+        || match want {
+            K::AddrResolved => kind == K::AddrError,
+            K::RouteResolved => kind == K::RouteError,
+            K::ConnectResponse | K::Established => {
+                matches!(kind, K::Rejected | K::Unreachable | K::ConnectError)
+            }
+            _ => false,
+        }
+}
+
+/// A wait for the answer of one step (`want`) of an id: dropped before
+/// [`got`](Self::got) saw the answer (a timeout, an error, a cancelled
+/// future), it notes the step as unanswered, so that its late answer is
+/// dropped instead of ending a later wait of the id.
+pub(super) struct Awaiting<'a> {
+    id: &'a CmId,
+    want: Option<CmEventKind>,
+}
+
+impl Awaiting<'_> {
+    /// The wait got `ev`: when it answers the step, the step is done.
+    pub(super) fn got(&mut self, ev: &CmEvent) {
+        if self.want.is_some_and(|w| answers(w, ev.kind)) {
+            self.want = None;
+        }
+    }
+}
+
+impl Drop for Awaiting<'_> {
+    fn drop(&mut self) {
+        if let Some(want) = self.want {
+            self.id
+                .unanswered
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .push(want);
+        }
+    }
+}
+
 pub(super) fn check_event(want: CmEventKind, what: &str, ev: CmEvent) -> Result<CmEvent> {
     if ev.kind == want && ev.status == 0 {
         return Ok(ev);
