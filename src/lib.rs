@@ -205,9 +205,18 @@
 //! - **State changes.** A QP reset, on any path safe code has to it
 //!   (`aio::AsyncQp::reset`, or `qp.reset()` inside
 //!   `aio::AsyncQp::with_qp`), ends the operations in flight as flushed,
-//!   after handing the completions the device made before it to their own
-//!   operations. A wait that can learn of nothing more (its CQ cannot be
-//!   armed, its reactor is gone) ends with an error instead of sleeping.
+//!   after the CQs were polled and each completion found handed to its
+//!   own operation (mlx5 removes a QP's completions from its CQs on
+//!   RESET: one made between that poll and the reset ends as flushed; move
+//!   the QP to ERR and await the operations first to keep every status).
+//!   A wait that can learn of nothing more (its CQ cannot be armed, its
+//!   reactor is gone) ends with an error instead of sleeping.
+//! - **The one exception: memory first.** When an `aio::AsyncQp` can
+//!   neither poll its CQ nor reset its QP (the kernel refuses), the
+//!   device's progress is unknown, so its operations in flight do not end:
+//!   ending one would hand back a region the device may still write. They
+//!   stay pending, holding their regions; cancel them (a timeout) and the
+//!   regions go with the QP.
 //! - **Cancellation.** No wait holds a completion or an event across an
 //!   await point, so dropping one at any await loses nothing for the
 //!   others. An rdma_cm connect or accept dropped before its event moves

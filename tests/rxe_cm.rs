@@ -989,3 +989,65 @@ fn a_request_that_cannot_be_taken_over_is_the_listeners_error() {
     let e = l.get_request(Some(T)).unwrap_err();
     assert_eq!(e.errno(), Some(libc::EMFILE), "{e}");
 }
+
+/// The client connects, sends and disconnects before the server has read
+/// `RDMA_CM_EVENT_ESTABLISHED`: the accept still ends connected (its QP in
+/// RTS with the attributes the CM gave when it accepted; the CM refuses
+/// them once the peer's disconnect has come), the send landed byte for
+/// byte, and the disconnect follows.
+#[cfg(feature = "tokio")]
+#[test]
+#[ignore = "needs an RDMA device: set MLX5DV_TEST_DEVICE"]
+fn an_accept_whose_peer_has_already_disconnected_still_ends_connected() {
+    rig::device_name();
+    let l = listener(7417);
+    let (go, wait_go) = std::sync::mpsc::channel::<()>();
+    let (sent, wait_sent) = std::sync::mpsc::channel::<()>();
+    let client = thread::spawn(move || {
+        let id = resolved(7417);
+        let mut c = side(&id);
+        wait_go.recv().unwrap();
+        id.connect(&c.qp, &ConnParam::new(), T).expect("connect");
+        c.mr.write_at(0, &pattern(5)).unwrap();
+        let mr = &c.mr;
+        let wcs =
+            c.qp.post_and_wait(&mut c.send_cq, T, |b| b.wr(1).send().sge(mr.sge(..)?))
+                .expect("send");
+        assert_eq!(wcs[0].status, WcStatus::SUCCESS);
+        id.disconnect().expect("disconnect");
+        sent.send(()).unwrap();
+        (id, c)
+    });
+    go.send(()).unwrap();
+    let req = l.get_request(Some(T)).expect("connect request");
+    let mut s = side(req.id());
+    req.id().init_qp(&s.qp).unwrap();
+    let sge = s.mr.sge(0..LEN).unwrap();
+    unsafe { s.qp.post_recv(3, &[sge]).expect("post_recv") };
+    let rt = one_thread();
+    let sid = rt.block_on(async {
+        let param = ConnParam::new();
+        let mut accept = std::pin::pin!(req.accept_async(&s.qp, &param));
+        let first = std::future::poll_fn(|cx| {
+            std::task::Poll::Ready(std::future::Future::poll(accept.as_mut(), cx))
+        })
+        .await;
+        assert!(first.is_pending(), "accepted at the first poll");
+        // The client's send and disconnect, before ESTABLISHED is read.
+        wait_sent
+            .recv_timeout(T)
+            .expect("the client sent and disconnected");
+        tokio::time::timeout(T, accept)
+            .await
+            .expect("the accept ended")
+            .expect("the accept ended connected")
+    });
+    let wc = s.recv_cq.wait(1, T).expect("the client's send")[0];
+    assert_eq!(
+        (wc.status, wc.wr_id, wc.byte_len as usize),
+        (WcStatus::SUCCESS, 3, LEN)
+    );
+    assert_eq!(s.mr.to_vec(..).unwrap(), pattern(5), "the bytes sent");
+    sid.wait_disconnected(T).expect("the client's disconnect");
+    let _ = client.join().unwrap();
+}

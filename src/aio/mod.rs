@@ -7,9 +7,10 @@
 //! [`CompletionChannel`](crate::CompletionChannel)
 //! ([`CompletionQueue::with_channel`]), asleep in the runtime: it polls,
 //! arms the CQ, polls again, and only then awaits the channel's fd. Each
-//! channel is registered once with the reactor (tokio's `AsyncFd`, made by
-//! the first async wait on it, on the runtime current then), shared by the
-//! CQs on the channel; events are read into the channel's per-CQ
+//! channel is registered once with the reactor of each runtime that waits
+//! on it (tokio's `AsyncFd`, made by the first async wait on that runtime;
+//! a wait moved to another runtime takes that one's), shared by the CQs on
+//! the channel; events are read into the channel's per-CQ
 //! bookkeeping, so a task waiting on one CQ ends on that CQ's event,
 //! whichever task (or blocking thread) read it. Every task waiting on the
 //! channel is woken when its fd becomes readable; the first to run reads

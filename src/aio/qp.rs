@@ -214,7 +214,10 @@ impl AsyncQp {
                 }
             }
         }
-        let inner = self.0.lock();
+        let mut inner = self.0.lock();
+        // What the device completed so far goes to its operations first:
+        // a reset in `f` may discard it (see `reset`).
+        let _ = inner.poll_and_dispatch(self.0.qp_num);
         let resets = inner.resets();
         let guard = AfterReset {
             inner,
@@ -316,8 +319,17 @@ impl AsyncQp {
     /// with [`Error::WorkCompletion`] of status
     /// [`WcStatus::WR_FLUSH_ERR`], and the regions of dropped ones are
     /// dropped.
+    ///
+    /// The CQs are polled first, so an operation whose completion is
+    /// already there ends with it. One that completes between that poll
+    /// and the reset may still end as flushed: mlx5 (and other providers)
+    /// remove the QP's completions from its CQs on RESET. For every
+    /// operation's true status, move the QP to ERR first
+    /// ([`to_error`](Self::to_error)) and await the operations (each ends
+    /// with its completion or its flush), then reset.
     pub fn reset(&self) -> Result<()> {
         let mut inner = self.0.lock();
+        let _ = inner.poll_and_dispatch(self.0.qp_num);
         inner.qp().reset()?;
         inner.after_reset(self.0.qp_num);
         Ok(())
@@ -504,6 +516,9 @@ impl Inner {
     /// the QP to RESET, after which it runs nothing, and ends every
     /// operation; when even that fails, the regions stay held.
     pub(super) fn stop(&mut self, qp_num: u32) {
+        // What can still be polled goes to its operations before the reset
+        // (which may discard it: see `AsyncQp::reset`).
+        let _ = self.poll_and_dispatch(qp_num);
         match self.qp().reset() {
             Ok(()) => self.after_reset(qp_num),
             Err(e) => self.broken = Some(format!("a poll or post failed, then RESET: {e}")),
@@ -511,9 +526,10 @@ impl Inner {
     }
 
     /// After the QP was reset (by [`AsyncQp::reset`], a stop, or through
-    /// [`AsyncQp::with_qp`]): the completions the device made before are
-    /// handed to their own operations, then every operation still in
-    /// flight ends as flushed (the device runs none of them any more).
+    /// [`AsyncQp::with_qp`]): the completions still in the CQs (a provider
+    /// that does not clean them on RESET leaves them) are handed to their
+    /// own operations, then every operation still in flight ends as
+    /// flushed (the device runs none of them any more).
     fn after_reset(&mut self, qp_num: u32) {
         // A failed poll here leaves nothing to the device: the QP is reset.
         let _ = self.poll_and_dispatch(qp_num);

@@ -29,7 +29,7 @@ use std::future::{poll_fn, Future};
 use std::os::fd::{AsRawFd, RawFd};
 use std::pin::pin;
 use std::sync::Arc;
-use std::task::Poll;
+use std::task::{Poll, Waker};
 use tokio::io::unix::AsyncFd;
 use tokio::io::Interest;
 use tokio::runtime::{Handle, Id};
@@ -60,11 +60,25 @@ impl Registration {
     ///
     /// `fd` stays open until the registration is dropped: its owner drops
     /// every share of it before closing the fd.
-    unsafe fn new(fd: RawFd, runtime: Id) -> std::io::Result<Self> {
-        // SAFETY: the caller's promise.
-        let fd = unsafe { AsyncFd::register_with_interest(RawChannelFd(fd), Interest::READABLE) }
-            .map_err(std::io::Error::from)?;
+    unsafe fn new(fd: RawFd, runtime: Id) -> std::result::Result<Self, RegisterError> {
+        // tokio panics when the runtime was built without its I/O driver
+        // (`enable_io`): an error here, not a panic in the caller's task.
+        let registered = std::panic::catch_unwind(|| {
+            // SAFETY: the caller's promise.
+            unsafe { AsyncFd::register_with_interest(RawChannelFd(fd), Interest::READABLE) }
+        });
+        let fd = match registered {
+            Ok(r) => r.map_err(|e| RegisterError::Io(e.into()))?,
+            Err(_) => return Err(RegisterError::NoIoDriver),
+        };
         Ok(Registration { fd, runtime })
+    }
+
+    /// Whether its runtime's reactor still runs (a registration whose
+    /// runtime shut down reports an error).
+    fn is_live(&self) -> bool {
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        !matches!(self.fd.poll_read_ready(&mut cx), Poll::Ready(Err(_)))
     }
 
     /// Whether the task polling now runs on the runtime of this
@@ -72,8 +86,11 @@ impl Registration {
     /// moved to another: only the current runtime's reactor wakes it, so
     /// it checks this at every poll and takes the current runtime's
     /// registration when it moved.
+    ///
+    /// Polled outside any tokio runtime (by another executor), it keeps
+    /// the registration it has: nothing better can be had there.
     pub(crate) fn on_current_runtime(&self) -> bool {
-        Handle::try_current().is_ok_and(|h| h.id() == self.runtime)
+        Handle::try_current().map_or(true, |h| h.id() == self.runtime)
     }
 }
 
@@ -86,6 +103,8 @@ pub(crate) struct Registrations(Vec<(Id, Arc<Registration>)>);
 pub(crate) enum RegisterError {
     /// The caller is not on a tokio runtime.
     NoRuntime,
+    /// The runtime was built without its I/O driver (`enable_io`).
+    NoIoDriver,
     /// The reactor refused the fd (`epoll_ctl`).
     Io(std::io::Error),
 }
@@ -109,8 +128,11 @@ impl Registrations {
         if let Some((_, reg)) = self.0.iter().find(|(k, _)| *k == id) {
             return Ok(reg.clone());
         }
+        // A new runtime: the registrations of runtimes shut down since go
+        // (each holds its reactor's handle).
+        self.0.retain(|(_, reg)| reg.is_live());
         // SAFETY: the caller's promise.
-        let reg = Arc::new(unsafe { Registration::new(fd, id) }.map_err(RegisterError::Io)?);
+        let reg = Arc::new(unsafe { Registration::new(fd, id) }?);
         self.0.push((id, reg.clone()));
         Ok(reg)
     }
@@ -155,6 +177,11 @@ impl CompletionChannel {
                 "an async wait on {} outside a tokio runtime",
                 self.describe()
             ))),
+            Err(RegisterError::NoIoDriver) => Err(Error::InvalidArgument(format!(
+                "an async wait on {} on a tokio runtime without its I/O driver \
+                 (build the runtime with enable_io or enable_all)",
+                self.describe()
+            ))),
             Err(RegisterError::Io(e)) => Err(self.0.io_error("epoll_ctl", &e)),
         }
     }
@@ -174,6 +201,11 @@ impl CompletionChannel {
         // A registration that failed once was dropped and made again; a
         // second failure is the current runtime's own (shutting down).
         let mut renewed = false;
+        let mut unregister = Unregister {
+            channel: &self.0,
+            key,
+            waker: None,
+        };
         'registered: loop {
             let reg = self.registration()?;
             loop {
@@ -194,6 +226,7 @@ impl CompletionChannel {
                         }
                         if !slot.wakers.iter().any(|w| w.will_wake(cx.waker())) {
                             slot.wakers.push(cx.waker().clone());
+                            unregister.waker = Some(cx.waker().clone());
                         }
                     }
                     readable.as_mut().poll(cx).map(|r| Some(r.map_err(Some)))
@@ -230,6 +263,25 @@ impl CompletionChannel {
                     read
                 };
                 read?;
+            }
+        }
+    }
+}
+
+/// Takes a wait's waker off its CQ's slot however the wait ends: a
+/// cancelled wait's would otherwise stay there (with its task) until the
+/// CQ's next event.
+struct Unregister<'a> {
+    channel: &'a ChannelInner,
+    key: usize,
+    waker: Option<Waker>,
+}
+
+impl Drop for Unregister<'_> {
+    fn drop(&mut self) {
+        if let Some(waker) = self.waker.take() {
+            if let Some(slot) = self.channel.lock().cqs.get_mut(&self.key) {
+                slot.wakers.retain(|w| !w.will_wake(&waker));
             }
         }
     }

@@ -108,11 +108,12 @@ impl fmt::Debug for CqId {
 /// the next event (a completion that came between the poll and the arm
 /// raises none). The event has been counted for acknowledgement already.
 ///
-/// Every event read from the channel reaches `get_event` once, whoever
-/// read it from the fd, even when a wait for that CQ on another thread
-/// ([`CompletionQueue::wait`](crate::CompletionQueue::wait)) woke for it
-/// too and has polled its completions since: an event loop finds the CQ
-/// empty then, and arms it again.
+/// Whoever read an event from the fd, `get_event` names its CQ: once for
+/// all the events the CQ had since `get_event` last named it, and even
+/// when a wait for that CQ on another thread
+/// ([`CompletionQueue::wait`](crate::CompletionQueue::wait)) woke for them
+/// too and has polled the completions since: an event loop then finds the
+/// CQ empty, and arms it again.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[must_use = "an event means its CQ has completions to poll and is no longer armed"]
 pub struct CqEvent {
@@ -151,7 +152,8 @@ impl CqEvent {
 /// without the fd becoming readable again.
 ///
 /// On tokio, the `tokio` feature does this (`CompletionQueue::wait_async`,
-/// `aio::AsyncQp`: one registration of the fd per channel). With another
+/// `aio::AsyncQp`: the fd registered with each runtime that waits on the
+/// channel). With another
 /// runtime, register the fd once for the channel (it is `AsRawFd`), and for each
 /// CQ loop on [`CompletionQueue::poll_or_arm`](crate::CompletionQueue::poll_or_arm): when it returns 0 the CQ is
 /// armed; await readability, take the events with
@@ -467,6 +469,17 @@ impl State {
         }
     }
 
+    /// Wakes every async wait, so that each looks at the fd itself: a
+    /// blocking reader it left the reading to stopped on an error, maybe
+    /// with events unread (the tasks cleared their readiness).
+    fn wake_tasks(&mut self) {
+        for slot in self.cqs.values_mut() {
+            for waker in slot.wakers.drain(..) {
+                waker.wake();
+            }
+        }
+    }
+
     /// Takes the oldest event not yet taken.
     fn pop_ready(&mut self) -> Option<CqId> {
         while let Some(key) = self.ready.pop_front() {
@@ -550,6 +563,9 @@ impl ChannelInner {
                 // A last look at what the kernel holds, without sleeping.
                 let read = self.read_events(&mut st);
                 self.read.notify_all();
+                if read.is_err() {
+                    st.wake_tasks();
+                }
                 read?;
                 return Ok(done(&mut st));
             }
@@ -568,6 +584,9 @@ impl ChannelInner {
                 )),
             };
             self.read.notify_all();
+            if read.is_err() {
+                st.wake_tasks();
+            }
             read?;
         }
     }

@@ -5,6 +5,7 @@
 
 use super::*;
 use crate::cq::CompletionQueue;
+use std::future::Future;
 use std::io;
 use std::os::fd::{FromRawFd, OwnedFd};
 
@@ -530,6 +531,13 @@ fn each_runtime_gets_its_own_registration_and_a_dead_one_is_replaced() {
         .expect("a task on R2 slept on after R1 was dropped")
         .unwrap()
         .unwrap();
+    // Registering for that last runtime dropped those of the runtimes
+    // shut down before it (R1, the first R2): they held their reactors.
+    assert_eq!(
+        fx.channel.0.lock().reactor.len(),
+        1,
+        "dead registrations kept"
+    );
 }
 
 #[cfg(feature = "tokio")]
@@ -579,4 +587,65 @@ fn a_re_arm_by_the_cqs_own_waiter_leaves_the_event_to_get_event() {
     let e = fx.channel.get_event(Duration::from_secs(5)).unwrap();
     assert_eq!(e.cq(), CqId(4));
     assert!(start.elapsed() < Duration::from_secs(1));
+}
+
+#[cfg(feature = "tokio")]
+#[test]
+fn a_cancelled_async_wait_leaves_no_waker_behind() {
+    let fx = Fx::new(&[1]);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let key = fx.cq(0).as_ptr() as usize;
+    rt.block_on(async {
+        let wait = fx.channel.clone().cq_event(key, fx.arm(0));
+        let r = tokio::time::timeout(Duration::from_millis(20), wait).await;
+        assert!(r.is_err(), "no event came");
+    });
+    let st = fx.channel.0.lock();
+    assert!(
+        st.cqs[&key].wakers.is_empty(),
+        "the cancelled task's waker stayed"
+    );
+}
+
+#[cfg(feature = "tokio")]
+#[test]
+fn a_wait_polled_outside_any_runtime_after_tokio_keeps_its_registration() {
+    // First polled on tokio (registered), then by another executor (no
+    // tokio runtime current): it keeps waiting, rather than failing.
+    let fx = Fx::new(&[1]);
+    let key = fx.cq(0).as_ptr() as usize;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let mut wait = Box::pin(fx.channel.clone().cq_event(key, fx.arm(0)));
+    rt.block_on(async {
+        assert!(tokio::time::timeout(Duration::from_millis(20), &mut wait)
+            .await
+            .is_err());
+    });
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    let r = wait.as_mut().poll(&mut cx);
+    assert!(r.is_pending(), "{r:?}");
+    // The event ends it, the registration's runtime still alive.
+    fx.event(fx.cq(0));
+    let r = rt.block_on(async { tokio::time::timeout(Duration::from_secs(5), wait).await });
+    r.expect("ended on its event").unwrap();
+}
+
+#[cfg(feature = "tokio")]
+#[test]
+fn an_async_wait_on_a_runtime_without_io_is_an_error_not_a_panic() {
+    let fx = Fx::new(&[1]);
+    let key = fx.cq(0).as_ptr() as usize;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap();
+    let r = rt.block_on(fx.channel.clone().cq_event(key, fx.arm(0)));
+    let e = r.unwrap_err();
+    assert!(e.to_string().contains("enable_io"), "{e}");
 }

@@ -30,6 +30,7 @@ use super::event::{CmEvent, CmEventKind, CmIdKey, EventChannel};
 use super::id::{check_event, disconnected, CmId};
 use super::param::ConnParam;
 use super::request::{accept_finish, ConnectRequest};
+use super::steps::Awaiting;
 use crate::channel::{RawChannelFd, RegisterError, Registration, Registrations};
 use crate::error::{Error, Result};
 use crate::qp::RcQp;
@@ -105,6 +106,11 @@ impl EventChannel {
             Ok(r) => Ok(r),
             Err(RegisterError::NoRuntime) => Err(Error::InvalidArgument(
                 "an async wait on an rdma_cm event channel outside a tokio runtime".into(),
+            )),
+            Err(RegisterError::NoIoDriver) => Err(Error::InvalidArgument(
+                "an async wait on an rdma_cm event channel on a tokio runtime without its I/O \
+                 driver (build the runtime with enable_io or enable_all)"
+                    .into(),
             )),
             Err(RegisterError::Io(e)) => Err(io_error("epoll_ctl", &e)),
         }
@@ -182,21 +188,20 @@ impl CmId {
     /// a peer's disconnect is answered as [`get_event`](Self::get_event)
     /// answers it.
     pub async fn get_event_async(&self) -> Result<CmEvent> {
-        loop {
-            let ev = self.channel().next_matching_async(Some(self.key())).await?;
-            // The late answer of a step whose wait ended without it.
-            if !self.drop_if_late(&ev) {
-                return Ok(self.answer(ev));
-            }
-        }
+        let ev = self.channel().next_matching_async(Some(self.key())).await?;
+        Ok(self.answer(ev))
     }
 
-    /// Awaits the answer of a step: dropped before it (cancelled), the
-    /// step's late answer is dropped rather than taken by a later wait.
-    async fn expect_async(&self, want: CmEventKind, what: &str) -> Result<CmEvent> {
-        let mut awaiting = self.awaiting(want);
+    /// Awaits the answer of `step`: dropped before it (cancelled), the
+    /// step's late answer goes to no later wait (see `cm::steps`).
+    async fn expect_async(
+        &self,
+        mut step: Awaiting,
+        want: CmEventKind,
+        what: &str,
+    ) -> Result<CmEvent> {
         let ev = self.get_event_async().await?;
-        awaiting.got(&ev);
+        step.got(&ev);
         check_event(want, what, ev)
     }
 
@@ -208,8 +213,10 @@ impl CmId {
         dst: SocketAddr,
         timeout: Duration,
     ) -> Result<()> {
-        let what = self.resolve_addr_start(src, dst, timeout)?;
-        self.expect_async(CmEventKind::AddrResolved, &what)
+        let (what, step) = self.ask(CmEventKind::AddrResolved, || {
+            self.resolve_addr_start(src, dst, timeout)
+        })?;
+        self.expect_async(step, CmEventKind::AddrResolved, &what)
             .await
             .map(drop)
     }
@@ -217,8 +224,10 @@ impl CmId {
     /// [`resolve_route`](Self::resolve_route), awaiting
     /// `RDMA_CM_EVENT_ROUTE_RESOLVED` (or the CM's error after `timeout`).
     pub async fn resolve_route_async(&self, timeout: Duration) -> Result<()> {
-        self.resolve_route_start(timeout)?;
-        self.expect_async(CmEventKind::RouteResolved, "rdma_resolve_route")
+        let ((), step) = self.ask(CmEventKind::RouteResolved, || {
+            self.resolve_route_start(timeout)
+        })?;
+        self.expect_async(step, CmEventKind::RouteResolved, "rdma_resolve_route")
             .await
             .map(drop)
     }
@@ -237,9 +246,13 @@ impl CmId {
     /// Dropped before it ends, it moves the QP to ERR (see
     /// [the module's docs](crate::cm#async)).
     pub async fn connect_async(&self, qp: &RcQp, param: &ConnParam) -> Result<Vec<u8>> {
-        let what = self.connect_start(qp, param)?;
+        let (what, step) = self.ask(CmEventKind::ConnectResponse, || {
+            self.connect_start(qp, param)
+        })?;
         let cancelled = ErrOnDrop(Some(qp));
-        let ev = self.expect_async(CmEventKind::ConnectResponse, &what).await;
+        let ev = self
+            .expect_async(step, CmEventKind::ConnectResponse, &what)
+            .await;
         cancelled.disarm();
         self.connect_finish(qp, param, &what, ev)
     }
@@ -259,11 +272,11 @@ impl ConnectRequest {
     /// it ends, the accept moves the QP to ERR (see
     /// [the module's docs](crate::cm#async)).
     pub async fn accept_async(self, qp: &RcQp, param: &ConnParam) -> Result<CmId> {
-        let (id, what) = self.accept_start(qp, param)?;
+        let (id, what, rts, step) = self.accept_start(qp, param)?;
         let cancelled = ErrOnDrop(Some(qp));
-        let ev = id.expect_async(CmEventKind::Established, &what).await;
+        let ev = id.expect_async(step, CmEventKind::Established, &what).await;
         cancelled.disarm();
-        accept_finish(id, qp, param, ev)
+        accept_finish(id, qp, rts, ev)
     }
 }
 

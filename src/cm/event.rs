@@ -3,6 +3,7 @@
 
 use super::id::CmId;
 use super::request::ConnectRequest;
+use super::steps::{answers, Steps};
 use crate::channel::{clear_errno, poll_readable, set_nonblocking};
 use crate::error::{Error, Result};
 use crate::ffi::cm;
@@ -203,6 +204,9 @@ pub(crate) struct ChannelInner {
     /// Read events not yet taken, oldest first; also the lock that
     /// serialises reads.
     backlog: Mutex<VecDeque<CmEvent>>,
+    /// The steps of its ids awaiting their answer (`cm::steps`); locked
+    /// after `backlog` where both are.
+    steps: Mutex<Steps>,
     /// The async side (feature `tokio`): the fd's registration with the
     /// reactor and the tasks to wake when events go to the backlog.
     #[cfg(feature = "tokio")]
@@ -254,6 +258,7 @@ impl EventChannel {
         let channel = EventChannel(Arc::new(ChannelInner {
             ch,
             backlog: Mutex::new(VecDeque::new()),
+            steps: Mutex::new(Steps::default()),
             #[cfg(feature = "tokio")]
             reactor: Default::default(),
         }));
@@ -267,6 +272,27 @@ impl EventChannel {
 
     fn lock(&self) -> MutexGuard<'_, VecDeque<CmEvent>> {
         self.0.backlog.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The steps of the channel's ids (see `cm::steps`).
+    pub(super) fn steps(&self) -> MutexGuard<'_, Steps> {
+        self.0.steps.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The wait for step `token` (of `id`, awaiting `want`) ended without
+    /// its answer: an answer not read yet will be dropped as it is read;
+    /// one read already and queued for the id is dropped now.
+    pub(super) fn abandon_step(&self, token: u64, id: CmIdKey, want: CmEventKind) {
+        let mut backlog = self.lock();
+        if self.steps().abandon(token) {
+            return;
+        }
+        if let Some(i) = backlog
+            .iter()
+            .position(|e| e.id == id && answers(want, e.kind))
+        {
+            backlog.remove(i);
+        }
     }
 
     /// The next event, of any id on the channel, if one is there now.
@@ -370,9 +396,21 @@ impl EventChannel {
         found
     }
 
+    /// Reads the next event for someone: one event from librdmacm at a
+    /// time ([`read_raw`](Self::read_raw)), the late answers of abandoned
+    /// steps dropped. Called with the backlog locked.
+    fn read_one(&self) -> Result<Option<CmEvent>> {
+        loop {
+            match self.read_raw()? {
+                Some(ev) if self.steps().is_late(&ev) => {}
+                other => return Ok(other),
+            }
+        }
+    }
+
     /// Reads one event from librdmacm, copies it out and acknowledges it.
     /// Called with the backlog locked.
-    fn read_one(&self) -> Result<Option<CmEvent>> {
+    fn read_raw(&self) -> Result<Option<CmEvent>> {
         let mut ev: *mut cm::rdma_cm_event = std::ptr::null_mut();
         // SAFETY: the channel is live; `ev` is writable.
         let rc = unsafe { cm::rdma_get_cm_event(self.as_ptr(), &mut ev) };
@@ -442,9 +480,12 @@ impl EventChannel {
         }))
     }
 
-    /// Drops the queued events of `id` (it is being destroyed).
+    /// Drops the queued events and the steps of `id` (it is being
+    /// destroyed).
     pub(crate) fn forget(&self, id: CmIdKey) {
-        self.lock().retain(|e| e.id != id);
+        let mut backlog = self.lock();
+        backlog.retain(|e| e.id != id);
+        self.steps().forget_id(id);
     }
 }
 

@@ -6,6 +6,7 @@ use super::addr::{self, RawAddr};
 use super::event::{CmEvent, CmEventKind, CmIdKey, EventChannel};
 use super::param::{ConnParam, MAX_CONNECT_PRIVATE_DATA};
 use super::request::ConnectRequest;
+use super::steps::Awaiting;
 use crate::device::Context;
 use crate::error::{Error, Result};
 use crate::ffi;
@@ -73,11 +74,6 @@ impl Drop for IdInner {
 pub struct CmId {
     inner: Arc<IdInner>,
     pub(super) connected: AtomicBool,
-    /// Steps whose wait ended before their answer came (a timeout, a
-    /// cancelled async call), by the event each awaited: the answer, when
-    /// it comes late, is dropped rather than taken by a later wait of the
-    /// id for its own.
-    unanswered: std::sync::Mutex<Vec<CmEventKind>>,
 }
 
 impl CmId {
@@ -111,7 +107,6 @@ impl CmId {
         CmId {
             inner: Arc::new(IdInner { id, key, channel }),
             connected: AtomicBool::new(false),
-            unanswered: std::sync::Mutex::new(Vec::new()),
         }
     }
 
@@ -176,41 +171,27 @@ impl CmId {
     /// dropped) is not returned: it is no answer to anything asked now.
     pub fn get_event(&self, timeout: Option<Duration>) -> Result<CmEvent> {
         let what = format!("an rdma_cm event of {self:?}");
-        let deadline = timeout.and_then(|t| std::time::Instant::now().checked_add(t));
-        loop {
-            let left = deadline.map(|d| d.saturating_duration_since(std::time::Instant::now()));
-            let ev = self
-                .inner
-                .channel
-                .next_matching(Some(self.key()), left.or(timeout), &what)?;
-            if !self.drop_if_late(&ev) {
-                return Ok(self.answer(ev));
-            }
-        }
+        let ev = self
+            .inner
+            .channel
+            .next_matching(Some(self.key()), timeout, &what)?;
+        Ok(self.answer(ev))
     }
 
-    /// Whether `ev` is the late answer of a step whose wait ended without
-    /// it; if so, it is forgotten (once).
-    pub(super) fn drop_if_late(&self, ev: &CmEvent) -> bool {
-        let mut steps = self
-            .unanswered
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        match steps.iter().position(|&want| answers(want, ev.kind)) {
-            Some(i) => {
-                steps.remove(i);
-                true
+    /// Asks for a step's answer with `ask` (the C call), the step begun
+    /// first (see `cm::steps`); the step is forgotten when `ask` fails.
+    pub(super) fn ask<T>(
+        &self,
+        want: CmEventKind,
+        ask: impl FnOnce() -> Result<T>,
+    ) -> Result<(T, Awaiting)> {
+        let step = Awaiting::begin(&self.inner.channel, self.key(), want);
+        match ask() {
+            Ok(t) => Ok((t, step)),
+            Err(e) => {
+                step.not_asked();
+                Err(e)
             }
-            None => false,
-        }
-    }
-
-    /// A wait for `want`'s answer that ends, however it ends, noting
-    /// whether the answer came (see [`Awaiting`]).
-    pub(super) fn awaiting(&self, want: CmEventKind) -> Awaiting<'_> {
-        Awaiting {
-            id: self,
-            want: Some(want),
         }
     }
 
@@ -314,17 +295,26 @@ impl CmId {
         dst: SocketAddr,
         timeout: Duration,
     ) -> Result<()> {
-        let what = self.resolve_addr_start(src, dst, timeout)?;
-        self.expect(CmEventKind::AddrResolved, &what, timeout)
+        let (what, step) = self.ask(CmEventKind::AddrResolved, || {
+            self.resolve_addr_start(src, dst, timeout)
+        })?;
+        self.expect(step, CmEventKind::AddrResolved, &what, timeout)
             .map(drop)
     }
 
     /// Resolves the route to the resolved address (`rdma_resolve_route(3)`),
     /// waiting for `RDMA_CM_EVENT_ROUTE_RESOLVED`.
     pub fn resolve_route(&self, timeout: Duration) -> Result<()> {
-        self.resolve_route_start(timeout)?;
-        self.expect(CmEventKind::RouteResolved, "rdma_resolve_route", timeout)
-            .map(drop)
+        let ((), step) = self.ask(CmEventKind::RouteResolved, || {
+            self.resolve_route_start(timeout)
+        })?;
+        self.expect(
+            step,
+            CmEventKind::RouteResolved,
+            "rdma_resolve_route",
+            timeout,
+        )
+        .map(drop)
     }
 
     /// Starts `rdma_resolve_route`; its event is awaited by the caller.
@@ -437,15 +427,15 @@ impl CmId {
     /// [`Error::Cm`] or [`Error::Rejected`].
     pub(super) fn expect(
         &self,
+        mut step: Awaiting,
         want: CmEventKind,
         what: &str,
         timeout: Duration,
     ) -> Result<CmEvent> {
         // The CM times its own steps out; give its error event time to
         // come before giving up on it.
-        let mut awaiting = self.awaiting(want);
         let ev = self.get_event(Some(timeout + Duration::from_secs(1)))?;
-        awaiting.got(&ev);
+        step.got(&ev);
         check_event(want, what, ev)
     }
 
@@ -472,6 +462,18 @@ impl CmId {
         name: &str,
         depth: Option<u8>,
     ) -> Result<()> {
+        self.cm_attr(to, name, depth)?.apply(qp)
+    }
+
+    /// The attributes the CM gives for moving a QP to `to`
+    /// (`rdma_init_qp_attr(3)`), the read depths overridden as librdmacm
+    /// does; asked now, applied later or at once.
+    pub(super) fn cm_attr(
+        &self,
+        to: ffi::ibv_qp_state,
+        name: &str,
+        depth: Option<u8>,
+    ) -> Result<CmQpAttr> {
         let mut attr = ffi::ibv_qp_attr {
             qp_state: to,
             ..Default::default()
@@ -491,7 +493,11 @@ impl CmId {
             Some(d) if d != unset && to == ffi::IBV_QPS_RTS => attr.max_rd_atomic = d,
             _ => {}
         }
-        qp.modify(&mut attr, mask as u32, &format!("{name} (from rdma_cm)"))
+        Ok(CmQpAttr {
+            attr,
+            mask: mask as u32,
+            to: format!("{name} (from rdma_cm)"),
+        })
     }
 
     /// Moves a QP in RESET to INIT with the CM's attributes (port, P_Key,
@@ -524,7 +530,13 @@ impl CmId {
 
     /// RTR → RTS with the connection's attributes.
     pub(super) fn rts_from_rtr(&self, qp: &RcQp, param: &ConnParam) -> Result<()> {
-        self.cm_modify(qp, ffi::IBV_QPS_RTS, "RTS", Some(param.initiator_depth))
+        self.rts_attr(param)?.apply(qp)
+    }
+
+    /// The connection's attributes for RTS (as [`rts_from_rtr`](Self::rts_from_rtr)
+    /// applies them), asked of the CM now.
+    pub(super) fn rts_attr(&self, param: &ConnParam) -> Result<CmQpAttr> {
+        self.cm_attr(ffi::IBV_QPS_RTS, "RTS", Some(param.initiator_depth))
     }
 
     /// Connects `qp` to the resolved peer (`rdma_connect(3)`) and waits up
@@ -539,8 +551,10 @@ impl CmId {
     /// (`RDMA_CM_EVENT_UNREACHABLE`) or [`Error::Timeout`]; the QP is then
     /// in ERR.
     pub fn connect(&self, qp: &RcQp, param: &ConnParam, timeout: Duration) -> Result<Vec<u8>> {
-        let what = self.connect_start(qp, param)?;
-        let ev = self.expect(CmEventKind::ConnectResponse, &what, timeout);
+        let (what, step) = self.ask(CmEventKind::ConnectResponse, || {
+            self.connect_start(qp, param)
+        })?;
+        let ev = self.expect(step, CmEventKind::ConnectResponse, &what, timeout);
         self.connect_finish(qp, param, &what, ev)
     }
 
@@ -654,48 +668,18 @@ pub(super) fn disconnected(ev: CmEvent) -> Result<()> {
 }
 
 /// `ev` if it is `want` with status 0, else the error it stands for.
-/// Whether an event of `kind` answers a step awaiting `want`: the event
-/// itself, or the CM's error in its place.
-fn answers(want: CmEventKind, kind: CmEventKind) -> bool {
-    use CmEventKind as K;
-    kind == want
-        || match want {
-            K::AddrResolved => kind == K::AddrError,
-            K::RouteResolved => kind == K::RouteError,
-            K::ConnectResponse | K::Established => {
-                matches!(kind, K::Rejected | K::Unreachable | K::ConnectError)
-            }
-            _ => false,
-        }
+/// A QP state the CM gave the attributes of (`rdma_init_qp_attr(3)`),
+/// to apply to the connection's QP.
+pub(super) struct CmQpAttr {
+    attr: ffi::ibv_qp_attr,
+    mask: u32,
+    to: String,
 }
 
-/// A wait for the answer of one step (`want`) of an id: dropped before
-/// [`got`](Self::got) saw the answer (a timeout, an error, a cancelled
-/// future), it notes the step as unanswered, so that its late answer is
-/// dropped instead of ending a later wait of the id.
-pub(super) struct Awaiting<'a> {
-    id: &'a CmId,
-    want: Option<CmEventKind>,
-}
-
-impl Awaiting<'_> {
-    /// The wait got `ev`: when it answers the step, the step is done.
-    pub(super) fn got(&mut self, ev: &CmEvent) {
-        if self.want.is_some_and(|w| answers(w, ev.kind)) {
-            self.want = None;
-        }
-    }
-}
-
-impl Drop for Awaiting<'_> {
-    fn drop(&mut self) {
-        if let Some(want) = self.want {
-            self.id
-                .unanswered
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .push(want);
-        }
+impl CmQpAttr {
+    /// Moves `qp` to the state with these attributes.
+    pub(super) fn apply(mut self, qp: &RcQp) -> Result<()> {
+        qp.modify(&mut self.attr, self.mask, &self.to)
     }
 }
 

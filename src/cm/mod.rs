@@ -87,7 +87,7 @@
 //! [`wait_disconnected_async`](CmId::wait_disconnected_async),
 //! [`get_event_async`](CmId::get_event_async) and
 //! [`EventChannel::get_event_async`]. Each channel's fd is registered once
-//! with the reactor; any number of ids on it can be awaited at once, by
+//! with the reactor of each runtime that waits on it; any number of ids on it can be awaited at once, by
 //! tasks and blocking threads alike (whoever reads an event of another id
 //! keeps it for that id and wakes its task).
 //!
@@ -96,8 +96,10 @@
 //! the CM's `RDMA_CM_EVENT_UNREACHABLE`; wrap a call in
 //! `tokio::time::timeout` for a deadline of your own. Dropping a future
 //! loses no other id's event and borrows no memory; a connect or accept
-//! dropped before it ends leaves its QP short of RTS (nothing of it runs):
-//! drop the id.
+//! dropped before it ends moves its QP to ERR (nothing of it runs, and the
+//! peer reaches nothing through it): drop the id. The late answer of a
+//! step whose wait ended early (dropped, or timed out) goes to no later
+//! wait of the id.
 //!
 #![cfg_attr(feature = "tokio", doc = "```no_run")]
 #![cfg_attr(not(feature = "tokio"), doc = "```ignore")]
@@ -154,6 +156,7 @@ mod event;
 mod id;
 mod param;
 mod request;
+mod steps;
 
 pub use event::{CmEvent, CmEventKind, CmIdKey, EventChannel};
 pub use id::CmId;

@@ -1,8 +1,9 @@
 //! A peer's connect request: accept or reject.
 
 use super::event::{CmEvent, CmEventKind};
-use super::id::{show, CmId};
+use super::id::{show, CmId, CmQpAttr};
 use super::param::{ConnParam, MAX_ACCEPT_PRIVATE_DATA, MAX_REJECT_PRIVATE_DATA};
+use super::steps::Awaiting;
 use crate::error::{Error, Result};
 use crate::ffi::cm;
 use crate::qp::RcQp;
@@ -60,16 +61,21 @@ impl ConnectRequest {
     /// Until the connection is established the QP sends nothing: a failed
     /// or timed-out accept leaves it in ERR, never in RTS.
     pub fn accept(self, qp: &RcQp, param: &ConnParam, timeout: Duration) -> Result<CmId> {
-        let (id, what) = self.accept_start(qp, param)?;
-        let ev = id.expect(CmEventKind::Established, &what, timeout);
-        accept_finish(id, qp, param, ev)
+        let (id, what, rts, step) = self.accept_start(qp, param)?;
+        let ev = id.expect(step, CmEventKind::Established, &what, timeout);
+        accept_finish(id, qp, rts, ev)
     }
 
-    /// Checks, moves `qp` to RTR with the CM's attributes and answers the
-    /// peer (`rdma_accept`); the caller awaits `ESTABLISHED` and calls
-    /// [`accept_finish`], which moves it to RTS. A failure after the
-    /// checks moves the QP to ERR.
-    pub(super) fn accept_start(self, qp: &RcQp, param: &ConnParam) -> Result<(CmId, String)> {
+    /// Checks, moves `qp` to RTR with the CM's attributes, answers the
+    /// peer (`rdma_accept`) and asks the CM for the RTS attributes at once
+    /// (it refuses them once the peer has begun to disconnect); the caller
+    /// awaits `ESTABLISHED` and calls [`accept_finish`], which applies
+    /// them. A failure after the checks moves the QP to ERR.
+    pub(super) fn accept_start(
+        self,
+        qp: &RcQp,
+        param: &ConnParam,
+    ) -> Result<(CmId, String, CmQpAttr, Awaiting)> {
         param.check(MAX_ACCEPT_PRIVATE_DATA, "rdma_accept")?;
         let id = self.id;
         id.check_qp(qp)?;
@@ -78,16 +84,19 @@ impl ConnectRequest {
             id.init_if_reset(qp)?;
             id.to_rtr(qp, param)?;
             let mut raw = param.to_raw(qp.qp_num());
-            // SAFETY: the id is live; `raw` and its private data are valid
-            // for the call.
-            let rc = unsafe { cm::rdma_accept(id.raw(), &mut raw) };
-            if rc != 0 {
-                return Err(Error::last_os("rdma_accept", what.clone()));
-            }
-            Ok(())
+            let ((), step) = id.ask(CmEventKind::Established, || {
+                // SAFETY: the id is live; `raw` and its private data are
+                // valid for the call.
+                let rc = unsafe { cm::rdma_accept(id.raw(), &mut raw) };
+                if rc != 0 {
+                    return Err(Error::last_os("rdma_accept", what.clone()));
+                }
+                Ok(())
+            })?;
+            Ok((id.rts_attr(param)?, step))
         })();
         match result {
-            Ok(()) => Ok((id, what)),
+            Ok((rts, step)) => Ok((id, what, rts, step)),
             Err(e) => {
                 let _ = qp.to_error();
                 Err(e)
@@ -126,10 +135,10 @@ impl ConnectRequest {
 pub(super) fn accept_finish(
     id: CmId,
     qp: &RcQp,
-    param: &ConnParam,
+    rts: CmQpAttr,
     ev: Result<CmEvent>,
 ) -> Result<CmId> {
-    match ev.and_then(|_| id.rts_from_rtr(qp, param)) {
+    match ev.and_then(|_| rts.apply(qp)) {
         Ok(()) => {
             id.connected.store(true, Ordering::Relaxed);
             Ok(id)
