@@ -196,8 +196,12 @@
 //!   [`CompletionChannel::get_event`] caller took that event too (the
 //!   "any event" readers have a queue of their own). One thread at a time
 //!   sleeps in `poll(2)` on the fd and hands what it reads to the others;
-//!   async waits leave the reading to it while it sleeps there. The
-//!   rdma_cm event channel does the same for its ids' events.
+//!   async waits leave the reading to it while it sleeps there. On an
+//!   rdma_cm event channel, whoever reads an event of another id keeps it
+//!   for that id's wait (and wakes its task). An rdma_cm event carries data
+//!   (a connect request's new id) and is handed out once: an "any id"
+//!   reader (`cm::EventChannel::get_event`) that takes it takes it from the
+//!   id's own wait, so use one or the other on a channel.
 //! - **Runtimes.** With the `tokio` feature, a channel's fd is registered
 //!   with the reactor of each runtime that waits on it, so a task is woken
 //!   by its own runtime, whatever runtimes waited on the channel before,

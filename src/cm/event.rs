@@ -306,6 +306,13 @@ impl EventChannel {
 
     /// The next event of any id on the channel, waiting at most `timeout`
     /// (`None`: for ever); [`Error::Timeout`] when none came.
+    ///
+    /// It takes the event: an event is handed out once (it may carry a
+    /// connect request's new id), so a wait of that id
+    /// ([`CmId::get_event`](super::CmId::get_event), `connect`, ...) on
+    /// another thread does not see it. On one channel, either read every
+    /// event here (an event loop) or let each id's calls wait for their
+    /// own.
     pub fn get_event(&self, timeout: Option<Duration>) -> Result<CmEvent> {
         self.next_matching(None, timeout, "an rdma_cm event")
     }

@@ -99,7 +99,8 @@
 //! dropped before it ends moves its QP to ERR (nothing of it runs, and the
 //! peer reaches nothing through it): drop the id. The late answer of a
 //! step whose wait ended early (dropped, or timed out) goes to no later
-//! wait of the id.
+//! wait of the id. A future leaked (`mem::forget`) instead of dropped
+//! leaves its step waiting: its answer goes to the id's next wait.
 //!
 #![cfg_attr(feature = "tokio", doc = "```no_run")]
 #![cfg_attr(not(feature = "tokio"), doc = "```ignore")]
