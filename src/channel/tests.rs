@@ -446,10 +446,7 @@ fn a_cq_wait_ends_on_its_event_when_get_event_takes_it() {
 #[test]
 fn a_task_ends_on_its_event_when_a_blocking_get_event_takes_it() {
     let fx = Fx::new(&[1]);
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = current_thread();
     let key = fx.cq(0).as_ptr() as usize;
     let armed = fx.arm(0);
     let ch = fx.channel.clone();
@@ -481,12 +478,7 @@ fn each_runtime_gets_its_own_registration_and_a_dead_one_is_replaced() {
     // A wait on runtime R1 registers the fd there; R1 then idles. A task on
     // R2 waits for the next event: only its own reactor can wake it.
     let fx = Fx::new(&[1]);
-    let current = || {
-        tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap()
-    };
+    let current = || current_thread();
     let key = fx.cq(0).as_ptr() as usize;
     let r1 = current();
     let armed = fx.arm(0);
@@ -547,15 +539,8 @@ fn a_wait_polled_on_one_runtime_then_awaited_on_another_ends_on_its_event() {
     // future is then awaited on R2: R2's reactor must wake it.
     let fx = Fx::new(&[1]);
     let key = fx.cq(0).as_ptr() as usize;
-    let r1 = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let mut wait = Box::pin(fx.channel.clone().cq_event(key, fx.arm(0)));
-    r1.block_on(async {
-        let first = tokio::time::timeout(Duration::from_millis(50), &mut wait).await;
-        assert!(first.is_err(), "no event yet");
-    });
+    let r1 = current_thread();
+    let wait = pending_on(&r1, fx.channel.clone().cq_event(key, fx.arm(0)));
     let r2 = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()
@@ -593,10 +578,7 @@ fn a_re_arm_by_the_cqs_own_waiter_leaves_the_event_to_get_event() {
 #[test]
 fn a_cancelled_async_wait_leaves_no_waker_behind() {
     let fx = Fx::new(&[1]);
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = current_thread();
     let key = fx.cq(0).as_ptr() as usize;
     rt.block_on(async {
         let wait = fx.channel.clone().cq_event(key, fx.arm(0));
@@ -617,16 +599,8 @@ fn a_wait_polled_outside_any_runtime_after_tokio_keeps_its_registration() {
     // tokio runtime current): it keeps waiting, rather than failing.
     let fx = Fx::new(&[1]);
     let key = fx.cq(0).as_ptr() as usize;
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let mut wait = Box::pin(fx.channel.clone().cq_event(key, fx.arm(0)));
-    rt.block_on(async {
-        assert!(tokio::time::timeout(Duration::from_millis(20), &mut wait)
-            .await
-            .is_err());
-    });
+    let rt = current_thread();
+    let mut wait = pending_on(&rt, fx.channel.clone().cq_event(key, fx.arm(0)));
     let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
     let r = wait.as_mut().poll(&mut cx);
     assert!(r.is_pending(), "{r:?}");
@@ -648,4 +622,27 @@ fn an_async_wait_on_a_runtime_without_io_is_an_error_not_a_panic() {
     let r = rt.block_on(fx.channel.clone().cq_event(key, fx.arm(0)));
     let e = r.unwrap_err();
     assert!(e.to_string().contains("enable_io"), "{e}");
+}
+
+/// A current-thread runtime with its drivers.
+#[cfg(feature = "tokio")]
+fn current_thread() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// `wait`, polled on `rt` (so registered there) until it is seen pending.
+#[cfg(feature = "tokio")]
+fn pending_on<F: Future<Output = Result<()>>>(
+    rt: &tokio::runtime::Runtime,
+    wait: F,
+) -> std::pin::Pin<Box<F>> {
+    let mut wait = Box::pin(wait);
+    rt.block_on(async {
+        let first = tokio::time::timeout(Duration::from_millis(50), &mut wait).await;
+        assert!(first.is_err(), "no event yet");
+    });
+    wait
 }
