@@ -5,6 +5,7 @@
 
 use super::*;
 use crate::cq::CompletionQueue;
+#[cfg(feature = "tokio")]
 use std::future::Future;
 use std::io;
 use std::os::fd::{FromRawFd, OwnedFd};
