@@ -276,7 +276,7 @@ impl ConnectRequest {
         let cancelled = ErrOnDrop(Some(qp));
         let ev = id.expect_async(step, CmEventKind::Established, &what).await;
         cancelled.disarm();
-        accept_finish(id, qp, rts, ev)
+        accept_finish(id, qp, param, rts, ev)
     }
 }
 

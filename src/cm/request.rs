@@ -63,7 +63,7 @@ impl ConnectRequest {
     pub fn accept(self, qp: &RcQp, param: &ConnParam, timeout: Duration) -> Result<CmId> {
         let (id, what, rts, step) = self.accept_start(qp, param)?;
         let ev = id.expect(step, CmEventKind::Established, &what, timeout);
-        accept_finish(id, qp, rts, ev)
+        accept_finish(id, qp, param, rts, ev)
     }
 
     /// Checks, moves `qp` to RTR with the CM's attributes, answers the
@@ -135,10 +135,15 @@ impl ConnectRequest {
 pub(super) fn accept_finish(
     id: CmId,
     qp: &RcQp,
-    rts: CmQpAttr,
+    param: &ConnParam,
+    early: CmQpAttr,
     ev: Result<CmEvent>,
 ) -> Result<CmId> {
-    match ev.and_then(|_| rts.apply(qp)) {
+    // The CM's RTS attributes as of now; when it refuses them (the peer
+    // has begun to disconnect already), those it gave right after
+    // `rdma_accept`.
+    let rts = |_| id.rts_attr(param).or(Ok::<_, Error>(early));
+    match ev.and_then(rts).and_then(|rts| rts.apply(qp)) {
         Ok(()) => {
             id.connected.store(true, Ordering::Relaxed);
             Ok(id)
