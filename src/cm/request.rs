@@ -67,10 +67,11 @@ impl ConnectRequest {
     }
 
     /// Checks, moves `qp` to RTR with the CM's attributes, answers the
-    /// peer (`rdma_accept`) and asks the CM for the RTS attributes at once
-    /// (it refuses them once the peer has begun to disconnect); the caller
-    /// awaits `ESTABLISHED` and calls [`accept_finish`], which applies
-    /// them. A failure after the checks moves the QP to ERR.
+    /// peer (`rdma_accept`) and asks the CM for the RTS attributes at once,
+    /// to fall back on should it refuse them at `ESTABLISHED` (it does
+    /// once the peer has begun to disconnect); the caller awaits
+    /// `ESTABLISHED` and calls [`accept_finish`]. A failure after the
+    /// checks moves the QP to ERR.
     pub(super) fn accept_start(
         self,
         qp: &RcQp,
