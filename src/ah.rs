@@ -45,6 +45,11 @@ impl AhAttr {
     /// index) to the port with `lid` and `gid`: what a connected QP's RTR
     /// transition and an address handle to a DCT both need, with the hop
     /// limit, traffic class and flow label of `opts`.
+    ///
+    /// `gid` is used only where `opts.gid_index` is set (RoCE, where it is
+    /// required, or routed InfiniBand): without one the path has no
+    /// global route header and `gid` is ignored, so on InfiniBand within
+    /// a subnet pass the peer's GID if known or `Gid::default()`.
     pub fn towards(lid: u16, gid: Gid, opts: &ConnectOptions) -> Self {
         AhAttr {
             port: opts.port,

@@ -49,6 +49,54 @@ impl RemoteBuf {
         }
     }
 
+    /// The length of the byte form ([`to_bytes`](Self::to_bytes)).
+    pub const BYTES: usize = 20;
+
+    /// The byte form, to send to the peer with the QP's
+    /// [`Endpoint`](crate::Endpoint) (over TCP, in a file): the address,
+    /// the length, big-endian (8 bytes each), then the rkey (4 bytes).
+    ///
+    /// ```
+    /// use mlx5dv::RemoteBuf;
+    ///
+    /// let r = RemoteBuf { addr: 0x7f00_0000_1000, len: 4096, rkey: 0x1234 };
+    /// assert_eq!(RemoteBuf::from_bytes(&r.to_bytes())?, r);
+    /// assert!(RemoteBuf::from_bytes(&[0; 19]).is_err());
+    /// # Ok::<(), mlx5dv::Error>(())
+    /// ```
+    pub fn to_bytes(&self) -> [u8; Self::BYTES] {
+        let mut b = [0u8; Self::BYTES];
+        b[0..8].copy_from_slice(&self.addr.to_be_bytes());
+        b[8..16].copy_from_slice(&self.len.to_be_bytes());
+        b[16..20].copy_from_slice(&self.rkey.to_be_bytes());
+        b
+    }
+
+    /// Reads the byte form of [`to_bytes`](Self::to_bytes): exactly
+    /// [`BYTES`](Self::BYTES) bytes, else [`Error::OutOfRange`]. A buffer
+    /// that runs past the end of the address space is refused too.
+    pub fn from_bytes(bytes: &[u8]) -> Result<Self> {
+        let b: &[u8; Self::BYTES] = bytes.try_into().map_err(|_| Error::OutOfRange {
+            what: "RemoteBuf byte form length",
+            value: bytes.len() as u64,
+            limit: format!("exactly {} bytes", Self::BYTES),
+        })?;
+        let mut word = [0u8; 8];
+        word.copy_from_slice(&b[0..8]);
+        let addr = u64::from_be_bytes(word);
+        word.copy_from_slice(&b[8..16]);
+        let len = u64::from_be_bytes(word);
+        let rkey = u32::from_be_bytes([b[16], b[17], b[18], b[19]]);
+        if len != u64::MAX && addr.checked_add(len).is_none() {
+            return Err(Error::OutOfRange {
+                what: "RemoteBuf end address",
+                value: addr.saturating_add(len),
+                limit: past_address_space(),
+            });
+        }
+        Ok(RemoteBuf { addr, len, rkey })
+    }
+
     /// `len` bytes of this buffer starting at `offset`, checked: inside
     /// the buffer, and (the fields are public) not past the end of the
     /// address space.

@@ -80,7 +80,11 @@ impl<'a> QpBuilder<'a, ReliableConnection> {
 impl<'a> QpBuilder<'a, DcInitiator> {
     /// An mlx5 DCI (`IBV_QPT_DRIVER`, `MLX5DV_DCTYPE_DCI`) in `pd`: a send
     /// queue that reaches any DCT, each work request addressed with a
-    /// [`DcAddr`](crate::DcAddr). It has no receive queue.
+    /// [`DcAddr`](crate::DcAddr) (a [`RemoteDct`](crate::RemoteDct)'s
+    /// [`addr`](crate::RemoteDct::addr)). It has no receive queue. After
+    /// [`build`](Self::build), [`DciQp::ready`](crate::DciQp::ready)
+    /// moves it to RTS. A whole DCI and DCT program is under
+    /// [`Dct`](crate::Dct#dc-start-to-finish) (`examples/hello_dc.rs`).
     pub fn dci(pd: &'a ProtectionDomain, send_cq: &'a CompletionQueue) -> Self {
         let caps = QpCaps {
             max_recv_wr: 0,

@@ -1,9 +1,10 @@
 //! DCIs: the INIT → RTR → RTS path, DC addresses, stream recovery.
 
-use super::{check_psn, ConnectOptions, DciQp};
-use crate::ah::AddressHandle;
+use super::{check_psn, ConnectOptions, DciQp, DctEndpoint};
+use crate::ah::{AddressHandle, AhAttr};
 use crate::error::{check, Error, Result};
 use crate::ffi;
+use crate::pd::ProtectionDomain;
 use std::fmt;
 use std::marker::PhantomData;
 use std::ptr::NonNull;
@@ -95,12 +96,81 @@ impl fmt::Debug for DcAddr<'_> {
     }
 }
 
+/// A DCT as a DCI reaches it: an address handle for its port, its DCT
+/// number and its access key, made from the [`DctEndpoint`] the target
+/// sent ([`Dct::endpoint`](crate::Dct::endpoint)). Its [`addr`](Self::addr)
+/// is what each DCI work request takes.
+///
+/// ```no_run
+/// # use mlx5dv::*;
+/// # use std::time::Duration;
+/// # fn f(pd: &ProtectionDomain, dci: &mut DciQp, cq: &mut CompletionQueue,
+/// #      bytes: &[u8], src: &MemoryRegion, remote: RemoteBuf) -> Result<()> {
+/// let opts = ConnectOptions::default().gid_index(pd.context().default_gid_index(1)?);
+/// let target = RemoteDct::new(pd, &DctEndpoint::from_bytes(bytes)?, &opts)?;
+/// dci.post_and_wait(cq, Duration::from_secs(5), |b| {
+///     b.wr(1, target.addr()).rdma_write(remote).sge(src.sge(0..64)?)
+/// })?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+pub struct RemoteDct {
+    ah: AddressHandle,
+    endpoint: DctEndpoint,
+}
+
+impl RemoteDct {
+    /// The DCT of `endpoint`, reached from the port (and, on RoCE, the
+    /// source GID index) of `opts` (`ibv_create_ah(3)`: the endpoint's LID
+    /// on InfiniBand, its GID with a global route header where
+    /// `opts.gid_index` is set, as it must be on RoCE).
+    pub fn new(
+        pd: &ProtectionDomain,
+        endpoint: &DctEndpoint,
+        opts: &ConnectOptions,
+    ) -> Result<Self> {
+        if endpoint.dctn > MAX_DCTN {
+            return Err(Error::OutOfRange {
+                what: "DCT number",
+                value: u64::from(endpoint.dctn),
+                limit: "at most 0xffffff (24 bits)".into(),
+            });
+        }
+        crate::roce::require_gid(pd.context(), opts)?;
+        let ah = AddressHandle::new(pd, &AhAttr::towards(endpoint.lid, endpoint.gid, opts))?;
+        Ok(RemoteDct {
+            ah,
+            endpoint: *endpoint,
+        })
+    }
+
+    /// The address of each work request to this DCT.
+    #[inline]
+    pub fn addr(&self) -> DcAddr<'_> {
+        DcAddr::new(&self.ah, self.endpoint.dctn, self.endpoint.dc_key)
+    }
+
+    /// The address handle.
+    pub fn ah(&self) -> &AddressHandle {
+        &self.ah
+    }
+
+    /// The endpoint it was made from.
+    pub fn endpoint(&self) -> &DctEndpoint {
+        &self.endpoint
+    }
+}
+
 impl DciQp {
     /// RESET → INIT → RTR → RTS for a DCI, which has no single peer: the
     /// port, path MTU and the retry parameters of `opts`, sending from
-    /// packet sequence number `sq_psn`. (The attribute masks are those
-    /// mlx5 accepts for a DCI: INIT = port and P_Key index; RTR = path
-    /// MTU; RTS = timeout, retries, SQ PSN, outstanding reads/atomics.)
+    /// packet sequence number `sq_psn`: the first PSN of its send queue,
+    /// any 24-bit value (0 will do). Unlike an RC QP's, no peer needs to
+    /// know it: a DCT takes it from the DCI's packets. (The attribute
+    /// masks are those mlx5 accepts for a DCI: INIT = port and P_Key
+    /// index; RTR = path MTU; RTS = timeout, retries, SQ PSN, outstanding
+    /// reads/atomics.) Why a DCI, a DCT and an RC QP are made ready
+    /// differently: [`Dct`](crate::Dct#why-the-three-kinds-of-qp-are-set-up-differently).
     pub fn ready(&self, sq_psn: u32, opts: &ConnectOptions) -> Result<()> {
         check_psn(sq_psn)?;
         super::check_retries(opts)?;

@@ -6,6 +6,7 @@ use crate::cq::{CompletionQueue, CqInner};
 use crate::error::{check, Error, Result};
 use crate::ffi;
 use crate::pd::ProtectionDomain;
+use crate::port::Gid;
 use crate::srq::SharedReceiveQueue;
 use std::fmt;
 use std::ptr::NonNull;
@@ -14,6 +15,29 @@ use std::sync::Arc;
 /// An mlx5 DC target (`mlx5dv_create_qp(3)` with `MLX5DV_DCTYPE_DCT`):
 /// receives what DCIs send to its DCT number with its access key; its
 /// receives come from a [`SharedReceiveQueue`]. Destroyed on drop.
+///
+/// # DC, start to finish
+///
+/// The target side makes a `Dct`, moves it to RTR ([`ready`](Self::ready))
+/// and sends its [`DctEndpoint`] ([`endpoint`](Self::endpoint)) to the
+/// initiators; an initiator makes a DCI ([`QpBuilder::dci`](crate::QpBuilder::dci)),
+/// moves it to RTS ([`DciQp::ready`](crate::DciQp::ready)), makes a
+/// [`RemoteDct`](crate::RemoteDct) of the endpoint (an address handle
+/// with the DCT's number and key) and addresses each work request with
+/// its [`addr`](crate::RemoteDct::addr). The whole program, server and
+/// client, is `examples/hello_dc.rs` (`cargo run --example hello_dc --
+/// mlx5_0` on one host, `... -- mlx5_0 SERVER-ADDRESS` on another); the
+/// project's tests run it on the software mlx5 device:
+///
+#[doc = concat!("```no_run\n", include_str!("../../examples/hello_dc.rs"), "```")]
+///
+/// ## Why the three kinds of QP are set up differently
+///
+/// | | made with | made ready with | why |
+/// |---|---|---|---|
+/// | RC QP | [`QpBuilder::rc`](crate::QpBuilder::rc) | [`RcQp::endpoint`](crate::RcQp::endpoint)`(psn, &opts)`, then [`connect_to`](crate::RcQp::connect_to)`(&peer, &opts)` | one peer: the two sides swap endpoints, and each one's first PSN is the peer's expected one, so it is given once, in the endpoint |
+/// | DCI | [`QpBuilder::dci`](crate::QpBuilder::dci) | [`DciQp::ready`](crate::DciQp::ready)`(psn, &opts)` | no peer (each work request names its DCT), so nothing to connect to; a send queue, so a first PSN of its own (any 24-bit value: 0 will do), which no one needs to be told |
+/// | DCT | `Dct::new` | [`Dct::ready`](Self::ready)`(&opts)` | no send queue and no receive queue of its own (an SRQ's), so no builder and no sizes; it only receives, so no PSN; RTR is its last state |
 pub struct Dct {
     qp: NonNull<ffi::ibv_qp>,
     access_key: u64,
@@ -103,6 +127,21 @@ impl Dct {
         self.access_key
     }
 
+    /// What a DCI needs to reach this DCT: its number and access key, and
+    /// the port's LID and (on RoCE) its GID at `opts.gid_index`, as
+    /// [`RcQp::endpoint`](crate::RcQp::endpoint) gives an RC QP's. Send it
+    /// to the initiators ([`DctEndpoint::to_bytes`]); each makes a
+    /// [`RemoteDct`](crate::RemoteDct) of it.
+    pub fn endpoint(&self, opts: &ConnectOptions) -> Result<DctEndpoint> {
+        let ctx = self.pd.context();
+        Ok(DctEndpoint {
+            dctn: self.dctn(),
+            dc_key: self.access_key,
+            lid: ctx.query_port(opts.port)?.lid,
+            gid: super::local_gid(ctx, opts)?,
+        })
+    }
+
     /// The raw QP, valid while this handle lives.
     pub fn as_ptr(&self) -> *mut ffi::ibv_qp {
         self.qp.as_ptr()
@@ -182,5 +221,133 @@ impl fmt::Debug for Dct {
         f.debug_struct("Dct")
             .field("dctn", &format_args!("{:#x}", self.dctn()))
             .finish()
+    }
+}
+
+/// What a DCI needs to reach a DCT ([`Dct::endpoint`]): the DCT number,
+/// its DC access key, and its port's LID and GID. The DC counterpart of an
+/// RC [`Endpoint`](crate::Endpoint), with no PSN: a DCT serves many DCIs
+/// and takes each one's sequence from the first packet of its DC
+/// connection, so no PSN is exchanged.
+///
+/// ```
+/// use mlx5dv::{DctEndpoint, Gid};
+///
+/// let e = DctEndpoint { dctn: 0x12, dc_key: 0x1ee7_c0de, lid: 1, gid: Gid::default() };
+/// assert_eq!(DctEndpoint::from_bytes(&e.to_bytes())?, e);
+/// # Ok::<(), mlx5dv::Error>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DctEndpoint {
+    /// The DCT number (24 bits).
+    pub dctn: u32,
+    /// The DC access key the DCT was created with.
+    pub dc_key: u64,
+    /// The port's LID (InfiniBand; 0 on RoCE).
+    pub lid: u16,
+    /// The port GID to address it by (RoCE, routed IB); zero when unused.
+    pub gid: Gid,
+}
+
+impl DctEndpoint {
+    /// The length of the byte form ([`to_bytes`](Self::to_bytes)).
+    pub const BYTES: usize = 32;
+    /// The version of the byte form this crate writes and reads.
+    pub const VERSION: u8 = 1;
+
+    /// The byte form, to send to the initiators. Stable: a later release
+    /// that changes it writes another version, which this one refuses.
+    ///
+    /// | offset | bytes | field |
+    /// |---|---|---|
+    /// | 0 | 1 | version: 1 |
+    /// | 1 | 1 | reserved: 0 |
+    /// | 2 | 2 | LID, big-endian |
+    /// | 4 | 4 | DCT number, big-endian (24 bits) |
+    /// | 8 | 8 | DC access key, big-endian |
+    /// | 16 | 16 | GID, in wire order |
+    pub fn to_bytes(&self) -> [u8; Self::BYTES] {
+        let mut b = [0u8; Self::BYTES];
+        b[0] = Self::VERSION;
+        b[2..4].copy_from_slice(&self.lid.to_be_bytes());
+        b[4..8].copy_from_slice(&self.dctn.to_be_bytes());
+        b[8..16].copy_from_slice(&self.dc_key.to_be_bytes());
+        b[16..32].copy_from_slice(&self.gid.0);
+        b
+    }
+
+    /// Reads the byte form of [`to_bytes`](Self::to_bytes): exactly
+    /// [`BYTES`](Self::BYTES) bytes of version 1, with a 24-bit DCT
+    /// number; anything else is refused.
+    pub fn from_bytes(bytes: &[u8]) -> Result<Self> {
+        let b: &[u8; Self::BYTES] = bytes.try_into().map_err(|_| Error::OutOfRange {
+            what: "DctEndpoint byte form length",
+            value: bytes.len() as u64,
+            limit: format!("exactly {} bytes (version {})", Self::BYTES, Self::VERSION),
+        })?;
+        if b[0] != Self::VERSION || b[1] != 0 {
+            return Err(Error::InvalidArgument(format!(
+                "DctEndpoint byte form of version {} (reserved byte {}): this release reads \
+                 version {} only",
+                b[0],
+                b[1],
+                Self::VERSION
+            )));
+        }
+        let dctn = u32::from_be_bytes([b[4], b[5], b[6], b[7]]);
+        if dctn > super::dci::MAX_DCTN {
+            return Err(Error::OutOfRange {
+                what: "DctEndpoint DCT number",
+                value: u64::from(dctn),
+                limit: "at most 0xffffff (24 bits)".into(),
+            });
+        }
+        let mut key = [0u8; 8];
+        key.copy_from_slice(&b[8..16]);
+        let mut gid = [0u8; 16];
+        gid.copy_from_slice(&b[16..32]);
+        Ok(DctEndpoint {
+            dctn,
+            dc_key: u64::from_be_bytes(key),
+            lid: u16::from_be_bytes([b[2], b[3]]),
+            gid: Gid(gid),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_dct_endpoint_round_trips_and_bad_forms_are_refused() {
+        let e = DctEndpoint {
+            dctn: 0xab_cdef,
+            dc_key: 0x0123_4567_89ab_cdef,
+            lid: 0x42,
+            gid: Gid([7; 16]),
+        };
+        let b = e.to_bytes();
+        assert_eq!(
+            b[..16],
+            [1, 0, 0, 0x42, 0, 0xab, 0xcd, 0xef, 1, 0x23, 0x45, 0x67, 0x89, 0xab, 0xcd, 0xef]
+        );
+        assert_eq!(DctEndpoint::from_bytes(&b).unwrap(), e);
+        assert!(matches!(
+            DctEndpoint::from_bytes(&b[..31]),
+            Err(Error::OutOfRange { .. })
+        ));
+        let mut v2 = b;
+        v2[0] = 2;
+        assert!(matches!(
+            DctEndpoint::from_bytes(&v2),
+            Err(Error::InvalidArgument(_))
+        ));
+        let mut wide = b;
+        wide[4] = 1;
+        assert!(matches!(
+            DctEndpoint::from_bytes(&wide),
+            Err(Error::OutOfRange { .. })
+        ));
     }
 }

@@ -11,9 +11,9 @@ mod rc;
 mod types;
 
 pub use builder::QpBuilder;
-pub use dci::DcAddr;
+pub use dci::{DcAddr, RemoteDct};
 pub(crate) use dci::MAX_DCTN;
-pub use dct::Dct;
+pub use dct::{Dct, DctEndpoint};
 pub use raw::{RawMlx5, RawQp};
 pub use types::{ConnectOptions, DciStreams, Endpoint, Mlx5SendOps, QpCaps, QpState, SendOps};
 
