@@ -34,7 +34,7 @@ Prints the round-trip time and the CPU each thread used.
 Options:
   -d, --ib-dev=DEVICE   the device (default: the first)
   -i, --ib-port=PORT    its port (default 1)
-  -g, --gid-idx=INDEX   the GID index (default: the first RoCE v2 GID)
+  -g, --gid-idx=INDEX   the GID index (default on RoCE: the IPv4 RoCE v2 GID)
   -n, --iters=ROUNDS    round trips (default 100)
   -s, --size=SIZE       bytes per message, at least 8 (default 64)
       --delay=MS        the pong side's think time per round (default 5)

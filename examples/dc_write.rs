@@ -60,7 +60,7 @@ Options:
   -p, --port=PORT        TCP port of the exchange (default 18517)
   -d, --ib-dev=DEV       use RDMA device DEV (default: the first found)
   -i, --ib-port=PORT     use port PORT of the device (default 1)
-  -g, --gid-idx=INDEX    local GID index (default on RoCE: the first RoCE v2 GID)
+  -g, --gid-idx=INDEX    local GID index (default on RoCE: the IPv4 RoCE v2 GID)
   -m, --mtu=SIZE         path MTU (default: the port's active MTU)
   -s, --size=SIZE        bytes per write (default 65536)
   -n, --iters=ITERS      number of writes (default 5000)

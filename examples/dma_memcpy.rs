@@ -44,7 +44,7 @@ checked byte for byte.
 Options:
   -d, --ib-dev=DEV       use RDMA device DEV (default: the first found)
   -i, --ib-port=PORT     use port PORT of the device (default 1)
-  -g, --gid-idx=INDEX    local GID index (default on RoCE: the first RoCE v2 GID)
+  -g, --gid-idx=INDEX    local GID index (default on RoCE: the IPv4 RoCE v2 GID)
   -s, --size=SIZE        bytes per memcpy (default 65536, at most the
                          device's max_wr_memcpy_length)
   -n, --iters=ITERS      number of memcpy work requests (default 1000)

@@ -99,9 +99,8 @@ pub fn client(device: &str, mut tcp: TcpStream) -> Result<(), Box<dyn std::error
     Ok(())
 }
 
-fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    match args.as_slice() {
+fn run(args: &[String]) -> Result<(), Box<dyn std::error::Error>> {
+    match args {
         [device] => {
             let got = server(device, TcpListener::bind(("0.0.0.0", TCP_PORT))?)?;
             if got != GREETING {
@@ -109,7 +108,20 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             }
             Ok(())
         }
-        [device, host] => client(device, TcpStream::connect((host.as_str(), TCP_PORT))?),
+        [device, host] => {
+            let tcp = TcpStream::connect((host.as_str(), TCP_PORT))
+                .map_err(|e| format!("cannot connect to {host}:{TCP_PORT}: {e}"))?;
+            client(device, tcp)
+        }
         _ => Err("usage: hello_dc DEVICE [HOST]".into()),
     }
+}
+
+fn main() -> std::process::ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if let Err(e) = run(&args) {
+        eprintln!("hello_dc: {e}"); // the error's text, with its usual causes
+        return std::process::ExitCode::FAILURE;
+    }
+    std::process::ExitCode::SUCCESS
 }

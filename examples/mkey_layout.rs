@@ -59,7 +59,7 @@ through with RDMA, invalidated, registered again.
 Options:
   -d, --ib-dev=DEV       use RDMA device DEV (default: the first found)
   -i, --ib-port=PORT     use port PORT of the device (default 1)
-  -g, --gid-idx=INDEX    local GID index (default on RoCE: the first RoCE v2 GID)
+  -g, --gid-idx=INDEX    local GID index (default on RoCE: the IPv4 RoCE v2 GID)
   -r, --repeat=N         repeat count of the interleaved layout (default 32)
   -h, --help             this text
 

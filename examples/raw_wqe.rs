@@ -48,7 +48,7 @@ one batch between two ordinary sends, received and checked.
 Options:
   -d, --ib-dev=DEV       use RDMA device DEV (default: the first found)
   -i, --ib-port=PORT     use port PORT of the device (default 1)
-  -g, --gid-idx=INDEX    local GID index (default on RoCE: the first RoCE v2 GID)
+  -g, --gid-idx=INDEX    local GID index (default on RoCE: the IPv4 RoCE v2 GID)
   -s, --size=SIZE        bytes per message (default 256)
   -n, --iters=ROUNDS     rounds of three messages (default 10)
   -h, --help             this text

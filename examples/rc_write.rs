@@ -99,7 +99,7 @@ Options:
   -d, --ib-dev=DEV       use RDMA device DEV (default: the first found;
                          with -R: the one rdma_cm finds for the address)
   -i, --ib-port=PORT     use port PORT of the device (default 1; not with -R)
-  -g, --gid-idx=INDEX    local GID index (default on RoCE: the first RoCE v2
+  -g, --gid-idx=INDEX    local GID index (default on RoCE: the IPv4 RoCE v2
                          GID; not with -R)
   -m, --mtu=SIZE         path MTU (default: the port's active MTU; with -R
                          only offered in the exchange: the CM sets it)

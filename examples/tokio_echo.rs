@@ -52,7 +52,7 @@ and checks the echoes.
 Options:
   -d, --ib-dev=DEVICE   the device (default: the first)
   -i, --ib-port=PORT    its port (default 1)
-  -g, --gid-idx=INDEX   the GID index (default: the first RoCE v2 GID)
+  -g, --gid-idx=INDEX   the GID index (default on RoCE: the IPv4 RoCE v2 GID)
   -p, --port=TCP        the server's TCP port (default 18518)
   -c, --clients=N       server: stop after N clients (default 0: serve for
                         ever); loopback: how many clients (default 3)

@@ -117,9 +117,9 @@ impl Context {
         }
         let table = self.gid_table()?;
         let v2 = || {
-            table
-                .iter()
-                .filter(|e| e.port == u32::from(port) && e.gid_type == GidType::RoceV2)
+            table.iter().filter(|e| {
+                e.port == u32::from(port) && e.gid_type == GidType::RoceV2 && !e.gid.is_zero()
+            })
         };
         match v2()
             .find(|e| is_ipv4_mapped(&e.gid))

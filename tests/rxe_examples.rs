@@ -185,6 +185,24 @@ fn rc_write_server_and_client_check_the_data() {
 
 #[test]
 #[ignore = "needs an RDMA device: set MLX5DV_TEST_DEVICE"]
+fn hello_rc_the_front_page_program_writes_between_two_processes() {
+    if rig::not_run_without_a_shared_device("hello_rc server and client") {
+        return;
+    }
+    let (dev, _) = device_and_gid();
+    let server = spawn(Command::new(example("hello_rc")).arg(&dev));
+    let client = run_client(example("hello_rc"), &[&dev, "127.0.0.1"]);
+    let server = finish(server, "hello_rc server");
+    assert_status(&client, 0, "hello_rc client");
+    assert_status(&server, 0, "hello_rc server");
+    let c = String::from_utf8_lossy(&client.stdout);
+    assert!(c.contains("hello_rc: wrote 15 bytes"), "{c}");
+    let s = String::from_utf8_lossy(&server.stdout);
+    assert!(s.contains("wrote \"hello over RDMA\""), "{s}");
+}
+
+#[test]
+#[ignore = "needs an RDMA device: set MLX5DV_TEST_DEVICE"]
 fn rc_write_loopback_checks_the_data() {
     let (dev, gid) = device_and_gid();
     let out = run(Command::new(example("rc_write")).args([

@@ -111,9 +111,10 @@ pub fn require_mlx5(ctx: &Context, why: &str) -> Result<(), Failure> {
 }
 
 /// The connection options for port `port` of `ctx`: the GID index given
-/// with `-g`, or on RoCE (Ethernet link layer) the port's first RoCE v2
-/// GID of an IPv4 address, else its first RoCE v2 GID; `mtu` or the port's active MTU. Fails when the port is not
-/// active.
+/// with `-g`, or on RoCE (Ethernet link layer) the port's RoCE v2 GID of
+/// an IPv4 address, else its first RoCE v2 GID
+/// ([`Context::default_gid_index`]); `mtu` or the port's active MTU. Fails
+/// when the port is not active.
 pub fn connect_options(
     ctx: &Context,
     port: u8,
@@ -128,30 +129,12 @@ pub fn connect_options(
             attr.state
         )));
     }
+    // On RoCE, unless -g names one: the RoCE v2 GID of an IPv4 address
+    // (::ffff:a.b.c.d), routable wherever the address is, else the first
+    // RoCE v2 GID; on InfiniBand none.
     let gid_index = match gid_index {
         Some(i) => Some(i),
-        None if attr.link_layer == LinkLayer::Ethernet => {
-            // Prefer a RoCE v2 GID of an IPv4 address (::ffff:a.b.c.d),
-            // routable wherever the address is; then any RoCE v2 GID.
-            let table = ctx.gid_table()?;
-            let v2 = |e: &&GidEntry| {
-                e.port == u32::from(port) && e.gid_type == GidType::RoceV2 && !e.gid.is_zero()
-            };
-            let ipv4 = |e: &&GidEntry| std::net::Ipv6Addr::from(e.gid.0).to_ipv4_mapped().is_some();
-            let e = table
-                .iter()
-                .filter(v2)
-                .find(ipv4)
-                .or_else(|| table.iter().find(v2))
-                .ok_or_else(|| {
-                    format!(
-                        "{} port {port} has no RoCE v2 GID: give one with -g",
-                        ctx.name()
-                    )
-                })?;
-            Some(u8::try_from(e.index).map_err(|_| format!("GID index {} too large", e.index))?)
-        }
-        None => None,
+        None => ctx.default_gid_index(port)?,
     };
     Ok(ConnectOptions::default()
         .port(port)
