@@ -43,7 +43,7 @@ pub enum Error {
     },
 
     /// A numeric input is outside what the man page or the object allows.
-    #[error("{what} = {value} is out of range: {limit}")]
+    #[error("{what} = {} is out of range: {limit}", shown_value(what, *value))]
     OutOfRange {
         /// The input, e.g. `SGE range end`.
         what: &'static str,
@@ -67,7 +67,17 @@ pub enum Error {
     },
 
     /// A work request completed with an error status.
-    #[error("work request {wr_id} on QP {qp_num:#x} completed with {status} (vendor error {vendor_err:#x})")]
+    ///
+    /// The text names the work request, the QP (its number in hex), the
+    /// status in rdma-core's words (`ibv_wc_status_str(3)`) and the
+    /// provider's vendor error, then, after a colon, the status's usual
+    /// causes and what to do next ([`WcStatus::hint`](crate::WcStatus::hint)):
+    ///
+    /// ```text
+    /// work request 7 on QP 0x1a2 completed with remote access error (vendor error 0x0):
+    /// the peer's device refused access to its memory: the RemoteBuf's rkey is wrong ...
+    /// ```
+    #[error("work request {wr_id} on QP {qp_num:#x} completed with {status} (vendor error {vendor_err:#x}){}", hint_suffix(*status))]
     WorkCompletion {
         /// The failed work request.
         wr_id: u64,
@@ -99,7 +109,7 @@ pub enum Error {
     /// (`ibv_wr_complete` returned `ENOMEM` or `ENOSPC`): none of the batch
     /// was posted. Also the error of any work request on a QP without a
     /// send queue (`max_send_wr` 0: depth 0).
-    #[error("send queue full: a batch of {batch} work requests did not fit the send queue of depth {depth}; none was posted")]
+    #[error("send queue full: a batch of {} did not fit the send queue of depth {depth}; none was posted", count(u64::from(*batch), "work request"))]
     SendQueueFull {
         /// Work requests in the batch.
         batch: u32,
@@ -111,7 +121,7 @@ pub enum Error {
     /// ([`WrBatch::limit`](crate::WrBatch::limit)), or a later `limit`
     /// asking for more room than an earlier one left: it was not added
     /// (nor the limit changed), and the batch stays open.
-    #[error("batch full: it was limited to {limit} work requests")]
+    #[error("batch full: it was limited to {}", count(u64::from(*limit), "work request"))]
     BatchLimit {
         /// How many work requests the batch may hold in all, those added
         /// before it was limited included.
@@ -146,6 +156,33 @@ pub enum Error {
         reason: i32,
         /// The private data of the reject.
         private_data: Vec<u8>,
+    },
+
+    /// A post refused because its QP is not in a state that takes it:
+    /// sends need RTS, receives INIT or later (`ibv_modify_qp(3)`,
+    /// `ibv_post_recv(3)`). The safe posts ([`QpEx::post_and_wait`](crate::QpEx::post_and_wait),
+    /// the `tokio` feature's `AsyncQp`) also refuse sends in ERR, where
+    /// every work request would only be flushed.
+    ///
+    /// Nothing was posted, and the QP was left as it was: connect it (or
+    /// [`reset`](crate::QpEx::reset) and connect it again) and post again.
+    /// The text says the state and the next step:
+    ///
+    /// ```text
+    /// post_and_wait: QP 0x1a2b is in RESET (not connected): connect it (connect_to / ready) before posting
+    /// post_and_wait: QP 0x1a2b is in ERR: a work request failed or it was stopped; reset() it and connect again
+    /// ```
+    #[error("{what}: QP {qp_num:#x} is in {}", crate::qp_state::not_ready(*state, *receive))]
+    QpNotReady {
+        /// The refused call: `post_and_wait`, `ibv_wr_complete`,
+        /// `ibv_post_recv`, `AsyncQp::send`, ...
+        what: &'static str,
+        /// The QP.
+        qp_num: u32,
+        /// Its state when the post was refused (`ibv_query_qp(3)`).
+        state: crate::qp_state::QpState,
+        /// Whether a receive was refused (else a send).
+        receive: bool,
     },
 }
 
@@ -192,6 +229,33 @@ impl Error {
     }
 }
 
+/// `n` and `noun`, the noun in the plural unless `n` is 1:
+/// `1 completion`, `2 completions`.
+pub(crate) fn count(n: u64, noun: &str) -> String {
+    if n == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{n} {noun}s")
+    }
+}
+
+/// The end of [`Error::WorkCompletion`]'s text: `: ` and the status's
+/// hint, or nothing for a status without one.
+fn hint_suffix(status: crate::wc::WcStatus) -> String {
+    status.hint().map_or_else(String::new, |h| format!(": {h}"))
+}
+
+/// The value of [`Error::OutOfRange`] as its text shows it: QP and DCT
+/// numbers in hex, as every other message shows them; anything else in
+/// decimal.
+fn shown_value(what: &str, value: u64) -> String {
+    if what.ends_with("QP number") || what.ends_with("DCT number") {
+        format!("{value:#x}")
+    } else {
+        value.to_string()
+    }
+}
+
 /// Turns a C return code (0 = success, else an errno) into a `Result`.
 pub(crate) fn check(rc: i32, call: &'static str, context: impl FnOnce() -> String) -> Result<()> {
     if rc == 0 {
@@ -224,6 +288,7 @@ pub(crate) fn report_destroy_failure(call: &str, rc: i32, device: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::WcStatus;
 
     #[test]
     fn eopnotsupp_and_eprotonosupport_are_unsupported() {
@@ -243,6 +308,90 @@ mod tests {
             text.starts_with("ibv_create_qp_ex failed (RC QP on rxe0): "),
             "{text}"
         );
+    }
+
+    fn failed(status: WcStatus) -> Error {
+        Error::WorkCompletion {
+            wr_id: 7,
+            qp_num: 0x1a2,
+            status,
+            vendor_err: 0x88,
+        }
+    }
+
+    #[test]
+    fn a_failed_completion_says_why_and_what_next() {
+        let text = failed(WcStatus::REM_ACCESS_ERR).to_string();
+        let prefix =
+            "work request 7 on QP 0x1a2 completed with remote access error (vendor error 0x88): ";
+        assert!(text.starts_with(prefix), "{text}");
+        for word in ["rkey", "REMOTE_WRITE", "reset()"] {
+            assert!(text.contains(word), "{word}: {text}");
+        }
+        let text = failed(WcStatus::WR_FLUSH_ERR).to_string();
+        assert!(
+            text.starts_with(
+                "work request 7 on QP 0x1a2 completed with Work Request Flushed Error \
+                 (vendor error 0x88): "
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("reset()") && text.contains("reconnect"),
+            "{text}"
+        );
+        // A status without a hint ends at the vendor error.
+        assert_eq!(
+            failed(WcStatus::from_raw(99)).to_string(),
+            format!(
+                "work request 7 on QP 0x1a2 completed with {} (vendor error 0x88)",
+                WcStatus::from_raw(99)
+            )
+        );
+    }
+
+    #[test]
+    fn counts_are_singular_for_one() {
+        assert_eq!(count(0, "completion"), "0 completions");
+        assert_eq!(count(1, "completion"), "1 completion");
+        assert_eq!(count(2, "work request"), "2 work requests");
+        let one = Error::SendQueueFull { batch: 1, depth: 0 };
+        assert!(
+            one.to_string().contains("a batch of 1 work request did"),
+            "{one}"
+        );
+        let three = Error::BatchLimit { limit: 3 };
+        assert_eq!(
+            three.to_string(),
+            "batch full: it was limited to 3 work requests"
+        );
+    }
+
+    #[test]
+    fn out_of_range_qp_and_dct_numbers_are_hex() {
+        let qpn = Error::OutOfRange {
+            what: "Endpoint QP number",
+            value: 0x0100_0000,
+            limit: "at most 0xffffff (24 bits)".into(),
+        };
+        assert_eq!(
+            qpn.to_string(),
+            "Endpoint QP number = 0x1000000 is out of range: at most 0xffffff (24 bits)"
+        );
+        let dctn = Error::OutOfRange {
+            what: "remote DCT number",
+            value: 0x0100_0000,
+            limit: String::new(),
+        };
+        assert!(dctn
+            .to_string()
+            .starts_with("remote DCT number = 0x1000000 "));
+        let len = Error::OutOfRange {
+            what: "SGE range end",
+            value: 4097,
+            limit: "at most 4096".into(),
+        };
+        assert!(len.to_string().starts_with("SGE range end = 4097 "));
     }
 
     #[test]

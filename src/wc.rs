@@ -128,11 +128,185 @@ named_values!(WcStatus {
     TM_RNDV_INCOMPLETE = ffi::IBV_WC_TM_RNDV_INCOMPLETE,
 });
 
+/// The end of most [`WcStatus::hint`]s: the state the failed work request
+/// left its QP in, and the way back.
+macro_rules! reconnect {
+    () => {
+        "; the QP is now in the error state and flushes every later work request: \
+         reset() it and reconnect it (connect_to, or ready for a DCI; a DCI with streams \
+         that state() still shows in RTS needs only dci_stream_id_reset)"
+    };
+}
+
 impl WcStatus {
     /// Whether the work request succeeded.
     #[inline]
     pub const fn is_success(self) -> bool {
         self.0 == ffi::IBV_WC_SUCCESS
+    }
+
+    /// Why a work request usually fails with this status, in this crate's
+    /// terms, and what to do next; `None` for [`SUCCESS`](Self::SUCCESS)
+    /// and for a value rdma-core does not define.
+    ///
+    /// The causes are those of the InfiniBand specification and
+    /// ibv_poll_cq(3), as mlx5 and soft-RoCE report them. After most
+    /// errors the QP is in the error state, and every work request still
+    /// queued on it completes with [`WR_FLUSH_ERR`](Self::WR_FLUSH_ERR):
+    /// the first completion with another status says what went wrong.
+    /// [`Error::WorkCompletion`](crate::Error::WorkCompletion)'s text ends
+    /// with this hint.
+    ///
+    /// ```
+    /// use mlx5dv::WcStatus;
+    ///
+    /// let hint = WcStatus::REM_ACCESS_ERR.hint().unwrap_or_default();
+    /// assert!(hint.contains("rkey") && hint.contains("REMOTE_WRITE"));
+    /// assert!(WcStatus::WR_FLUSH_ERR.hint().is_some_and(|h| h.contains("reset()")));
+    /// assert_eq!(WcStatus::SUCCESS.hint(), None);
+    /// assert_eq!(WcStatus::from_raw(99).hint(), None);
+    /// ```
+    pub const fn hint(self) -> Option<&'static str> {
+        Some(match self {
+            Self::LOC_LEN_ERR => concat!(
+                "on a receive, the message that arrived was longer than the receive's \
+                 scatter list (post_recv, SharedReceiveQueue::post_recv, AsyncQp::recv): \
+                 post receives as long as the peer's longest send; on a send, the message \
+                 was longer than the port's maximum message size",
+                reconnect!()
+            ),
+            Self::LOC_QP_OP_ERR => concat!(
+                "the device found the work request inconsistent with its QP: more \
+                 scatter/gather entries or inline bytes than the QP was created for \
+                 (caps()), an operation its transport or send ops do not take, an address \
+                 handle of another protection domain, or a malformed raw WQE (soft-RoCE \
+                 also reports a receive whose memory it refused so: see LOC_PROT_ERR)",
+                reconnect!()
+            ),
+            Self::LOC_PROT_ERR => concat!(
+                "a local scatter/gather entry names memory not valid for the operation: the \
+                 destination of an RDMA read, an atomic or a receive in a MemoryRegion \
+                 registered without AccessFlags::LOCAL_WRITE, a region (lkey or mkey) of \
+                 another ProtectionDomain than the QP's, or one deregistered meanwhile; \
+                 register it with LOCAL_WRITE in the QP's protection domain",
+                reconnect!()
+            ),
+            Self::WR_FLUSH_ERR => {
+                "the work request did not run: its QP was in the error state, because an \
+                 earlier work request failed (the first completion with another status \
+                 says why) or the QP was stopped (to_error, a post_and_wait that timed \
+                 out, an AsyncQp reset); reset() the QP and reconnect it (connect_to, or \
+                 ready for a DCI), then post again"
+            }
+            Self::MW_BIND_ERR => concat!(
+                "binding a memory window failed: the region was registered without \
+                 AccessFlags::MW_BIND, the window and the region are in different \
+                 protection domains, or the rights asked exceed the region's",
+                reconnect!()
+            ),
+            Self::BAD_RESP_ERR => concat!(
+                "the responder answered with an unexpected transport opcode: usually the \
+                 endpoint this QP was connected to is stale (the peer's QP was reset and \
+                 reconnected elsewhere, or two QPs were connected to the same peer QP); \
+                 exchange endpoints again",
+                reconnect!()
+            ),
+            Self::LOC_ACCESS_ERR => concat!(
+                "an incoming RDMA write with immediate hit this side's memory without the \
+                 rights: the peer's RemoteBuf names a region here registered without \
+                 AccessFlags::REMOTE_WRITE, or reaches past its end (reported on the \
+                 receive it consumed)",
+                reconnect!()
+            ),
+            Self::REM_INV_REQ_ERR => concat!(
+                "the responder refused the request as invalid: a send longer than the \
+                 receive the peer posted (the peer sees LOC_LEN_ERR), an RDMA request \
+                 longer than 2^31 bytes, an operation the peer's QP does not accept (its \
+                 ConnectOptions::access lacks REMOTE_WRITE, REMOTE_READ or REMOTE_ATOMIC: \
+                 soft-RoCE reports that so), or a send with invalidate of an rkey the peer \
+                 cannot invalidate",
+                reconnect!()
+            ),
+            Self::REM_ACCESS_ERR => concat!(
+                "the peer's device refused access to its memory: the RemoteBuf's rkey is \
+                 wrong (another region's, one of another protection domain than the peer's \
+                 QP, or stale after the peer registered again), the \
+                 remote region was registered without AccessFlags::REMOTE_WRITE, \
+                 REMOTE_READ or REMOTE_ATOMIC for this operation, the address range \
+                 reaches outside the remote region, or on DC the DcAddr's remote_dc_key \
+                 differs from the DCT's access key; check the RemoteBuf the peer sent \
+                 (MemoryRegion::remote of the right region) and that region's access",
+                reconnect!()
+            ),
+            Self::REM_OP_ERR => concat!(
+                "the responder could not complete the operation: usually the receive the \
+                 peer posted for this send was bad (memory without LOCAL_WRITE, of another \
+                 protection domain, deregistered) or the peer's QP failed meanwhile; look \
+                 at the peer's receive completion, which says why",
+                reconnect!()
+            ),
+            Self::RETRY_EXC_ERR => concat!(
+                "the peer did not answer within ConnectOptions::timeout and retry_cnt \
+                 retries: on a first work request, the Endpoint given to connect is wrong \
+                 (QP number, LID, GID, PSN) or so are the local port and gid_index, the \
+                 peer's QP is not connected (not yet in RTR/RTS), or the path is down \
+                 (link, RoCE address, an MTU larger than the path's); after others \
+                 succeeded, the peer's QP went away (reset, destroyed, process gone)",
+                reconnect!()
+            ),
+            Self::RNR_RETRY_EXC_ERR => concat!(
+                "the peer had no receive posted for a send (or an RDMA write with \
+                 immediate) through all ConnectOptions::rnr_retry retries: post receives \
+                 at the peer before this side sends (post_recv, \
+                 SharedReceiveQueue::post_recv, AsyncQp::recv), or raise rnr_retry (7: \
+                 retry for ever) or the peer's min_rnr_timer",
+                reconnect!()
+            ),
+            Self::LOC_EEC_OP_ERR
+            | Self::LOC_RDD_VIOL_ERR
+            | Self::REM_INV_RD_REQ_ERR
+            | Self::INV_EECN_ERR
+            | Self::INV_EEC_STATE_ERR => {
+                "a status of reliable datagram (RD) transport, which neither mlx5 nor \
+                 soft-RoCE implements and this crate does not use: a provider fault or a \
+                 corrupted completion; report it with the vendor error"
+            }
+            Self::REM_ABORT_ERR => concat!(
+                "the responder aborted the operation (per the InfiniBand specification, a \
+                 responder fed from a shared receive queue); look at the peer's side for \
+                 its error",
+                reconnect!()
+            ),
+            Self::FATAL_ERR => {
+                "the device hit a fatal error (hardware, firmware, or a lost QP or CQ \
+                 context): read the async events (Context::async_events: QpFatal, CqErr, \
+                 DeviceFatal) and the kernel log; destroy and recreate the QP, and after \
+                 DeviceFatal open the device again"
+            }
+            Self::RESP_TIMEOUT_ERR => concat!(
+                "the response to a request did not come in time (mlx5 and soft-RoCE report \
+                 a peer that does not answer as RETRY_EXC_ERR): check the peer and the \
+                 path as for RETRY_EXC_ERR",
+                reconnect!()
+            ),
+            Self::GENERAL_ERR => concat!(
+                "an error the provider has no other status for (mlx5 reports every CQE \
+                 syndrome it does not map so): the vendor error is the device's own \
+                 syndrome, to look up in its documentation; also read the async events \
+                 (Context::async_events)",
+                reconnect!()
+            ),
+            Self::TM_ERR => {
+                "a tag-matching operation on a tag-matching shared receive queue (posted \
+                 through ffi: ibv_post_srq_ops) failed; the vendor error says why"
+            }
+            Self::TM_RNDV_INCOMPLETE => {
+                "tag matching: a rendezvous request matched a tagged receive, but the \
+                 device did not fetch its data; the application completes the rendezvous \
+                 in software (rdma-core's tag-matching documentation)"
+            }
+            _ => return None,
+        })
     }
 }
 
@@ -311,6 +485,76 @@ mod tests {
             format!("{:#x?}", WcOpcode::from_raw(0xFFFF)),
             "WcOpcode(\n    0xffff,\n)"
         );
+    }
+
+    #[test]
+    fn every_error_status_has_a_hint_and_success_none() {
+        assert_eq!(WcStatus::SUCCESS.hint(), None);
+        assert_eq!(
+            WcStatus::from_raw(ffi::IBV_WC_TM_RNDV_INCOMPLETE + 1).hint(),
+            None
+        );
+        for raw in 1..=ffi::IBV_WC_TM_RNDV_INCOMPLETE {
+            let status = WcStatus::from_raw(raw);
+            let hint = status
+                .hint()
+                .unwrap_or_else(|| panic!("no hint for {status:?}"));
+            assert!(hint.len() > 80, "{status:?}: {hint}");
+            // A hint adds to rdma-core's text rather than repeating it.
+            assert!(!hint.starts_with(&status.to_string()), "{status:?}: {hint}");
+        }
+        // The errors that leave the QP in ERR say how to get it back.
+        for status in [
+            WcStatus::LOC_LEN_ERR,
+            WcStatus::LOC_QP_OP_ERR,
+            WcStatus::LOC_PROT_ERR,
+            WcStatus::WR_FLUSH_ERR,
+            WcStatus::REM_INV_REQ_ERR,
+            WcStatus::REM_ACCESS_ERR,
+            WcStatus::REM_OP_ERR,
+            WcStatus::RETRY_EXC_ERR,
+            WcStatus::RNR_RETRY_EXC_ERR,
+            WcStatus::GENERAL_ERR,
+        ] {
+            let hint = status.hint().unwrap();
+            assert!(
+                hint.contains("reset()") && hint.contains("reconnect"),
+                "{status:?}: {hint}"
+            );
+        }
+    }
+
+    #[test]
+    fn hints_name_the_usual_causes_in_the_crates_terms() {
+        let has = |s: WcStatus, words: &[&str]| {
+            let hint = s.hint().unwrap();
+            for w in words {
+                assert!(hint.contains(w), "{s:?} lacks {w:?}: {hint}");
+            }
+        };
+        has(
+            WcStatus::REM_ACCESS_ERR,
+            &[
+                "rkey",
+                "RemoteBuf",
+                "REMOTE_WRITE",
+                "REMOTE_READ",
+                "remote_dc_key",
+            ],
+        );
+        has(WcStatus::LOC_PROT_ERR, &["LOCAL_WRITE", "ProtectionDomain"]);
+        has(WcStatus::WR_FLUSH_ERR, &["first completion", "to_error"]);
+        has(
+            WcStatus::RETRY_EXC_ERR,
+            &["Endpoint", "QP number", "PSN", "RTR", "retry_cnt"],
+        );
+        has(
+            WcStatus::RNR_RETRY_EXC_ERR,
+            &["post_recv", "ConnectOptions::rnr_retry", "min_rnr_timer"],
+        );
+        has(WcStatus::LOC_LEN_ERR, &["post_recv"]);
+        has(WcStatus::REM_INV_REQ_ERR, &["ConnectOptions::access"]);
+        has(WcStatus::GENERAL_ERR, &["vendor error"]);
     }
 
     #[test]

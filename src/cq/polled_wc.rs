@@ -68,8 +68,9 @@ impl PolledWc<'_> {
         self.status().is_success()
     }
 
-    /// What the work request did (`ibv_wc_read_opcode`). Only meaningful
-    /// for a successful completion.
+    /// What the work request did (`ibv_wc_read_opcode`). Undefined unless
+    /// the completion succeeded (ibv_poll_cq(3): of a failed completion
+    /// only the `wr_id`, status, QP number and vendor error are valid).
     #[inline]
     pub fn opcode(&self) -> WcOpcode {
         // SAFETY: a provider entry of this live CQ, called while it is
@@ -77,7 +78,8 @@ impl PolledWc<'_> {
         WcOpcode(unsafe { entry!(self.cq, read_opcode) })
     }
 
-    /// Bytes received or transferred (`ibv_wc_read_byte_len`).
+    /// Bytes received or transferred (`ibv_wc_read_byte_len`). Undefined
+    /// unless the completion succeeded.
     #[inline]
     pub fn byte_len(&self) -> u32 {
         // SAFETY: as in `opcode`; the CQ reports byte_len (WC_FLAGS, or
@@ -85,7 +87,8 @@ impl PolledWc<'_> {
         unsafe { entry!(self.cq, read_byte_len) }
     }
 
-    /// The completion's flags (`ibv_wc_read_wc_flags`).
+    /// The completion's flags (`ibv_wc_read_wc_flags`). Undefined unless
+    /// the completion succeeded.
     #[inline]
     pub fn wc_flags(&self) -> WcFlags {
         // SAFETY: as in `opcode`.
@@ -94,7 +97,8 @@ impl PolledWc<'_> {
 
     /// The immediate data in host byte order, when the completion carries
     /// one (`IBV_WC_WITH_IMM`; reads the flags, then
-    /// `ibv_wc_read_imm_data`).
+    /// `ibv_wc_read_imm_data`). Undefined unless the completion
+    /// succeeded.
     #[inline]
     pub fn imm(&self) -> Option<u32> {
         if self.wc_flags().contains(WcFlags::WITH_IMM) {
@@ -106,7 +110,8 @@ impl PolledWc<'_> {
 
     /// The rkey a received send-with-invalidate invalidated
     /// (`IBV_WC_WITH_INV`; reads the flags, then
-    /// `ibv_wc_read_invalidated_rkey`).
+    /// `ibv_wc_read_invalidated_rkey`). Undefined unless the completion
+    /// succeeded.
     #[inline]
     pub fn invalidated_rkey(&self) -> Option<u32> {
         if self.wc_flags().contains(WcFlags::WITH_INV) {
@@ -171,7 +176,21 @@ impl PolledWc<'_> {
 }
 
 impl fmt::Debug for PolledWc<'_> {
+    /// As [`WorkCompletion`]'s: every field of a successful completion; of
+    /// a failed one, only the fields ibv_poll_cq(3) defines are read, and
+    /// the others shown as `undefined`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Debug::fmt(&WorkCompletion::from(self), f)
+        let status = self.status();
+        if status.is_success() {
+            fmt::Debug::fmt(&WorkCompletion::from(self), f)
+        } else {
+            super::work_completion::debug_failed(
+                f,
+                self.wr_id(),
+                status,
+                self.qp_num(),
+                self.vendor_err(),
+            )
+        }
     }
 }

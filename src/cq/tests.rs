@@ -349,15 +349,58 @@ fn every_accessor_returns_what_the_provider_reported() {
         [
             Ok(()),
             Ok(()),
-            Err(
+            Err(format!(
                 "work request 8 on QP 0x4 completed with remote access error \
-                 (vendor error 0x87654321)"
-                    .to_string()
-            )
+                 (vendor error 0x87654321): {}",
+                WcStatus::REM_ACCESS_ERR.hint().unwrap()
+            ))
         ]
     );
     assert_eq!(format!("{:?}", owned[0].opcode), "RECV_RDMA_WITH_IMM");
     fx.log();
+}
+
+#[test]
+fn debug_of_a_failed_completion_reads_and_shows_only_the_defined_fields() {
+    let mut failed = cqe(8);
+    failed.status = ffi::IBV_WC_REM_ACCESS_ERR;
+    failed.opcode = ffi::IBV_WC_SEND;
+    failed.vendor_err = 0x88;
+    let mut fx = Fx::new(vec![cqe(0), failed]);
+    let mut texts = Vec::new();
+    fx.cq
+        .poll_each(2, |wc| texts.push(format!("{wc:?}")))
+        .unwrap();
+    assert_eq!(texts[0], format!("{:?}", owned(cqe(0))));
+    assert!(texts[0].contains("opcode: RDMA_WRITE"), "{}", texts[0]);
+    assert_eq!(
+        texts[1],
+        "WorkCompletion { wr_id: 8, status: REM_ACCESS_ERR, opcode: undefined, \
+         byte_len: undefined, imm: undefined, invalidated_rkey: undefined, \
+         qp_num: 264, vendor_err: 136 }"
+    );
+    // Of the failed one, ibv_poll_cq(3)'s undefined fields are not read.
+    let log = fx.log();
+    let after = log.iter().position(|&e| e == "next_poll").unwrap();
+    assert_eq!(
+        log[after..],
+        ["next_poll", "read_qp_num", "read_vendor_err", "end_poll"]
+    );
+}
+
+/// What `WorkCompletion::from` reads of a scripted completion without
+/// flags.
+fn owned(c: Cqe) -> WorkCompletion {
+    WorkCompletion {
+        wr_id: c.wr_id,
+        status: WcStatus::from_raw(c.status),
+        opcode: WcOpcode::from_raw(c.opcode),
+        byte_len: c.byte_len,
+        imm: None,
+        invalidated_rkey: None,
+        qp_num: c.qp_num,
+        vendor_err: c.vendor_err,
+    }
 }
 
 #[test]

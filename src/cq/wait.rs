@@ -121,7 +121,8 @@ impl CompletionQueue {
             if start.elapsed() >= timeout {
                 return Err(Error::Timeout {
                     what: format!(
-                        "{n} completions on {} ({got} arrived)",
+                        "{} on {} ({got} arrived)",
+                        crate::error::count(n as u64, "completion"),
                         self.inner.ctx.name()
                     ),
                     waited_ms: start.elapsed().as_millis() as u64,

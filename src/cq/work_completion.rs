@@ -5,29 +5,61 @@
 use super::CompletionQueue;
 use super::{PolledWc, WcFlags, WcOpcode, WcStatus};
 use crate::error::{Error, Result};
+use std::fmt;
 
 /// One work completion, read with the extended poll API.
 ///
 /// An owned copy of every field, made by [`CompletionQueue::poll_into`] and
 /// [`CompletionQueue::wait`], or from a [`PolledWc`] with
 /// `WorkCompletion::from(wc)`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+///
+/// Of a failed completion (`status` other than
+/// [`SUCCESS`](WcStatus::SUCCESS)), only `wr_id`, `status`, `qp_num` and
+/// `vendor_err` are defined (ibv_poll_cq(3): "If the completion status is
+/// other than IBV_WC_SUCCESS, only the following attributes are valid:
+/// wr_id, status, qp_num, and vendor_err"); the others hold whatever the
+/// provider left there. `Debug` shows them as `undefined` then, rather than
+/// a value that looks meaningful:
+///
+/// ```
+/// use mlx5dv::{WcOpcode, WcStatus, WorkCompletion};
+///
+/// let wc = WorkCompletion {
+///     wr_id: 7,
+///     status: WcStatus::REM_ACCESS_ERR,
+///     opcode: WcOpcode::SEND,
+///     byte_len: 0,
+///     imm: None,
+///     invalidated_rkey: None,
+///     qp_num: 0x1a2,
+///     vendor_err: 0x88,
+/// };
+/// let text = format!("{wc:?}");
+/// assert!(text.contains("opcode: undefined") && !text.contains("SEND"), "{text}");
+/// assert!(wc.ok().unwrap_err().to_string().contains("rkey"));
+/// ```
+#[derive(Clone, Copy, PartialEq, Eq)]
 pub struct WorkCompletion {
     /// The `wr_id` the work request was posted with.
     pub wr_id: u64,
     /// Success, or why it failed.
     pub status: WcStatus,
-    /// What it did. Only meaningful when `status` is
-    /// [`SUCCESS`](WcStatus::SUCCESS) (rdma-core does not define the opcode
-    /// of failed completions).
+    /// What it did. Undefined unless `status` is
+    /// [`SUCCESS`](WcStatus::SUCCESS): ibv_poll_cq(3) leaves the opcode of
+    /// a failed completion undefined (providers leave a stale or zero
+    /// value, which reads as [`WcOpcode::SEND`]), so a failed RDMA write
+    /// may show any opcode here.
     pub opcode: WcOpcode,
-    /// Bytes received (receives) or transferred.
+    /// Bytes received (receives) or transferred. Undefined unless `status`
+    /// is [`SUCCESS`](WcStatus::SUCCESS).
     pub byte_len: u32,
     /// The immediate data in host byte order, when the completion carries
-    /// one (`IBV_WC_WITH_IMM`).
+    /// one (`IBV_WC_WITH_IMM`). Undefined unless `status` is
+    /// [`SUCCESS`](WcStatus::SUCCESS).
     pub imm: Option<u32>,
     /// The rkey a received send-with-invalidate invalidated
-    /// (`IBV_WC_WITH_INV`).
+    /// (`IBV_WC_WITH_INV`). Undefined unless `status` is
+    /// [`SUCCESS`](WcStatus::SUCCESS).
     pub invalidated_rkey: Option<u32>,
     /// The local QP number.
     pub qp_num: u32,
@@ -49,6 +81,49 @@ impl WorkCompletion {
             })
         }
     }
+}
+
+impl fmt::Debug for WorkCompletion {
+    /// Every field of a successful completion; of a failed one, the fields
+    /// ibv_poll_cq(3) defines, and the others as `undefined`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if !self.status.is_success() {
+            return debug_failed(f, self.wr_id, self.status, self.qp_num, self.vendor_err);
+        }
+        f.debug_struct("WorkCompletion")
+            .field("wr_id", &self.wr_id)
+            .field("status", &self.status)
+            .field("opcode", &self.opcode)
+            .field("byte_len", &self.byte_len)
+            .field("imm", &self.imm)
+            .field("invalidated_rkey", &self.invalidated_rkey)
+            .field("qp_num", &self.qp_num)
+            .field("vendor_err", &self.vendor_err)
+            .finish()
+    }
+}
+
+/// The `Debug` form of a failed completion (of a [`WorkCompletion`] or a
+/// [`PolledWc`]): the fields ibv_poll_cq(3) defines when the status is not
+/// success, and the others as `undefined`, in the order of the struct.
+pub(super) fn debug_failed(
+    f: &mut fmt::Formatter<'_>,
+    wr_id: u64,
+    status: WcStatus,
+    qp_num: u32,
+    vendor_err: u32,
+) -> fmt::Result {
+    let undefined = format_args!("undefined");
+    f.debug_struct("WorkCompletion")
+        .field("wr_id", &wr_id)
+        .field("status", &status)
+        .field("opcode", &undefined)
+        .field("byte_len", &undefined)
+        .field("imm", &undefined)
+        .field("invalidated_rkey", &undefined)
+        .field("qp_num", &qp_num)
+        .field("vendor_err", &vendor_err)
+        .finish()
 }
 
 impl From<&PolledWc<'_>> for WorkCompletion {
@@ -145,5 +220,49 @@ pub(super) fn imm_or_inv(flags: WcFlags, raw: impl FnOnce() -> u32) -> (Option<u
         (None, Some(raw()))
     } else {
         (None, None)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn wc(status: WcStatus) -> WorkCompletion {
+        WorkCompletion {
+            wr_id: 5,
+            status,
+            opcode: WcOpcode::SEND,
+            byte_len: 4096,
+            imm: Some(0x1234),
+            invalidated_rkey: None,
+            qp_num: 0x11,
+            vendor_err: 0x81,
+        }
+    }
+
+    #[test]
+    fn debug_of_a_failed_completion_shows_no_opcode_value() {
+        let text = format!("{:?}", wc(WcStatus::REM_ACCESS_ERR));
+        assert_eq!(
+            text,
+            "WorkCompletion { wr_id: 5, status: REM_ACCESS_ERR, opcode: undefined, \
+             byte_len: undefined, imm: undefined, invalidated_rkey: undefined, qp_num: 17, \
+             vendor_err: 129 }"
+        );
+        for value in ["SEND", "4096", "4660"] {
+            assert!(!text.contains(value), "{value}: {text}");
+        }
+    }
+
+    #[test]
+    fn debug_of_a_successful_completion_shows_every_field() {
+        let ok = wc(WcStatus::SUCCESS);
+        assert_eq!(
+            format!("{ok:?}"),
+            "WorkCompletion { wr_id: 5, status: SUCCESS, opcode: SEND, byte_len: 4096, \
+             imm: Some(4660), invalidated_rkey: None, qp_num: 17, vendor_err: 129 }"
+        );
+        // The formatter's flags reach the fields, as a derived Debug's do.
+        assert!(format!("{ok:#x?}").contains("qp_num: 0x11,"));
     }
 }

@@ -405,7 +405,7 @@ impl<T: Transport> QpEx<T> {
         }
         if !self.completes_on(cq) {
             return Err(Error::InvalidArgument(format!(
-                "post_and_wait on QP {qp_num}: the CQ given is not the QP's send CQ"
+                "post_and_wait on QP {qp_num:#x}: the CQ given is not the QP's send CQ"
             )));
         }
         let capacity = cq.capacity() as usize;

@@ -45,8 +45,8 @@ impl<T: Transport> QpEx<T> {
             if start.elapsed() >= timeout {
                 let e = Error::Timeout {
                     what: format!(
-                        "{} completions of QP {:#x} ({} arrived)",
-                        w.ids.len(),
+                        "{} of QP {:#x} ({} arrived)",
+                        crate::error::count(w.ids.len() as u64, "completion"),
                         w.qp_num,
                         w.out.len() - w.start
                     ),
