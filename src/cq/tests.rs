@@ -377,7 +377,7 @@ fn debug_of_a_failed_completion_reads_and_shows_only_the_defined_fields() {
         texts[1],
         "WorkCompletion { wr_id: 8, status: REM_ACCESS_ERR, opcode: undefined, \
          byte_len: undefined, imm: undefined, invalidated_rkey: undefined, \
-         qp_num: 264, vendor_err: 136 }"
+         qp_num: 0x108, vendor_err: 0x88 }"
     );
     // Of the failed one, ibv_poll_cq(3)'s undefined fields are not read.
     let log = fx.log();

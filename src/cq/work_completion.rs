@@ -85,7 +85,8 @@ impl WorkCompletion {
 
 impl fmt::Debug for WorkCompletion {
     /// Every field of a successful completion; of a failed one, the fields
-    /// ibv_poll_cq(3) defines, and the others as `undefined`.
+    /// ibv_poll_cq(3) defines, and the others as `undefined`. The QP
+    /// number and vendor error in hex, as the error messages give them.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if !self.status.is_success() {
             return debug_failed(f, self.wr_id, self.status, self.qp_num, self.vendor_err);
@@ -97,8 +98,8 @@ impl fmt::Debug for WorkCompletion {
             .field("byte_len", &self.byte_len)
             .field("imm", &self.imm)
             .field("invalidated_rkey", &self.invalidated_rkey)
-            .field("qp_num", &self.qp_num)
-            .field("vendor_err", &self.vendor_err)
+            .field("qp_num", &format_args!("{:#x}", self.qp_num))
+            .field("vendor_err", &format_args!("{:#x}", self.vendor_err))
             .finish()
     }
 }
@@ -121,8 +122,8 @@ pub(super) fn debug_failed(
         .field("byte_len", &undefined)
         .field("imm", &undefined)
         .field("invalidated_rkey", &undefined)
-        .field("qp_num", &qp_num)
-        .field("vendor_err", &vendor_err)
+        .field("qp_num", &format_args!("{qp_num:#x}"))
+        .field("vendor_err", &format_args!("{vendor_err:#x}"))
         .finish()
 }
 
@@ -246,8 +247,8 @@ mod tests {
         assert_eq!(
             text,
             "WorkCompletion { wr_id: 5, status: REM_ACCESS_ERR, opcode: undefined, \
-             byte_len: undefined, imm: undefined, invalidated_rkey: undefined, qp_num: 17, \
-             vendor_err: 129 }"
+             byte_len: undefined, imm: undefined, invalidated_rkey: undefined, qp_num: 0x11, \
+             vendor_err: 0x81 }"
         );
         for value in ["SEND", "4096", "4660"] {
             assert!(!text.contains(value), "{value}: {text}");
@@ -260,9 +261,9 @@ mod tests {
         assert_eq!(
             format!("{ok:?}"),
             "WorkCompletion { wr_id: 5, status: SUCCESS, opcode: SEND, byte_len: 4096, \
-             imm: Some(4660), invalidated_rkey: None, qp_num: 17, vendor_err: 129 }"
+             imm: Some(4660), invalidated_rkey: None, qp_num: 0x11, vendor_err: 0x81 }"
         );
-        // The formatter's flags reach the fields, as a derived Debug's do.
-        assert!(format!("{ok:#x?}").contains("qp_num: 0x11,"));
+        // The formatter's flags reach the other fields, as a derived Debug's do.
+        assert!(format!("{ok:#x?}").contains("byte_len: 0x1000,"));
     }
 }
