@@ -397,6 +397,7 @@ mod mr;
 mod pd;
 mod port;
 mod qp;
+mod qp_state;
 mod roce;
 #[cfg(feature = "serde")]
 mod serde_impl;

@@ -117,42 +117,7 @@ impl Default for QpCaps {
     }
 }
 
-/// The state of a QP (`enum ibv_qp_state`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum QpState {
-    /// Just created, or reset.
-    Reset,
-    /// Initialised: receives may be posted.
-    Init,
-    /// Ready to receive.
-    Rtr,
-    /// Ready to send.
-    Rts,
-    /// Send queue drained.
-    Sqd,
-    /// Send queue error.
-    Sqe,
-    /// Error: outstanding work requests are flushed.
-    Err,
-    /// Another value.
-    Other(u32),
-}
-
-impl QpState {
-    pub(crate) fn from_raw(raw: u32) -> Self {
-        match raw {
-            ffi::IBV_QPS_RESET => QpState::Reset,
-            ffi::IBV_QPS_INIT => QpState::Init,
-            ffi::IBV_QPS_RTR => QpState::Rtr,
-            ffi::IBV_QPS_RTS => QpState::Rts,
-            ffi::IBV_QPS_SQD => QpState::Sqd,
-            ffi::IBV_QPS_SQE => QpState::Sqe,
-            ffi::IBV_QPS_ERR => QpState::Err,
-            other => QpState::Other(other),
-        }
-    }
-}
+pub use crate::qp_state::QpState;
 
 /// What a peer needs to connect to a QP, exchanged out of band (the
 /// LID/QPN/PSN/GID that `ibv_rc_pingpong` sends over TCP).
