@@ -45,6 +45,14 @@ const POLL_BATCH: usize = 32;
 /// request may have been posted) stops the QP too: every operation then
 /// ends as flushed.
 ///
+/// An operation the QP's state does not take is refused at once, with
+/// [`Error::QpNotReady`], its region given back and the QP left as it is:
+/// a receive in RESET; a send, write or read in RESET, INIT or RTR
+/// (connect the QP first, in [`with_qp`](Self::with_qp)) or in ERR (an
+/// operation failed, or the QP was stopped: [`reset`](Self::reset) it and
+/// connect it again), as [`QpEx::post_and_wait`](crate::QpEx::post_and_wait)
+/// refuses them.
+///
 /// ```no_run
 /// # use mlx5dv::*;
 /// # use mlx5dv::aio::AsyncQp;
@@ -229,7 +237,7 @@ impl AsyncQp {
 
     /// Sends `buf[range]` (`IBV_WR_SEND`, signalled).
     pub fn send<B: IoBuf>(&self, buf: B, range: Range<usize>) -> Op<B> {
-        self.post_send(buf, move |qp, id, buf| {
+        self.post_send("AsyncQp::send", buf, move |qp, id, buf| {
             let sge = buf.region().sge(range)?;
             let mut batch = qp.batch();
             batch.wr(id).signaled().send().sge(sge)?;
@@ -245,7 +253,7 @@ impl AsyncQp {
 
     /// Writes `buf[range]` into `remote` (`IBV_WR_RDMA_WRITE`, signalled).
     pub fn write<B: IoBuf>(&self, buf: B, range: Range<usize>, remote: RemoteBuf) -> Op<B> {
-        self.post_send(buf, move |qp, id, buf| {
+        self.post_send("AsyncQp::write", buf, move |qp, id, buf| {
             let sge = buf.region().sge(range)?;
             let mut batch = qp.batch();
             batch.wr(id).signaled().rdma_write(remote).sge(sge)?;
@@ -256,7 +264,7 @@ impl AsyncQp {
 
     /// Reads `remote` into `buf[range]` (`IBV_WR_RDMA_READ`, signalled).
     pub fn read<B: IoBufMut>(&self, buf: B, range: Range<usize>, remote: RemoteBuf) -> Op<B> {
-        self.post_send(buf, move |qp, id, buf| {
+        self.post_send("AsyncQp::read", buf, move |qp, id, buf| {
             let sge = buf.region_mut().sge_mut(range)?;
             let mut batch = qp.batch();
             batch.wr(id).signaled().rdma_read(remote).sge(sge)?;
@@ -269,7 +277,10 @@ impl AsyncQp {
     /// Posts a receive into `buf[range]` (`ibv_post_recv`).
     pub fn recv<B: IoBufMut>(&self, buf: B, range: Range<usize>) -> Op<B> {
         let mut inner = self.0.lock();
-        if let Err(e) = inner.room(true) {
+        if let Err(e) = inner
+            .room(true)
+            .and_then(|()| inner.qp().ready_to_receive("AsyncQp::recv"))
+        {
             return Op::refused(self, e, buf);
         }
         let id = inner.take_id();
@@ -347,11 +358,15 @@ impl AsyncQp {
     /// have been posted.
     fn post_send<B: IoBuf>(
         &self,
+        what: &'static str,
         buf: B,
         build: impl FnOnce(&mut RcQp, u64, &mut B) -> Result<Result<()>>,
     ) -> Op<B> {
         let mut inner = self.0.lock();
-        if let Err(e) = inner.room(false) {
+        if let Err(e) = inner
+            .room(false)
+            .and_then(|()| inner.qp().ready_to_send(what))
+        {
             return Op::refused(self, e, buf);
         }
         let id = inner.take_id();
@@ -363,6 +378,8 @@ impl AsyncQp {
         match build(inner.qp_mut(), id, &mut buf) {
             Err(e) => Op::refused(self, e, buf),
             Ok(Err(e @ Error::SendQueueFull { .. })) if rolls_back => Op::refused(self, e, buf),
+            // Refused before the provider saw it: nothing posted.
+            Ok(Err(e @ Error::QpNotReady { .. })) => Op::refused(self, e, buf),
             Ok(Ok(())) => Op::posted(self, &mut inner, id, false, buf),
             Ok(Err(e)) => {
                 // Maybe posted: held until the QP is reset.
@@ -501,14 +518,20 @@ impl Inner {
         } else {
             self.sends -= 1;
         }
+        let failed = !wc.status.is_success() && wc.status != WcStatus::WR_FLUSH_ERR;
         if entry.abandoned {
             // The device is done: the dropped operation's region goes.
             self.table.remove(&wc.wr_id);
-            return;
+        } else {
+            entry.result = Some(wc.ok());
+            if let Some(waker) = entry.waker.take() {
+                waker.wake();
+            }
         }
-        entry.result = Some(wc.ok());
-        if let Some(waker) = entry.waker.take() {
-            waker.wake();
+        if failed {
+            // The QP may be in ERR now, which the next operation should
+            // be told (see `QpEx::post_and_wait`).
+            self.qp().note_failed_work_request();
         }
     }
 

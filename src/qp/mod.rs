@@ -8,11 +8,12 @@ mod dct;
 mod ops;
 mod raw;
 mod rc;
+mod ready;
 mod types;
 
 pub use builder::QpBuilder;
-pub use dci::{DcAddr, RemoteDct};
 pub(crate) use dci::MAX_DCTN;
+pub use dci::{DcAddr, RemoteDct};
 pub use dct::{Dct, DctEndpoint};
 pub use raw::{RawMlx5, RawQp};
 pub use types::{ConnectOptions, DciStreams, Endpoint, Mlx5SendOps, QpCaps, QpState, SendOps};
@@ -28,6 +29,7 @@ use std::sync::Arc;
 
 pub(crate) use ops::WrOps;
 pub(crate) use rc::check_psn;
+pub(crate) use ready::{confirm, recorded_state, refusal_explained, Post};
 
 mod sealed {
     pub trait Sealed {}

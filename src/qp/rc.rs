@@ -166,6 +166,11 @@ impl RcQp {
     /// Posts one receive of the given SGEs (`ibv_post_recv(3)`); its
     /// completion carries `wr_id`.
     ///
+    /// Receives are taken from INIT on (so they can be posted before the
+    /// QP is connected, as they usually are); a QP in RESET refuses them
+    /// with [`Error::QpNotReady`], and nothing is posted. (libmlx5 refuses
+    /// them too; soft-RoCE would queue them.)
+    ///
     /// # Safety
     ///
     /// The device writes the received data into the SGEs' memory after this
@@ -183,6 +188,7 @@ impl RcQp {
     /// that CQ's lock to find the queue full, and the poll holds it on this
     /// thread, so a full queue would wait for ever instead of failing.
     pub unsafe fn post_recv(&mut self, wr_id: u64, sges: &[Sge<'_>]) -> Result<()> {
+        self.ready_to_receive("ibv_post_recv")?;
         let mut wr = recv_wr(wr_id, sges, self.caps.max_recv_sge, "the QP's max_recv_sge")?;
         let mut bad = std::ptr::null_mut();
         // SAFETY: the QP is live; `wr` and its SGE list are valid for the

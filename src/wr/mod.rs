@@ -164,7 +164,8 @@ use crate::ffi;
 #[cfg(doc)]
 use crate::mr::SgeMut;
 use crate::qp::{
-    DcAddr, DcInitiator, Mlx5Info, QpCaps, QpEx, ReliableConnection, SendOps, Transport, WrOps,
+    DcAddr, DcInitiator, Mlx5Info, Post, QpCaps, QpEx, ReliableConnection, SendOps, Transport,
+    WrOps,
 };
 
 mod mlx5;
@@ -175,7 +176,7 @@ mod scoped;
 mod tests;
 
 pub use mlx5::{MemcpyOp, MrInterleaved};
-pub(crate) use op::Addressed;
+pub(crate) use op::{Addressed, PeerReceive};
 pub use op::{Atomic, Destination, Op, Source, Wr};
 pub(crate) use scoped::ScopeIds;
 pub use scoped::ScopedBatch;
@@ -247,6 +248,10 @@ struct BatchState {
     wr_flags: SendFlags,
     /// WRs handed to the provider so far.
     posted: usize,
+    /// Whether the last of them consumes a receive at the peer (for the
+    /// scoped post's timeout, which may then be the peer's "receiver not
+    /// ready"): a byte stored per work request.
+    last_peer_receive: PeerReceive,
     /// How many the batch may hold: the send queue's depth
     /// (`max_send_wr`), past which libmlx5 would build a work request over
     /// the last WQE it wrote, or less after [`WrBatch::limit`].
@@ -385,6 +390,7 @@ impl<T: Transport> QpEx<T> {
                 flags,
                 wr_flags: flags,
                 posted: 0,
+                last_peer_receive: PeerReceive::No,
                 room: self.ops.depth as usize,
                 depth: self.ops.depth,
             },
@@ -448,11 +454,18 @@ impl<'q, 'm, T: Transport> WrBatch<'q, 'm, T> {
     /// requests it held.
     ///
     /// An error does not mean that nothing was posted: soft-RoCE publishes
-    /// the work requests to the device before its doorbell fails (for
-    /// example on a QP not yet in RTS), and they run once the QP can run
-    /// them. (mlx5 rolls a failed batch back; other providers may not.)
+    /// the work requests to the device before its doorbell fails (on a QP
+    /// not in RTS that the check below did not catch, for one), and they
+    /// run once the QP can run them. (mlx5 rolls a failed batch back; other providers may not.)
     /// Treat a failed batch as posted until the QP has been moved to RESET
     /// or destroyed, or their completions polled.
+    ///
+    /// The exception: a QP that cannot send yet (RESET, INIT, RTR) is
+    /// refused before the provider sees the batch, with
+    /// [`Error::QpNotReady`], and the batch is aborted: nothing of it was
+    /// posted. The check reads libibverbs' record of the state (one
+    /// compare), and asks the kernel only to confirm a refusal. In ERR the
+    /// batch is posted, and flushed (`ibv_modify_qp(3)`), as in C.
     ///
     /// # Safety
     ///
@@ -482,9 +495,24 @@ impl<'q, 'm, T: Transport> WrBatch<'q, 'm, T> {
     /// [`QpEx::post_and_wait`] keeps all of these rules for you.
     #[inline]
     pub unsafe fn complete(self) -> Result<u32> {
+        let qpx = self.state.qpx.as_ptr();
+        // SAFETY: `qpx` is the live extended QP the batch borrows; its
+        // first field is the QP.
+        let qp = unsafe { std::ptr::addr_of_mut!((*qpx).qp_base) };
+        // A QP in RESET, INIT or RTR refuses sends: refused here, as
+        // libibverbs' record of the state says (and the kernel confirms),
+        // rather than by the provider, which soft-RoCE does only after
+        // publishing the batch. One compare when the QP can send.
+        // SAFETY: the QP is live.
+        if unsafe { crate::qp::recorded_state(qp) } < ffi::IBV_QPS_RTS {
+            // SAFETY: as above.
+            if let Err(e) = unsafe { crate::qp::confirm(qp, "ibv_wr_complete", Post::Send) } {
+                drop(self); // aborted: nothing of it was posted
+                return Err(e);
+            }
+        }
         // Disarm the abort of Drop before finalising: never both.
         let this = ManuallyDrop::new(self);
-        let qpx = this.state.qpx.as_ptr();
         // The entry is read from the QP at each call, as the header's
         // `ibv_wr_complete` does: libmlx5 (rdma-core 40 and later) swaps it
         // with the QP's state (a stub that refuses, outside RTS). A NULL
@@ -502,6 +530,7 @@ impl<'q, 'm, T: Transport> WrBatch<'q, 'm, T> {
                 rc,
                 this.state.posted as u32,
                 this.state.ops().depth,
+                qp,
             ));
         }
         Ok(this.state.posted as u32)
@@ -514,6 +543,7 @@ impl<'q, 'm, T: Transport> WrBatch<'q, 'm, T> {
             state: &mut self.state,
             wr_id,
             dc,
+            peer_receive: PeerReceive::No,
             _p: PhantomData,
         }
     }
@@ -614,16 +644,21 @@ pub(crate) const BATCH_ABORTING: u8 = 2;
 
 #[cold]
 #[inline(never)]
-fn complete_failed(rc: i32, posted: u32, depth: u32) -> Error {
+fn complete_failed(rc: i32, posted: u32, depth: u32, qp: *mut ffi::ibv_qp) -> Error {
     if rc == libc::ENOMEM || rc == libc::ENOSPC {
         return Error::SendQueueFull {
             batch: posted,
             depth,
         };
     }
-    Error::verbs(
-        "ibv_wr_complete",
-        rc,
-        format!("batch of {posted} WRs (send queue depth {depth})"),
-    )
+    let mut context = format!("batch of {posted} WRs (send queue depth {depth})");
+    if rc.abs() == libc::EINVAL {
+        // A state the record did not show (changed behind libibverbs'
+        // back, or by the device): said as plainly as a refusal.
+        // SAFETY: `qp` is the batch's live QP.
+        if let Some(why) = unsafe { crate::qp::refusal_explained(qp) } {
+            context = format!("{context}; {why}");
+        }
+    }
+    Error::verbs("ibv_wr_complete", rc, context)
 }

@@ -17,7 +17,23 @@ pub struct Wr<'b, 'm, T: Transport> {
     pub(super) flags: SendFlags,
     /// The DC address (DCI batches only).
     pub(super) dc: Option<RawDc>,
+    /// Whether it consumes a receive at the peer: set by its builder.
+    pub(super) peer_receive: PeerReceive,
     pub(super) _p: PhantomData<(Invariant<'m>, T)>,
+}
+
+/// Whether a work request consumes a receive at the peer, and so waits
+/// for one there: a responder with none posted answers "receiver not
+/// ready" (RNR), and the requester retries (`rnr_retry` times, for ever
+/// at 7).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum PeerReceive {
+    /// It does not (RDMA write and read, atomics, local operations).
+    No,
+    /// A send (with immediate data or invalidation, or without).
+    Send,
+    /// An RDMA write with immediate data.
+    WriteImm,
 }
 
 impl<T: Transport> std::fmt::Debug for Wr<'_, '_, T> {
@@ -67,7 +83,12 @@ impl<'b, 'm, T: Transport> Wr<'b, 'm, T> {
     }
 
     #[inline]
-    fn op<K>(self, kind: OpKind, remote: Option<RemoteBuf>) -> Op<'b, 'm, T, K> {
+    fn op<K>(mut self, kind: OpKind, remote: Option<RemoteBuf>) -> Op<'b, 'm, T, K> {
+        self.peer_receive = match kind {
+            OpKind::Send | OpKind::SendImm(_) | OpKind::SendInv(_) => PeerReceive::Send,
+            OpKind::WriteImm(_) => PeerReceive::WriteImm,
+            _ => PeerReceive::No,
+        };
         Op {
             wr: self,
             kind,
@@ -432,6 +453,7 @@ impl<T: Transport> Wr<'_, '_, T> {
                 }
             }
         }
+        self.state.last_peer_receive = self.peer_receive;
         self.state.posted += 1;
         Ok(())
     }

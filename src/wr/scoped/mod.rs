@@ -25,7 +25,7 @@
 //!   higher-ranked over it), so it cannot be swapped with another batch;
 //!   it has no `complete`, and dropping it (an error, a panic) aborts it.
 
-use super::{RawDc, SendFlags, WrBatch, BATCH_ABORTING, BATCH_CLOSED, BATCH_OPEN};
+use super::{PeerReceive, RawDc, SendFlags, WrBatch, BATCH_ABORTING, BATCH_CLOSED, BATCH_OPEN};
 use crate::cq::{write_wc_fields, CompletionQueue, RawWc, WorkCompletion};
 use crate::error::{Error, Result};
 use crate::qp::{DcAddr, DcInitiator, QpEx, ReliableConnection, Transport};
@@ -193,6 +193,8 @@ struct Waiting<'a> {
     start: usize,
     /// Whether its last work request's completion has come.
     done: bool,
+    /// Whether its last work request needs a receive at the peer (on RC).
+    peer_receive: PeerReceive,
 }
 
 impl Waiting<'_> {
@@ -289,6 +291,17 @@ impl<T: Transport> QpEx<T> {
     /// [`poll_each`](CompletionQueue::poll_each) callback: stopping the QP
     /// may need a RESET, which cannot be made there.
     ///
+    /// Refused ([`Error::QpNotReady`]) before `build` runs when the QP
+    /// cannot send: in RESET (not connected), INIT or RTR (not yet in
+    /// RTS), or in ERR (a work request failed, or the QP was stopped:
+    /// every work request would only be flushed). Nothing is posted and the
+    /// QP is left as it is, so that it can then be connected (or reset and
+    /// connected again). The state is libibverbs' record of it (no system
+    /// call), confirmed with `ibv_query_qp` only to refuse. The device
+    /// moves a QP to ERR by itself when a work request fails, which that
+    /// record misses: a post that returns a failed completion asks the
+    /// kernel, so that the next one is refused as in ERR.
+    ///
     /// While it waits, a CQ made on a completion channel
     /// ([`CompletionQueue::with_channel`]) is armed and the call sleeps in
     /// the kernel until the CQ's event (or the timeout); on any other CQ it
@@ -317,6 +330,11 @@ impl<T: Transport> QpEx<T> {
     ///   connected again. The completions of the batch it did see (with
     ///   the caller's ids) are kept in the CQ's backlog: the next
     ///   [`poll_each`](CompletionQueue::poll_each) hands them out.
+    ///   On an RC QP whose last work request waits for a receive at the
+    ///   peer (a send, or an RDMA write with immediate), the timeout's text
+    ///   also says that the peer may have none posted (receiver not
+    ///   ready), which at [`ConnectOptions::rnr_retry`](crate::ConnectOptions::rnr_retry)
+    ///   7, the default, is retried for ever.
     /// - a completion the CQ lost (an overrun by other QPs sharing it) is
     ///   missing from the result; the completion of the last work request
     ///   still proves every earlier one done.
@@ -408,6 +426,10 @@ impl<T: Transport> QpEx<T> {
                 "post_and_wait on QP {qp_num:#x}: the CQ given is not the QP's send CQ"
             )));
         }
+        // A QP that cannot send (RESET, INIT, RTR) or whose work requests
+        // would only be flushed (ERR): refused before anything is built,
+        // leaving the QP as it is.
+        self.ready_to_send("post_and_wait")?;
         let capacity = cq.capacity() as usize;
         let base = first_id(self.scope.next, self.ops.depth);
         let mut ids = std::mem::take(&mut self.scope.ids);
@@ -425,6 +447,13 @@ impl<T: Transport> QpEx<T> {
             return Err(e);
         }
         let n = scoped.batch.state.posted;
+        // On RC, a last work request that needs a receive at the peer may
+        // wait there for ever (receiver not ready): the timeout says so.
+        let peer_receive = if T::DC {
+            PeerReceive::No
+        } else {
+            scoped.batch.state.last_peer_receive
+        };
         let (batch, mut ids) = scoped.into_parts();
         if n > capacity {
             drop(batch);
@@ -467,15 +496,28 @@ impl<T: Transport> QpEx<T> {
             out,
             start,
             done: false,
+            peer_receive,
         };
         let outcome = match posted {
+            // Refused before the provider saw it (the QP's state): nothing
+            // was posted, and the QP is left as it is.
+            Err(e @ Error::QpNotReady { .. }) => Err(e),
             Err(e) if self.provider_rolls_back() => Err(e),
             Err(e) => Err(self.stop(cq, &mut waiting, e)),
             Ok(_) => self.wait_scoped(cq, &mut waiting, timeout),
         };
         std::mem::forget(unwinding);
         let outcome = match outcome {
-            Ok(()) => Ok(()),
+            Ok(()) => {
+                // The last completion is not a success when any work
+                // request failed (those after it are flushed): the QP may
+                // be in ERR now, which the next post should be told.
+                let last = waiting.out.last().map(|wc| wc.status);
+                if last.is_some_and(|s| !s.is_success()) {
+                    self.note_failed_work_request();
+                }
+                Ok(())
+            }
             Err(e) => {
                 // The completions it did see tell the caller which work
                 // requests ran: the next polls hand them out.

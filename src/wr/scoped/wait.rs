@@ -6,6 +6,7 @@ use super::Waiting;
 use crate::cq::{back_off, CompletionQueue};
 use crate::error::{Error, Result};
 use crate::qp::{QpEx, Transport};
+use crate::wr::PeerReceive;
 use std::io::Write;
 use std::time::{Duration, Instant};
 
@@ -49,7 +50,7 @@ impl<T: Transport> QpEx<T> {
                         crate::error::count(w.ids.len() as u64, "completion"),
                         w.qp_num,
                         w.out.len() - w.start
-                    ),
+                    ) + receiver_not_ready(w.peer_receive),
                     waited_ms: start.elapsed().as_millis() as u64,
                 };
                 return Err(self.stop(cq, w, e));
@@ -117,6 +118,29 @@ impl<T: Transport> QpEx<T> {
             }
         };
         said_with(cause, &how)
+    }
+}
+
+/// What a scoped post's timeout adds when its last work request needs a
+/// receive at the peer: with none posted there, the peer answers "receiver
+/// not ready", and at `rnr_retry` 7 (the default) the requester retries
+/// for ever, so the wait ends only with its timeout.
+fn receiver_not_ready(last: PeerReceive) -> &'static str {
+    match last {
+        PeerReceive::No => "",
+        PeerReceive::Send => {
+            "; the last work request is a send, which waits for a receive at the peer: \
+             the peer may have no receive posted (receiver not ready): with rnr_retry 7 \
+             (the default) the send is retried for ever; post a receive at the peer \
+             first, or set ConnectOptions::rnr_retry below 7 to get RNR_RETRY_EXC_ERR"
+        }
+        PeerReceive::WriteImm => {
+            "; the last work request is an RDMA write with immediate, which waits for a \
+             receive at the peer: the peer may have no receive posted (receiver not \
+             ready): with rnr_retry 7 (the default) it is retried for ever; post a \
+             receive at the peer first, or set ConnectOptions::rnr_retry below 7 to get \
+             RNR_RETRY_EXC_ERR"
+        }
     }
 }
 
