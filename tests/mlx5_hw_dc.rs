@@ -50,22 +50,34 @@ fn post_one(
     src: &MemoryRegion,
     op: Op,
 ) -> WorkCompletion {
-    let wcs = dci
-        .post_and_wait(cq, WAIT, |b| {
-            let wr = match stream {
-                Some(id) => b.wr_stream(wr_id, addr, id),
-                None => b.wr(wr_id, addr),
-            };
-            let sge = src.sge(0..MSG)?;
-            match op {
-                Op::Send => wr.send().sge(sge),
-                Op::Write(remote) => wr.rdma_write(remote).sge(sge),
-            }
-        })
-        .unwrap_or_else(|e| panic!("posting wr {wr_id} on {dci:?}: {e}"));
+    try_post_one(dci, cq, addr, stream, wr_id, src, op)
+        .unwrap_or_else(|e| panic!("posting wr {wr_id}: {e}"))
+}
+
+/// [`post_one`], its error returned.
+fn try_post_one(
+    dci: &mut DciQp,
+    cq: &mut CompletionQueue,
+    addr: DcAddr<'_>,
+    stream: Option<u16>,
+    wr_id: u64,
+    src: &MemoryRegion,
+    op: Op,
+) -> Result<WorkCompletion> {
+    let wcs = dci.post_and_wait(cq, WAIT, |b| {
+        let wr = match stream {
+            Some(id) => b.wr_stream(wr_id, addr, id),
+            None => b.wr(wr_id, addr),
+        };
+        let sge = src.sge(0..MSG)?;
+        match op {
+            Op::Send => wr.send().sge(sge),
+            Op::Write(remote) => wr.rdma_write(remote).sge(sge),
+        }
+    })?;
     assert_eq!(wcs.len(), 1, "{wcs:?}");
     assert_eq!(wcs[0].wr_id, wr_id, "{wcs:?}");
-    wcs[0]
+    Ok(wcs[0])
 }
 
 /// One RDMA write of `data` from `from`'s DCI 0 into `to`'s `dst`
@@ -259,14 +271,14 @@ impl BadFlow {
 }
 
 /// Sends `data` from the client (from `bad` when given) to the server on
-/// `stream`; returns the send's completion.
+/// `stream`; returns the send's completion, or the scoped post's error.
 fn stream_send(
     p: &mut DcPair,
     bad: Option<&mut BadFlow>,
     stream: u16,
     wr_id: u64,
     data: &[u8],
-) -> WorkCompletion {
+) -> Result<WorkCompletion> {
     let src: &mut MemoryRegion = match bad {
         Some(b) => &mut b.mr,
         None => &mut p.client.src,
@@ -274,7 +286,7 @@ fn stream_send(
     src.write_at(0, data).unwrap();
     let src: &MemoryRegion = src;
     let addr = dc_addr(&p.client.ah, &p.server.dct);
-    post_one(
+    try_post_one(
         &mut p.client.dcis[0],
         &mut p.client.send_cq,
         addr,
@@ -351,7 +363,8 @@ fn dc_send_stream_bad_flow_resets_the_errored_stream() {
             stream,
             i as u64,
             &data,
-        );
+        )
+        .unwrap_or_else(|e| panic!("posting wr {i}: {e}"));
         if wc.status != WcStatus::SUCCESS {
             assert!(bad_flow, "a good send failed: {wc:?}");
             assert_eq!(wc.status, WcStatus::LOC_PROT_ERR, "{wc:?}");
@@ -394,13 +407,29 @@ fn dc_send_stream_bad_flow_resets_the_errored_stream() {
     );
 }
 
+/// The client's DCI 0, in ERR after `errored` of its streams erred, reset
+/// and brought back to RTS.
+fn recover(p: &DcPair, errored: usize, errored_limit: usize) {
+    assert_eq!(
+        errored, errored_limit,
+        "the DCI is in ERR after {errored} errored streams; 2^log_num_errored = {errored_limit}"
+    );
+    let dci = &p.client.dcis[0];
+    dci.reset().unwrap();
+    dci.ready(DCI_PSN, &p.opts).unwrap();
+    assert_eq!(dci.state().unwrap(), QpState::Rts);
+}
+
 /// Ports `test_dc_send_stream_bad_flow_qp` (`DCI_TEST_BAD_FLOW_WITHOUT_RESET`):
 /// one DCI with DCI streams sends twenty times from another PD's memory on
 /// successive stream ids, without resetting them. Each stream errs once
 /// (local protection error, never twice on one stream); when the number of
 /// errored streams reaches 2^`log_num_errored` the DCI moves to ERR and the
-/// next send is flushed. The DCI is then reset and brought back to RTS, and
-/// the remaining sends, from good memory, arrive intact.
+/// next send is refused by the crate (`Error::QpNotReady` in ERR: the
+/// scoped post that saw the failure asked the DCI's state), where the
+/// original's is flushed (either is taken). The DCI is then reset and
+/// brought back to RTS, and the remaining sends, from good memory, arrive
+/// intact.
 ///
 /// The original ends without checking that the recovery happened; here it
 /// must have, and at least one good send must have followed it.
@@ -427,13 +456,25 @@ fn dc_send_stream_bad_flow_recovers_the_qp() {
         let stream = ids.next();
         let data = pattern(MSG, i as u8);
         let bad_flow = !recovered;
-        let wc = stream_send(
+        let sent = stream_send(
             &mut p,
             bad_flow.then_some(&mut bad),
             stream,
             i as u64,
             &data,
         );
+        let wc = match sent {
+            Ok(wc) => wc,
+            Err(Error::QpNotReady {
+                state: QpState::Err,
+                ..
+            }) if bad_flow => {
+                recover(&p, errored_streams.len(), errored_limit);
+                recovered = true;
+                continue;
+            }
+            Err(e) => panic!("posting wr {i}: {e}"),
+        };
         match wc.status {
             WcStatus::SUCCESS => {
                 assert!(
@@ -454,18 +495,8 @@ fn dc_send_stream_bad_flow_recovers_the_qp() {
             }
             WcStatus::WR_FLUSH_ERR => {
                 assert!(bad_flow, "a good send was flushed: {wc:?}");
-                let dci = &p.client.dcis[0];
-                if dci.state().unwrap() == QpState::Err {
-                    assert_eq!(
-                        errored_streams.len(),
-                        errored_limit,
-                        "the DCI is in ERR after {} errored streams; \
-                         2^log_num_errored = {errored_limit}",
-                        errored_streams.len()
-                    );
-                    dci.reset().unwrap();
-                    dci.ready(DCI_PSN, &p.opts).unwrap();
-                    assert_eq!(dci.state().unwrap(), QpState::Rts);
+                if p.client.dcis[0].state().unwrap() == QpState::Err {
+                    recover(&p, errored_streams.len(), errored_limit);
                     recovered = true;
                 }
             }

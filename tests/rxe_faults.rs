@@ -84,6 +84,85 @@ fn a_send_with_no_receive_posted_exhausts_rnr_retries() {
     assert_eq!(p.b.recv_cq.poll_into(&mut none, 4).unwrap(), 0, "{none:?}");
 }
 
+/// What a scoped post's timeout says when its last work request waits for
+/// a receive at the peer.
+const RECEIVER_NOT_READY: &str = "the peer may have no receive posted (receiver not ready): \
+     with rnr_retry 7 (the default) the send is retried for ever; post a receive at the \
+     peer first, or set ConnectOptions::rnr_retry below 7 to get RNR_RETRY_EXC_ERR";
+
+#[test]
+#[ignore = "needs an RDMA device: set MLX5DV_TEST_DEVICE"]
+fn a_send_the_peer_has_no_receive_for_times_out_saying_the_receiver_may_not_be_ready() {
+    // rnr_retry 7, the default: the send is retried for ever.
+    let mut p = Pair::new();
+    assert_eq!(p.opts.rnr_retry, 7);
+    let err =
+        p.a.qp
+            .post_and_wait(&mut p.a.send_cq, Duration::from_millis(300), |b| {
+                b.wr(9).send().inline(b"nobody listens")
+            })
+            .unwrap_err();
+    println!("{err}");
+    assert!(matches!(err, Error::Timeout { .. }), "{err:?}");
+    let text = err.to_string();
+    let qpn = format!("{:#x}", p.a.qp.qp_num());
+    assert!(
+        text.starts_with("timed out after ")
+            && text.contains(&format!("waiting for 1 completion of QP {qpn} (0 arrived)")),
+        "{text}"
+    );
+    assert!(
+        text.contains("the last work request is a send, which waits for a receive at the peer"),
+        "{text}"
+    );
+    assert!(text.contains(RECEIVER_NOT_READY), "{text}");
+    let mut none = Vec::new();
+    assert_eq!(p.b.recv_cq.poll_into(&mut none, 4).unwrap(), 0, "{none:?}");
+    // With a receive posted at the peer first, the same send goes through.
+    p.a.qp.reset().unwrap();
+    p.b.qp.reset().unwrap();
+    p.connect();
+    unsafe { p.b.qp.post_recv(10, &[p.b.mr.sge(0..64).unwrap()]) }.unwrap();
+    let wcs =
+        p.a.qp
+            .post_and_wait(&mut p.a.send_cq, WAIT, |b| {
+                b.wr(11).send().inline(b"someone listens")
+            })
+            .unwrap();
+    assert_wc(&wcs[0], 11, WcOpcode::SEND);
+    let recv = p.b.recv_cq.wait(1, WAIT).unwrap()[0];
+    assert_wc(&recv, 10, WcOpcode::RECV);
+    assert_eq!(p.b.mr.to_vec(..15).unwrap(), b"someone listens");
+}
+
+#[test]
+#[ignore = "needs an RDMA device: set MLX5DV_TEST_DEVICE"]
+fn a_write_that_times_out_says_nothing_of_receives() {
+    // Patient retries (≈ 4 s × 7) towards a peer that went away: the write
+    // is unanswered, and the 300 ms wait runs out first.
+    let mut p = Pair::tuned(QpCaps::default(), SendOps::rc_default(), |o| {
+        o.timeout = 20;
+        o.retry_cnt = 7;
+    });
+    p.b.qp.to_error().unwrap();
+    p.b.qp.reset().unwrap();
+    let remote = p.b.mr.remote(0..16).unwrap();
+    let err =
+        p.a.qp
+            .post_and_wait(&mut p.a.send_cq, Duration::from_millis(300), |b| {
+                b.wr(1).rdma_write(remote).sge(p.a.mr.sge(0..16)?)
+            })
+            .unwrap_err();
+    println!("{err}");
+    assert!(matches!(err, Error::Timeout { .. }), "{err:?}");
+    let text = err.to_string();
+    assert!(text.starts_with("timed out after "), "{text}");
+    assert!(
+        !text.contains("receiver not ready") && !text.contains("rnr_retry"),
+        "{text}"
+    );
+}
+
 #[test]
 #[ignore = "needs an RDMA device: set MLX5DV_TEST_DEVICE"]
 fn a_batch_larger_than_the_send_queue_is_refused_whole() {

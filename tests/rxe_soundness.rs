@@ -12,7 +12,11 @@
 //!   ids, and the foreign ones stay obtainable from the CQ (its backlog).
 //! - 2: A failed `ibv_wr_complete` must not leave work requests behind that
 //!   run later (on soft-RoCE the WQEs are published before the doorbell
-//!   fails).
+//!   fails). The crate now refuses a post on a QP not in RTS before the
+//!   provider sees it (`tests/rxe_qp_state.rs`), as libibverbs' record of
+//!   the state says; these tests make that record say RTS, as a change it
+//!   did not see would, so that the provider's refusal is still what they
+//!   test.
 //! - 3: `SendFlags::INLINE` on a work request with an SGE must send the SGE's
 //!   bytes, not the bytes of the WQE.
 //! - 5: A leaked batch (`mem::forget`) must not make the next `batch()` spin
@@ -426,6 +430,11 @@ fn refused_doorbell(at: At, how: How) -> Refused {
     if let At::Init = at {
         p.a.qp.to_init(p.opts.port, p.opts.access).unwrap();
     }
+    // libibverbs' record of A's state says RTS, as a change it did not see
+    // would leave it: the post gets past the crate's own check (which
+    // refuses it otherwise) to the provider, whose refusal is tested here.
+    // The next ibv_query_qp or ibv_modify_qp sets the record right.
+    unsafe { (*p.a.qp.as_ptr()).state = mlx5dv::ffi::IBV_QPS_RTS };
     let remote = p.b.mr.remote(0..4096).unwrap();
     let (d1, d2) = p.a.mr.sge_mut(0..4096).unwrap().split_at(2048).unwrap();
     let refusal = match how {
@@ -545,6 +554,16 @@ fn a_refused_post_and_wait_never_runs_later() {
         .collect();
     for s in &seen {
         println!("{}", s.describe());
+        // The refusal says the state the QP was really in.
+        let says = match s.at {
+            At::Reset => "is in RESET (not connected)",
+            At::Init => "is in INIT (not ready to send)",
+        };
+        assert!(
+            matches!(&s.refusal, Err(e) if e.contains(says)),
+            "{}",
+            s.describe()
+        );
     }
     let flushed = WcStatus::from_raw(mlx5dv::ffi::IBV_WC_WR_FLUSH_ERR);
     if open().is_mlx5() {
@@ -579,6 +598,14 @@ fn a_refused_post_and_wait_never_runs_later() {
         };
         let got: Vec<_> = s.flushed.iter().map(|c| (c.wr_id, c.status)).collect();
         assert_eq!(got, want, "{}", s.describe());
+        // From RESET the QP went nowhere: the error says so.
+        if let At::Reset = s.at {
+            assert!(
+                matches!(&s.refusal, Err(e) if e.contains("the QP, in RESET, was reset again")),
+                "{}",
+                s.describe()
+            );
+        }
         assert!(
             s.refused_batch_never_ran(),
             "the refused batch ran later: {}",

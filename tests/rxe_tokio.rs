@@ -892,3 +892,81 @@ fn a_channel_serves_tasks_of_every_runtime_and_outlives_the_first() {
     assert!(a.take_stray().is_empty() && b.take_stray().is_empty());
     assert_eq!((a.in_flight(), b.in_flight()), (0, 0));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs an RDMA device: set MLX5DV_TEST_DEVICE"]
+async fn an_operation_the_qps_state_does_not_take_is_refused_with_its_region_given_back() {
+    let ctx = open();
+    let channel = CompletionChannel::new(&ctx).unwrap();
+    let p = pair_on(&ctx, Some(&channel), Some(&channel));
+    let (opts, pd) = (p.opts, p.pd.clone());
+    let a = AsyncQp::new(p.a.qp, p.a.send_cq, Some(p.a.recv_cq)).unwrap();
+    let b = AsyncQp::new(p.b.qp, p.b.send_cq, Some(p.b.recv_cq)).unwrap();
+    a.reset().unwrap();
+    b.reset().unwrap();
+    let qpn = format!("{:#x}", a.qp_num());
+    // RESET: a send and a receive are refused at once; nothing is in flight.
+    let (wc, buf) = a.send(region_with(&pd, b"early"), 0..5).await;
+    let err = wc.unwrap_err();
+    println!("{err}");
+    assert!(
+        matches!(
+            err,
+            Error::QpNotReady {
+                what: "AsyncQp::send",
+                state: QpState::Reset,
+                receive: false,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(
+        err.to_string().starts_with(&format!(
+            "AsyncQp::send: QP {qpn} is in RESET (not connected)"
+        )),
+        "{err}"
+    );
+    assert_eq!(buf.to_vec(0..5).unwrap(), b"early", "the region comes back");
+    let (wc, _) = a.recv(buf, 0..64).await;
+    assert!(
+        matches!(
+            wc,
+            Err(Error::QpNotReady {
+                what: "AsyncQp::recv",
+                receive: true,
+                ..
+            })
+        ),
+        "{wc:?}"
+    );
+    assert_eq!(a.in_flight(), 0);
+    assert_eq!(a.with_qp(|qp| qp.state()).unwrap(), QpState::Reset);
+    // Connected, they run and carry their bytes.
+    let ea = a.with_qp(|qp| qp.endpoint(0x111, &opts)).unwrap();
+    let eb = b.with_qp(|qp| qp.endpoint(0x222, &opts)).unwrap();
+    a.with_qp(|qp| qp.connect_to(&eb, &opts)).unwrap();
+    b.with_qp(|qp| qp.connect_to(&ea, &opts)).unwrap();
+    let recv = b.recv(
+        MemoryRegion::new(&pd, 4096, AccessFlags::LOCAL_WRITE).unwrap(),
+        0..4096,
+    );
+    let (wc, _) = a.send(region_with(&pd, b"now"), 0..3).await;
+    wc.expect("a send once connected");
+    let (wc, mr) = tokio::time::timeout(WAIT, recv).await.unwrap();
+    assert_eq!(wc.expect("a receive once connected").byte_len, 3);
+    assert_eq!(mr.to_vec(0..3).unwrap(), b"now");
+    // ERR: a send is refused, as in a scoped post.
+    a.to_error().unwrap();
+    let (wc, _) = a
+        .write(region_with(&pd, b"late"), 0..4, mr.remote(0..4).unwrap())
+        .await;
+    let err = wc.unwrap_err();
+    assert!(
+        err.to_string().starts_with(&format!(
+            "AsyncQp::write: QP {qpn} is in ERR: a work request failed or it was stopped"
+        )),
+        "{err}"
+    );
+    assert_eq!(a.in_flight(), 0);
+}

@@ -158,6 +158,9 @@ static void null_qp_init(struct null_qp *q, uint32_t qp_num)
 
 	x->qp_base.qp_num = qp_num;
 	x->qp_base.qp_type = IBV_QPT_RC;
+	/* Connected, as libibverbs records it: the crate refuses posts on a
+	 * QP whose recorded state cannot send. */
+	x->qp_base.state = IBV_QPS_RTS;
 	x->wr_start = wr_start;
 	x->wr_complete = wr_complete;
 	x->wr_abort = wr_abort;

@@ -248,10 +248,12 @@ struct BatchState {
     wr_flags: SendFlags,
     /// WRs handed to the provider so far.
     posted: usize,
-    /// Whether the last of them consumes a receive at the peer (for the
-    /// scoped post's timeout, which may then be the peer's "receiver not
-    /// ready"): a byte stored per work request.
-    last_peer_receive: PeerReceive,
+    /// The last of them that consumes a receive at the peer, for the
+    /// scoped post's timeout (which may then be the peer's "receiver not
+    /// ready"): its index plus one, shifted left by 2, or'ed with its
+    /// [`PeerReceive`]; 0 for none. Stored only by those work requests
+    /// (see [`last_peer_receive`](Self::last_peer_receive)).
+    peer_receive_mark: usize,
     /// How many the batch may hold: the send queue's depth
     /// (`max_send_wr`), past which libmlx5 would build a work request over
     /// the last WQE it wrote, or less after [`WrBatch::limit`].
@@ -285,6 +287,19 @@ impl BatchState {
                 batch,
                 depth: self.depth,
             }
+        }
+    }
+
+    /// Whether the batch's last work request consumes a receive at the
+    /// peer, and as what.
+    fn last_peer_receive(&self) -> PeerReceive {
+        if self.peer_receive_mark >> 2 != self.posted {
+            return PeerReceive::No;
+        }
+        match self.peer_receive_mark & 3 {
+            1 => PeerReceive::Send,
+            2 => PeerReceive::WriteImm,
+            _ => PeerReceive::No,
         }
     }
 
@@ -390,7 +405,7 @@ impl<T: Transport> QpEx<T> {
                 flags,
                 wr_flags: flags,
                 posted: 0,
-                last_peer_receive: PeerReceive::No,
+                peer_receive_mark: 0,
                 room: self.ops.depth as usize,
                 depth: self.ops.depth,
             },

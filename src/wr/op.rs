@@ -27,13 +27,14 @@ pub struct Wr<'b, 'm, T: Transport> {
 /// ready" (RNR), and the requester retries (`rnr_retry` times, for ever
 /// at 7).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
 pub(crate) enum PeerReceive {
     /// It does not (RDMA write and read, atomics, local operations).
-    No,
+    No = 0,
     /// A send (with immediate data or invalidation, or without).
-    Send,
+    Send = 1,
     /// An RDMA write with immediate data.
-    WriteImm,
+    WriteImm = 2,
 }
 
 impl<T: Transport> std::fmt::Debug for Wr<'_, '_, T> {
@@ -453,7 +454,12 @@ impl<T: Transport> Wr<'_, '_, T> {
                 }
             }
         }
-        self.state.last_peer_receive = self.peer_receive;
+        if self.peer_receive != PeerReceive::No {
+            // A constant after inlining: a store for the work requests
+            // that consume a receive at the peer, nothing for the others.
+            self.state.peer_receive_mark =
+                (self.state.posted + 1) << 2 | self.peer_receive as usize;
+        }
         self.state.posted += 1;
         Ok(())
     }

@@ -452,7 +452,7 @@ impl<T: Transport> QpEx<T> {
         let peer_receive = if T::DC {
             PeerReceive::No
         } else {
-            scoped.batch.state.last_peer_receive
+            scoped.batch.state.last_peer_receive()
         };
         let (batch, mut ids) = scoped.into_parts();
         if n > capacity {

@@ -100,7 +100,14 @@ impl<T: Transport> QpEx<T> {
         let how = if w.done {
             "the QP was moved to ERR and the rest flushed".to_string()
         } else {
+            // A QP already in RESET (which cannot go to ERR) is not moved
+            // anywhere by the RESET below: said so.
+            let in_reset = to_err.is_err() && matches!(self.state(), Ok(crate::qp::QpState::Reset));
             match self.reset() {
+                Ok(()) if in_reset => "the provider may have queued the batch before \
+                                       refusing it: the QP, in RESET, was reset again to \
+                                       discard it"
+                    .to_string(),
                 Ok(()) => match &to_err {
                     Ok(()) => "the QP was moved to RESET: the device runs nothing more of \
                                it (the flush after ERR did not come)"
