@@ -40,22 +40,9 @@ enum Op {
 
 /// Posts one work request of `MSG` bytes from `src` on `dci` (whose sends
 /// complete on `cq`) to `addr` (on DCI stream `stream` when given) and
-/// returns its completion, whatever its status.
+/// returns its completion, whatever its status, or the scoped post's
+/// error.
 fn post_one(
-    dci: &mut DciQp,
-    cq: &mut CompletionQueue,
-    addr: DcAddr<'_>,
-    stream: Option<u16>,
-    wr_id: u64,
-    src: &MemoryRegion,
-    op: Op,
-) -> WorkCompletion {
-    try_post_one(dci, cq, addr, stream, wr_id, src, op)
-        .unwrap_or_else(|e| panic!("posting wr {wr_id}: {e}"))
-}
-
-/// [`post_one`], its error returned.
-fn try_post_one(
     dci: &mut DciQp,
     cq: &mut CompletionQueue,
     addr: DcAddr<'_>,
@@ -94,7 +81,8 @@ fn write_once(from: &mut DcSide, to: &DcSide, stream: Option<u16>, wr_id: u64, d
         wr_id,
         &from.src,
         Op::Write(remote),
-    );
+    )
+    .unwrap_or_else(|e| panic!("posting wr {wr_id}: {e}"));
     assert_wc(&wc, wr_id, WcOpcode::RDMA_WRITE);
     assert_eq!(
         to.dst.to_vec(..).unwrap(),
@@ -118,7 +106,8 @@ fn send_once(from: &mut DcSide, to: &mut DcSide, qp_idx: usize, wr_id: u64, data
         wr_id,
         &from.src,
         Op::Send,
-    );
+    )
+    .unwrap_or_else(|e| panic!("posting wr {wr_id}: {e}"));
     assert_wc(&wc, wr_id, WcOpcode::SEND);
     let rx = to.recv_cq.wait(1, WAIT).unwrap();
     assert_wc(&rx[0], wr_id, WcOpcode::RECV);
@@ -286,7 +275,7 @@ fn stream_send(
     src.write_at(0, data).unwrap();
     let src: &MemoryRegion = src;
     let addr = dc_addr(&p.client.ah, &p.server.dct);
-    try_post_one(
+    post_one(
         &mut p.client.dcis[0],
         &mut p.client.send_cq,
         addr,

@@ -16,20 +16,13 @@ use mlx5dv::*;
 use std::time::Duration;
 use support::rig::*;
 
-/// Two RC QPs like the rig's `Pair`, left in RESET.
-fn unconnected_pair() -> Pair {
-    let ctx = open();
-    let pd = ProtectionDomain::new(&ctx).expect("alloc PD");
-    let opts = connect_options(&ctx);
-    let a = side(&ctx, &pd, QpCaps::default(), SendOps::rc_default());
-    let b = side(&ctx, &pd, QpCaps::default(), SendOps::rc_default());
-    Pair {
-        ctx,
-        pd,
-        a,
-        b,
-        opts,
-    }
+/// A's scoped RDMA write of its bytes [0, 64) to `to`.
+fn write_from_a(p: &mut Pair, wr_id: u64, to: RemoteBuf) -> Result<Vec<WorkCompletion>> {
+    p.a.qp
+        .post_and_wait(&mut p.a.send_cq, WAIT, |b| {
+            b.wr(wr_id).rdma_write(to).sge(p.a.mr.sge(0..64)?)
+        })
+        .map(<[_]>::to_vec)
 }
 
 /// Asserts `err` is the refusal of `what` on `qp` in `state`, and that
@@ -62,7 +55,7 @@ fn assert_empty(cq: &mut CompletionQueue) {
 #[test]
 #[ignore = "needs an RDMA device: set MLX5DV_TEST_DEVICE"]
 fn posting_on_a_fresh_qp_is_refused_flatly_and_it_then_connects_and_runs() {
-    let mut p = unconnected_pair();
+    let mut p = Pair::unconnected(QpCaps::default(), SendOps::rc_default());
     p.a.mr.write_at(0, &pattern(64, 1)).unwrap();
     let remote = p.b.mr.remote(0..64).unwrap();
 
@@ -114,12 +107,7 @@ fn posting_on_a_fresh_qp_is_refused_flatly_and_it_then_connects_and_runs() {
 
     // INIT: sends are refused, a receive is posted (and used below).
     p.a.qp.to_init(p.opts.port, p.opts.access).unwrap();
-    let err =
-        p.a.qp
-            .post_and_wait(&mut p.a.send_cq, WAIT, |b| {
-                b.wr(4).rdma_write(remote).sge(p.a.mr.sge(0..64)?)
-            })
-            .unwrap_err();
+    let err = write_from_a(&mut p, 4, remote).unwrap_err();
     println!("{err}");
     assert_not_ready(
         &err,
@@ -145,12 +133,7 @@ fn posting_on_a_fresh_qp_is_refused_flatly_and_it_then_connects_and_runs() {
         "a refused write ran"
     );
     let to = p.b.mr.remote(128..192).unwrap();
-    let wcs =
-        p.a.qp
-            .post_and_wait(&mut p.a.send_cq, WAIT, |b| {
-                b.wr(6).rdma_write(to).sge(p.a.mr.sge(0..64)?)
-            })
-            .unwrap();
+    let wcs = write_from_a(&mut p, 6, to).unwrap();
     assert_wc(&wcs[0], 6, WcOpcode::RDMA_WRITE);
     assert_eq!(p.b.mr.to_vec(128..192).unwrap(), pattern(64, 1));
     assert!(p.b.mr.to_vec(..64).unwrap().iter().all(|&x| x == 0));
@@ -178,12 +161,7 @@ fn posting_on_a_qp_in_err_is_refused_until_it_is_reset_and_connected_again() {
 
     // Moved to ERR by hand.
     p.a.qp.to_error().unwrap();
-    let err =
-        p.a.qp
-            .post_and_wait(&mut p.a.send_cq, WAIT, |b| {
-                b.wr(1).rdma_write(remote).sge(p.a.mr.sge(0..64)?)
-            })
-            .unwrap_err();
+    let err = write_from_a(&mut p, 1, remote).unwrap_err();
     println!("{err}");
     assert_not_ready(
         &err,
@@ -206,19 +184,9 @@ fn posting_on_a_qp_in_err_is_refused_until_it_is_reset_and_connected_again() {
     )
     .unwrap();
     let refused = read_only.remote(0..64).unwrap();
-    let wcs =
-        p.a.qp
-            .post_and_wait(&mut p.a.send_cq, WAIT, |b| {
-                b.wr(2).rdma_write(refused).sge(p.a.mr.sge(0..64)?)
-            })
-            .unwrap();
+    let wcs = write_from_a(&mut p, 2, refused).unwrap();
     assert_eq!(wcs[0].status, WcStatus::REM_ACCESS_ERR, "{wcs:?}");
-    let err =
-        p.a.qp
-            .post_and_wait(&mut p.a.send_cq, WAIT, |b| {
-                b.wr(3).rdma_write(remote).sge(p.a.mr.sge(0..64)?)
-            })
-            .unwrap_err();
+    let err = write_from_a(&mut p, 3, remote).unwrap_err();
     println!("{err}");
     assert_not_ready(&err, "post_and_wait", &p.a.qp, QpState::Err, "ERR: ");
     assert_empty(&mut p.a.send_cq);
@@ -228,12 +196,7 @@ fn posting_on_a_qp_in_err_is_refused_until_it_is_reset_and_connected_again() {
     p.a.qp.reset().unwrap();
     p.b.qp.reset().unwrap();
     p.connect();
-    let wcs =
-        p.a.qp
-            .post_and_wait(&mut p.a.send_cq, WAIT, |b| {
-                b.wr(4).rdma_write(remote).sge(p.a.mr.sge(0..64)?)
-            })
-            .unwrap();
+    let wcs = write_from_a(&mut p, 4, remote).unwrap();
     assert_wc(&wcs[0], 4, WcOpcode::RDMA_WRITE);
     assert_eq!(p.b.mr.to_vec(..64).unwrap(), pattern(64, 3));
 }

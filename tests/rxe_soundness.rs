@@ -79,18 +79,7 @@ fn connect_qps(a: &RcQp, b: &RcQp, opts: &ConnectOptions) {
 
 /// Two RC QPs like the rig's `Pair`, left in RESET.
 fn unconnected_pair() -> Pair {
-    let ctx = open();
-    let pd = ProtectionDomain::new(&ctx).expect("alloc PD");
-    let opts = connect_options(&ctx);
-    let a = side(&ctx, &pd, QpCaps::default(), SendOps::rc_default());
-    let b = side(&ctx, &pd, QpCaps::default(), SendOps::rc_default());
-    Pair {
-        ctx,
-        pd,
-        a,
-        b,
-        opts,
-    }
+    Pair::unconnected(QpCaps::default(), SendOps::rc_default())
 }
 
 /// The wr_ids of `wcs`, in the order given.

@@ -808,20 +808,36 @@ async fn a_reset_through_with_qp_ends_operations_and_a_reconnect_serves_new_ones
     // Reconnected through `with_qp` (both sides, from RESET): new
     // operations run and carry their bytes.
     a.with_qp(|qp| qp.reset()).unwrap();
-    let ea = a.with_qp(|qp| qp.endpoint(0x111, &opts)).unwrap();
-    let eb = b.with_qp(|qp| qp.endpoint(0x222, &opts)).unwrap();
-    a.with_qp(|qp| qp.connect_to(&eb, &opts)).unwrap();
-    b.with_qp(|qp| qp.connect_to(&ea, &opts)).unwrap();
+    connect_and_send(&a, &b, &opts, &pd, b"again").await;
+    assert!(b.take_stray().is_empty(), "{:?}", b.take_stray());
+}
+
+/// Connects `a` and `b` (both in RESET) through `with_qp`, then sends
+/// `data` from A into a receive of B, checked; returns B's region.
+async fn connect_and_send(
+    a: &AsyncQp,
+    b: &AsyncQp,
+    opts: &ConnectOptions,
+    pd: &ProtectionDomain,
+    data: &[u8],
+) -> MemoryRegion {
+    let ea = a.with_qp(|qp| qp.endpoint(0x111, opts)).unwrap();
+    let eb = b.with_qp(|qp| qp.endpoint(0x222, opts)).unwrap();
+    a.with_qp(|qp| qp.connect_to(&eb, opts)).unwrap();
+    b.with_qp(|qp| qp.connect_to(&ea, opts)).unwrap();
     let recv = b.recv(
-        MemoryRegion::new(&pd, 4096, AccessFlags::LOCAL_WRITE).unwrap(),
+        MemoryRegion::new(pd, 4096, AccessFlags::LOCAL_WRITE).unwrap(),
         0..4096,
     );
-    let (wc, _) = a.send(region_with(&pd, b"again"), 0..5).await;
-    wc.expect("a send after the reconnect");
+    let (wc, _) = a.send(region_with(pd, data), 0..data.len()).await;
+    wc.expect("a send once connected");
     let (wc, mr) = tokio::time::timeout(WAIT, recv).await.unwrap();
-    assert_eq!(wc.expect("a receive after the reconnect").byte_len, 5);
-    assert_eq!(mr.to_vec(0..5).unwrap(), b"again");
-    assert!(b.take_stray().is_empty(), "{:?}", b.take_stray());
+    assert_eq!(
+        wc.expect("a receive once connected").byte_len as usize,
+        data.len()
+    );
+    assert_eq!(mr.to_vec(0..data.len()).unwrap(), data);
+    mr
 }
 
 #[test]
@@ -898,10 +914,8 @@ fn a_channel_serves_tasks_of_every_runtime_and_outlives_the_first() {
 async fn an_operation_the_qps_state_does_not_take_is_refused_with_its_region_given_back() {
     let ctx = open();
     let channel = CompletionChannel::new(&ctx).unwrap();
-    let p = pair_on(&ctx, Some(&channel), Some(&channel));
-    let (opts, pd) = (p.opts, p.pd.clone());
-    let a = AsyncQp::new(p.a.qp, p.a.send_cq, Some(p.a.recv_cq)).unwrap();
-    let b = AsyncQp::new(p.b.qp, p.b.send_cq, Some(p.b.recv_cq)).unwrap();
+    let (a, b, pd) = async_pair(&ctx, &channel);
+    let opts = connect_options(&ctx);
     a.reset().unwrap();
     b.reset().unwrap();
     let qpn = format!("{:#x}", a.qp_num());
@@ -943,19 +957,7 @@ async fn an_operation_the_qps_state_does_not_take_is_refused_with_its_region_giv
     assert_eq!(a.in_flight(), 0);
     assert_eq!(a.with_qp(|qp| qp.state()).unwrap(), QpState::Reset);
     // Connected, they run and carry their bytes.
-    let ea = a.with_qp(|qp| qp.endpoint(0x111, &opts)).unwrap();
-    let eb = b.with_qp(|qp| qp.endpoint(0x222, &opts)).unwrap();
-    a.with_qp(|qp| qp.connect_to(&eb, &opts)).unwrap();
-    b.with_qp(|qp| qp.connect_to(&ea, &opts)).unwrap();
-    let recv = b.recv(
-        MemoryRegion::new(&pd, 4096, AccessFlags::LOCAL_WRITE).unwrap(),
-        0..4096,
-    );
-    let (wc, _) = a.send(region_with(&pd, b"now"), 0..3).await;
-    wc.expect("a send once connected");
-    let (wc, mr) = tokio::time::timeout(WAIT, recv).await.unwrap();
-    assert_eq!(wc.expect("a receive once connected").byte_len, 3);
-    assert_eq!(mr.to_vec(0..3).unwrap(), b"now");
+    let mr = connect_and_send(&a, &b, &opts, &pd, b"now").await;
     // ERR: a send is refused, as in a scoped post.
     a.to_error().unwrap();
     let (wc, _) = a

@@ -158,21 +158,26 @@ impl Pair {
 
     /// A pair whose connection options `tweak` adjusts (timeouts, retries).
     pub fn tuned(caps: QpCaps, ops: SendOps, tweak: impl FnOnce(&mut ConnectOptions)) -> Pair {
+        let mut pair = Self::unconnected(caps, ops);
+        tweak(&mut pair.opts);
+        pair.connect();
+        pair
+    }
+
+    /// A pair whose QPs are left in RESET (`connect` connects them).
+    pub fn unconnected(caps: QpCaps, ops: SendOps) -> Pair {
         let ctx = open();
         let pd = ProtectionDomain::new(&ctx).expect("alloc PD");
-        let mut opts = connect_options(&ctx);
-        tweak(&mut opts);
+        let opts = connect_options(&ctx);
         let a = side(&ctx, &pd, caps, ops);
         let b = side(&ctx, &pd, caps, ops);
-        let mut pair = Pair {
+        Pair {
             ctx,
             pd,
             a,
             b,
             opts,
-        };
-        pair.connect();
-        pair
+        }
     }
 
     /// Connects A and B to each other (from RESET).
