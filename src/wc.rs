@@ -251,7 +251,9 @@ impl WcStatus {
                  (QP number, LID, GID, PSN) or so are the local port and gid_index, the \
                  peer's QP is not connected (not yet in RTR/RTS), or the path is down \
                  (link, RoCE address, an MTU larger than the path's); after others \
-                 succeeded, the peer's QP went away (reset, destroyed, process gone)",
+                 succeeded, the peer's QP went away (reset, destroyed, process gone); \
+                 on DC, the DcAddr names a DCT that does not answer it: a wrong DCT \
+                 number, remote_dc_key or address handle, or a DCT not yet ready",
                 reconnect!()
             ),
             Self::RNR_RETRY_EXC_ERR => concat!(

@@ -133,6 +133,50 @@ fn dc_rdma_write() {
     }
 }
 
+/// Not from rdma-core: a write whose DC address carries another key than
+/// the DCT's is refused by the target, lands nothing, and its error says
+/// that a DC key may be why and what to do next.
+#[test]
+#[ignore = "needs an mlx5 device: set MLX5DV_TEST_MLX5_DEVICE"]
+fn a_dc_write_with_a_wrong_dc_key_is_refused_and_says_so() {
+    let ctx = open();
+    let Some(mut p) = DcPair::new(&ctx, SendOps::RDMA_WRITE, &[None]) else {
+        return;
+    };
+    p.client.src.write_at(0, &pattern(MSG, 9)).unwrap();
+    p.server.dst.fill(.., 0).unwrap();
+    let remote = p.server.dst.remote(0..MSG).unwrap();
+    let wrong = DcAddr::new(&p.client.ah, p.server.dct.dctn(), DCT_KEY ^ 1);
+    let wc = post_one(
+        &mut p.client.dcis[0],
+        &mut p.client.send_cq,
+        wrong,
+        None,
+        5,
+        &p.client.src,
+        Op::Write(remote),
+    )
+    .unwrap();
+    // The software device answers with a remote access error; a device
+    // that drops the packet instead leaves the DCI to retry in vain.
+    assert_eq!(wc.wr_id, 5, "{wc:?}");
+    assert!(
+        matches!(
+            wc.status,
+            WcStatus::REM_ACCESS_ERR | WcStatus::RETRY_EXC_ERR
+        ),
+        "{wc:?}"
+    );
+    let text = wc.ok().unwrap_err().to_string();
+    for cause in ["remote_dc_key", "ready"] {
+        assert!(text.contains(cause), "{cause}: {text}");
+    }
+    assert!(
+        p.server.dst.to_vec(..).unwrap().iter().all(|&x| x == 0),
+        "a write with a wrong DC key landed"
+    );
+}
+
 /// Ports `test_dc_send`: two DCIs per side with send; `traffic` sends from
 /// every DCI of the client to the server's DCT and back, ten times, each
 /// message received through the SRQ and checked.

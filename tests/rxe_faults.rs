@@ -58,6 +58,12 @@ fn a_vanished_peer_gives_retry_exceeded_with_the_qp_named() {
         text.contains(&qpn) && text.contains("retry counter exceeded"),
         "{text}"
     );
+    // ... and says why: the peer did not answer; and what to do.
+    assert!(
+        text.contains("did not answer") || text.contains("no answer"),
+        "{text}"
+    );
+    assert!(text.contains("reset()"), "{text}");
     assert!(
         p.b.mr.to_vec(..).unwrap().iter().all(|&x| x == 0),
         "data reached the vanished peer"
@@ -80,6 +86,12 @@ fn a_send_with_no_receive_posted_exhausts_rnr_retries() {
         "{wcs:?}"
     );
     assert_eq!(p.a.qp.state().unwrap(), QpState::Err);
+    let text = wcs[0].ok().unwrap_err().to_string();
+    assert!(
+        text.contains("RNR retry counter exceeded") && text.contains("no receive posted"),
+        "{text}"
+    );
+    assert!(text.contains("rnr_retry"), "{text}");
     let mut none = Vec::new();
     assert_eq!(p.b.recv_cq.poll_into(&mut none, 4).unwrap(), 0, "{none:?}");
 }
@@ -383,6 +395,27 @@ fn writing_where_the_peer_gave_no_write_access_is_a_remote_access_error() {
         read_only.as_slice().unwrap().iter().all(|&x| x == 0),
         "a refused write landed"
     );
+    // The errors say why and what next: the region's access or the rkey,
+    // then reset and reconnect; the flushed one, that it did not run.
+    let text = wcs[0].ok().unwrap_err().to_string();
+    for cause in [
+        "remote access error",
+        "rkey",
+        "REMOTE_WRITE",
+        "reset()",
+        "reconnect",
+    ] {
+        assert!(text.contains(cause), "{cause}: {text}");
+    }
+    let text = wcs[1].ok().unwrap_err().to_string();
+    for cause in [
+        "Flushed",
+        "did not run",
+        "earlier work request failed",
+        "reset()",
+    ] {
+        assert!(text.contains(cause), "{cause}: {text}");
+    }
     // Reading it is allowed: after recovery an RDMA read of it works.
     p.a.qp.reset().unwrap();
     p.b.qp.reset().unwrap();
@@ -395,6 +428,51 @@ fn writing_where_the_peer_gave_no_write_access_is_a_remote_access_error() {
             .unwrap();
     assert_wc(&wcs[0], 3, WcOpcode::RDMA_READ);
     assert_eq!(p.a.mr.to_vec(..64).unwrap(), &[0; 64]);
+}
+
+#[test]
+#[ignore = "needs an RDMA device: set MLX5DV_TEST_DEVICE"]
+fn a_read_into_a_region_without_local_write_is_a_local_protection_error_that_says_so() {
+    // The device writes an RDMA read's destination: a region registered
+    // without LOCAL_WRITE cannot take it.
+    let mut p = Pair::new();
+    let mut no_local_write = MemoryRegion::new(&p.pd, 4096, AccessFlags::empty()).unwrap();
+    p.b.mr.write_at(0, &[3; 64]).unwrap();
+    let source = p.b.mr.remote(0..64).unwrap();
+    let wcs =
+        p.a.qp
+            .post_and_wait(&mut p.a.send_cq, WAIT, |b| {
+                b.wr(4)
+                    .rdma_read(source)
+                    .sge(no_local_write.sge_mut(0..64)?)
+            })
+            .unwrap();
+    assert_eq!(
+        (wcs[0].wr_id, wcs[0].status),
+        (4, WcStatus::LOC_PROT_ERR),
+        "{wcs:?}"
+    );
+    let text = wcs[0].ok().unwrap_err().to_string();
+    let qpn = format!("{:#x}", p.a.qp.qp_num());
+    for cause in [
+        qpn.as_str(),
+        "local protection error",
+        "LOCAL_WRITE",
+        "reset()",
+    ] {
+        assert!(text.contains(cause), "{cause}: {text}");
+    }
+    assert!(
+        no_local_write.as_slice().unwrap()[..64]
+            .iter()
+            .all(|&x| x == 0),
+        "the refused read landed"
+    );
+    // The opcode of a failed completion is undefined: Debug says so.
+    assert!(
+        format!("{:?}", wcs[0]).contains("opcode: undefined"),
+        "{wcs:?}"
+    );
 }
 
 #[test]
