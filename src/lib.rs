@@ -53,12 +53,47 @@
 //! [`Context::gid_index_for_netdev`]); a RoCE connection without one is
 //! refused with an error that says so, before the kernel's bare `EINVAL`.
 //! [`ConnectOptions`] also sets the path MTU, service level, traffic
-//! class, flow label and hop limit.
+//! class, flow label and hop limit; its page lists every default. Pick
+//! the GID with [`Context::default_gid_index`] (the RoCE v2 GID of the
+//! port's IPv4 address, which another host can route to) rather than the
+//! table's first RoCE v2 entry, which is often the link-local `fe80::`
+//! one. A DC target sends its initiators a [`DctEndpoint`] instead
+//! ([`Dct::endpoint`]; see [`Dct`] for a whole DC program), and the
+//! memory a peer may reach goes as a [`RemoteBuf`]
+//! ([`RemoteBuf::to_bytes`]).
 //!
 //! Through the RDMA connection manager (feature `rdma-cm`): `mlx5dv::cm`
 //! binds librdmacm: an address and a port, as with TCP, and the CM does
 //! the rest; its module docs show a client and a server, and the `rping`
 //! example interoperates with rdma-core's `rping`.
+//!
+//! ## When something fails
+//!
+//! Every error is an [`Error`] whose text names the call, the object (QP
+//! numbers in hex) and, where the cause is not plain, its usual causes and
+//! the next step:
+//!
+//! - A failed completion: [`WorkCompletion::ok`] (or
+//!   [`PolledWc::ok`]) gives [`Error::WorkCompletion`], whose text ends
+//!   with [`WcStatus::hint`]: for a remote access error, a wrong rkey, a
+//!   region without `REMOTE_WRITE`, a range past the region or a wrong DC
+//!   key; for a flushed work request, that an earlier one failed. On
+//!   error only the id, status, QP number and vendor error of a
+//!   completion are defined (`ibv_poll_cq(3)`); `Debug` shows the rest as
+//!   `undefined`.
+//! - A work request that failed moves an RC QP or a DCI to ERR, where
+//!   every later one is flushed: [`QpEx::reset`] it and connect it again
+//!   ([`RcQp::connect_to`], [`DciQp::ready`]).
+//! - Posting on a QP that cannot send (RESET: not connected; INIT, RTR;
+//!   ERR for the safe forms) is refused with [`Error::QpNotReady`] before
+//!   anything is posted, the QP left as it was.
+//! - A wait that runs out of time is [`Error::Timeout`]; a scoped post on
+//!   RC whose last work request was a send adds that the peer may have no
+//!   receive posted ([`ConnectOptions::rnr_retry`] 7, the default, retries
+//!   for ever).
+//! - Input that breaks a man page's rule is refused before any C call, as
+//!   [`Error::OutOfRange`] (naming the limit) or
+//!   [`Error::InvalidArgument`].
 //!
 //! ## What the safe API guarantees
 //!
