@@ -280,20 +280,11 @@ impl DctEndpoint {
     /// [`BYTES`](Self::BYTES) bytes of version 1, with a 24-bit DCT
     /// number; anything else is refused.
     pub fn from_bytes(bytes: &[u8]) -> Result<Self> {
-        let b: &[u8; Self::BYTES] = bytes.try_into().map_err(|_| Error::OutOfRange {
-            what: "DctEndpoint byte form length",
-            value: bytes.len() as u64,
-            limit: format!("exactly {} bytes (version {})", Self::BYTES, Self::VERSION),
-        })?;
-        if b[0] != Self::VERSION || b[1] != 0 {
-            return Err(Error::InvalidArgument(format!(
-                "DctEndpoint byte form of version {} (reserved byte {}): this release reads \
-                 version {} only",
-                b[0],
-                b[1],
-                Self::VERSION
-            )));
-        }
+        let b = super::types::versioned_form::<{ Self::BYTES }>(
+            bytes,
+            ("DctEndpoint", "DctEndpoint byte form length"),
+            Self::VERSION,
+        )?;
         let dctn = u32::from_be_bytes([b[4], b[5], b[6], b[7]]);
         if dctn > super::dci::MAX_DCTN {
             return Err(Error::OutOfRange {

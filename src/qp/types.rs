@@ -193,20 +193,11 @@ impl Endpoint {
     /// [`BYTES`](Self::BYTES) bytes of version 1, with a 24-bit QP number
     /// and PSN; anything else is refused.
     pub fn from_bytes(bytes: &[u8]) -> Result<Self> {
-        let b: &[u8; Self::BYTES] = bytes.try_into().map_err(|_| Error::OutOfRange {
-            what: "Endpoint byte form length",
-            value: bytes.len() as u64,
-            limit: format!("exactly {} bytes (version {})", Self::BYTES, Self::VERSION),
-        })?;
-        if b[0] != Self::VERSION || b[1] != 0 {
-            return Err(Error::InvalidArgument(format!(
-                "Endpoint byte form of version {} (reserved byte {}): this release reads \
-                 version {} only",
-                b[0],
-                b[1],
-                Self::VERSION
-            )));
-        }
+        let b = versioned_form::<{ Self::BYTES }>(
+            bytes,
+            ("Endpoint", "Endpoint byte form length"),
+            Self::VERSION,
+        )?;
         let word = |i: usize| u32::from_be_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
         let (qpn, psn) = (word(4), word(8));
         for (what, v) in [("Endpoint QP number", qpn), ("Endpoint PSN", psn)] {
@@ -227,6 +218,30 @@ impl Endpoint {
             gid: Gid(gid),
         })
     }
+}
+
+/// A versioned byte form of `N` bytes (an [`Endpoint`]'s, a
+/// [`DctEndpoint`](crate::DctEndpoint)'s): exactly `N` bytes, the first
+/// `version`, the second 0; anything else is refused, naming `what`
+/// (`length` names the length in the error of a wrong one).
+pub(crate) fn versioned_form<'b, const N: usize>(
+    bytes: &'b [u8],
+    (what, length): (&str, &'static str),
+    version: u8,
+) -> Result<&'b [u8; N]> {
+    let b: &[u8; N] = bytes.try_into().map_err(|_| Error::OutOfRange {
+        what: length,
+        value: bytes.len() as u64,
+        limit: format!("exactly {N} bytes for a {what} (version {version})"),
+    })?;
+    if b[0] != version || b[1] != 0 {
+        return Err(Error::InvalidArgument(format!(
+            "{what} byte form of version {} (reserved byte {}): this release reads \
+             version {version} only",
+            b[0], b[1]
+        )));
+    }
+    Ok(b)
 }
 
 /// How to connect an RC QP: the local port and GID, the path (MTU, service
