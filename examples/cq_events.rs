@@ -105,8 +105,8 @@ fn run(cli: &Cli) -> Result<(), Failure> {
         ping.qp.endpoint(psn_a, &opts)?,
         pong.qp.endpoint(psn_b, &opts)?,
     );
-    ping.qp.connect(&eb, psn_a, &opts)?;
-    pong.qp.connect(&ea, psn_b, &opts)?;
+    ping.qp.connect_to(&eb, &opts)?; // sending from psn_a, given to endpoint
+    pong.qp.connect_to(&ea, &opts)?;
     // The first receive of each side, before anything is sent.
     ping.post_recv(size, 0)?;
     pong.post_recv(size, 0)?;
@@ -141,7 +141,9 @@ fn run(cli: &Cli) -> Result<(), Failure> {
 impl Side {
     /// Posts the receive of the next message.
     fn post_recv(&mut self, size: usize, round: u64) -> Result<(), Failure> {
-        let sge = self.mr.sge(size..2 * size)?;
+        // The device writes a receive's buffer: an exclusive borrow of that
+        // half, passed as the `Sge` that post_recv takes.
+        let sge = self.mr.sge_mut(size..2 * size)?.into();
         // SAFETY: the region lives until the end of `run`, after the last
         // completion; its receive half is read only after the receive's
         // completion, and written by nothing else.

@@ -1,7 +1,8 @@
-//! An RC write between two hosts, start to finish: the crate's front-page
-//! program. The server exposes 64 bytes of memory; the client writes a
-//! greeting into it with one RDMA write and tells it so; the server prints
-//! what arrived. The two sides swap their endpoints over TCP.
+//! An RC write and read-back between two hosts, start to finish: the
+//! crate's front-page program. The server exposes 64 bytes of memory; the
+//! client writes a greeting into it with an RDMA write, reads it back with
+//! an RDMA read, checks it and tells the server, which prints what
+//! arrived. The two sides swap their endpoints over TCP.
 //!
 //! ```text
 //! hello_rc DEVICE          # on the server: waits on TCP port 18531
@@ -39,7 +40,7 @@ impl Side {
 /// The server: memory a peer may write, and the check of what it wrote.
 pub fn server(device: &str, listener: TcpListener) -> Result<Vec<u8>, Box<dyn std::error::Error>> {
     let side = Side::new(device)?;
-    let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
+    let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
     let target = MemoryRegion::new(&side.pd, 64, access)?;
     println!(
         "hello_rc: waiting for a client on TCP port {}",
@@ -68,7 +69,7 @@ pub fn server(device: &str, listener: TcpListener) -> Result<Vec<u8>, Box<dyn st
     Ok(got)
 }
 
-/// The client: one RDMA write into the server's memory.
+/// The client: an RDMA write into the server's memory, and a read back.
 pub fn client(device: &str, mut tcp: TcpStream) -> Result<(), Box<dyn std::error::Error>> {
     let mut side = Side::new(device)?;
     let mut src = MemoryRegion::new(&side.pd, 64, AccessFlags::LOCAL_WRITE)?;
@@ -82,19 +83,32 @@ pub fn client(device: &str, mut tcp: TcpStream) -> Result<(), Box<dyn std::error
         .connect_to(&Endpoint::from_bytes(endpoint)?, &side.opts)?;
     let remote = RemoteBuf::from_bytes(remote)?.slice(0, GREETING.len() as u64)?;
 
-    // The scoped post keeps `src` borrowed until the write's completion.
+    // An RDMA write, then an RDMA read of the same bytes back: the device
+    // reads `src` and writes `back`, which the scoped post keeps borrowed
+    // until both completions have come (the read's made before the call).
+    let mut back = MemoryRegion::new(&side.pd, 64, AccessFlags::LOCAL_WRITE)?;
+    let into = back.sge_mut(..GREETING.len())?;
     let wcs = side
         .qp
         .post_and_wait(&mut side.cq, Duration::from_secs(5), |batch| {
             batch
                 .wr(1)
                 .rdma_write(remote)
-                .sge(src.sge(..GREETING.len())?)
+                .sge(src.sge(..GREETING.len())?)?;
+            batch.wr(2).rdma_read(remote).sge(into)
         })?;
-    wcs[0].ok()?; // a typed error with the status and its usual causes
-    assert_eq!(wcs[0].opcode, WcOpcode::RDMA_WRITE);
+    for (wc, opcode) in wcs.iter().zip([WcOpcode::RDMA_WRITE, WcOpcode::RDMA_READ]) {
+        wc.ok()?; // a typed error with the status and its usual causes
+        assert_eq!(wc.opcode, opcode);
+    }
+    if back.as_slice()?[..GREETING.len()] != *GREETING {
+        return Err("the bytes read back differ from those written".into());
+    }
     tcp.write_all(b"d")?;
-    println!("hello_rc: wrote {} bytes", GREETING.len());
+    println!(
+        "hello_rc: wrote {} bytes and read them back",
+        GREETING.len()
+    );
     Ok(())
 }
 

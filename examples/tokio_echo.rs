@@ -333,7 +333,7 @@ async fn connect(
         wr.write_all(line.as_bytes()).await?;
     }
     let remote = parse_endpoint(&theirs)?;
-    qp.connect(&remote, psn, &setup.opts)?;
+    qp.connect_to(&remote, &setup.opts)?; // sending from `psn`, given to endpoint
     let qp = AsyncQp::new(qp, cq, None)?;
     Ok((qp, lines, wr))
 }

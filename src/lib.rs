@@ -4,10 +4,11 @@
 //! (`mlx5dv_wr_post(3)`) and the generic extended verbs API it extends
 //! (`ibv_wr_post(3)`), for NVIDIA/Mellanox ConnectX NICs.
 //!
-//! ## An RC write between two hosts, start to finish
+//! ## An RC write and read-back between two hosts, start to finish
 //!
 //! The server exposes 64 bytes of memory; the client writes a greeting
-//! into it with one RDMA write and tells it so. Each side sends the other
+//! into it with an RDMA write, reads it back with an RDMA read, and tells
+//! the server, which prints it. Each side sends the other
 //! its [`Endpoint`] (and the server its memory's [`RemoteBuf`]) over TCP,
 //! in their stable byte forms. The same program serves and connects:
 //! `cargo run --example hello_rc -- rxe0` on one host, then

@@ -379,7 +379,10 @@ impl MemoryRegion {
     /// read, an atomic, a memcpy), borrowing the region exclusively for as
     /// long as the entry or a piece of it ([`SgeMut::split_at`],
     /// [`SgeMut::chunks`]) is used. The range is checked as for
-    /// [`sge`](Self::sge).
+    /// [`sge`](Self::sge). The device can write only a region registered
+    /// with [`AccessFlags::LOCAL_WRITE`]: into another, the work request
+    /// completes with [`WcStatus::LOC_PROT_ERR`](crate::WcStatus::LOC_PROT_ERR)
+    /// and its QP goes to ERR, as in C.
     ///
     /// Nothing here may read the memory while the device may be writing it:
     ///

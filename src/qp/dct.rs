@@ -237,7 +237,7 @@ impl fmt::Debug for Dct {
 /// assert_eq!(DctEndpoint::from_bytes(&e.to_bytes())?, e);
 /// # Ok::<(), mlx5dv::Error>(())
 /// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Clone, Copy, PartialEq, Eq)]
 pub struct DctEndpoint {
     /// The DCT number (24 bits).
     pub dctn: u32,
@@ -247,6 +247,18 @@ pub struct DctEndpoint {
     pub lid: u16,
     /// The port GID to address it by (RoCE, routed IB); zero when unused.
     pub gid: Gid,
+}
+
+/// The DCT number and key in hex, as the crate's messages give them.
+impl fmt::Debug for DctEndpoint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DctEndpoint")
+            .field("dctn", &format_args!("{:#x}", self.dctn))
+            .field("dc_key", &format_args!("{:#x}", self.dc_key))
+            .field("lid", &self.lid)
+            .field("gid", &self.gid)
+            .finish()
+    }
 }
 
 impl DctEndpoint {
@@ -324,6 +336,10 @@ mod tests {
             [1, 0, 0, 0x42, 0, 0xab, 0xcd, 0xef, 1, 0x23, 0x45, 0x67, 0x89, 0xab, 0xcd, 0xef]
         );
         assert_eq!(DctEndpoint::from_bytes(&b).unwrap(), e);
+        assert_eq!(
+            format!("{e:?}"),
+            "DctEndpoint { dctn: 0xabcdef, dc_key: 0x123456789abcdef, lid: 66, gid: Gid(707:707:707:707:707:707:707:707) }"
+        );
         assert!(matches!(
             DctEndpoint::from_bytes(&b[..31]),
             Err(Error::OutOfRange { .. })

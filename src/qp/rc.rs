@@ -166,6 +166,24 @@ impl RcQp {
     /// Posts one receive of the given SGEs (`ibv_post_recv(3)`); its
     /// completion carries `wr_id`.
     ///
+    /// The device writes the buffers: take each from
+    /// [`MemoryRegion::sge_mut`](crate::MemoryRegion::sge_mut) (an
+    /// exclusive borrow; `.into()` makes it the [`Sge`] this takes) of a
+    /// region registered with `LOCAL_WRITE` (without it the receive
+    /// completes with `LOC_PROT_ERR`). This call being `unsafe`, the
+    /// borrow ends when it returns; the `# Safety` rules below take over
+    /// until the completion.
+    ///
+    /// ```no_run
+    /// # use mlx5dv::*;
+    /// # fn f(qp: &mut RcQp, mr: &mut MemoryRegion) -> Result<()> {
+    /// let buf = mr.sge_mut(0..4096)?.into();
+    /// // SAFETY: `mr` stays registered and untouched until the receive's
+    /// // completion has been polled.
+    /// unsafe { qp.post_recv(1, &[buf])? };
+    /// # Ok(()) }
+    /// ```
+    ///
     /// Receives are taken from INIT on (so they can be posted before the
     /// QP is connected, as they usually are); a QP in RESET refuses them
     /// with [`Error::QpNotReady`], and nothing is posted. (libmlx5 refuses

@@ -139,7 +139,7 @@ pub use crate::qp_state::QpState;
 /// assert_eq!(serde_json::from_str::<Endpoint>(&json).unwrap(), e);
 /// # }
 /// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Clone, Copy, PartialEq, Eq)]
 pub struct Endpoint {
     /// The QP number.
     pub qpn: u32,
@@ -149,6 +149,18 @@ pub struct Endpoint {
     pub lid: u16,
     /// The port GID to address it by (RoCE, routed IB); zero when unused.
     pub gid: Gid,
+}
+
+/// The QP number and PSN in hex, as the crate's messages give them.
+impl std::fmt::Debug for Endpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Endpoint")
+            .field("qpn", &format_args!("{:#x}", self.qpn))
+            .field("psn", &format_args!("{:#x}", self.psn))
+            .field("lid", &self.lid)
+            .field("gid", &self.gid)
+            .finish()
+    }
 }
 
 impl Endpoint {
