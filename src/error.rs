@@ -162,7 +162,12 @@ pub enum Error {
     /// sends need RTS, receives INIT or later (`ibv_modify_qp(3)`,
     /// `ibv_post_recv(3)`). The safe posts ([`QpEx::post_and_wait`](crate::QpEx::post_and_wait),
     /// the `tokio` feature's `AsyncQp`) also refuse sends in ERR, where
-    /// every work request would only be flushed.
+    /// every work request would only be flushed. The state is libibverbs'
+    /// record of it, which learns of a move the device made by itself
+    /// (to ERR, after a failed work request) when the QP is next queried:
+    /// a safe post that saw the failure queries it, but after a failure
+    /// seen only through an unsafe batch's completions, the first safe
+    /// post may return flushed completions instead of this error.
     ///
     /// Nothing was posted, and the QP was left as it was: connect it (or
     /// [`reset`](crate::QpEx::reset) and connect it again) and post again.
@@ -170,7 +175,7 @@ pub enum Error {
     ///
     /// ```text
     /// post_and_wait: QP 0x1a2b is in RESET (not connected): connect it (connect_to / ready) before posting
-    /// post_and_wait: QP 0x1a2b is in ERR: a work request failed or it was stopped; reset() it and connect again
+    /// post_and_wait: QP 0x1a2b is in ERR: a work request failed or it was stopped; reset() it and connect again (connect_to, or ready for a DCI; a connection made through rdma_cm takes a new CmId)
     /// ```
     #[error("{what}: QP {qp_num:#x} is in {}", crate::qp_state::not_ready(*state, *receive))]
     QpNotReady {

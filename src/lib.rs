@@ -87,7 +87,10 @@
 //!   ([`RcQp::connect_to`], [`DciQp::ready`]).
 //! - Posting on a QP that cannot send (RESET: not connected; INIT, RTR;
 //!   ERR for the safe forms) is refused with [`Error::QpNotReady`] before
-//!   anything is posted, the QP left as it was.
+//!   anything is posted, the QP left as it was. (A QP the device moved
+//!   to ERR is known to be there once a safe post has seen the failure;
+//!   after one seen only through an unsafe batch, the first safe post
+//!   may return its work requests flushed instead.)
 //! - A wait that runs out of time is [`Error::Timeout`]; a scoped post on
 //!   RC whose last work request was a send adds that the peer may have no
 //!   receive posted ([`ConnectOptions::rnr_retry`] 7, the default, retries

@@ -83,10 +83,12 @@ pub(crate) fn not_ready(state: QpState, receive: bool) -> String {
         }
         (QpState::Rtr, _) => {
             " (not ready to send): sends need RTS; move it to RTS (to_rts) before posting \
-             sends"
+             sends (a DCI whose ready stopped at RTR: reset() it and ready it again)"
         }
         (QpState::Err, _) => {
-            ": a work request failed or it was stopped; reset() it and connect again"
+            ": a work request failed or it was stopped; reset() it and connect again \
+             (connect_to, or ready for a DCI; a connection made through rdma_cm takes a \
+             new CmId)"
         }
         _ => ": it does not take this post",
     };
@@ -127,9 +129,9 @@ mod tests {
         assert!(not_ready(QpState::Reset, true).contains("receives are taken from INIT on"));
         assert!(not_ready(QpState::Init, false).starts_with("INIT (not ready to send): "));
         assert!(not_ready(QpState::Rtr, false).starts_with("RTR (not ready to send): "));
-        assert_eq!(
-            not_ready(QpState::Err, false),
-            "ERR: a work request failed or it was stopped; reset() it and connect again"
-        );
+        assert!(not_ready(QpState::Err, false).starts_with(
+            "ERR: a work request failed or it was stopped; reset() it and connect again \
+             (connect_to, or ready for a DCI"
+        ));
     }
 }

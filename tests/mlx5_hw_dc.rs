@@ -177,6 +177,38 @@ fn a_dc_write_with_a_wrong_dc_key_is_refused_and_says_so() {
     );
 }
 
+/// Not from rdma-core: a DC send to a DCT whose shared receive queue is
+/// empty waits there (receiver not ready, retried for ever at the default
+/// `rnr_retry` 7); the scoped post's timeout says so, naming the DCT's SRQ.
+#[test]
+#[ignore = "needs an mlx5 device: set MLX5DV_TEST_MLX5_DEVICE"]
+fn a_dc_send_to_a_dct_with_no_receive_posted_times_out_saying_so() {
+    let ctx = open();
+    let Some(mut p) = DcPair::new(&ctx, SendOps::SEND, &[None]) else {
+        return;
+    };
+    assert_eq!(p.opts.rnr_retry, 7);
+    let addr = dc_addr(&p.client.ah, &p.server.dct);
+    let src = &p.client.src;
+    let err = p.client.dcis[0]
+        .post_and_wait(
+            &mut p.client.send_cq,
+            std::time::Duration::from_millis(500),
+            |b| b.wr(3, addr).send().sge(src.sge(0..MSG)?),
+        )
+        .unwrap_err();
+    assert!(matches!(err, Error::Timeout { .. }), "{err:?}");
+    let text = err.to_string();
+    for said in [
+        "(0 arrived)",
+        "receiver not ready",
+        "SharedReceiveQueue",
+        "rnr_retry",
+    ] {
+        assert!(text.contains(said), "{said}: {text}");
+    }
+}
+
 /// Ports `test_dc_send`: two DCIs per side with send; `traffic` sends from
 /// every DCI of the client to the server's DCT and back, ten times, each
 /// message received through the SRQ and checked.

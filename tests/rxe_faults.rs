@@ -96,8 +96,8 @@ fn a_send_with_no_receive_posted_exhausts_rnr_retries() {
     assert_eq!(p.b.recv_cq.poll_into(&mut none, 4).unwrap(), 0, "{none:?}");
 }
 
-/// What a scoped post's timeout says when its last work request waits for
-/// a receive at the peer.
+/// What a scoped post's timeout says when a send of it waits for a
+/// receive at the peer.
 const RECEIVER_NOT_READY: &str = "the peer may have no receive posted (receiver not ready): \
      with rnr_retry 7 (the default) the send is retried for ever; post a receive at the \
      peer first, or set ConnectOptions::rnr_retry below 7 to get RNR_RETRY_EXC_ERR";
@@ -124,7 +124,9 @@ fn a_send_the_peer_has_no_receive_for_times_out_saying_the_receiver_may_not_be_r
         "{text}"
     );
     assert!(
-        text.contains("the last work request is a send, which waits for a receive at the peer"),
+        text.contains(
+            "a send of the batch has not completed, and a send waits for a receive at the peer"
+        ),
         "{text}"
     );
     assert!(text.contains(RECEIVER_NOT_READY), "{text}");
@@ -229,8 +231,8 @@ fn a_scoped_post_that_times_out_returns_after_the_flush() {
     let took = start.elapsed();
     assert!(matches!(err, Error::Timeout { .. }), "{err}");
     assert!(err.to_string().contains("flushed"), "{err}");
-    // Its last work request is a write, which needs no receive at the
-    // peer: nothing is said of receives.
+    // Its work requests are writes, which need no receive at the peer:
+    // nothing is said of receives.
     assert!(
         !err.to_string().contains("receiver not ready") && !err.to_string().contains("rnr_retry"),
         "{err}"

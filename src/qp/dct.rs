@@ -132,8 +132,12 @@ impl Dct {
     /// [`RcQp::endpoint`](crate::RcQp::endpoint) gives an RC QP's. Send it
     /// to the initiators ([`DctEndpoint::to_bytes`]); each makes a
     /// [`RemoteDct`](crate::RemoteDct) of it.
+    ///
+    /// On RoCE `opts.gid_index` must name the GID (as for
+    /// [`ready`](Self::ready)): an endpoint without one is refused.
     pub fn endpoint(&self, opts: &ConnectOptions) -> Result<DctEndpoint> {
         let ctx = self.pd.context();
+        crate::roce::require_gid(ctx, opts)?;
         Ok(DctEndpoint {
             dctn: self.dctn(),
             dc_key: self.access_key,
@@ -161,8 +165,11 @@ impl Dct {
 
     /// RESET → INIT → RTR: ready to receive. INIT takes the port and the
     /// remote access of `opts`; RTR the path MTU, the RNR timer and an
-    /// address vector on the local port (with the GID index on RoCE).
+    /// address vector on the local port (with the GID index on RoCE,
+    /// where a connection without one is refused before the DCT is
+    /// touched).
     pub fn ready(&self, opts: &ConnectOptions) -> Result<()> {
+        crate::roce::require_gid(self.pd.context(), opts)?;
         let mut a = ffi::ibv_qp_attr {
             qp_state: ffi::IBV_QPS_INIT,
             pkey_index: 0,

@@ -53,7 +53,10 @@ impl<T: Transport> QpEx<T> {
     /// [`RawQp`] and [`RawMlx5`] (a DCI needs its mlx5 side), the QP must be
     /// of transport `T` and have been created with at least `send_ops` and
     /// the mlx5 ops, in `pd`, with these CQs; nothing else may post on it
-    /// while this handle lives; and it must stay alive until this handle is
+    /// while this handle lives, nor modify or query it (`ibv_modify_qp`,
+    /// `ibv_query_qp`, which write libibverbs' record of its state that a
+    /// post reads) from another thread while this handle posts; and it
+    /// must stay alive until this handle is
     /// dropped. No send work request posted on it before may still be
     /// outstanding (its completion, or a later one's, polled; or the QP
     /// reset), as the batches' bound on the send queue assumes an empty

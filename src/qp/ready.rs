@@ -129,7 +129,9 @@ pub(crate) unsafe fn confirm(qp: *mut ffi::ibv_qp, what: &'static str, post: Pos
 
 /// Why the provider refused a batch (`ibv_wr_complete` returned `EINVAL`)
 /// when the QP's state explains it: `QP 0x… is in RESET (not connected):
-/// …`, from `ibv_query_qp`; `None` in RTS, or when the query fails.
+/// …`, from `ibv_query_qp`, for RESET, INIT and RTR only (libmlx5 and
+/// soft-RoCE take posts in ERR and SQE, so there the refusal had another
+/// cause); `None` otherwise, or when the query fails.
 ///
 /// # Safety
 ///
@@ -139,7 +141,7 @@ pub(crate) unsafe fn confirm(qp: *mut ffi::ibv_qp, what: &'static str, post: Pos
 pub(crate) unsafe fn refusal_explained(qp: *mut ffi::ibv_qp) -> Option<String> {
     // SAFETY: the caller's promise.
     let state = unsafe { query_state(qp) }.ok()?;
-    if matches!(state, QpState::Rts | QpState::Sqd) {
+    if !matches!(state, QpState::Reset | QpState::Init | QpState::Rtr) {
         return None;
     }
     Some(format!(

@@ -252,7 +252,7 @@ struct BatchState {
     /// scoped post's timeout (which may then be the peer's "receiver not
     /// ready"): its index plus one, shifted left by 2, or'ed with its
     /// [`PeerReceive`]; 0 for none. Stored only by those work requests
-    /// (see [`last_peer_receive`](Self::last_peer_receive)).
+    /// (see `last_peer_receive`).
     peer_receive_mark: usize,
     /// How many the batch may hold: the send queue's depth
     /// (`max_send_wr`), past which libmlx5 would build a work request over
@@ -290,17 +290,15 @@ impl BatchState {
         }
     }
 
-    /// Whether the batch's last work request consumes a receive at the
-    /// peer, and as what.
-    fn last_peer_receive(&self) -> PeerReceive {
-        if self.peer_receive_mark >> 2 != self.posted {
-            return PeerReceive::No;
-        }
-        match self.peer_receive_mark & 3 {
+    /// The batch's last work request that consumes a receive at the peer:
+    /// what it is, and its position (from 1); `None` when none does.
+    fn last_peer_receive(&self) -> Option<(PeerReceive, usize)> {
+        let kind = match self.peer_receive_mark & 3 {
             1 => PeerReceive::Send,
             2 => PeerReceive::WriteImm,
-            _ => PeerReceive::No,
-        }
+            _ => return None,
+        };
+        Some((kind, self.peer_receive_mark >> 2))
     }
 
     /// The provider's entries.

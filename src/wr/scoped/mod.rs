@@ -193,8 +193,12 @@ struct Waiting<'a> {
     start: usize,
     /// Whether its last work request's completion has come.
     done: bool,
-    /// Whether its last work request needs a receive at the peer (on RC).
-    peer_receive: PeerReceive,
+    /// Its last work request that needs a receive at the peer, and that
+    /// one's position (from 1): its timeout may be the peer's "receiver
+    /// not ready".
+    peer_receive: Option<(PeerReceive, usize)>,
+    /// Whether the QP is a DCI (whose peers receive through a DCT's SRQ).
+    dc: bool,
 }
 
 impl Waiting<'_> {
@@ -447,13 +451,10 @@ impl<T: Transport> QpEx<T> {
             return Err(e);
         }
         let n = scoped.batch.state.posted;
-        // On RC, a last work request that needs a receive at the peer may
-        // wait there for ever (receiver not ready): the timeout says so.
-        let peer_receive = if T::DC {
-            PeerReceive::No
-        } else {
-            scoped.batch.state.last_peer_receive()
-        };
+        // A work request that needs a receive at the peer may wait there
+        // for ever (receiver not ready), and the rest behind it: the
+        // timeout says so.
+        let peer_receive = scoped.batch.state.last_peer_receive();
         let (batch, mut ids) = scoped.into_parts();
         if n > capacity {
             drop(batch);
@@ -497,6 +498,7 @@ impl<T: Transport> QpEx<T> {
             start,
             done: false,
             peer_receive,
+            dc: T::DC,
         };
         let outcome = match posted {
             // Refused before the provider saw it (the QP's state): nothing

@@ -44,13 +44,20 @@ impl<T: Transport> QpEx<T> {
                 (start, start.checked_add(timeout))
             });
             if start.elapsed() >= timeout {
+                let arrived = w.out.len() - w.start;
+                // Completions come in order: a work request that needs a
+                // receive at the peer and has not completed may be the one
+                // the rest wait behind.
+                let stuck = match w.peer_receive {
+                    Some((kind, position)) if position > arrived => kind,
+                    _ => PeerReceive::No,
+                };
                 let e = Error::Timeout {
                     what: format!(
-                        "{} of QP {:#x} ({} arrived)",
+                        "{} of QP {:#x} ({arrived} arrived)",
                         crate::error::count(w.ids.len() as u64, "completion"),
                         w.qp_num,
-                        w.out.len() - w.start
-                    ) + receiver_not_ready(w.peer_receive),
+                    ) + receiver_not_ready(stuck, w.dc),
                     waited_ms: start.elapsed().as_millis() as u64,
                 };
                 return Err(self.stop(cq, w, e));
@@ -128,25 +135,34 @@ impl<T: Transport> QpEx<T> {
     }
 }
 
-/// What a scoped post's timeout adds when its last work request needs a
-/// receive at the peer: with none posted there, the peer answers "receiver
-/// not ready", and at `rnr_retry` 7 (the default) the requester retries
-/// for ever, so the wait ends only with its timeout.
-fn receiver_not_ready(last: PeerReceive) -> &'static str {
-    match last {
-        PeerReceive::No => "",
-        PeerReceive::Send => {
-            "; the last work request is a send, which waits for a receive at the peer: \
-             the peer may have no receive posted (receiver not ready): with rnr_retry 7 \
-             (the default) the send is retried for ever; post a receive at the peer \
-             first, or set ConnectOptions::rnr_retry below 7 to get RNR_RETRY_EXC_ERR"
+/// What a scoped post's timeout adds when a work request of it that
+/// needs a receive at the peer has not completed: with none posted there,
+/// the peer answers "receiver not ready", and at `rnr_retry` 7 (the
+/// default) the requester retries for ever, so the wait (and every work
+/// request behind that one) ends only with its timeout.
+fn receiver_not_ready(stuck: PeerReceive, dc: bool) -> &'static str {
+    match (stuck, dc) {
+        (PeerReceive::No, _) => "",
+        (PeerReceive::Send, false) => {
+            "; a send of the batch has not completed, and a send waits for a receive \
+             at the peer: the peer may have no receive posted (receiver not ready): with \
+             rnr_retry 7 (the default) the send is retried for ever; post a receive at \
+             the peer first, or set ConnectOptions::rnr_retry below 7 to get \
+             RNR_RETRY_EXC_ERR"
         }
-        PeerReceive::WriteImm => {
-            "; the last work request is an RDMA write with immediate, which waits for a \
-             receive at the peer: the peer may have no receive posted (receiver not \
+        (PeerReceive::WriteImm, false) => {
+            "; an RDMA write with immediate of the batch has not completed, and it waits \
+             for a receive at the peer: the peer may have no receive posted (receiver not \
              ready): with rnr_retry 7 (the default) it is retried for ever; post a \
              receive at the peer first, or set ConnectOptions::rnr_retry below 7 to get \
              RNR_RETRY_EXC_ERR"
+        }
+        (_, true) => {
+            "; a send (or RDMA write with immediate) of the batch has not completed, and \
+             it waits for a receive at the DCT: the DCT's shared receive queue may be \
+             empty (receiver not ready): with rnr_retry 7 (the default) it is retried for \
+             ever; post receives to the DCT's SharedReceiveQueue first, or set \
+             ConnectOptions::rnr_retry below 7 to get RNR_RETRY_EXC_ERR"
         }
     }
 }
