@@ -1,4 +1,5 @@
-//! `serde` support (feature `serde`): [`Endpoint`] and [`Gid`].
+//! `serde` support (feature `serde`): [`Endpoint`], [`Gid`],
+//! [`DctEndpoint`] and [`RemoteBuf`].
 //!
 //! - A [`Gid`] is its IPv6 text (`"::ffff:10.99.0.1"`, `"fe80::1"`) in
 //!   human-readable formats (JSON, TOML, YAML) and 16 bytes, in wire order,
@@ -6,10 +7,15 @@
 //! - An [`Endpoint`] is a struct of `qpn`, `psn`, `lid` and `gid`. Reading
 //!   one checks what [`Endpoint::from_bytes`] checks: the QP number and PSN
 //!   fit in 24 bits; a missing or unknown field is refused.
+//! - A [`DctEndpoint`] is a struct of `dctn`, `dc_key`, `lid` and `gid`,
+//!   and a [`RemoteBuf`] one of `addr`, `len` and `rkey`; reading one
+//!   checks what its `from_bytes` checks (a DCT number of 24 bits; a
+//!   buffer that does not run past the end of the address space), and
+//!   refuses a missing, unknown or repeated field.
 //!
 //! The example is on [`Endpoint`].
 
-use crate::{Endpoint, Gid};
+use crate::{DctEndpoint, Endpoint, Gid, RemoteBuf};
 use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::ser::{SerializeStruct, Serializer};
 use serde::{Deserialize, Serialize};
@@ -190,3 +196,88 @@ impl<'de> Deserialize<'de> for Endpoint {
         d.deserialize_struct("Endpoint", FIELDS, EndpointVisitor)
     }
 }
+
+/// `Serialize` and `Deserialize` for a struct of plain fields, written as a
+/// struct of its fields in order (a map in human-readable formats, a
+/// sequence in bincode's and postcard's), and read back through `check`,
+/// which refuses what the type's byte form refuses.
+macro_rules! struct_form {
+    ($ty:ident { $($f:ident: $t:ty),* $(,)? }, $check:expr) => {
+        impl Serialize for $ty {
+            fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                const FIELDS: &[&str] = &[$(stringify!($f)),*];
+                let mut st = s.serialize_struct(stringify!($ty), FIELDS.len())?;
+                $( st.serialize_field(stringify!($f), &self.$f)?; )*
+                st.end()
+            }
+        }
+
+        impl<'de> Deserialize<'de> for $ty {
+            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                const FIELDS: &[&str] = &[$(stringify!($f)),*];
+                struct FormVisitor;
+
+                impl<'de> Visitor<'de> for FormVisitor {
+                    type Value = $ty;
+
+                    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                        write!(f, "a {} ({})", stringify!($ty), FIELDS.join(", "))
+                    }
+
+                    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<$ty, A::Error> {
+                        let mut read = 0;
+                        $(
+                            let $f: $t = seq
+                                .next_element()?
+                                .ok_or_else(|| de::Error::invalid_length(read, &self))?;
+                            read += 1;
+                        )*
+                        let _ = read;
+                        ($check)($ty { $($f),* }).map_err(de::Error::custom)
+                    }
+
+                    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<$ty, A::Error> {
+                        $( let mut $f: Option<$t> = None; )*
+                        while let Some(key) = map.next_key::<String>()? {
+                            match key.as_str() {
+                                $(
+                                    stringify!($f) => {
+                                        if $f.replace(map.next_value()?).is_some() {
+                                            return Err(de::Error::duplicate_field(stringify!($f)));
+                                        }
+                                    }
+                                )*
+                                other => return Err(de::Error::unknown_field(other, FIELDS)),
+                            }
+                        }
+                        let value = $ty {
+                            $( $f: $f.ok_or_else(|| de::Error::missing_field(stringify!($f)))?, )*
+                        };
+                        ($check)(value).map_err(de::Error::custom)
+                    }
+                }
+
+                d.deserialize_struct(stringify!($ty), FIELDS, FormVisitor)
+            }
+        }
+    };
+}
+
+struct_form!(
+    DctEndpoint {
+        dctn: u32,
+        dc_key: u64,
+        lid: u16,
+        gid: Gid
+    },
+    |e: DctEndpoint| DctEndpoint::from_bytes(&e.to_bytes())
+);
+
+struct_form!(
+    RemoteBuf {
+        addr: u64,
+        len: u64,
+        rkey: u32
+    },
+    |r: RemoteBuf| RemoteBuf::from_bytes(&r.to_bytes())
+);

@@ -3,7 +3,7 @@
 //! it), and what reading refuses. Host only: no device.
 #![cfg(feature = "serde")]
 
-use mlx5dv::{Endpoint, Gid};
+use mlx5dv::{DctEndpoint, Endpoint, Gid, RemoteBuf};
 use serde_test::{assert_tokens, Configure, Token};
 
 fn roce_gid() -> Gid {
@@ -126,4 +126,83 @@ fn the_serde_form_and_the_byte_form_agree() {
     let via_bytes = Endpoint::from_bytes(&e.to_bytes()).unwrap();
     let via_json: Endpoint = serde_json::from_str(&serde_json::to_string(&e).unwrap()).unwrap();
     assert_eq!(via_bytes, via_json);
+}
+
+#[test]
+fn a_dct_endpoint_and_a_remote_buffer_round_trip_and_agree_with_their_byte_forms() {
+    let dct = DctEndpoint {
+        dctn: 0x12,
+        dc_key: 0x1ee7_c0de,
+        lid: 3,
+        gid: roce_gid(),
+    };
+    let json = serde_json::to_string(&dct).unwrap();
+    assert_eq!(
+        json,
+        r#"{"dctn":18,"dc_key":518504670,"lid":3,"gid":"::ffff:10.99.0.1"}"#
+    );
+    assert_eq!(serde_json::from_str::<DctEndpoint>(&json).unwrap(), dct);
+    let shuffled = r#"{"gid":"::ffff:10.99.0.1","lid":3,"dc_key":518504670,"dctn":18}"#;
+    assert_eq!(serde_json::from_str::<DctEndpoint>(shuffled).unwrap(), dct);
+    let seq = r#"[18,518504670,3,"::ffff:10.99.0.1"]"#;
+    assert_eq!(serde_json::from_str::<DctEndpoint>(seq).unwrap(), dct);
+
+    let buf = RemoteBuf {
+        addr: 0x7f00_0000_1000,
+        len: 4096,
+        rkey: 0x1234,
+    };
+    let json = serde_json::to_string(&buf).unwrap();
+    assert_eq!(json, r#"{"addr":139637976731648,"len":4096,"rkey":4660}"#);
+    assert_eq!(serde_json::from_str::<RemoteBuf>(&json).unwrap(), buf);
+    assert_eq!(RemoteBuf::from_bytes(&buf.to_bytes()).unwrap(), buf);
+    let raw: &'static [u8] = Box::leak(Box::new(roce_gid().0));
+    assert_tokens(
+        &dct.compact(),
+        &[
+            Token::Struct {
+                name: "DctEndpoint",
+                len: 4,
+            },
+            Token::Str("dctn"),
+            Token::U32(0x12),
+            Token::Str("dc_key"),
+            Token::U64(0x1ee7_c0de),
+            Token::Str("lid"),
+            Token::U16(3),
+            Token::Str("gid"),
+            Token::Bytes(raw),
+            Token::StructEnd,
+        ],
+    );
+}
+
+#[test]
+fn what_the_byte_forms_refuse_serde_refuses_too() {
+    let e =
+        serde_json::from_str::<DctEndpoint>(r#"{"dctn":16777216,"dc_key":1,"lid":0,"gid":"::"}"#)
+            .unwrap_err()
+            .to_string();
+    assert!(e.contains("DCT number") && e.contains("24 bits"), "{e}");
+    let e = serde_json::from_str::<DctEndpoint>(r#"{"dctn":1,"dc_key":1,"lid":0}"#)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("missing field `gid`"), "{e}");
+    let e =
+        serde_json::from_str::<DctEndpoint>(r#"{"dctn":1,"dctn":1,"dc_key":1,"lid":0,"gid":"::"}"#)
+            .unwrap_err()
+            .to_string();
+    assert!(e.contains("duplicate field `dctn`"), "{e}");
+    let e = serde_json::from_str::<RemoteBuf>(r#"{"addr":18446744073709551615,"len":2,"rkey":1}"#)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("address space"), "{e}");
+    let e = serde_json::from_str::<RemoteBuf>(r#"{"addr":1,"len":2,"rkey":1,"lkey":3}"#)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("unknown field `lkey`"), "{e}");
+    let e = serde_json::from_str::<RemoteBuf>(r#"[1,2]"#)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("invalid length 2"), "{e}");
 }

@@ -55,6 +55,8 @@ impl RemoteBuf {
     /// The byte form, to send to the peer with the QP's
     /// [`Endpoint`](crate::Endpoint) (over TCP, in a file): the address,
     /// the length, big-endian (8 bytes each), then the rkey (4 bytes).
+    /// (With the `serde` feature, a struct of `addr`, `len` and `rkey`
+    /// too, read with the same check.)
     ///
     /// ```
     /// use mlx5dv::RemoteBuf;

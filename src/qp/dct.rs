@@ -237,6 +237,11 @@ impl fmt::Debug for Dct {
 /// and takes each one's sequence from the first packet of its DC
 /// connection, so no PSN is exchanged.
 ///
+/// Two wire forms, as an `Endpoint` has: the versioned byte form of
+/// [`to_bytes`](Self::to_bytes), and, with the `serde` feature, a struct
+/// of `dctn`, `dc_key`, `lid` and `gid`; both refuse a DCT number past 24
+/// bits when reading.
+///
 /// ```
 /// use mlx5dv::{DctEndpoint, Gid};
 ///
