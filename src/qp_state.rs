@@ -47,6 +47,20 @@ impl QpState {
             other => QpState::Other(other),
         }
     }
+
+    /// The raw value (`enum ibv_qp_state`).
+    pub(crate) fn to_raw(self) -> u32 {
+        match self {
+            QpState::Reset => ffi::IBV_QPS_RESET,
+            QpState::Init => ffi::IBV_QPS_INIT,
+            QpState::Rtr => ffi::IBV_QPS_RTR,
+            QpState::Rts => ffi::IBV_QPS_RTS,
+            QpState::Sqd => ffi::IBV_QPS_SQD,
+            QpState::Sqe => ffi::IBV_QPS_SQE,
+            QpState::Err => ffi::IBV_QPS_ERR,
+            QpState::Other(raw) => raw,
+        }
+    }
 }
 
 impl fmt::Display for QpState {

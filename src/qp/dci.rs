@@ -32,7 +32,7 @@ pub struct DcAddr<'a> {
 }
 
 /// The largest DCT number: 24 bits.
-pub(crate) const MAX_DCTN: u32 = 0x00FF_FFFF;
+pub(crate) const MAX_DCTN: u32 = super::MAX_24_BITS;
 
 impl<'a> DcAddr<'a> {
     /// The DCT numbered `remote_dctn` (24 bits), with access key
@@ -129,13 +129,7 @@ impl RemoteDct {
         endpoint: &DctEndpoint,
         opts: &ConnectOptions,
     ) -> Result<Self> {
-        if endpoint.dctn > MAX_DCTN {
-            return Err(Error::OutOfRange {
-                what: "DCT number",
-                value: u64::from(endpoint.dctn),
-                limit: "at most 0xffffff (24 bits)".into(),
-            });
-        }
+        super::check_24_bits("DCT number", endpoint.dctn)?;
         crate::roce::require_gid(pd.context(), opts)?;
         let ah = AddressHandle::new(pd, &AhAttr::towards(endpoint.lid, endpoint.gid, opts))?;
         Ok(RemoteDct {

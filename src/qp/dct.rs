@@ -310,13 +310,7 @@ impl DctEndpoint {
             Self::VERSION,
         )?;
         let dctn = u32::from_be_bytes([b[4], b[5], b[6], b[7]]);
-        if dctn > super::dci::MAX_DCTN {
-            return Err(Error::OutOfRange {
-                what: "DctEndpoint DCT number",
-                value: u64::from(dctn),
-                limit: "at most 0xffffff (24 bits)".into(),
-            });
-        }
+        super::check_24_bits("DctEndpoint DCT number", dctn)?;
         let mut key = [0u8; 8];
         key.copy_from_slice(&b[8..16]);
         let mut gid = [0u8; 16];

@@ -28,8 +28,8 @@ use std::ptr::NonNull;
 use std::sync::Arc;
 
 pub(crate) use ops::WrOps;
-pub(crate) use rc::check_psn;
-pub(crate) use ready::{confirm, recorded_state, refusal_explained, Post};
+pub(crate) use rc::{check_24_bits, check_psn, past_24_bits, MAX_24_BITS};
+pub(crate) use ready::{refusal_explained, refuse, Post};
 
 mod sealed {
     pub trait Sealed {}

@@ -223,12 +223,28 @@ pub(crate) const NO_PSN: u32 = u32::MAX;
 
 /// A packet sequence number has 24 bits.
 pub(crate) fn check_psn(psn: u32) -> Result<()> {
-    if psn > 0x00FF_FFFF {
-        return Err(Error::OutOfRange {
-            what: "PSN",
-            value: u64::from(psn),
-            limit: "at most 0xffffff (24 bits)".into(),
-        });
+    check_24_bits("PSN", psn)
+}
+
+/// QP numbers, DCT numbers and PSNs have 24 bits: `value` of `what` past
+/// them is refused.
+pub(crate) fn check_24_bits(what: &'static str, value: u32) -> Result<()> {
+    if value > MAX_24_BITS {
+        return Err(past_24_bits(what, value));
     }
     Ok(())
+}
+
+/// The largest 24-bit value: a QP number, a DCT number, a PSN.
+pub(crate) const MAX_24_BITS: u32 = 0x00FF_FFFF;
+
+/// The error of a `value` of `what` past 24 bits.
+#[cold]
+#[inline(never)]
+pub(crate) fn past_24_bits(what: &'static str, value: u32) -> Error {
+    Error::OutOfRange {
+        what,
+        value: u64::from(value),
+        limit: "at most 0xffffff (24 bits)".into(),
+    }
 }

@@ -27,7 +27,7 @@
 //! its work requests' results, refuses it instead of returning nothing but
 //! flushes.
 
-use super::{query_state, QpEx, QpState, Transport};
+use super::{query_state, QpEx, Transport};
 use crate::error::{Error, Result};
 use crate::ffi;
 
@@ -43,29 +43,52 @@ pub(crate) enum Post {
     SafeSend,
 }
 
+impl Post {
+    /// Whether a QP in `state` (`enum ibv_qp_state`) refuses this post:
+    /// the table above, in one place for libibverbs' record and for the
+    /// kernel's answer. A compare or two, `self` being a constant where it
+    /// is inlined.
+    #[inline(always)]
+    fn refused_in(self, state: u32) -> bool {
+        match self {
+            Post::Receive => state == ffi::IBV_QPS_RESET,
+            Post::Send => state < ffi::IBV_QPS_RTS,
+            Post::SafeSend => state < ffi::IBV_QPS_RTS || state == ffi::IBV_QPS_ERR,
+        }
+    }
+}
+
+/// Refuses `post` on `qp` ([`Error::QpNotReady`], naming `what`) when
+/// libibverbs' record of its state refuses it and the kernel confirms it:
+/// one compare when the record lets it through.
+///
+/// # Safety
+///
+/// `qp` is a live QP.
+#[inline(always)]
+pub(crate) unsafe fn refuse(qp: *mut ffi::ibv_qp, what: &'static str, post: Post) -> Result<()> {
+    // SAFETY: the caller's promise.
+    if post.refused_in(unsafe { recorded_state(qp) }) {
+        // SAFETY: as above.
+        return unsafe { confirm(qp, what, post) };
+    }
+    Ok(())
+}
+
 impl<T: Transport> QpEx<T> {
     /// Refuses the sends of a safe post ([`Error::QpNotReady`]) unless the
     /// QP is in RTS (or SQD or SQE, which this crate never moves it to).
     #[inline]
     pub(crate) fn ready_to_send(&self, what: &'static str) -> Result<()> {
         // SAFETY: the QP is live.
-        let recorded = unsafe { recorded_state(self.as_ptr()) };
-        if recorded < ffi::IBV_QPS_RTS || recorded == ffi::IBV_QPS_ERR {
-            // SAFETY: the QP is live.
-            return unsafe { confirm(self.as_ptr(), what, Post::SafeSend) };
-        }
-        Ok(())
+        unsafe { refuse(self.as_ptr(), what, Post::SafeSend) }
     }
 
     /// Refuses a receive ([`Error::QpNotReady`]) on a QP in RESET.
     #[inline]
     pub(crate) fn ready_to_receive(&self, what: &'static str) -> Result<()> {
         // SAFETY: the QP is live.
-        if unsafe { recorded_state(self.as_ptr()) } == ffi::IBV_QPS_RESET {
-            // SAFETY: the QP is live.
-            return unsafe { confirm(self.as_ptr(), what, Post::Receive) };
-        }
-        Ok(())
+        unsafe { refuse(self.as_ptr(), what, Post::Receive) }
     }
 
     /// After a failed work request (a completion with an error status):
@@ -104,18 +127,12 @@ pub(crate) unsafe fn recorded_state(qp: *mut ffi::ibv_qp) -> u32 {
 /// `qp` is a live QP.
 #[cold]
 #[inline(never)]
-pub(crate) unsafe fn confirm(qp: *mut ffi::ibv_qp, what: &'static str, post: Post) -> Result<()> {
+unsafe fn confirm(qp: *mut ffi::ibv_qp, what: &'static str, post: Post) -> Result<()> {
     // SAFETY: the caller's promise.
     let Ok(state) = (unsafe { query_state(qp) }) else {
         return Ok(());
     };
-    let refused = match state {
-        QpState::Reset => true,
-        QpState::Init | QpState::Rtr => post != Post::Receive,
-        QpState::Err => post == Post::SafeSend,
-        _ => false,
-    };
-    if !refused {
+    if !post.refused_in(state.to_raw()) {
         return Ok(());
     }
     Err(Error::QpNotReady {
@@ -141,7 +158,7 @@ pub(crate) unsafe fn confirm(qp: *mut ffi::ibv_qp, what: &'static str, post: Pos
 pub(crate) unsafe fn refusal_explained(qp: *mut ffi::ibv_qp) -> Option<String> {
     // SAFETY: the caller's promise.
     let state = unsafe { query_state(qp) }.ok()?;
-    if !matches!(state, QpState::Reset | QpState::Init | QpState::Rtr) {
+    if !Post::Send.refused_in(state.to_raw()) {
         return None;
     }
     Some(format!(

@@ -212,15 +212,8 @@ impl Endpoint {
         )?;
         let word = |i: usize| u32::from_be_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
         let (qpn, psn) = (word(4), word(8));
-        for (what, v) in [("Endpoint QP number", qpn), ("Endpoint PSN", psn)] {
-            if v > 0x00FF_FFFF {
-                return Err(Error::OutOfRange {
-                    what,
-                    value: u64::from(v),
-                    limit: "at most 0xffffff (24 bits)".into(),
-                });
-            }
-        }
+        super::check_24_bits("Endpoint QP number", qpn)?;
+        super::check_24_bits("Endpoint PSN", psn)?;
         let mut gid = [0u8; 16];
         gid.copy_from_slice(&b[12..28]);
         Ok(Endpoint {

@@ -517,12 +517,9 @@ impl<'q, 'm, T: Transport> WrBatch<'q, 'm, T> {
         // rather than by the provider, which soft-RoCE does only after
         // publishing the batch. One compare when the QP can send.
         // SAFETY: the QP is live.
-        if unsafe { crate::qp::recorded_state(qp) } < ffi::IBV_QPS_RTS {
-            // SAFETY: as above.
-            if let Err(e) = unsafe { crate::qp::confirm(qp, "ibv_wr_complete", Post::Send) } {
-                drop(self); // aborted: nothing of it was posted
-                return Err(e);
-            }
+        if let Err(e) = unsafe { crate::qp::refuse(qp, "ibv_wr_complete", Post::Send) } {
+            drop(self); // aborted: nothing of it was posted
+            return Err(e);
         }
         // Disarm the abort of Drop before finalising: never both.
         let this = ManuallyDrop::new(self);

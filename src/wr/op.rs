@@ -534,11 +534,7 @@ fn inline_too_long(max: u32) -> String {
 #[inline(never)]
 fn bad_dc_addr(remote_dctn: u32) -> Error {
     if remote_dctn > crate::qp::MAX_DCTN {
-        return Error::OutOfRange {
-            what: "remote DCT number",
-            value: u64::from(remote_dctn),
-            limit: "at most 0xffffff (24 bits)".into(),
-        };
+        return crate::qp::past_24_bits("remote DCT number", remote_dctn);
     }
     Error::InvalidArgument(
         "mlx5dv_wr_set_dc_addr: the DC address's address handle belongs to another \
