@@ -91,10 +91,10 @@
 //!   to ERR is known to be there once a safe post has seen the failure;
 //!   after one seen only through an unsafe batch, the first safe post
 //!   may return its work requests flushed instead.)
-//! - A wait that runs out of time is [`Error::Timeout`]; a scoped post on
-//!   RC whose last work request was a send adds that the peer may have no
-//!   receive posted ([`ConnectOptions::rnr_retry`] 7, the default, retries
-//!   for ever).
+//! - A wait that runs out of time is [`Error::Timeout`]; a scoped post
+//!   with a send (or RDMA write with immediate) not yet completed adds
+//!   that the peer may have no receive posted ([`ConnectOptions::rnr_retry`]
+//!   7, the default, retries for ever).
 //! - Input that breaks a man page's rule is refused before any C call, as
 //!   [`Error::OutOfRange`] (naming the limit) or
 //!   [`Error::InvalidArgument`].

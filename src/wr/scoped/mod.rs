@@ -334,10 +334,11 @@ impl<T: Transport> QpEx<T> {
     ///   connected again. The completions of the batch it did see (with
     ///   the caller's ids) are kept in the CQ's backlog: the next
     ///   [`poll_each`](CompletionQueue::poll_each) hands them out.
-    ///   On an RC QP whose last work request waits for a receive at the
-    ///   peer (a send, or an RDMA write with immediate), the timeout's text
-    ///   also says that the peer may have none posted (receiver not
-    ///   ready), which at [`ConnectOptions::rnr_retry`](crate::ConnectOptions::rnr_retry)
+    ///   When a work request of the batch that waits for a receive at the
+    ///   peer (a send, or an RDMA write with immediate; on a DCI, at the
+    ///   DCT's SRQ) has not completed, the timeout's text also says that
+    ///   the peer may have none posted (receiver not ready), which at
+    ///   [`ConnectOptions::rnr_retry`](crate::ConnectOptions::rnr_retry)
     ///   7, the default, is retried for ever.
     /// - a completion the CQ lost (an overrun by other QPs sharing it) is
     ///   missing from the result; the completion of the last work request
