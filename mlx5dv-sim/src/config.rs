@@ -56,6 +56,17 @@ pub struct Config {
     pub fail_cmd: Vec<FailCmd>,
     /// `MLX5DV_SIM_FAIL_CQ_OVERRUN` = `N`: the N-th CQE written overruns its CQ.
     pub fail_cq_overrun: Option<u64>,
+    /// `MLX5DV_SIM_FABRIC`: the name of the fabric this process's device
+    /// joins (the runner sets one per run); unset: a fabric of its own.
+    pub fabric: Option<String>,
+    /// `MLX5DV_SIM_ROCE` (default 0): port 1 is an Ethernet (RoCE) port.
+    pub roce: bool,
+    /// `MLX5DV_SIM_MIN_ACK_TIMEOUT_MS` (default 50): the least a requester
+    /// waits for a remote answer before it retries.
+    pub min_ack_timeout_ms: u64,
+    /// `SYSFS_PATH`: the sysfs tree libibverbs reads (its per-host files
+    /// are answered by the device).
+    pub sysfs: Option<String>,
 }
 
 fn var(name: &str) -> Option<String> {
@@ -132,6 +143,10 @@ impl Config {
             fail_wqe,
             fail_cmd,
             fail_cq_overrun: var("MLX5DV_SIM_FAIL_CQ_OVERRUN").and_then(|v| parse_int(&v)),
+            fabric: var("MLX5DV_SIM_FABRIC"),
+            roce: flag("MLX5DV_SIM_ROCE", false),
+            min_ack_timeout_ms: num("MLX5DV_SIM_MIN_ACK_TIMEOUT_MS", 50),
+            sysfs: var("SYSFS_PATH"),
         }
     }
 

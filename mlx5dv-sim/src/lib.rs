@@ -22,6 +22,7 @@ compile_error!("mlx5dv-sim supports 64-bit Linux only");
 pub mod config;
 pub mod cqe;
 pub mod device;
+pub mod fabric;
 pub mod interpose;
 pub mod kernel;
 pub mod mkey;

@@ -79,7 +79,7 @@ fn ibv_devices_lists_mlx5_0() {
     assert!(o.status.success(), "{}", text(&o));
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(
-        out.contains("mlx5_0") && out.contains("0c42a10300b15e00"),
+        out.contains("mlx5_0") && out.contains("0c42a10300b10001"),
         "{}",
         text(&o)
     );
@@ -98,7 +98,8 @@ fn ibv_devinfo_shows_a_connectx6_with_an_active_port() {
         "link_layer:\t\tInfiniBand",
         "fw_ver:\t\t\t\t20.39.1002",
         "max_sge:\t\t\t30",
-        "GID[  0]:\t\tfe80:0000:0000:0000:0c42:a103:00b1:5e00",
+        "port_lid:\t\t1",
+        "GID[  0]:\t\tfe80:0000:0000:0000:0c42:a103:00b1:0001",
     ] {
         assert!(out.contains(want), "missing {want:?}:\n{}", text(&o));
     }

@@ -4,7 +4,10 @@
 use super::cq::syndrome as syn;
 use super::mem::{self, Access, Fault};
 use super::recv;
+use super::remote;
+use super::serve::{self, Source};
 use crate::config::debug;
+use crate::fabric::{self, wire::Op};
 use crate::kernel::state::{Device, MkeyKind, QpKind, QpState};
 use crate::wqe::{Body, Data, Sge, Umr, Wqe};
 
@@ -20,6 +23,8 @@ pub enum Outcome {
     /// its `min_rnr_timer` code says how long the requester waits before
     /// it retries.
     Stall(u8),
+    /// Sent to another host: the answer is awaited (see `remote`).
+    Pending,
 }
 
 /// The requester QP's view needed to execute.
@@ -43,8 +48,8 @@ fn local(f: Fault) -> Outcome {
     Outcome::Error(syn::LOCAL_PROT, f.0)
 }
 
-/// The bytes of the local data (gather list or inline).
-fn gather(dev: &Device, rq: &Requester, data: &Data) -> Result<Vec<u8>, Outcome> {
+/// The bytes of the local data (gather list or inline), checked.
+pub fn gather(dev: &Device, rq: &Requester, data: &Data) -> Result<Vec<u8>, Outcome> {
     match data {
         Data::Inline(b) => Ok(b.clone()),
         Data::Sges(sges) => {
@@ -67,7 +72,7 @@ fn gather(dev: &Device, rq: &Requester, data: &Data) -> Result<Vec<u8>, Outcome>
 }
 
 /// Host ranges of a scatter list, checked for local write.
-fn scatter_ranges(dev: &Device, pdn: u32, sges: &[Sge]) -> Result<Vec<(u64, u64)>, Fault> {
+fn scatter_fault(dev: &Device, pdn: u32, sges: &[Sge]) -> Result<Vec<(u64, u64)>, Fault> {
     let mut out = Vec::new();
     for s in sges {
         out.extend(mem::resolve(
@@ -80,6 +85,12 @@ fn scatter_ranges(dev: &Device, pdn: u32, sges: &[Sge]) -> Result<Vec<(u64, u64)
         )?);
     }
     Ok(out)
+}
+
+/// Host ranges of a scatter list, checked for local write (a local
+/// protection error otherwise).
+pub fn scatter_ranges(dev: &Device, pdn: u32, sges: &[Sge]) -> Result<Vec<(u64, u64)>, Outcome> {
+    scatter_fault(dev, pdn, sges).map_err(local)
 }
 
 /// The responder of a remote operation: handle of the peer QP or DCT.
@@ -129,39 +140,12 @@ fn responder(dev: &Device, rq: &Requester, wqe: &Wqe) -> Result<u32, Outcome> {
     }
 }
 
-/// Checks the responder QP's access flags and the rkey, returning host ranges.
-fn remote_ranges(
-    dev: &Device,
-    peer: u32,
-    rkey: u32,
-    raddr: u64,
-    len: u64,
-    acc: Access,
-) -> Result<Vec<(u64, u64)>, Outcome> {
-    let p = &dev.qps[&peer];
-    let need = match acc {
-        Access::RemoteRead => crate::kernel::state::ACCESS_REMOTE_READ,
-        Access::RemoteWrite => crate::kernel::state::ACCESS_REMOTE_WRITE,
-        Access::RemoteAtomic => crate::kernel::state::ACCESS_REMOTE_ATOMIC,
-        _ => 0,
-    };
-    if p.access & need != need {
-        // The responder QP does not take this operation at all: a NAK
-        // "invalid request" (IB spec 9.7.4.1.3), unlike a bad R_Key.
-        return Err(Outcome::Error(
-            syn::REMOTE_INVAL_REQ,
-            format!(
-                "QP {:#x} access flags {:#x} do not allow {acc:?}",
-                p.qpn, p.access
-            ),
-        ));
+/// Executes `wqe` (at index `ci`) posted on the requester `rq`: on this
+/// host, or sent to the host its destination names.
+pub fn execute(dev: &mut Device, rq: &Requester, ci: u16, wqe: &Wqe) -> Outcome {
+    if let Some(to) = remote::destination(dev, rq, wqe) {
+        return remote::start(dev, rq, ci, wqe, to);
     }
-    mem::resolve(dev, rkey, raddr, len, p.pdn, acc)
-        .map_err(|f| Outcome::Error(syn::REMOTE_ACCESS, f.0))
-}
-
-/// Executes `wqe` posted on the requester `rq`.
-pub fn execute(dev: &mut Device, rq: &Requester, wqe: &Wqe) -> Outcome {
     match run(dev, rq, wqe) {
         Ok(n) => Outcome::Done(n),
         Err(o) => o,
@@ -169,99 +153,39 @@ pub fn execute(dev: &mut Device, rq: &Requester, wqe: &Wqe) -> Outcome {
 }
 
 fn run(dev: &mut Device, rq: &Requester, wqe: &Wqe) -> Result<u32, Outcome> {
-    let imm = wqe.ctrl.imm.to_be_bytes();
     match &wqe.body {
         Body::Nop => Ok(0),
-        Body::RdmaWrite(r) | Body::RdmaWriteImm(r) => {
-            let with_imm = matches!(wqe.body, Body::RdmaWriteImm(_));
-            let data = gather(dev, rq, &r.data)?;
-            let peer = responder(dev, rq, wqe)?;
-            let dst = remote_ranges(
-                dev,
-                peer,
-                r.rkey,
-                r.raddr,
-                data.len() as u64,
-                Access::RemoteWrite,
-            )?;
-            if with_imm {
-                recv::deliver(
-                    dev,
-                    peer,
-                    rq.qpn,
-                    recv::Msg::WriteImm {
-                        len: data.len() as u32,
-                        imm,
-                    },
-                    wqe.ctrl.solicited,
-                    0,
-                )?;
-            }
-            mem::scatter(&dst, &data);
-            Ok(data.len() as u32)
-        }
-        Body::RdmaRead(r) => {
-            let Data::Sges(sges) = &r.data else {
-                return Err(Outcome::Error(syn::LOCAL_QP_OP, "inline RDMA read".into()));
-            };
-            let dst = scatter_ranges(dev, rq.pdn, sges).map_err(local)?;
-            let len: u64 = sges.iter().map(|s| u64::from(s.len)).sum();
-            let peer = responder(dev, rq, wqe)?;
-            let src = remote_ranges(dev, peer, r.rkey, r.raddr, len, Access::RemoteRead)?;
-            let data = mem::gather(&src);
-            mem::scatter(&dst, &data);
-            Ok(len as u32)
-        }
-        Body::Send(m) | Body::SendImm(m) | Body::SendInv(m) => {
-            let data = gather(dev, rq, &m.data)?;
-            let msg = match wqe.body {
-                Body::SendImm(_) => recv::Msg::SendImm(&data, imm),
-                Body::SendInv(_) => recv::Msg::SendInv(&data, imm),
-                _ => recv::Msg::Send(&data),
-            };
+        Body::RdmaWrite(_)
+        | Body::RdmaWriteImm(_)
+        | Body::RdmaRead(_)
+        | Body::Send(_)
+        | Body::SendImm(_)
+        | Body::SendInv(_)
+        | Body::AtomicCs(_)
+        | Body::AtomicFa(_) => {
+            let (ops, dst, total) = remote::packets(dev, rq, wqe, false)?;
             if rq.kind == QpKind::Ud {
-                return ud_send(dev, rq, wqe, msg, data.len());
+                let Some(Op::Send { imm, data, .. }) = ops.first() else {
+                    return Err(Outcome::Error(
+                        syn::LOCAL_QP_OP,
+                        format!("{} on a UD QP", wqe.body.name()),
+                    ));
+                };
+                return ud_send(dev, rq, wqe, *imm, data);
             }
             let peer = responder(dev, rq, wqe)?;
-            recv::deliver(dev, peer, rq.qpn, msg, wqe.ctrl.solicited, 0)?;
-            Ok(data.len() as u32)
-        }
-        Body::AtomicCs(a) | Body::AtomicFa(a) => {
-            let cs = matches!(wqe.body, Body::AtomicCs(_));
-            let dst = scatter_ranges(dev, rq.pdn, std::slice::from_ref(&a.local)).map_err(local)?;
-            let peer = responder(dev, rq, wqe)?;
-            if a.raddr % 8 != 0 {
-                return Err(Outcome::Error(
-                    syn::REMOTE_INVAL_REQ,
-                    format!("atomic at unaligned {:#x}", a.raddr),
-                ));
+            let src = Source {
+                host: fabric::joined().map_or(0, |h| h.id),
+                qpn: rq.qpn,
+            };
+            let mut got = Vec::new();
+            for op in &ops {
+                got.extend(serve::serve(dev, peer, src, op, wqe.ctrl.solicited)?);
             }
-            let tgt = remote_ranges(dev, peer, a.rkey, a.raddr, 8, Access::RemoteAtomic)?;
-            let [(addr, 8)] = tgt.as_slice() else {
-                return Err(Outcome::Error(
-                    syn::REMOTE_INVAL_REQ,
-                    "atomic target split across mkey entries".into(),
-                ));
-            };
-            // atomic_cap IBV_ATOMIC_HCA: the mlx5 kernel driver reports it
-            // only with the responder in host-endianness mode
-            // (atomic_req_8B_endianness_mode), which mlx5 core sets; the
-            // 8 bytes are a host-order number, and the original value comes
-            // back in host order.
-            let old_bytes = mem::gather(&[(*addr, 8)]);
-            let old = u64::from_ne_bytes(old_bytes[..8].try_into().expect("8 bytes"));
-            let new = if cs {
-                if old == a.compare {
-                    a.swap_add
-                } else {
-                    old
-                }
-            } else {
-                old.wrapping_add(a.swap_add)
-            };
-            mem::scatter(&[(*addr, 8)], &new.to_ne_bytes());
-            mem::scatter(&dst, &old_bytes);
-            Ok(8)
+            if let Some(dst) = dst {
+                mem::scatter(&dst, &got);
+            }
+            Ok(total)
         }
         Body::Mmo(m) => {
             let cfg = crate::config::get();
@@ -325,11 +249,11 @@ fn ud_send(
     dev: &mut Device,
     rq: &Requester,
     wqe: &Wqe,
-    msg: recv::Msg<'_>,
-    len: usize,
+    imm: Option<[u8; 4]>,
+    data: &[u8],
 ) -> Result<u32, Outcome> {
     const MTU: usize = 4096;
-    const GRH: u64 = 40;
+    let len = data.len();
     if len > MTU {
         return Err(Outcome::Error(
             syn::LOCAL_LENGTH,
@@ -346,25 +270,48 @@ fn ud_send(
     } else {
         av.qkey()
     };
+    if let Some(to) = remote::datagram_destination(av) {
+        remote::send_datagram(rq, av.dctn, qkey, wqe.ctrl.solicited, imm, data, to);
+        return Ok(len as u32);
+    }
+    let msg = match imm {
+        Some(i) => recv::Msg::SendImm(data, i),
+        None => recv::Msg::Send(data),
+    };
+    ud_deliver(dev, av.dctn, qkey, rq.qpn, msg, wqe.ctrl.solicited);
+    Ok(len as u32)
+}
+
+/// Delivers a datagram to the UD QP `dst_qpn` of this host if it is ready,
+/// its qkey matches and it has a receive posted; otherwise drops it, as
+/// datagrams are. The data lands after 40 bytes of GRH room.
+pub fn ud_deliver(
+    dev: &mut Device,
+    dst_qpn: u32,
+    qkey: u32,
+    src_qpn: u32,
+    msg: recv::Msg<'_>,
+    solicited: bool,
+) {
+    const GRH: u64 = 40;
     let peer = dev
         .qps
         .iter()
         .find(|(_, q)| {
             q.kind == QpKind::Ud
-                && q.qpn == av.dctn
+                && q.qpn == dst_qpn
                 && matches!(q.state, QpState::Rtr | QpState::Rts | QpState::Sqd)
         })
         .map(|(h, q)| (*h, q.attrs.qkey));
     match peer {
         Some((h, peer_qkey)) if peer_qkey == qkey => {
-            match recv::deliver(dev, h, rq.qpn, msg, wqe.ctrl.solicited, GRH) {
+            match recv::deliver(dev, h, src_qpn, msg, solicited, GRH) {
                 Ok(()) => {}
-                Err(o) => debug!("UD datagram to {:#x} dropped: {o:?}", av.dctn),
+                Err(o) => debug!("UD datagram to {dst_qpn:#x} dropped: {o:?}"),
             }
         }
-        _ => debug!("UD datagram to {:#x} (qkey {qkey:#x}) dropped", av.dctn),
+        _ => debug!("UD datagram to {dst_qpn:#x} (qkey {qkey:#x}) dropped"),
     }
-    Ok(len as u32)
 }
 
 fn mkey_access(a: u8) -> u32 {

@@ -10,7 +10,9 @@ pub mod cq;
 pub mod exec;
 pub mod mem;
 pub mod recv;
+pub mod remote;
 mod retry;
+pub mod serve;
 pub mod trace;
 
 use crate::config::{self, debug};
@@ -59,9 +61,28 @@ fn run_thread() {
             continue;
         }
         idle = idle.saturating_add(1);
-        // Back off from the configured period up to 50x while idle.
+        // Back off from the configured period up to 50x while idle; a
+        // packet from another host ends the wait at once.
         let us = base * u64::from(idle.min(50));
-        std::thread::sleep(Duration::from_micros(us));
+        match crate::fabric::joined() {
+            Some(h) => {
+                let mut p = libc::pollfd {
+                    fd: h.fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                };
+                let ts = libc::timespec {
+                    tv_sec: (us / 1_000_000) as libc::time_t,
+                    tv_nsec: ((us % 1_000_000) * 1000) as libc::c_long,
+                };
+                // SAFETY: one valid pollfd and a valid timeout, both read
+                // during the call; no signal mask.
+                if unsafe { libc::ppoll(&mut p, 1, &ts, std::ptr::null()) } > 0 {
+                    idle = 0;
+                }
+            }
+            None => std::thread::sleep(Duration::from_micros(us)),
+        }
     }
 }
 
@@ -73,9 +94,9 @@ pub fn step() -> usize {
 
 /// Runs one step of the device on a locked device (tests of the model).
 pub fn step_locked(dev: &mut Device) -> usize {
+    let mut n = remote::receive(dev, 256);
     let mut handles: Vec<u32> = dev.qps.keys().copied().collect();
     handles.sort_unstable();
-    let mut n = 0;
     for h in handles {
         n += run_sq(dev, h);
         n += flush_rq(dev, h);
@@ -172,6 +193,7 @@ fn run_sq(dev: &mut Device, h: u32) -> usize {
             qkey: q.attrs.qkey,
         };
         let in_error = q.state == QpState::Err;
+        let in_flight = q.wire.inflight.as_ref().is_some_and(|f| f.ci == sq.ci);
         let parsed = wqe::parse(&bytes, &v);
         let (opc, signaled, stream) = match &parsed {
             Ok(w) => (w.ctrl.opcode, w.ctrl.signaled, w.ctrl.dci_stream_channel_id),
@@ -185,7 +207,12 @@ fn run_sq(dev: &mut Device, h: u32) -> usize {
         };
         let stream_errored = q.dci_streams.is_some() && q.errored_streams.contains(&stream);
         let outcome = if in_error || stream_errored {
+            if let Some(q) = dev.qps.get_mut(&h) {
+                q.wire.inflight = None;
+            }
             Outcome::Error(syn::WR_FLUSH, "flushed".into())
+        } else if in_flight {
+            remote::progress(dev, h)
         } else {
             dev.wqes_executed += 1;
             let inject = config::get()
@@ -194,14 +221,21 @@ fn run_sq(dev: &mut Device, h: u32) -> usize {
             match (&parsed, inject) {
                 (_, Some(f)) => Outcome::Error(f.syndrome, format!("injected on WQE {}", f.nth)),
                 (Err(e), None) => Outcome::Error(e.syndrome(), e.to_string()),
-                (Ok(w), None) => exec::execute(dev, &rq, w),
+                (Ok(w), None) => exec::execute(dev, &rq, sq.ci, w),
             }
         };
-        let outcome = retry::wait(dev, h, sq.ci, outcome);
-        if !matches!(outcome, Outcome::Stall(_)) {
+        // A request in flight to another host keeps its own timers.
+        let outcome = if in_flight || matches!(outcome, Outcome::Pending) {
+            outcome
+        } else {
+            retry::wait(dev, h, sq.ci, outcome)
+        };
+        if !matches!(outcome, Outcome::Stall(_) | Outcome::Pending) {
             trace::wqe(rq.qpn, c.wqe_counter, &bytes);
         }
         match outcome {
+            // Counted once, when it started; the answer comes later.
+            Outcome::Pending => return n,
             Outcome::Stall(_) => {
                 // Retried at the next step: not counted, not traced yet.
                 dev.wqes_executed -= 1;

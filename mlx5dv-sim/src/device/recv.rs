@@ -121,7 +121,7 @@ fn consume(dev: &mut Device, peer: u32, slot: &Slot) {
 
 /// Writes `ib_uverbs_async_event_desc{element, event_type}` to an async
 /// event pipe; false if it could not.
-fn async_event(w: i32, element: u64, event_type: u32) -> bool {
+pub fn async_event(w: i32, element: u64, event_type: u32) -> bool {
     let mut desc = [0u8; 16];
     desc[..8].copy_from_slice(&element.to_ne_bytes());
     desc[8..12].copy_from_slice(&event_type.to_ne_bytes());

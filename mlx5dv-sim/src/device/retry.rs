@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 const RNR_RETRY_EXC: u8 = 0x16;
 
 /// The RNR NAK timer of code `c` (IB spec, table of `min_rnr_timer`), in µs.
-fn rnr_timer_us(c: u8) -> u64 {
+pub fn rnr_timer_us(c: u8) -> u64 {
     const US: [u64; 32] = [
         655_360, 10, 20, 30, 40, 60, 80, 120, 160, 240, 320, 480, 640, 960, 1_280, 1_920, 2_560,
         3_840, 5_120, 7_680, 10_240, 15_360, 20_480, 30_720, 40_960, 61_440, 81_920, 122_880,

@@ -52,6 +52,39 @@ unsafe fn is_uverbs(path: *const c_char) -> bool {
     p.to_bytes() == kernel::UVERBS_PATH.as_bytes()
 }
 
+/// A per-host file of the sysfs tree (node GUID, LID, GIDs: they differ
+/// between the hosts of the fabric, while the tree is shared): opened as a
+/// memory file holding this host's value. `None`: not such a file.
+///
+/// # Safety
+/// `path` is null or a NUL-terminated string.
+unsafe fn per_host_file(path: *const c_char, flags: c_int) -> Option<c_int> {
+    if path.is_null() || !enabled() || flags & libc::O_ACCMODE != libc::O_RDONLY {
+        return None;
+    }
+    let root = config::get().sysfs.as_deref()?;
+    // SAFETY: non-null and NUL-terminated (caller contract).
+    let p = unsafe { CStr::from_ptr(path) }.to_bytes();
+    let rel = p
+        .strip_prefix(root.trim_end_matches('/').as_bytes())?
+        .strip_prefix(b"/class/infiniband/mlx5_0/")?;
+    let text = crate::fabric::sysfs_file(std::str::from_utf8(rel).ok()?)?;
+    // SAFETY: a NUL-terminated name; flags valid for memfd_create.
+    let fd = unsafe { libc::memfd_create(c"mlx5dv-sim-sysfs".as_ptr(), libc::MFD_CLOEXEC) };
+    if fd < 0 {
+        return None;
+    }
+    // SAFETY: `fd` is the memory file just made; `text` is readable.
+    let n = unsafe { (real::write())(fd, text.as_ptr().cast(), text.len()) };
+    // SAFETY: plain lseek on our own descriptor.
+    if n != text.len() as isize || unsafe { libc::lseek(fd, 0, libc::SEEK_SET) } != 0 {
+        // SAFETY: closing the descriptor made above.
+        unsafe { (real::close())(fd) };
+        return None;
+    }
+    Some(fd)
+}
+
 fn fill_chr_stat(buf: *mut libc::stat) {
     // SAFETY: `buf` is the caller's stat buffer, writable (stat contract);
     // a zeroed struct stat is valid.
@@ -75,6 +108,10 @@ pub unsafe extern "C" fn mlx5dv_sim_open(path: *const c_char, flags: c_int, mode
         anchor();
         return kernel::open_cmd_fd(flags);
     }
+    // SAFETY: `path` is the caller's C string.
+    if let Some(fd) = unsafe { per_host_file(path, flags) } {
+        return fd;
+    }
     // SAFETY: forwarding the caller's arguments to libc.
     unsafe { (real::open())(path, flags, mode) }
 }
@@ -93,6 +130,14 @@ pub unsafe extern "C" fn mlx5dv_sim_openat(
     // SAFETY: `path` is the caller's C string.
     if unsafe { is_uverbs(path) } {
         return kernel::open_cmd_fd(flags);
+    }
+    // SAFETY: `path` is the caller's C string; a relative path is left
+    // alone unless it is relative to the working directory.
+    if dirfd == libc::AT_FDCWD || unsafe { path.as_ref() }.is_some_and(|c| *c == b'/' as c_char) {
+        // SAFETY: as above.
+        if let Some(fd) = unsafe { per_host_file(path, flags) } {
+            return fd;
+        }
     }
     // SAFETY: forwarding the caller's arguments to libc.
     unsafe { (real::openat())(dirfd, path, flags, mode) }

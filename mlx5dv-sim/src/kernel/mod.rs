@@ -113,6 +113,7 @@ pub fn close_cmd_fd(fd: i32) {
     dev.qps.retain(|_, o| o.ctx != fd);
     dev.srqs.retain(|_, o| o.ctx != fd);
     dev.uars.retain(|_, o| o.ctx != fd);
+    dev.ahs.retain(|_, o| *o != fd);
     let mkeys: Vec<u32> = dev.mkeys.keys().copied().collect();
     dev.devx.retain(|_, o| match o {
         state::DevxObj::Mkey(k) => mkeys.contains(&(*k >> 8)),

@@ -367,6 +367,7 @@ fn create_qp(cmd: &mut Cmd, ex: bool) -> Res<()> {
             events: 0,
             signature: flags & 1 != 0,
             waiting: None,
+            wire: Default::default(),
         },
     );
     debug!("CREATE_QP {kind:?} qpn {qpn:#x} uidx {uidx} sq {sq:?} rq {rq:?}");
@@ -394,7 +395,18 @@ fn destroy_qp(cmd: &mut Cmd) -> Res<()> {
         _ => return Err(refuse(libc::EINVAL, format_args!("DESTROY_QP: handle {h}"))),
     }
     let qp = dev.qps.remove(&h).expect("checked above");
-    cmd.out.u32(0, qp.events);
+    // As the kernel: the events the program has not read are dropped and
+    // not reported (libibverbs waits for as many acknowledgements as
+    // reported).
+    let handle = qp.user_handle.to_ne_bytes();
+    let unread = match dev.contexts.get(&qp.ctx).and_then(|c| c.async_fd) {
+        Some((r, w)) if qp.events > 0 => super::events::take_unread(r, w, 16, |e| {
+            let ty = u32::from_ne_bytes(e[8..12].try_into().expect("4 bytes"));
+            e[..8] == handle && matches!(ty, 1..=7 | 16)
+        }),
+        _ => 0,
+    };
+    cmd.out.u32(0, qp.events - unread.min(qp.events));
     Ok(())
 }
 

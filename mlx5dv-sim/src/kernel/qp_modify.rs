@@ -137,6 +137,14 @@ pub fn modify_qp(cmd: &mut Cmd, ex: bool) -> Res<()> {
                 format_args!("MODIFY_QP: AV port {port}"),
             ));
         }
+        if global == 0 && crate::config::get().roce {
+            // A RoCE port routes by GID only (IB_UVERBS_QPF_GRH_REQUIRED):
+            // the kernel refuses an AV without a GRH.
+            return Err(refuse(
+                libc::EINVAL,
+                format_args!("MODIFY_QP: AV without a GRH on a RoCE port"),
+            ));
+        }
         a.dest.copy_from_slice(&c.0[0..32]);
     }
     let max_atomic = super::write_cmds::MAX_QP_RD_ATOM;
@@ -166,9 +174,11 @@ pub fn modify_qp(cmd: &mut Cmd, ex: bool) -> Res<()> {
     }
     if mask & ATTR_RQ_PSN != 0 {
         a.rq_psn = c.u32(76);
+        qp.wire.epsn = a.rq_psn & 0xff_ffff;
     }
     if mask & ATTR_SQ_PSN != 0 {
         a.sq_psn = c.u32(80);
+        qp.wire.next_psn = a.sq_psn & 0xff_ffff;
     }
     if mask & ATTR_MAX_RD_ATOMIC != 0 {
         a.max_rd_atomic = c.u8(101);
@@ -191,6 +201,7 @@ pub fn modify_qp(cmd: &mut Cmd, ex: bool) -> Res<()> {
         }
         qp.errored_streams.clear();
         qp.mmo = false;
+        qp.wire.reset();
     }
     debug!(
         "MODIFY_QP qpn {:#x} {cur:?} -> {to:?} mask {mask:#x}",

@@ -234,6 +234,9 @@ pub struct Qp {
     /// The SQ's head WQE waits (for a receiver, or for an answer) until
     /// this instant: (WQE index, give-up time; `None`: forever).
     pub waiting: Option<(u16, Option<std::time::Instant>)>,
+    /// The QP's side of the fabric: PSNs, the request in flight, the
+    /// answers kept for duplicates.
+    pub wire: crate::device::remote::QpWire,
 }
 
 /// The attributes QUERY_QP reports back.
@@ -348,6 +351,8 @@ pub struct Device {
     pub uars: HashMap<u32, Uar>,
     /// DEVX objects by handle.
     pub devx: HashMap<u32, DevxObj>,
+    /// Address handles (RoCE) by handle: the owning fd.
+    pub ahs: HashMap<u32, i32>,
     /// Completion channels: user's read end → (write end, owning fd).
     pub channels: HashMap<i32, (i32, i32)>,
     next_handle: u32,

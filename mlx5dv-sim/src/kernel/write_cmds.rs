@@ -186,12 +186,8 @@ pub unsafe fn dispatch(fd: i32, buf: *const u8, len: usize) -> Res<()> {
         (false, 2) => query_port(&mut cmd)?,
         (false, 3) => alloc_pd(&mut cmd)?,
         (false, 4) => dealloc_pd(&mut cmd)?,
-        (false, 5) => {
-            return Err(refuse(
-                libc::EOPNOTSUPP,
-                format_args!("CREATE_AH: IB link layer builds AVs in user space"),
-            ))
-        }
+        (false, 5) => create_ah(&mut cmd)?,
+        (false, 8) => destroy_ah(&mut cmd)?,
         (false, 9) => reg_mr(&mut cmd)?,
         (false, 13) => dereg_mr(&mut cmd)?,
         (false, 17) => create_comp_channel(&mut cmd)?,
@@ -214,8 +210,10 @@ pub const GID_TBL_LEN: u32 = 8;
 /// `max_qp_rd_atom` and `max_qp_init_rd_atom`.
 pub const MAX_QP_RD_ATOM: u32 = 16;
 
-/// The fake's node GUID.
-pub const NODE_GUID: u64 = 0x0c42_a103_00b1_5e00;
+/// The node GUID: the host's on the fabric.
+fn node_guid() -> u64 {
+    crate::fabric::host().map_or(0, |h| h.node_guid())
+}
 
 fn get_context(cmd: &mut Cmd) -> Res<()> {
     // mlx5_ib_alloc_ucontext_req_v2: flags @8, max_cqe_version @16, lib_caps @24.
@@ -236,6 +234,14 @@ fn get_context(cmd: &mut Cmd) -> Res<()> {
         return Err(refuse(
             libc::EINVAL,
             format_args!("GET_CONTEXT twice on one fd"),
+        ));
+    }
+    // The device joins the fabric when it is first opened (its LID and
+    // GIDs are the host's).
+    if crate::fabric::host().is_none() {
+        return Err(refuse(
+            libc::ENODEV,
+            format_args!("GET_CONTEXT: the device could not join the fabric"),
         ));
     }
     let (r, w) = pipe()?;
@@ -260,7 +266,9 @@ fn get_context(cmd: &mut Cmd) -> Res<()> {
     o.u32(36, 0); // comp_mask
     o.u32(40, resp_len); // response_length
     o.u8(44, 1); // cqe_version
-    o.u8(45, 1); // cmds_supp_uhw: QUERY_DEVICE
+                 // cmds_supp_uhw: QUERY_DEVICE, and on RoCE CREATE_AH (the kernel
+                 // resolves the destination MAC; libmlx5 reads it from the response).
+    o.u8(45, if crate::config::get().roce { 3 } else { 1 });
     o.u32(56, 12); // log_uar_size
     o.u32(60, 1); // num_uars_per_page
     o.u32(64, 0); // num_dyn_bfregs
@@ -285,6 +293,59 @@ pub fn pipe() -> Res<(i32, i32)> {
     Ok((p[0], p[1]))
 }
 
+/// CREATE_AH (RoCE only: on InfiniBand libmlx5 builds the AV in user
+/// space and never asks). Answers the destination MAC as the kernel
+/// resolves it: the fabric host the GID names.
+fn create_ah(cmd: &mut Cmd) -> Res<()> {
+    if !crate::config::get().roce {
+        return Err(refuse(
+            libc::EOPNOTSUPP,
+            format_args!("CREATE_AH: IB link layer builds AVs in user space"),
+        ));
+    }
+    let c = &cmd.core;
+    // ib_uverbs_create_ah: pd_handle @16; ah_attr @24 (dgid @24,
+    // sgid_index @44, is_global @53, port_num @54).
+    let pd = c.u32(16);
+    let (sgid, global, port) = (c.u8(44), c.u8(53), c.u8(54));
+    let mut dev = lock();
+    if dev.pds.get(&pd).is_none_or(|p| p.ctx != cmd.fd) {
+        return Err(refuse(libc::EINVAL, format_args!("CREATE_AH: PD {pd}")));
+    }
+    if port != 1 || global == 0 || u32::from(sgid) >= GID_TBL_LEN {
+        return Err(refuse(
+            libc::EINVAL,
+            format_args!(
+                "CREATE_AH: port {port}, is_global {global}, sgid_index {sgid} (RoCE needs a GRH)"
+            ),
+        ));
+    }
+    let dgid: [u8; 16] = c.0[24..40].try_into().expect("16 bytes");
+    let dmac = crate::fabric::host_of_gid(&dgid).map_or([0; 6], crate::fabric::mac_of);
+    let h = dev.handle();
+    dev.ahs.insert(h, cmd.fd);
+    drop(dev);
+    cmd.out.u32(0, h);
+    let o = &mut cmd.uhw_out;
+    if o.0.len() >= 10 {
+        o.u32(0, o.0.len().min(16) as u32);
+        o.0[4..10].copy_from_slice(&dmac);
+    }
+    Ok(())
+}
+
+fn destroy_ah(cmd: &mut Cmd) -> Res<()> {
+    let h = cmd.core.u32(0);
+    let mut dev = lock();
+    match dev.ahs.get(&h) {
+        Some(fd) if *fd == cmd.fd => {
+            dev.ahs.remove(&h);
+            Ok(())
+        }
+        _ => Err(refuse(libc::EINVAL, format_args!("DESTROY_AH: handle {h}"))),
+    }
+}
+
 fn query_device(cmd: &mut Cmd, ex: bool) -> Res<()> {
     if ex && cmd.core.u32(0) != 0 {
         return Err(refuse(
@@ -294,8 +355,8 @@ fn query_device(cmd: &mut Cmd, ex: bool) -> Res<()> {
     }
     let o = &mut cmd.out;
     o.u64(0, (20u64 << 32) | (39 << 16) | 1002); // fw 20.39.1002
-    o.u64(8, NODE_GUID.to_be());
-    o.u64(16, NODE_GUID.to_be());
+    o.u64(8, node_guid().to_be());
+    o.u64(16, node_guid().to_be());
     o.u64(24, u64::MAX); // max_mr_size
     o.u64(32, 0xffff_ffff_ffff_f000); // page_size_cap
     o.u32(40, 0x02c9); // vendor_id
@@ -358,11 +419,16 @@ fn query_port(cmd: &mut Cmd) -> Res<()> {
     o.u32(4, 1 << 30); // max_msg_sz
     o.u32(16, GID_TBL_LEN);
     o.u16(20, 128); // pkey_tbl_len
-    o.u16(22, 1); // lid
-    o.u16(24, 1); // sm_lid
+    let host = crate::fabric::host()
+        .ok_or_else(|| refuse(libc::ENODEV, format_args!("QUERY_PORT: not on the fabric")))?;
+    let roce = host.roce;
+    o.u16(22, host.lid()); // lid
+    o.u16(24, if roce { 0 } else { 1 }); // sm_lid
     o.u8(26, 4); // state ACTIVE
     o.u8(27, 5); // max_mtu 4096
-    o.u8(28, 5); // active_mtu 4096
+                 // active_mtu: 4096 on IB; on RoCE 1024, as a ConnectX reports for a
+                 // netdev of the Ethernet default MTU (1500).
+    o.u8(28, if roce { 3 } else { 5 });
     o.u8(29, 0); // lmc
     o.u8(30, 4); // max_vl_num
     o.u8(31, 0); // sm_sl
@@ -370,7 +436,15 @@ fn query_port(cmd: &mut Cmd) -> Res<()> {
     o.u8(34, 2); // active_width 4X
     o.u8(35, 0x40); // active_speed HDR
     o.u8(36, 5); // phys_state LINK_UP
-    o.u8(37, 1); // link_layer IB
+    if roce {
+        // IB_LINK_LAYER_ETHERNET; flags IB_UVERBS_QPF_GRH_REQUIRED.
+        o.u8(37, 2);
+        o.u8(38, 1);
+        // RoCE ports: no SM, IP-based GIDs (IB_PORT_IP_BASED_GIDS).
+        o.u32(0, (1 << 16) | (1 << 26)); // CM_SUP | IP_BASED_GIDS
+    } else {
+        o.u8(37, 1); // link_layer IB
+    }
     Ok(())
 }
 

@@ -240,16 +240,6 @@ void check_memcpy_mkey_raw(void)
 	      "nested write strayed");
 	CHECK(mlx5dv_destroy_mkey(outer) == 0, "destroy outer mkey");
 
-	/* Past the layout's end: remote access error. */
-	ibv_wr_start(b.qpx);
-	b.qpx->wr_id = 705;
-	b.qpx->wr_flags = IBV_SEND_SIGNALED;
-	ibv_wr_rdma_write(b.qpx, mk->rkey, 30);
-	ibv_wr_set_sge(b.qpx, mr[0]->lkey, (uintptr_t)mem[0], 8);
-	CHECK(ibv_wr_complete(b.qpx) == 0, "wr_complete");
-	expect(705, IBV_WC_REM_ACCESS_ERR, -1);
-	CHECK(mlx5dv_destroy_mkey(mk) == 0, "destroy_mkey");
-
 	/* Raw WQE: a NOP that asks for a completion. */
 	uint8_t wqe[64] = {0};
 	struct mlx5_wqe_ctrl_seg *c = (void *)wqe;
@@ -261,6 +251,17 @@ void check_memcpy_mkey_raw(void)
 	mlx5dv_wr_raw_wqe(a.dv, wqe);
 	CHECK(ibv_wr_complete(a.qpx) == 0, "wr_complete");
 	expect(706, IBV_WC_SUCCESS, IBV_WC_DRIVER2);
+	/* Past the layout's end: remote access error (last: the responder,
+	 * a, goes to the error state, as the IB spec's class C errors do). */
+	ibv_wr_start(b.qpx);
+	b.qpx->wr_id = 705;
+	b.qpx->wr_flags = IBV_SEND_SIGNALED;
+	ibv_wr_rdma_write(b.qpx, mk->rkey, 30);
+	ibv_wr_set_sge(b.qpx, mr[0]->lkey, (uintptr_t)mem[0], 8);
+	CHECK(ibv_wr_complete(b.qpx) == 0, "wr_complete");
+	expect(705, IBV_WC_REM_ACCESS_ERR, -1);
+	CHECK(mlx5dv_destroy_mkey(mk) == 0, "destroy_mkey");
+
 	CHECK(ibv_destroy_qp(a.qp) == 0 && ibv_destroy_qp(b.qp) == 0,
 	      "destroy_qp");
 }

@@ -2,8 +2,14 @@
 //! `mlx5_0`.
 //!
 //! ```text
-//! mlx5-sim [--] CMD [ARGS...]
+//! mlx5-sim [--roce] [--] CMD [ARGS...]
 //! ```
+//!
+//! Every process of CMD's tree that opens the device is a host on one
+//! fabric (named in `MLX5DV_SIM_FABRIC`, unique to this run): its own
+//! LID, GUID and GIDs, and it reaches the others' QPs as through a switch.
+//! With `--roce` (or `MLX5DV_SIM_ROCE=1`) port 1 is an Ethernet port with
+//! RoCE v1 and v2 GIDs instead of an InfiniBand port.
 //!
 //! Writes a sysfs tree for one ConnectX-6 into a fresh directory under
 //! `$TMPDIR`, starts CMD with `LD_PRELOAD` naming the interposer library
@@ -47,11 +53,19 @@ fn forward_signals() {
 }
 
 const USAGE: &str = "\
-Usage: mlx5-sim [--] CMD [ARGS...]
+Usage: mlx5-sim [--roce] [--] CMD [ARGS...]
 
 Runs CMD with a software mlx5 device (ConnectX-6, mlx5_0) that the real
-libibverbs and libmlx5 drive in-process. See mlx5dv-sim/README.md for the
-MLX5DV_SIM_* variables (caps, tracing, fault injection).";
+libibverbs and libmlx5 drive in-process. Every process of CMD's tree that
+opens it is a host on one fabric: two programs (a server and a client)
+talk to each other through it as through a switch.
+
+Options:
+  --roce      port 1 is Ethernet (RoCE v1 and v2 GIDs) instead of InfiniBand
+  -h, --help  this text
+
+See mlx5dv-sim/README.md for the MLX5DV_SIM_* variables (caps, tracing,
+fault injection).";
 
 fn library() -> Result<PathBuf, String> {
     if let Some(p) = std::env::var_os("MLX5DV_SIM_LIB") {
@@ -75,17 +89,38 @@ fn library() -> Result<PathBuf, String> {
     ))
 }
 
+/// A name no other run on this machine uses: this runner's pid and the
+/// time it started.
+fn fabric_name() -> String {
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    format!("{}-{t:x}", std::process::id())
+}
+
 fn main() -> ExitCode {
     let mut args: Vec<String> = std::env::args().skip(1).collect();
-    match args.first().map(String::as_str) {
-        Some("-h" | "--help") => {
-            println!("{USAGE}");
-            return ExitCode::SUCCESS;
+    let mut roce = std::env::var("MLX5DV_SIM_ROCE").is_ok_and(|v| v == "1");
+    loop {
+        match args.first().map(String::as_str) {
+            Some("-h" | "--help") => {
+                println!("{USAGE}");
+                return ExitCode::SUCCESS;
+            }
+            Some("--roce") => {
+                roce = true;
+                args.remove(0);
+            }
+            Some("--") => {
+                args.remove(0);
+                break;
+            }
+            Some(o) if o.starts_with('-') => {
+                eprintln!("mlx5-sim: unknown option {o}\n{USAGE}");
+                return ExitCode::from(2);
+            }
+            _ => break,
         }
-        Some("--") => {
-            args.remove(0);
-        }
-        _ => {}
     }
     if args.is_empty() {
         eprintln!("{USAGE}");
@@ -98,7 +133,7 @@ fn main() -> ExitCode {
             return ExitCode::from(125);
         }
     };
-    let tree = match sysfs::Tree::create() {
+    let tree = match sysfs::Tree::create(roce) {
         Ok(t) => t,
         Err(e) => {
             eprintln!("mlx5-sim: cannot write the sysfs tree: {e}");
@@ -113,7 +148,9 @@ fn main() -> ExitCode {
     cmd.args(&args[1..])
         .env("LD_PRELOAD", preload)
         .env("SYSFS_PATH", tree.path())
-        .env("MLX5DV_SIM", "1");
+        .env("MLX5DV_SIM", "1")
+        .env("MLX5DV_SIM_FABRIC", fabric_name())
+        .env("MLX5DV_SIM_ROCE", if roce { "1" } else { "0" });
     if std::env::var_os("MLX5_STALL_CQ_POLL").is_none() {
         cmd.env("MLX5_STALL_CQ_POLL", "0");
     }

@@ -1,13 +1,20 @@
 //! The fake sysfs tree libibverbs discovers `mlx5_0` from (through
 //! `SYSFS_PATH`): one ConnectX-6 (PCI 15b3:101b), uverbs0 = 231:192, one
-//! IB port, ACTIVE, LID 1.
+//! port, ACTIVE: InfiniBand, or Ethernet (RoCE) with `roce`. The tree is
+//! shared by every process of the run; the files that differ between the
+//! hosts of the fabric (node GUID, LID, GIDs) are answered by each
+//! process's device when it opens them, and hold a host-less placeholder
+//! here.
 
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 
-/// The node GUID (matches what QUERY_DEVICE reports).
-const NODE_GUID: &str = "0c42:a103:00b1:5e00";
+/// The netdev every RoCE GID names (it exists on every Linux host).
+const ROCE_NETDEV: &str = "lo";
+
+/// The placeholder of the per-host node GUID.
+const NODE_GUID: &str = "0c42:a103:00b1:0000";
 
 /// A sysfs tree in a temporary directory, removed on drop.
 pub struct Tree {
@@ -24,7 +31,7 @@ fn put(root: &Path, rel: &str, content: &str) -> io::Result<()> {
 
 impl Tree {
     /// Writes the tree under `$TMPDIR/mlx5dv-sim.<pid>.<n>`.
-    pub fn create() -> io::Result<Self> {
+    pub fn create(roce: bool) -> io::Result<Self> {
         let base = std::env::temp_dir();
         let mut n = 0u32;
         let root = loop {
@@ -36,7 +43,7 @@ impl Tree {
             }
         };
         let t = Self { root };
-        t.fill()?;
+        t.fill(roce)?;
         Ok(t)
     }
 
@@ -45,7 +52,7 @@ impl Tree {
         &self.root
     }
 
-    fn fill(&self) -> io::Result<()> {
+    fn fill(&self, roce: bool) -> io::Result<()> {
         let r = &self.root;
         let v = "class/infiniband_verbs";
         put(r, &format!("{v}/abi_version"), "6")?;
@@ -72,19 +79,23 @@ impl Tree {
         let p = format!("{d}/ports/1");
         put(r, &format!("{p}/state"), "4: ACTIVE")?;
         put(r, &format!("{p}/phys_state"), "5: LinkUp")?;
-        put(r, &format!("{p}/lid"), "0x1")?;
-        put(r, &format!("{p}/sm_lid"), "0x1")?;
+        put(r, &format!("{p}/lid"), "0x0")?;
+        put(r, &format!("{p}/sm_lid"), if roce { "0x0" } else { "0x1" })?;
         put(r, &format!("{p}/lid_mask_count"), "0")?;
-        put(r, &format!("{p}/link_layer"), "InfiniBand")?;
-        put(r, &format!("{p}/rate"), "200 Gb/sec (4X HDR)")?;
-        put(r, &format!("{p}/cap_mask"), "0x2651e848")?;
-        put(
-            r,
-            &format!("{p}/gids/0"),
-            "fe80:0000:0000:0000:0c42:a103:00b1:5e00",
-        )?;
-        // As many GIDs and P_Keys as QUERY_PORT reports (8 and 128).
-        for i in 1..8 {
+        if roce {
+            put(r, &format!("{p}/link_layer"), "Ethernet")?;
+            put(r, &format!("{p}/rate"), "100 Gb/sec (2X HDR)")?;
+            put(r, &format!("{p}/cap_mask"), "0x04010000")?;
+        } else {
+            put(r, &format!("{p}/link_layer"), "InfiniBand")?;
+            put(r, &format!("{p}/rate"), "200 Gb/sec (4X HDR)")?;
+            put(r, &format!("{p}/cap_mask"), "0x2651e848")?;
+        }
+        // As many GIDs and P_Keys as QUERY_PORT reports (8 and 128). The
+        // GIDs' values are per host (see the module docs); their types and
+        // netdevs are the same on every host: on RoCE, RoCE v1 and v2 of
+        // the link-local address (0, 1) and of the IPv4 address (2, 3).
+        for i in 0..8 {
             put(
                 r,
                 &format!("{p}/gids/{i}"),
@@ -92,7 +103,15 @@ impl Tree {
             )?;
         }
         for i in 0..8 {
-            put(r, &format!("{p}/gid_attrs/types/{i}"), "IB/RoCE v1")?;
+            let ty = if roce && i % 2 == 1 {
+                "RoCE v2"
+            } else {
+                "IB/RoCE v1"
+            };
+            put(r, &format!("{p}/gid_attrs/types/{i}"), ty)?;
+            if roce && i < 4 {
+                put(r, &format!("{p}/gid_attrs/ndevs/{i}"), ROCE_NETDEV)?;
+            }
         }
         put(r, &format!("{p}/pkeys/0"), "0xffff")?;
         for i in 1..128 {

@@ -1,0 +1,654 @@
+//! The engine's side of the fabric.
+//!
+//! A requester whose work request goes to another host sends it as request
+//! packets ([`wire::Request`], one per [`wire::CHUNK`] bytes), one at a
+//! time, each acknowledged before the next (the send queue waits meanwhile,
+//! as an RC send queue completes in order). An unanswered packet is sent
+//! again after the QP's `timeout`, up to `retry_cnt` times, then the work
+//! request fails with a transport retry error; a receiver-not-ready NAK is
+//! retried after the responder's RNR timer, `rnr_retry` times. UC and UD
+//! packets are not answered: their work requests complete once sent.
+//!
+//! The responder checks what an HCA checks before it serves a packet: the
+//! QP exists and is in RTR, RTS or SQD; an RC packet comes from the QP it
+//! is connected to and carries the PSN it expects (a duplicate of the last
+//! one gets its answer again, anything else is dropped); a DC packet names
+//! a DCT in RTR and its key. What it then does is [`super::serve`].
+
+use super::cq::syndrome as syn;
+use super::exec::{self, Outcome, Requester};
+use super::retry;
+use super::serve::{self, Source};
+use crate::config::{self, debug};
+use crate::fabric::wire::{self, Op, Packet, Reply, Request, Response, Transport};
+use crate::fabric::{self, Host};
+use crate::kernel::state::{Device, QpKind, QpState};
+use crate::wqe::{Body, Wqe};
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+const PSN_MASK: u32 = 0xff_ffff;
+/// `MLX5_CQE_SYNDROME_RNR_RETRY_EXC_ERR`.
+const RNR_RETRY_EXC: u8 = 0x16;
+
+/// A QP's state on the wire.
+#[derive(Debug, Default)]
+pub struct QpWire {
+    /// Requester: the PSN of the next packet (`sq_psn` at RTS).
+    pub next_psn: u32,
+    /// Responder: the PSN expected next (`rq_psn` at RTR).
+    pub epsn: u32,
+    /// Responder (RC): the last answer, sent again for a duplicate.
+    pub last: Option<(u32, Reply)>,
+    /// Responder (DCT): the last answer to each DCI.
+    pub dc_last: HashMap<Source, (u32, Reply)>,
+    /// Responder: the packets of a send received so far, by sender.
+    pub partial: HashMap<Source, Vec<u8>>,
+    /// Requester: the work request in flight.
+    pub inflight: Option<Box<Inflight>>,
+    /// Requester: answers received, not yet matched.
+    pub replies: Vec<Response>,
+}
+
+impl QpWire {
+    /// Forgets everything of the connection (the QP went to RESET).
+    pub fn reset(&mut self) {
+        *self = Self::default();
+    }
+}
+
+/// What a finished request does locally with the answers' bytes.
+#[derive(Debug)]
+enum Finish {
+    Nothing,
+    /// Scatter the read data (or an atomic's original value) here.
+    Scatter(Vec<(u64, u64)>),
+}
+
+/// A work request in flight to another host.
+#[derive(Debug)]
+pub struct Inflight {
+    /// The WQE index it is for.
+    pub ci: u16,
+    to: u16,
+    head: Request,
+    ops: Vec<Op>,
+    next: usize,
+    psn: u32,
+    /// When the current packet went out (`None`: not yet).
+    sent: Option<Instant>,
+    /// Not before this instant (an RNR NAK's timer).
+    not_before: Option<Instant>,
+    attempts: u8,
+    rnr: u8,
+    got: Vec<u8>,
+    finish: Finish,
+    total: u32,
+}
+
+/// The QP's destination on the fabric for this WQE: `None` when it is this
+/// host (the local path runs it), else the host (0: unroutable; nothing
+/// answers there).
+pub fn destination(dev: &Device, rq: &Requester, wqe: &Wqe) -> Option<u16> {
+    let me = fabric::joined()?.id;
+    let remote_op = matches!(
+        wqe.body,
+        Body::RdmaWrite(_)
+            | Body::RdmaWriteImm(_)
+            | Body::RdmaRead(_)
+            | Body::Send(_)
+            | Body::SendImm(_)
+            | Body::SendInv(_)
+            | Body::AtomicCs(_)
+            | Body::AtomicFa(_)
+    );
+    if !remote_op {
+        return None;
+    }
+    let to = match rq.kind {
+        QpKind::Rc | QpKind::Uc => {
+            let d = &dev.qps.get(&rq.handle)?.attrs.dest;
+            // ib_uverbs_qp_dest: dgid @0, dlid @20, is_global @30.
+            if d[30] != 0 {
+                fabric::host_of_gid(d[0..16].try_into().expect("16 bytes"))
+            } else {
+                fabric::host_of_lid(u16::from_ne_bytes([d[20], d[21]]))
+            }
+        }
+        QpKind::Dci => return datagram_destination(wqe.body.av()?),
+        // UD sends are routed by `exec::ud_send` (per datagram).
+        QpKind::Ud | QpKind::Dct => return None,
+    };
+    elsewhere(to, me)
+}
+
+fn elsewhere(to: Option<u16>, me: u16) -> Option<u16> {
+    match to {
+        Some(h) if h == me => None,
+        Some(h) => Some(h),
+        None => Some(0),
+    }
+}
+
+/// The host an address vector (DCI, UD) names, `None` for this host.
+pub fn datagram_destination(av: &crate::wqe::Av) -> Option<u16> {
+    let me = fabric::joined()?.id;
+    let to = if av.grh {
+        fabric::host_of_gid(&av.rgid)
+    } else {
+        fabric::host_of_lid(av.rlid)
+    };
+    elsewhere(to, me)
+}
+
+/// Sends a UD datagram to QP `dst_qpn` of host `to` (unanswered; lost if
+/// nothing is there).
+pub fn send_datagram(
+    rq: &Requester,
+    dst_qpn: u32,
+    qkey: u32,
+    solicited: bool,
+    imm: Option<[u8; 4]>,
+    data: &[u8],
+    to: u16,
+) {
+    let Some(host) = fabric::joined() else {
+        return;
+    };
+    let p = Request {
+        src_host: host.id,
+        src_qpn: rq.qpn,
+        dst_qpn,
+        psn: 0,
+        transport: Transport::Ud,
+        dc_key: 0,
+        qkey,
+        solicited,
+        op: Op::Send {
+            first: true,
+            last: true,
+            imm,
+            inv: None,
+            data: data.to_vec(),
+        },
+    };
+    transmit(host, to, &Packet::Request(p));
+}
+
+fn chunks(data: &[u8]) -> Vec<&[u8]> {
+    if data.is_empty() {
+        vec![data]
+    } else {
+        data.chunks(wire::CHUNK).collect()
+    }
+}
+
+/// A WQE's request packets, the local ranges the answers' bytes go to
+/// (reads, atomics) and the message length.
+pub type Packets = (Vec<Op>, Option<Vec<(u64, u64)>>, u32);
+
+/// The request packets of a WQE, and what to do with the answers.
+/// `chunk`: split messages into packets of at most [`wire::CHUNK`] bytes
+/// (else one packet per message, for the local path).
+pub fn packets(dev: &Device, rq: &Requester, wqe: &Wqe, chunk: bool) -> Result<Packets, Outcome> {
+    let imm = wqe.ctrl.imm.to_be_bytes();
+    let split = |d: &[u8]| -> Vec<Vec<u8>> {
+        if chunk {
+            chunks(d).into_iter().map(<[u8]>::to_vec).collect()
+        } else {
+            vec![d.to_vec()]
+        }
+    };
+    match &wqe.body {
+        Body::RdmaWrite(r) | Body::RdmaWriteImm(r) => {
+            let with_imm = matches!(wqe.body, Body::RdmaWriteImm(_));
+            let data = exec::gather(dev, rq, &r.data)?;
+            let total = data.len() as u32;
+            let parts = split(&data);
+            let n = parts.len();
+            let mut off = 0u64;
+            let ops = parts
+                .into_iter()
+                .enumerate()
+                .map(|(i, d)| {
+                    let op = Op::Write {
+                        rkey: r.rkey,
+                        raddr: r.raddr.wrapping_add(off),
+                        imm: (with_imm && i + 1 == n).then_some(imm),
+                        total,
+                        data: d,
+                    };
+                    off += match &op {
+                        Op::Write { data, .. } => data.len() as u64,
+                        _ => 0,
+                    };
+                    op
+                })
+                .collect();
+            Ok((ops, None, total))
+        }
+        Body::RdmaRead(r) => {
+            let crate::wqe::Data::Sges(sges) = &r.data else {
+                return Err(Outcome::Error(syn::LOCAL_QP_OP, "inline RDMA read".into()));
+            };
+            let dst = exec::scatter_ranges(dev, rq.pdn, sges)?;
+            let len: u64 = sges.iter().map(|s| u64::from(s.len)).sum();
+            let step = if chunk {
+                wire::CHUNK as u64
+            } else {
+                len.max(1)
+            };
+            let mut ops = Vec::new();
+            let mut off = 0;
+            loop {
+                let l = (len - off).min(step);
+                ops.push(Op::Read {
+                    rkey: r.rkey,
+                    raddr: r.raddr.wrapping_add(off),
+                    len: l as u32,
+                });
+                off += l;
+                if off >= len {
+                    break;
+                }
+            }
+            Ok((ops, Some(dst), len as u32))
+        }
+        Body::Send(m) | Body::SendImm(m) | Body::SendInv(m) => {
+            let data = exec::gather(dev, rq, &m.data)?;
+            let total = data.len() as u32;
+            let parts = split(&data);
+            let n = parts.len();
+            let ops = parts
+                .into_iter()
+                .enumerate()
+                .map(|(i, d)| Op::Send {
+                    first: i == 0,
+                    last: i + 1 == n,
+                    imm: matches!(wqe.body, Body::SendImm(_)).then_some(imm),
+                    inv: matches!(wqe.body, Body::SendInv(_)).then(|| u32::from_be_bytes(imm)),
+                    data: d,
+                })
+                .collect();
+            Ok((ops, None, total))
+        }
+        Body::AtomicCs(a) | Body::AtomicFa(a) => {
+            let dst = exec::scatter_ranges(dev, rq.pdn, std::slice::from_ref(&a.local))?;
+            let op = Op::Atomic {
+                cs: matches!(wqe.body, Body::AtomicCs(_)),
+                rkey: a.rkey,
+                raddr: a.raddr,
+                swap_add: a.swap_add,
+                compare: a.compare,
+            };
+            Ok((vec![op], Some(dst), 8))
+        }
+        _ => Err(Outcome::Error(
+            syn::LOCAL_QP_OP,
+            format!("{} does not leave the host", wqe.body.name()),
+        )),
+    }
+}
+
+/// Starts WQE `ci` of requester `rq` towards host `to`.
+pub fn start(dev: &mut Device, rq: &Requester, ci: u16, wqe: &Wqe, to: u16) -> Outcome {
+    let Some(host) = fabric::joined() else {
+        return Outcome::Error(syn::LOCAL_QP_OP, "not on the fabric".into());
+    };
+    let (ops, dst, total) = match packets(dev, rq, wqe, true) {
+        Ok(p) => p,
+        Err(o) => return o,
+    };
+    let av = wqe.body.av();
+    let transport = match rq.kind {
+        QpKind::Rc => Transport::Rc,
+        QpKind::Uc => Transport::Uc,
+        QpKind::Dci => Transport::Dc,
+        QpKind::Ud | QpKind::Dct => {
+            return Outcome::Error(syn::LOCAL_QP_OP, format!("{:?} here", rq.kind))
+        }
+    };
+    if transport == Transport::Uc && matches!(ops[0], Op::Read { .. } | Op::Atomic { .. }) {
+        return Outcome::Error(syn::LOCAL_QP_OP, "UC has no RDMA read or atomics".into());
+    }
+    let head = Request {
+        src_host: host.id,
+        src_qpn: rq.qpn,
+        dst_qpn: match transport {
+            Transport::Rc | Transport::Uc => rq.dest_qpn,
+            _ => av.map_or(0, |a| a.dctn),
+        },
+        psn: 0,
+        transport,
+        dc_key: av.map_or(0, |a| a.dc_key),
+        qkey: rq.qkey,
+        solicited: wqe.ctrl.solicited,
+        op: Op::Read {
+            rkey: 0,
+            raddr: 0,
+            len: 0,
+        },
+    };
+    let q = dev.qps.get_mut(&rq.handle).expect("live QP");
+    if transport == Transport::Uc {
+        // Unanswered: sent once (a full queue at the receiver drops it,
+        // as a congested wire would).
+        for op in ops {
+            let p = Request {
+                psn: q.wire.next_psn,
+                op,
+                ..head.clone()
+            };
+            q.wire.next_psn = (q.wire.next_psn + 1) & PSN_MASK;
+            transmit(host, to, &Packet::Request(p));
+        }
+        return Outcome::Done(total);
+    }
+    let f = Inflight {
+        ci,
+        to,
+        head,
+        ops,
+        next: 0,
+        psn: q.wire.next_psn,
+        sent: None,
+        not_before: None,
+        attempts: 0,
+        rnr: 0,
+        got: Vec::new(),
+        finish: dst.map_or(Finish::Nothing, Finish::Scatter),
+        total,
+    };
+    q.wire.inflight = Some(Box::new(f));
+    progress(dev, rq.handle)
+}
+
+/// Sends a packet; `false` if the receiver's queue is full (try again).
+fn transmit(host: &Host, to: u16, p: &Packet) -> bool {
+    match host.send(to, &p.encode()) {
+        Ok(sent) => sent,
+        Err(e) => {
+            // Nobody is there (the host is gone, or never was): the packet
+            // is lost, as on a wire; the requester's timer runs.
+            debug!("packet to host {to} lost: {e}");
+            true
+        }
+    }
+}
+
+/// How long a requester waits for an answer before it sends again:
+/// `4.096 µs × 2^timeout`, at least `MLX5DV_SIM_MIN_ACK_TIMEOUT_MS` (an
+/// answer crosses two processes' schedulers), `None` for ever.
+fn ack_timeout(timeout: u8) -> Option<Duration> {
+    if timeout == 0 {
+        return None;
+    }
+    let spec = Duration::from_nanos((4096.0 * f64::from(1u32 << timeout.min(31))) as u64);
+    Some(spec.max(Duration::from_millis(config::get().min_ack_timeout_ms)))
+}
+
+/// Moves the work request in flight on QP `h` on: matches answers, sends
+/// (again) what is due, and says whether it ended.
+pub fn progress(dev: &mut Device, h: u32) -> Outcome {
+    let Some(host) = fabric::joined() else {
+        return Outcome::Error(syn::LOCAL_QP_OP, "not on the fabric".into());
+    };
+    let q = dev.qps.get_mut(&h).expect("live QP");
+    let a = q.attrs;
+    let Some(mut f) = q.wire.inflight.take() else {
+        return Outcome::Error(syn::LOCAL_QP_OP, "no request in flight".into());
+    };
+    let now = Instant::now();
+    for r in std::mem::take(&mut q.wire.replies) {
+        if r.psn != f.psn || f.sent.is_none() {
+            continue; // stale: an answer to a packet already answered
+        }
+        match r.reply {
+            Reply::Ack(data) => {
+                f.got.extend_from_slice(&data);
+                f.next += 1;
+                f.psn = (f.psn + 1) & PSN_MASK;
+                q.wire.next_psn = f.psn;
+                (f.sent, f.attempts, f.rnr) = (None, 0, 0);
+                if f.next == f.ops.len() {
+                    return finish(*f);
+                }
+            }
+            Reply::Nak(s, why) => {
+                q.wire.next_psn = (f.psn + 1) & PSN_MASK;
+                return Outcome::Error(s, format!("host {}: {why}", f.to));
+            }
+            Reply::Rnr(timer) => {
+                f.rnr += 1;
+                if a.rnr_retry < 7 && f.rnr > a.rnr_retry {
+                    return Outcome::Error(
+                        RNR_RETRY_EXC,
+                        format!(
+                            "host {} QP {:#x}: receiver not ready after {} tries",
+                            f.to, f.head.dst_qpn, f.rnr
+                        ),
+                    );
+                }
+                f.sent = None;
+                f.not_before = Some(now + Duration::from_micros(retry::rnr_timer_us(timer)));
+            }
+        }
+    }
+    if let (Some(t0), Some(limit)) = (f.sent, ack_timeout(a.timeout)) {
+        if now.duration_since(t0) >= limit {
+            f.attempts += 1;
+            if f.attempts > a.retry_cnt {
+                return Outcome::Error(
+                    syn::RETRY_EXC,
+                    format!(
+                        "no answer from host {} QP {:#x} after {} tries",
+                        f.to, f.head.dst_qpn, f.attempts
+                    ),
+                );
+            }
+            f.sent = None;
+        }
+    }
+    if f.sent.is_none() && f.not_before.is_none_or(|t| now >= t) {
+        let p = Request {
+            psn: f.psn,
+            op: f.ops[f.next].clone(),
+            ..f.head.clone()
+        };
+        if transmit(host, f.to, &Packet::Request(p)) {
+            f.sent = Some(now);
+            f.not_before = None;
+        }
+    }
+    dev.qps.get_mut(&h).expect("live QP").wire.inflight = Some(f);
+    Outcome::Pending
+}
+
+fn finish(f: Inflight) -> Outcome {
+    if let Finish::Scatter(dst) = &f.finish {
+        if f.got.len() as u64 != dst.iter().map(|r| r.1).sum::<u64>() {
+            return Outcome::Error(
+                syn::LOCAL_LENGTH,
+                format!(
+                    "host {} answered {} bytes for {}",
+                    f.to,
+                    f.got.len(),
+                    f.total
+                ),
+            );
+        }
+        super::mem::scatter(dst, &f.got);
+    }
+    Outcome::Done(f.total)
+}
+
+/// Receives what other hosts sent (at most `budget` datagrams): answers
+/// go to their requester QPs, requests are served and answered.
+pub fn receive(dev: &mut Device, budget: usize) -> usize {
+    let Some(host) = fabric::joined() else {
+        return 0;
+    };
+    let mut buf = Vec::new();
+    let mut n = 0;
+    while n < budget {
+        let Some(len) = host.recv(&mut buf) else {
+            break;
+        };
+        n += 1;
+        match Packet::decode(&buf[..len]) {
+            Some(Packet::Response(r)) => {
+                if let Some(h) = dev.qp_by_qpn(r.dst_qpn) {
+                    if let Some(q) = dev.qps.get_mut(&h) {
+                        q.wire.replies.push(r);
+                    }
+                }
+            }
+            Some(Packet::Request(r)) => {
+                let to = r.src_host;
+                if let Some(resp) = respond(dev, r) {
+                    transmit(host, to, &Packet::Response(resp));
+                }
+            }
+            None => debug!("a datagram of {len} bytes that is not a packet: dropped"),
+        }
+    }
+    n
+}
+
+/// Whether QP `q` answers packets (RTR, RTS, SQD).
+fn receiving(s: QpState) -> bool {
+    matches!(s, QpState::Rtr | QpState::Rts | QpState::Sqd)
+}
+
+/// The connected QP a request is for, if it is there, ready, and
+/// connected to the sender.
+fn connected(dev: &Device, r: &Request, kind: QpKind) -> Option<u32> {
+    let h = dev.qp_by_qpn(r.dst_qpn)?;
+    let q = &dev.qps[&h];
+    if q.kind != kind || !receiving(q.state) {
+        debug!(
+            "packet for QP {:#x} ({:?}, {:?}) dropped",
+            r.dst_qpn, q.kind, q.state
+        );
+        return None;
+    }
+    let d = &q.attrs.dest;
+    let from = if d[30] != 0 {
+        fabric::host_of_gid(d[0..16].try_into().expect("16 bytes"))
+    } else {
+        fabric::host_of_lid(u16::from_ne_bytes([d[20], d[21]]))
+    };
+    if q.dest_qpn != r.src_qpn || from != Some(r.src_host) {
+        debug!(
+            "packet for QP {:#x} from host {} QP {:#x}, not its peer: dropped",
+            r.dst_qpn, r.src_host, r.src_qpn
+        );
+        return None;
+    }
+    Some(h)
+}
+
+fn answer(r: &Request, reply: Reply) -> Response {
+    Response {
+        dst_qpn: r.src_qpn,
+        psn: r.psn,
+        reply,
+    }
+}
+
+fn serve_packet(dev: &mut Device, peer: u32, r: &Request) -> Reply {
+    let src = Source {
+        host: r.src_host,
+        qpn: r.src_qpn,
+    };
+    match serve::serve(dev, peer, src, &r.op, r.solicited) {
+        Ok(bytes) => Reply::Ack(bytes),
+        Err(Outcome::Stall(t)) => Reply::Rnr(t),
+        Err(Outcome::Error(s, why)) => Reply::Nak(s, why),
+        Err(o) => Reply::Nak(syn::REMOTE_OP, format!("{o:?}")),
+    }
+}
+
+/// Serves a request from another host; the answer to send back, if any.
+pub fn respond(dev: &mut Device, r: Request) -> Option<Response> {
+    match r.transport {
+        Transport::Ud => {
+            let Op::Send { imm, data, .. } = &r.op else {
+                return None;
+            };
+            let msg = match imm {
+                Some(i) => super::recv::Msg::SendImm(data, *i),
+                None => super::recv::Msg::Send(data),
+            };
+            exec::ud_deliver(dev, r.dst_qpn, r.qkey, r.src_qpn, msg, r.solicited);
+            None
+        }
+        Transport::Uc => {
+            let h = connected(dev, &r, QpKind::Uc)?;
+            let _ = serve_packet(dev, h, &r);
+            None
+        }
+        Transport::Rc => {
+            let h = connected(dev, &r, QpKind::Rc)?;
+            let w = &dev.qps[&h].wire;
+            if r.psn != w.epsn {
+                // A duplicate of the last packet (its answer was lost or
+                // late) is answered again; anything else is out of
+                // sequence and dropped.
+                return match &w.last {
+                    Some((p, reply)) if *p == r.psn => Some(answer(&r, reply.clone())),
+                    _ => {
+                        debug!(
+                            "QP {:#x}: PSN {:#x}, expected {:#x}: dropped",
+                            r.dst_qpn, r.psn, w.epsn
+                        );
+                        None
+                    }
+                };
+            }
+            let reply = serve_packet(dev, h, &r);
+            if !matches!(reply, Reply::Rnr(_)) {
+                let w = &mut dev.qps.get_mut(&h).expect("live QP").wire;
+                w.epsn = (r.psn + 1) & PSN_MASK;
+                w.last = Some((r.psn, reply.clone()));
+            }
+            Some(answer(&r, reply))
+        }
+        Transport::Dc => {
+            let h = dev.qps.iter().find_map(|(h, q)| {
+                (q.kind == QpKind::Dct && q.qpn == r.dst_qpn && q.state == QpState::Rtr)
+                    .then_some(*h)
+            });
+            let Some(h) = h else {
+                debug!(
+                    "packet for DCT {:#x}, which does not answer: dropped",
+                    r.dst_qpn
+                );
+                return None;
+            };
+            let src = Source {
+                host: r.src_host,
+                qpn: r.src_qpn,
+            };
+            let dct = &dev.qps[&h];
+            if let Some((p, reply)) = dct.wire.dc_last.get(&src) {
+                if *p == r.psn {
+                    return Some(answer(&r, reply.clone()));
+                }
+            }
+            let reply = if dct.dc_key != r.dc_key {
+                Reply::Nak(
+                    syn::REMOTE_ACCESS,
+                    format!("DC key {:#x} does not match DCT {:#x}", r.dc_key, r.dst_qpn),
+                )
+            } else {
+                serve_packet(dev, h, &r)
+            };
+            if !matches!(reply, Reply::Rnr(_)) {
+                let w = &mut dev.qps.get_mut(&h).expect("live DCT").wire;
+                w.dc_last.insert(src, (r.psn, reply.clone()));
+            }
+            Some(answer(&r, reply))
+        }
+    }
+}

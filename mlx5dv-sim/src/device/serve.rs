@@ -1,0 +1,240 @@
+//! The responder: what a QP (or DCT) does with an RDMA write, read, send or
+//! atomic that reaches it, from a QP of this host or from another host.
+//! Both paths call [`serve`], so a remote peer meets the same checks, the
+//! same completions and the same errors as a local one.
+
+use super::cq::syndrome as syn;
+use super::exec::Outcome;
+use super::mem::{self, Access};
+use super::recv;
+use crate::config::debug;
+use crate::fabric::wire::Op;
+use crate::kernel::state::{
+    Device, QpKind, QpState, ACCESS_REMOTE_ATOMIC, ACCESS_REMOTE_READ, ACCESS_REMOTE_WRITE,
+};
+
+/// `IBV_EVENT_QP_REQ_ERR`: the responder saw an invalid request.
+const QP_REQ_ERR: u32 = 2;
+/// `IBV_EVENT_QP_ACCESS_ERR`: the responder saw a remote access violation.
+const QP_ACCESS_ERR: u32 = 3;
+
+/// Who sent a request: host and QP (DCI), for the responder's
+/// reassembly of a send and its completion's source QPN.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Source {
+    /// The sending host.
+    pub host: u16,
+    /// The sending QP.
+    pub qpn: u32,
+}
+
+/// Checks the responder QP's access flags and the rkey, returning host ranges.
+pub fn remote_ranges(
+    dev: &Device,
+    peer: u32,
+    rkey: u32,
+    raddr: u64,
+    len: u64,
+    acc: Access,
+) -> Result<Vec<(u64, u64)>, Outcome> {
+    let p = &dev.qps[&peer];
+    let need = match acc {
+        Access::RemoteRead => ACCESS_REMOTE_READ,
+        Access::RemoteWrite => ACCESS_REMOTE_WRITE,
+        Access::RemoteAtomic => ACCESS_REMOTE_ATOMIC,
+        _ => 0,
+    };
+    if p.access & need != need {
+        // The responder QP does not take this operation at all: a NAK
+        // "invalid request" (IB spec 9.7.4.1.3), unlike a bad R_Key.
+        return Err(Outcome::Error(
+            syn::REMOTE_INVAL_REQ,
+            format!(
+                "QP {:#x} access flags {:#x} do not allow {acc:?}",
+                p.qpn, p.access
+            ),
+        ));
+    }
+    mem::resolve(dev, rkey, raddr, len, p.pdn, acc)
+        .map_err(|f| Outcome::Error(syn::REMOTE_ACCESS, f.0))
+}
+
+/// Serves one request packet `op` on the responder QP or DCT `peer`:
+/// the bytes of the answer (read data, an atomic's original value), or the
+/// outcome the requester sees (a NAK's syndrome, or receiver-not-ready).
+///
+/// A connected responder (RC, UC) that NAKs an invalid request or a remote
+/// access error goes to the error state, as the IB spec's class C errors
+/// do (its posted receives are flushed), and its context gets the
+/// affiliated async event (`IBV_EVENT_QP_REQ_ERR`, `IBV_EVENT_QP_ACCESS_ERR`);
+/// a DCT serves on.
+pub fn serve(
+    dev: &mut Device,
+    peer: u32,
+    src: Source,
+    op: &Op,
+    solicited: bool,
+) -> Result<Vec<u8>, Outcome> {
+    let r = run(dev, peer, src, op, solicited);
+    if let Err(Outcome::Error(s, why)) = &r {
+        let event = match *s {
+            syn::REMOTE_ACCESS => Some(QP_ACCESS_ERR),
+            syn::REMOTE_INVAL_REQ => Some(QP_REQ_ERR),
+            _ => None,
+        };
+        if let (Some(event), Some(q)) = (event, dev.qps.get_mut(&peer)) {
+            if matches!(q.kind, QpKind::Rc | QpKind::Uc) && q.state != QpState::Err {
+                debug!("QP {:#x} -> ERR (responder of a NAK: {why})", q.qpn);
+                q.state = QpState::Err;
+                let (ctx, handle) = (q.ctx, q.user_handle);
+                let w = dev.contexts.get(&ctx).and_then(|c| c.async_fd);
+                if w.is_some_and(|(_, w)| recv::async_event(w, handle, event)) {
+                    if let Some(q) = dev.qps.get_mut(&peer) {
+                        q.events += 1;
+                    }
+                }
+            }
+        }
+    }
+    r
+}
+
+fn run(
+    dev: &mut Device,
+    peer: u32,
+    src: Source,
+    op: &Op,
+    solicited: bool,
+) -> Result<Vec<u8>, Outcome> {
+    match op {
+        Op::Write {
+            rkey,
+            raddr,
+            imm,
+            total,
+            data,
+        } => {
+            let dst = remote_ranges(
+                dev,
+                peer,
+                *rkey,
+                *raddr,
+                data.len() as u64,
+                Access::RemoteWrite,
+            )?;
+            if let Some(imm) = imm {
+                let msg = recv::Msg::WriteImm {
+                    len: *total,
+                    imm: *imm,
+                };
+                recv::deliver(dev, peer, src.qpn, msg, solicited, 0)?;
+            }
+            mem::scatter(&dst, data);
+            Ok(Vec::new())
+        }
+        Op::Read { rkey, raddr, len } => {
+            let from = remote_ranges(
+                dev,
+                peer,
+                *rkey,
+                *raddr,
+                u64::from(*len),
+                Access::RemoteRead,
+            )?;
+            Ok(mem::gather(&from))
+        }
+        Op::Send {
+            first,
+            last,
+            imm,
+            inv,
+            data,
+        } => send(dev, peer, src, (*first, *last), *imm, *inv, data, solicited),
+        Op::Atomic {
+            cs,
+            rkey,
+            raddr,
+            swap_add,
+            compare,
+        } => {
+            if raddr % 8 != 0 {
+                return Err(Outcome::Error(
+                    syn::REMOTE_INVAL_REQ,
+                    format!("atomic at unaligned {raddr:#x}"),
+                ));
+            }
+            let tgt = remote_ranges(dev, peer, *rkey, *raddr, 8, Access::RemoteAtomic)?;
+            let [(addr, 8)] = tgt.as_slice() else {
+                return Err(Outcome::Error(
+                    syn::REMOTE_INVAL_REQ,
+                    "atomic target split across mkey entries".into(),
+                ));
+            };
+            // atomic_cap IBV_ATOMIC_HCA: the mlx5 kernel driver reports it
+            // only with the responder in host-endianness mode
+            // (atomic_req_8B_endianness_mode), which mlx5 core sets; the
+            // 8 bytes are a host-order number, and the original value comes
+            // back in host order.
+            let old_bytes = mem::gather(&[(*addr, 8)]);
+            let old = u64::from_ne_bytes(old_bytes[..8].try_into().expect("8 bytes"));
+            let new = match cs {
+                true if old == *compare => *swap_add,
+                true => old,
+                false => old.wrapping_add(*swap_add),
+            };
+            mem::scatter(&[(*addr, 8)], &new.to_ne_bytes());
+            Ok(old_bytes)
+        }
+    }
+}
+
+/// A send's packet: kept until its last packet, which consumes a receive.
+#[allow(clippy::too_many_arguments)]
+fn send(
+    dev: &mut Device,
+    peer: u32,
+    src: Source,
+    (first, last): (bool, bool),
+    imm: Option<[u8; 4]>,
+    inv: Option<u32>,
+    data: &[u8],
+    solicited: bool,
+) -> Result<Vec<u8>, Outcome> {
+    let w = &mut dev.qps.get_mut(&peer).expect("live responder").wire;
+    if first {
+        w.partial.insert(src, data.to_vec());
+    } else {
+        match w.partial.get_mut(&src) {
+            Some(p) => p.extend_from_slice(data),
+            None => {
+                return Err(Outcome::Error(
+                    syn::REMOTE_INVAL_REQ,
+                    "a send's middle packet without its first".into(),
+                ))
+            }
+        }
+    }
+    if !last {
+        return Ok(Vec::new());
+    }
+    let whole = w.partial.remove(&src).unwrap_or_default();
+    let msg = match (imm, inv) {
+        (_, Some(rkey)) => recv::Msg::SendInv(&whole, rkey.to_be_bytes()),
+        (Some(imm), None) => recv::Msg::SendImm(&whole, imm),
+        (None, None) => recv::Msg::Send(&whole),
+    };
+    match recv::deliver(dev, peer, src.qpn, msg, solicited, 0) {
+        Ok(()) => Ok(Vec::new()),
+        Err(o) => {
+            if matches!(o, Outcome::Stall(_)) {
+                // Receiver not ready: the requester sends the last packet
+                // again after the RNR timer; keep what came before it.
+                let mut before = whole;
+                before.truncate(before.len() - data.len());
+                let w = &mut dev.qps.get_mut(&peer).expect("live responder").wire;
+                w.partial.insert(src, before);
+            }
+            Err(o)
+        }
+    }
+}
