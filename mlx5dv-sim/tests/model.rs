@@ -43,6 +43,7 @@ fn model() -> &'static Path {
                     "checks_raw.c",
                     "checks_errors.c",
                     "checks_ops.c",
+                    "checks_verbs.c",
                 ]
                 .map(|f| dir.join(f)),
             )
@@ -180,6 +181,11 @@ fn abort_inline_data_list_and_mkey_configure() {
 #[test]
 fn responder_and_transport_error_syndromes() {
     assert_check("syndromes");
+}
+
+#[test]
+fn rereg_mr_and_verbs_the_device_declines() {
+    assert_check("verbs");
 }
 
 #[test]

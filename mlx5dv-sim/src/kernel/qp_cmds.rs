@@ -52,6 +52,13 @@ fn create_cq(cmd: &mut Cmd, ex: bool) -> Res<()> {
     let user_handle = c.u64(0);
     let cqe = c.u32(8);
     let channel_fd = c.u32(16) as i32;
+    // As uverbs' create_cq: a completion vector the context lacks.
+    if c.u32(12) >= super::write_cmds::NUM_COMP_VECTORS {
+        return Err(refuse(
+            libc::EINVAL,
+            format_args!("CREATE_CQ: comp_vector {}", c.u32(12)),
+        ));
+    }
     if ex && c.u32(20) != 0 {
         return Err(refuse(
             libc::EINVAL,
