@@ -204,7 +204,7 @@ fn step_mode_without_the_device_thread() {
     assert!(o.status.success(), "{}", text(&o));
     let out = String::from_utf8_lossy(&o.stdout);
     // Every check but the ones run by name only ("overrun").
-    assert_eq!(out.lines().count(), 15, "{}", text(&o));
+    assert_eq!(out.lines().count(), 16, "{}", text(&o));
 }
 
 #[test]
