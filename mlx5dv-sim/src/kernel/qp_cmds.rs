@@ -208,7 +208,9 @@ fn create_qp(cmd: &mut Cmd, ex: bool) -> Res<()> {
     } else {
         cmd.core.tail(8)
     };
-    if ex && (c.u32(48) != 0 || c.u32(52) != 0) {
+    // IB_UVERBS_QP_CREATE_BLOCK_MULTICAST_LOOPBACK (2) is accepted: there
+    // is no multicast, so no loopback of it to block.
+    if ex && (c.u32(48) != 0 || c.u32(52) & !2 != 0) {
         return Err(refuse(
             libc::EOPNOTSUPP,
             format_args!(

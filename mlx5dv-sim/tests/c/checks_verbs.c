@@ -6,7 +6,8 @@
  * rdma-core's own tests rely on): ibv_rereg_mr of the access flags, the PD
  * and the translation, each enforced by the device afterwards, and its
  * refusals; a CQ on a completion vector the context lacks (EINVAL); the
- * receive queue QUERY_QP reports (as built); the commands the device does
+ * receive queue QUERY_QP reports (as built); a UD QP that blocks multicast
+ * loopback (accepted); the commands the device does
  * not implement (XRC domains, memory windows, CQ resize) refused with
  * EOPNOTSUPP, as uverbs refuses them, and not claimed by the device's
  * capability flags; QUERY_HCA_CAP of the NIC flow table and device memory
@@ -131,6 +132,18 @@ static void check_queries(void)
 	      at.cap.max_recv_wr);
 	CHECK(ibv_destroy_qp(r.qp) == 0 && ibv_destroy_qp(s.qp) == 0,
 	      "destroy_qp");
+
+	/* A UD QP that blocks multicast loopback (rdma-core's tests ask for
+	 * one on Mellanox devices): accepted, there is no multicast. */
+	struct ibv_qp_init_attr_ex ua = {
+		.qp_type = IBV_QPT_UD, .send_cq = cq, .recv_cq = cq, .pd = pd,
+		.cap = {.max_send_wr = 4, .max_recv_wr = 4, .max_send_sge = 1,
+			.max_recv_sge = 1},
+		.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_CREATE_FLAGS,
+		.create_flags = IBV_QP_CREATE_BLOCK_SELF_MCAST_LB};
+	struct ibv_qp *ud = ibv_create_qp_ex(ctx, &ua);
+	CHECK(ud, "UD QP blocking multicast loopback: %s", strerror(errno));
+	CHECK(ibv_destroy_qp(ud) == 0, "destroy_qp");
 
 	/* Not implemented, and not claimed. */
 	struct ibv_device_attr da;
