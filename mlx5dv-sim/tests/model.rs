@@ -43,6 +43,7 @@ fn model() -> &'static Path {
                     "checks_raw.c",
                     "checks_errors.c",
                     "checks_ops.c",
+                    "checks_verbs.c",
                 ]
                 .map(|f| dir.join(f)),
             )
@@ -184,6 +185,11 @@ fn responder_and_transport_error_syndromes() {
 }
 
 #[test]
+fn rereg_mr_and_verbs_the_device_declines() {
+    assert_check("verbs");
+}
+
+#[test]
 fn unmapped_registered_memory_does_not_fault_the_device() {
     assert_check("unmapped");
 }
@@ -199,7 +205,7 @@ fn step_mode_without_the_device_thread() {
     assert!(o.status.success(), "{}", text(&o));
     let out = String::from_utf8_lossy(&o.stdout);
     // Every check but the ones run by name only ("overrun").
-    assert_eq!(out.lines().count(), 15, "{}", text(&o));
+    assert_eq!(out.lines().count(), 16, "{}", text(&o));
 }
 
 #[test]

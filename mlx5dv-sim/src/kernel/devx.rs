@@ -77,8 +77,10 @@ pub fn general(call: &Call) -> Res<()> {
             prm::set(b, 0x80 + 0xb0, 16, 0x8);
             prm::set(b, 0x80 + 0xd0, 16, 0x8);
         }
-        // ODP, QoS, crypto, general 2: present, all zero.
-        2 | 0xc | 0x1a | 0x20 => {}
+        // ODP, NIC flow table (no steering, no packet reformat), QoS,
+        // device memory (no MEMIC), crypto, general 2: present, all zero,
+        // as on a ConnectX without those features.
+        2 | 0x7 | 0xc | 0xf | 0x1a | 0x20 => {}
         t => {
             return prm_fail(
                 call,

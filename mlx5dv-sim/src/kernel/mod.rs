@@ -9,6 +9,7 @@ pub mod bytes;
 mod devx;
 mod events;
 mod ioctl;
+mod mr_cmds;
 mod qp_cmds;
 pub use qp_cmds::SRQ_LIMIT_REACHED;
 mod qp_modify;

@@ -52,6 +52,13 @@ fn create_cq(cmd: &mut Cmd, ex: bool) -> Res<()> {
     let user_handle = c.u64(0);
     let cqe = c.u32(8);
     let channel_fd = c.u32(16) as i32;
+    // As uverbs' create_cq: a completion vector the context lacks.
+    if c.u32(12) >= super::write_cmds::NUM_COMP_VECTORS {
+        return Err(refuse(
+            libc::EINVAL,
+            format_args!("CREATE_CQ: comp_vector {}", c.u32(12)),
+        ));
+    }
     if ex && c.u32(20) != 0 {
         return Err(refuse(
             libc::EINVAL,
@@ -201,7 +208,9 @@ fn create_qp(cmd: &mut Cmd, ex: bool) -> Res<()> {
     } else {
         cmd.core.tail(8)
     };
-    if ex && (c.u32(48) != 0 || c.u32(52) != 0) {
+    // IB_UVERBS_QP_CREATE_BLOCK_MULTICAST_LOOPBACK (2) is accepted: there
+    // is no multicast, so no loopback of it to block.
+    if ex && (c.u32(48) != 0 || c.u32(52) & !2 != 0) {
         return Err(refuse(
             libc::EOPNOTSUPP,
             format_args!(

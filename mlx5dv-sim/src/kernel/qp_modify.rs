@@ -237,9 +237,12 @@ pub fn query_qp(cmd: &mut Cmd) -> Res<()> {
     let o = &mut cmd.out;
     o.bytes(0, &a.dest);
     o.u32(64, qp.max_send_wr);
-    o.u32(68, qp.max_recv_wr);
+    // The receive queue as built, as mlx5_ib_query_qp reports it (rq
+    // wqe_cnt, and the SGEs a WQE stride holds); none with an SRQ.
+    let rq = qp.rq.as_ref();
+    o.u32(68, rq.map_or(0, |r| r.wqe_cnt));
     o.u32(72, qp.max_send_sge);
-    o.u32(76, qp.max_recv_sge);
+    o.u32(76, rq.map_or(0, |r| (1 << r.wqe_shift) / 16));
     o.u32(80, qp.max_inline);
     o.u32(84, a.qkey);
     o.u32(88, a.rq_psn);

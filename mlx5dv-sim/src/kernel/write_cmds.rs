@@ -8,8 +8,9 @@
 //! (`command | 0x80000000`) add `ib_uverbs_ex_cmd_hdr` and count 8-byte words.
 
 use super::bytes::{In, Out};
+use super::mr_cmds::{check_mr_access, check_mr_range};
 use super::state::{Mkey, MkeyKind, Pd};
-use super::{injected, lock, qp_cmds, refuse, Errno, Res};
+use super::{injected, lock, mr_cmds, qp_cmds, refuse, Errno, Res};
 use crate::config::{self, debug};
 
 const EXTENDED: u32 = 0x8000_0000;
@@ -56,6 +57,7 @@ fn legacy_layout(cmd: u32) -> Option<(&'static str, usize, usize)> {
         5 => ("CREATE_AH", 56, 4),
         8 => ("DESTROY_AH", 4, 0),
         9 => ("REG_MR", 40, 12),
+        11 => ("REREG_MR", 48, 8),
         13 => ("DEREG_MR", 4, 0),
         17 => ("CREATE_COMP_CHANNEL", 8, 4),
         18 => ("CREATE_CQ", 32, 8),
@@ -132,8 +134,15 @@ pub unsafe fn dispatch(fd: i32, buf: *const u8, len: usize) -> Res<()> {
             ));
         }
     } else {
-        let (n, core_in, core_out) = legacy_layout(code)
-            .ok_or_else(|| refuse(libc::ENOSYS, format_args!("write command {code}")))?;
+        // A command the device does not implement: EOPNOTSUPP, as the
+        // kernel's uverbs answers for a method the driver lacks
+        // (ib_uverbs_notsupp) and for one it does not know.
+        let (n, core_in, core_out) = legacy_layout(code).ok_or_else(|| {
+            refuse(
+                libc::EOPNOTSUPP,
+                format_args!("write command {code} is not modelled"),
+            )
+        })?;
         name = n;
         if in_words * 4 != len {
             return Err(refuse(
@@ -189,6 +198,7 @@ pub unsafe fn dispatch(fd: i32, buf: *const u8, len: usize) -> Res<()> {
         (false, 5) => create_ah(&mut cmd)?,
         (false, 8) => destroy_ah(&mut cmd)?,
         (false, 9) => reg_mr(&mut cmd)?,
+        (false, 11) => mr_cmds::rereg_mr(&mut cmd)?,
         (false, 13) => dereg_mr(&mut cmd)?,
         (false, 17) => create_comp_channel(&mut cmd)?,
         _ => qp_cmds::dispatch(&mut cmd, extended, code, name)?,
@@ -201,6 +211,9 @@ pub unsafe fn dispatch(fd: i32, buf: *const u8, len: usize) -> Res<()> {
 /// RC_RNR_NAK_GEN, N_NOTIFY_CQ, MEM_MGT_EXTENSIONS. Not SRQ_RESIZE nor
 /// MEM_WINDOW: a ConnectX has both, the model neither.
 const DEVICE_CAP_FLAGS: u32 = 0x2 | 0x4 | 0x800 | 0x1000 | 0x4000 | (1 << 21);
+
+/// `num_comp_vectors` of GET_CONTEXT (CREATE_CQ refuses a vector beyond).
+pub const NUM_COMP_VECTORS: u32 = 4;
 
 /// `max_cqe` of QUERY_DEVICE (CREATE_CQ refuses more).
 pub const MAX_CQE: u32 = (1 << 22) - 1;
@@ -250,7 +263,7 @@ fn get_context(cmd: &mut Cmd) -> Res<()> {
     ctx.alive = true;
     drop(dev);
     cmd.out.u32(0, r as u32);
-    cmd.out.u32(4, 4); // num_comp_vectors
+    cmd.out.u32(4, NUM_COMP_VECTORS);
     let o = &mut cmd.uhw_out;
     let resp_len = o.0.len().min(72) as u32;
     o.u32(0, 1 << 18); // qp_tab_size
@@ -492,40 +505,8 @@ fn reg_mr(cmd: &mut Cmd) -> Res<()> {
     let iova = cmd.core.u64(24);
     let pd = cmd.core.u32(32);
     let access = cmd.core.u32(36);
-    if iova != start {
-        return Err(refuse(
-            libc::EOPNOTSUPP,
-            format_args!("REG_MR: iova {iova:#x} != address {start:#x} is not modelled"),
-        ));
-    }
-    if length == 0 || start.checked_add(length).is_none() {
-        return Err(refuse(
-            libc::EINVAL,
-            format_args!("REG_MR: {start:#x}+{length}"),
-        ));
-    }
-    // Defined access bits (IBV_ACCESS_*, 0x3ff) and the optional range
-    // (0x3ff00000, which the kernel may ignore); anything else is EINVAL
-    // as in the kernel's ib_check_mr_access.
-    if access & !(0x3ff | 0x3ff0_0000) != 0 {
-        return Err(refuse(
-            libc::EINVAL,
-            format_args!("REG_MR: unknown access bits {access:#x}"),
-        ));
-    }
-    if access & (0x20 | 0x40) != 0 {
-        return Err(refuse(
-            libc::EOPNOTSUPP,
-            format_args!("REG_MR: zero-based and on-demand MRs are not modelled ({access:#x})"),
-        ));
-    }
-    // Remote write/atomic need local write (IB spec, ib_check_mr_access).
-    if access & (0x2 | 0x8) != 0 && access & 0x1 == 0 {
-        return Err(refuse(
-            libc::EINVAL,
-            format_args!("REG_MR: remote write without local write"),
-        ));
-    }
+    check_mr_range("REG_MR", start, length, iova)?;
+    check_mr_access("REG_MR", access)?;
     let mut dev = lock();
     let pdn = pdn_of(&dev, cmd.fd, pd)?;
     let h = dev.handle();

@@ -247,7 +247,7 @@ static const struct {
 	{"ud", check_ud}, {"unmapped", check_unmapped},
 	{"post_send", check_post_send},
 	{"raw_refusals", check_raw_refusals}, {"syndromes", check_syndromes},
-	{"ops", check_ops},
+	{"ops", check_ops}, {"verbs", check_verbs},
 	{"overrun", check_overrun, 1},
 };
 

@@ -86,5 +86,6 @@ void check_post_send(void);
 void check_raw_refusals(void);
 void check_syndromes(void);
 void check_ops(void);
+void check_verbs(void);
 
 #endif
