@@ -35,6 +35,7 @@ fn main() {
     let out = PathBuf::from(env::var_os("OUT_DIR").expect("OUT_DIR"));
     compile_shims(&out);
     println!("cargo:rustc-check-cfg=cfg(mlx5dv_sim_embedded)");
+    with_mlx5dv_dev_dependency();
     println!("cargo:rerun-if-env-changed={NESTED}");
     println!("cargo:rerun-if-env-changed=MLX5DV_SIM_EMBED");
     println!("cargo:rerun-if-env-changed=DOCS_RS");
@@ -70,9 +71,24 @@ fn compile_shims(out: &Path) {
     );
 }
 
+/// Sets `mlx5dv_sim_with_mlx5dv` when the manifest has the `mlx5dv`
+/// dev-dependency: in the repository, not in a published package (cargo
+/// drops a dev-dependency given by path alone), where
+/// `tests/crate_on_model.rs`, which drives that crate, compiles to nothing.
+fn with_mlx5dv_dev_dependency() {
+    println!("cargo:rustc-check-cfg=cfg(mlx5dv_sim_with_mlx5dv)");
+    println!("cargo:rerun-if-changed=Cargo.toml");
+    let manifest = fs::read_to_string("Cargo.toml").expect("read Cargo.toml");
+    if manifest
+        .lines()
+        .any(|l| l.trim_start().starts_with("mlx5dv = "))
+    {
+        println!("cargo:rustc-cfg=mlx5dv_sim_with_mlx5dv");
+    }
+}
+
 /// The library's sources: everything under `src/` but the runner's.
 fn watch_library_sources(manifest: &Path) {
-    println!("cargo:rerun-if-changed=Cargo.toml");
     let src = manifest.join("src");
     let entries = fs::read_dir(&src).expect("read src/");
     for entry in entries {
