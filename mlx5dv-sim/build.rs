@@ -15,8 +15,10 @@
 //! dependency is this crate: a workspace of its own, so that neither an
 //! enclosing workspace (a packaged copy under `target/package/`) nor this
 //! crate's source directory is touched, with its own target directory (the
-//! outer build holds a lock on its own), offline (the outer build has
-//! already fetched `libc` and `cc`), for the same target and profile. The
+//! outer build holds a lock on its own), offline, resolving against the
+//! crates already downloaded (the outer build has fetched `libc` and `cc`;
+//! a lock file copied from the package could name versions that are not),
+//! for the same target and profile. The
 //! nested build sets `MLX5DV_SIM_NESTED_BUILD`, in whose presence this
 //! script only compiles the shims. `MLX5DV_SIM_EMBED=0` (and docs.rs)
 //! skips the copy: the runner then needs the library beside it or
