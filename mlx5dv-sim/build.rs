@@ -1,8 +1,57 @@
-//! Compiles the C shims for the variadic libc functions the interposer
-//! replaces (`open`, `openat`, `ioctl` and their aliases): stable Rust cannot
-//! define a C-variadic function.
+//! Two jobs:
+//!
+//! 1. Compiles the C shims for the variadic libc functions the interposer
+//!    replaces (`open`, `openat`, `ioctl` and their aliases): stable Rust
+//!    cannot define a C-variadic function.
+//! 2. Builds the interposer library (this crate's cdylib) a second time, in
+//!    a nested cargo of its own, for the `mlx5-sim` runner to carry inside
+//!    itself: `cargo install` installs binaries only, so an installed
+//!    runner has no `libmlx5dv_sim.so` beside it. (Cargo's artifact
+//!    dependencies, `artifact = "cdylib"`, would do this; they are not
+//!    stable.) The runner reads the copy with `include_bytes!` and writes it
+//!    into a private directory for each run.
+//!
+//! The nested build compiles a generated crate in `OUT_DIR` whose one path
+//! dependency is this crate: a workspace of its own, so that neither an
+//! enclosing workspace (a packaged copy under `target/package/`) nor this
+//! crate's source directory is touched, with its own target directory (the
+//! outer build holds a lock on its own), offline, resolving against the
+//! crates already downloaded (the outer build has fetched `libc` and `cc`;
+//! a lock file copied from the package could name versions that are not),
+//! for the same target and profile. The
+//! nested build sets `MLX5DV_SIM_NESTED_BUILD`, in whose presence this
+//! script only compiles the shims. `MLX5DV_SIM_EMBED=0` (and docs.rs)
+//! skips the copy: the runner then needs the library beside it or
+//! `MLX5DV_SIM_LIB`.
+
+use std::env;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+/// Set in the nested build's environment: that build compiles the library
+/// only, never a copy of its own.
+const NESTED: &str = "MLX5DV_SIM_NESTED_BUILD";
 
 fn main() {
+    let out = PathBuf::from(env::var_os("OUT_DIR").expect("OUT_DIR"));
+    compile_shims(&out);
+    println!("cargo:rustc-check-cfg=cfg(mlx5dv_sim_embedded)");
+    with_mlx5dv_dev_dependency();
+    println!("cargo:rerun-if-env-changed={NESTED}");
+    println!("cargo:rerun-if-env-changed=MLX5DV_SIM_EMBED");
+    println!("cargo:rerun-if-env-changed=DOCS_RS");
+    let skip = env::var_os(NESTED).is_some()
+        || env::var_os("DOCS_RS").is_some()
+        || env::var("MLX5DV_SIM_EMBED").is_ok_and(|v| v == "0");
+    if !skip {
+        let lib = build_interposer(&out);
+        println!("cargo:rustc-env=MLX5DV_SIM_EMBEDDED_LIB={}", lib.display());
+        println!("cargo:rustc-cfg=mlx5dv_sim_embedded");
+    }
+}
+
+fn compile_shims(out: &Path) {
     println!("cargo:rerun-if-changed=csrc/variadic.c");
     cc::Build::new()
         .file("csrc/variadic.c")
@@ -12,9 +61,8 @@ fn main() {
         .compile("mlx5dv_sim_variadic");
     // rustc's version script for a cdylib exports only Rust symbols; the C
     // shims must be exported too, or LD_PRELOAD would not interpose them.
-    let out = std::env::var("OUT_DIR").expect("OUT_DIR");
-    let map = std::path::Path::new(&out).join("variadic.map");
-    std::fs::write(
+    let map = out.join("variadic.map");
+    fs::write(
         &map,
         "{ global: open; open64; openat; openat64; __open_2; __open64_2; __openat_2; __openat64_2; ioctl; };\n",
     )
@@ -23,4 +71,136 @@ fn main() {
         "cargo:rustc-cdylib-link-arg=-Wl,--version-script={}",
         map.display()
     );
+}
+
+/// Sets `mlx5dv_sim_with_mlx5dv` when the manifest has the `mlx5dv`
+/// dev-dependency: in the repository, not in a published package (cargo
+/// drops a dev-dependency given by path alone), where
+/// `tests/crate_on_model.rs`, which drives that crate, compiles to nothing.
+fn with_mlx5dv_dev_dependency() {
+    println!("cargo:rustc-check-cfg=cfg(mlx5dv_sim_with_mlx5dv)");
+    println!("cargo:rerun-if-changed=Cargo.toml");
+    let manifest = fs::read_to_string("Cargo.toml").expect("read Cargo.toml");
+    if manifest
+        .lines()
+        .any(|l| l.trim_start().starts_with("mlx5dv = "))
+    {
+        println!("cargo:rustc-cfg=mlx5dv_sim_with_mlx5dv");
+    }
+}
+
+/// The library's sources: everything under `src/` but the runner's.
+fn watch_library_sources(manifest: &Path) {
+    let src = manifest.join("src");
+    let entries = fs::read_dir(&src).expect("read src/");
+    for entry in entries {
+        let name = entry.expect("read src/").file_name();
+        if name != "bin" {
+            println!("cargo:rerun-if-changed=src/{}", name.to_string_lossy());
+        }
+    }
+}
+
+/// Builds the cdylib in a nested cargo and returns its path.
+fn build_interposer(out: &Path) -> PathBuf {
+    let manifest = PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("CARGO_MANIFEST_DIR"));
+    watch_library_sources(&manifest);
+    let dir = out.join("interposer");
+    fs::create_dir_all(&dir).expect("create the nested crate's directory");
+    // A TOML basic string holds any path once `\` and `"` are escaped.
+    let path = manifest
+        .to_str()
+        .expect("a UTF-8 manifest directory")
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"");
+    let toml = format!(
+        "# Generated by mlx5dv-sim's build script: builds its cdylib.\n\
+         [package]\nname = \"mlx5dv-sim-interposer\"\nversion = \"0.0.0\"\n\
+         edition = \"2021\"\npublish = false\n\n\
+         [lib]\npath = \"lib.rs\"\n\n\
+         [dependencies]\nmlx5dv-sim = {{ path = \"{path}\" }}\n\n\
+         [workspace]\n"
+    );
+    write_if_changed(&dir.join("Cargo.toml"), &toml);
+    write_if_changed(&dir.join("lib.rs"), "");
+
+    let target = env::var("TARGET").expect("TARGET");
+    let release = env::var("PROFILE").is_ok_and(|p| p == "release");
+    let target_dir = dir.join("target");
+    let cargo = env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let mut cmd = Command::new(cargo);
+    cmd.arg("build")
+        .arg("--manifest-path")
+        .arg(dir.join("Cargo.toml"))
+        .args([
+            "-p",
+            "mlx5dv-sim",
+            "--lib",
+            "--offline",
+            "--target",
+            &target,
+        ])
+        .arg("--target-dir")
+        .arg(&target_dir)
+        // A build directory configured for the outer build is locked by it.
+        .env("CARGO_BUILD_BUILD_DIR", &target_dir)
+        .env(NESTED, "1")
+        .current_dir(&manifest)
+        // Build output goes to this script's stderr: cargo shows it when
+        // the build fails.
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit());
+    if release {
+        cmd.arg("--release");
+    }
+    // What describes the outer build or the outer crate, not this one:
+    // cargo sets what the nested build's own scripts need afresh. A
+    // workspace wrapper (clippy, cargo fix) is for the outer workspace.
+    for (k, _) in env::vars_os() {
+        let k = k.to_string_lossy();
+        if k.starts_with("CARGO_FEATURE_")
+            || k.starts_with("CARGO_CFG_")
+            || k.starts_with("CARGO_PKG_")
+            || k.starts_with("CARGO_MANIFEST_")
+            || k.starts_with("CLIPPY_")
+            || matches!(
+                &*k,
+                "CARGO_TARGET_DIR"
+                    | "CARGO_PRIMARY_PACKAGE"
+                    | "RUSTC_WORKSPACE_WRAPPER"
+                    | "OUT_DIR"
+                    | "LD_PRELOAD"
+                    | "MLX5DV_SIM"
+            )
+        {
+            cmd.env_remove(&*k);
+        }
+    }
+    let status = cmd.status().expect("run cargo for the interposer library");
+    assert!(
+        status.success(),
+        "building the interposer library (a nested `cargo build` of this crate's cdylib, \
+         offline) failed: {status}; its output is above. Set MLX5DV_SIM_EMBED=0 to build \
+         the runner without its copy of the library."
+    );
+    let profile = if release { "release" } else { "debug" };
+    let lib = target_dir
+        .join(&target)
+        .join(profile)
+        .join("libmlx5dv_sim.so");
+    let bytes = fs::read(&lib).unwrap_or_else(|e| panic!("{}: {e}", lib.display()));
+    assert!(
+        bytes.starts_with(b"\x7fELF"),
+        "{} is not an ELF file",
+        lib.display()
+    );
+    lib
+}
+
+/// Leaves the file (and its timestamp) alone when it already says `text`.
+fn write_if_changed(path: &Path, text: &str) {
+    if fs::read_to_string(path).is_ok_and(|t| t == text) {
+        return;
+    }
+    fs::write(path, text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
 }

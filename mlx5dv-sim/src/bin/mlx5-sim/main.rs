@@ -13,16 +13,16 @@
 //!
 //! Writes a sysfs tree for one ConnectX-6 into a fresh directory under
 //! `$TMPDIR`, starts CMD with `LD_PRELOAD` naming the interposer library
-//! (`libmlx5dv_sim.so`, next to this binary, or `MLX5DV_SIM_LIB`),
+//! (`MLX5DV_SIM_LIB`, or the copy built into this runner: see `library`),
 //! `SYSFS_PATH` naming the tree and `MLX5DV_SIM=1`, waits for it, removes
 //! the tree and exits with CMD's status (128 + N when a signal N ended it).
 //! This runner itself does not load the interposer. SIGINT, SIGTERM,
 //! SIGHUP and SIGQUIT sent to it are passed on to CMD.
 
+mod library;
 mod sysfs;
 
 use std::os::unix::process::ExitStatusExt;
-use std::path::PathBuf;
 use std::process::{Command, ExitCode};
 use std::sync::atomic::{AtomicI32, Ordering};
 
@@ -67,28 +67,6 @@ Options:
 See mlx5dv-sim/README.md for the MLX5DV_SIM_* variables (caps, tracing,
 fault injection).";
 
-fn library() -> Result<PathBuf, String> {
-    if let Some(p) = std::env::var_os("MLX5DV_SIM_LIB") {
-        return Ok(PathBuf::from(p));
-    }
-    let exe = std::env::current_exe().map_err(|e| format!("cannot find this executable: {e}"))?;
-    let dir = exe.parent().ok_or("executable without a directory")?;
-    for cand in [
-        dir.join("libmlx5dv_sim.so"),
-        dir.join("../libmlx5dv_sim.so"),
-    ] {
-        if cand.exists() {
-            return cand
-                .canonicalize()
-                .map_err(|e| format!("{}: {e}", cand.display()));
-        }
-    }
-    Err(format!(
-        "libmlx5dv_sim.so is not next to {} (build the mlx5dv-sim crate, or set MLX5DV_SIM_LIB)",
-        exe.display()
-    ))
-}
-
 /// A name no other run on this machine uses: this runner's pid and the
 /// time it started.
 fn fabric_name() -> String {
@@ -126,7 +104,7 @@ fn main() -> ExitCode {
         eprintln!("{USAGE}");
         return ExitCode::from(2);
     }
-    let lib = match library() {
+    let lib = match library::find() {
         Ok(l) => l,
         Err(e) => {
             eprintln!("mlx5-sim: {e}");
@@ -141,8 +119,8 @@ fn main() -> ExitCode {
         }
     };
     let preload = match std::env::var("LD_PRELOAD") {
-        Ok(p) if !p.is_empty() => format!("{}:{p}", lib.display()),
-        _ => lib.display().to_string(),
+        Ok(p) if !p.is_empty() => format!("{}:{p}", lib.path().display()),
+        _ => lib.path().display().to_string(),
     };
     let mut cmd = Command::new(&args[0]);
     cmd.args(&args[1..])
