@@ -35,15 +35,17 @@
 //! before any mlx5 call, which is what the project's tests check.
 
 mod common;
+#[path = "common/perftest/mod.rs"]
+mod perftest;
 
 use common::{
-    check_pattern, connect_options, exit, fill_pattern, flag, open_device, random_psn, report_bw,
+    check_pattern, connect_options, exit, flag, open_device, pattern, random_psn, report_bw,
     require_mlx5, val, Cli, Failure, Msg,
 };
 use mlx5dv::*;
 use std::io::BufReader;
 use std::process::ExitCode;
-use std::time::Instant;
+use std::time::Duration;
 
 const PROG: &str = "dc_write";
 const USAGE: &str = "\
@@ -87,6 +89,19 @@ struct Shape {
     streams: Option<u8>,
 }
 
+impl Shape {
+    /// The memory of `batch` slots of `size` bytes.
+    fn slots_len(self) -> usize {
+        self.size * self.batch as usize
+    }
+
+    /// Where write `k` goes without `--perftest`: slot `k mod batch` (its
+    /// place in its batch).
+    fn slot(self, k: u64) -> usize {
+        (k % u64::from(self.batch)) as usize * self.size
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse_with_device(
         PROG,
@@ -99,6 +114,9 @@ fn main() -> ExitCode {
             val('b', "batch"),
             val('S', "streams"),
             flag('L', "loopback"),
+            flag('P', "perftest"),
+            // perftest's spelling of -g (--gid-index).
+            val('x', "gid-idx"),
         ],
     );
     exit(PROG, run(&cli))
@@ -119,8 +137,12 @@ fn run(cli: &Cli) -> Result<(), Failure> {
     if cli.flag("loopback") && host.is_some() {
         common::usage_error(PROG, "--loopback takes no host");
     }
+    let perftest = cli.flag("perftest");
+    if perftest {
+        common::refuse_with(PROG, "--perftest", &[(cli.flag("loopback"), "--loopback")]);
+    }
     let (ib_port, gid_index, mtu) = (cli.num_or("ib-port", 1), cli.num("gid-idx"), cli.mtu());
-    let port: u16 = cli.num_or("port", 18517);
+    let port: u16 = cli.num_or("port", if perftest { perftest::DEFAULT_PORT } else { 18517 });
     let ctx = open_device(cli.text("ib-dev"))?;
     // Before anything else: on a device without mlx5 direct verbs, exit 3.
     require_mlx5(&ctx, "DCI/DCT need mlx5 direct verbs")?;
@@ -142,9 +164,11 @@ fn run(cli: &Cli) -> Result<(), Failure> {
             None => "no DCI streams".into(),
         }
     );
-    if cli.flag("loopback") {
-        let target = Target::new(&pd, &opts, shape)?;
-        let info = target.info(&opts)?;
+    if perftest {
+        with_tcp::run(&pd, opts, shape, host, port)
+    } else if cli.flag("loopback") {
+        let target = Target::new(&pd, &opts, shape.slots_len(), DC_KEY)?;
+        let info = target.info()?;
         let seed = (random_psn() % 251) as u8;
         let iters = initiate(&pd, &opts, shape, &info, seed)?;
         common::report_check(
@@ -190,22 +214,34 @@ struct Target {
     // Fields drop in order: the DCT goes before the memory.
     dct: Dct,
     mr: MemoryRegion,
+    opts: ConnectOptions,
 }
 
 impl Target {
-    fn new(pd: &ProtectionDomain, opts: &ConnectOptions, shape: Shape) -> Result<Target, Failure> {
+    /// A DCT reachable with `dc_key`, ready, and `len` bytes of memory.
+    fn new(
+        pd: &ProtectionDomain,
+        opts: &ConnectOptions,
+        len: usize,
+        dc_key: u64,
+    ) -> Result<Target, Failure> {
         let ctx = pd.context();
         let cq = CompletionQueue::new(ctx, 16)?;
         let srq = SharedReceiveQueue::new(pd, 16, 1)?;
-        let dct = Dct::new(pd, &cq, &srq, DC_KEY)?;
+        let dct = Dct::new(pd, &cq, &srq, dc_key)?;
         dct.ready(opts)?;
         let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
-        let mr = MemoryRegion::new(pd, shape.size * shape.batch as usize, access)?;
-        Ok(Target { dct, mr })
+        let mr = MemoryRegion::new(pd, len, access)?;
+        Ok(Target {
+            dct,
+            mr,
+            opts: *opts,
+        })
     }
 
-    fn info(&self, opts: &ConnectOptions) -> Result<DctInfo, Failure> {
+    fn info(&self) -> Result<DctInfo, Failure> {
         let ctx = self.mr.pd().context();
+        let opts = &self.opts;
         Ok(DctInfo {
             lid: ctx.query_port(opts.port)?.lid,
             gid: match opts.gid_index {
@@ -225,8 +261,8 @@ fn server(
     shape: Shape,
     port: u16,
 ) -> Result<(), Failure> {
-    let target = Target::new(pd, opts, shape)?;
-    let info = target.info(opts)?;
+    let target = Target::new(pd, opts, shape.slots_len(), DC_KEY)?;
+    let info = target.info()?;
     println!(
         "dc_write: DCT {:#x} ready; waiting for a client on TCP port {port}",
         info.dctn
@@ -285,8 +321,9 @@ fn client(
     common::await_check(PROG, &mut rd, info.remote.len as u64)
 }
 
-/// The client's side: a DCI, an address handle for the DCT's port, and the
-/// writes. Returns how many writes completed.
+/// The client's side without `--perftest`: a DCI writing the pattern of
+/// `seed` to the DCT of `info`, write `k` to slot `k mod BATCH`. Returns
+/// how many writes completed.
 fn initiate(
     pd: &ProtectionDomain,
     opts: &ConnectOptions,
@@ -294,77 +331,221 @@ fn initiate(
     info: &DctInfo,
     seed: u8,
 ) -> Result<u64, Failure> {
-    let len = shape.size * shape.batch as usize;
+    let len = shape.slots_len();
     if info.remote.len < len as u64 {
         return Err(Failure::Failed(format!(
             "the server offers {} bytes, this run needs {len} (use the same -s and -b on both sides)",
             info.remote.len
         )));
     }
-    let ctx = pd.context();
-    let mut src = MemoryRegion::new(pd, len, AccessFlags::LOCAL_WRITE)?;
-    fill_pattern(src.as_mut_slice()?, seed);
-    let mut cq = CompletionQueue::new(ctx, shape.batch * IN_FLIGHT + 16)?;
-    let mut builder = QpBuilder::dci(pd, &cq);
-    builder
-        .caps(QpCaps {
-            max_send_wr: shape.batch * IN_FLIGHT,
-            max_recv_wr: 0,
-            max_send_sge: 1,
-            max_recv_sge: 0,
-            max_inline_data: 0,
-        })
-        .send_ops(SendOps::RDMA_WRITE);
-    if let Some(log) = shape.streams {
-        let errored = ctx
-            .mlx5_caps()?
-            .dci_streams_caps
-            .map_or(0, |c| c.max_log_num_errored.min(log));
-        builder.dci_streams(log, errored);
-    }
-    // Declared after `src`, so destroyed before it is deregistered.
-    let mut dci = builder.build()?;
-    dci.ready(random_psn(), opts)?;
-    let ah = AddressHandle::new(pd, &AhAttr::towards(info.lid, info.gid, opts))?;
-    println!(
-        "dc_write: DCI {:#x} ready; writing to DCT {:#x} (key {:#x})",
-        dci.qp_num(),
-        info.dctn,
-        info.dc_key
-    );
-    let streams = shape.streams.map(|l| 1u32 << l);
-    let start = Instant::now();
-    let mut posted = 0u64;
-    let mut in_flight = 0u32;
-    while posted < shape.iters {
-        if in_flight == IN_FLIGHT {
-            common::wait_ok(&mut cq, 1)?;
-            in_flight -= 1;
-        }
-        let n = (shape.iters - posted).min(u64::from(shape.batch)) as usize;
-        let addr = DcAddr::new(&ah, info.dctn, info.dc_key);
-        let mut batch = dci.batch();
-        for i in 0..n {
-            let id = posted + i as u64;
-            // Each work request names its DCT: mlx5dv_wr_set_dc_addr, or
-            // mlx5dv_wr_set_dc_addr_stream on stream `id mod streams`.
-            let wr = match streams {
-                Some(s) => batch.wr_stream(id, addr, (id % u64::from(s)) as u16),
-                None => batch.wr(id, addr),
-            };
-            let wr = if i + 1 == n { wr.signaled() } else { wr };
-            let off = i * shape.size;
-            wr.rdma_write(info.remote.slice(off as u64, shape.size as u64)?)
-                .sge(src.sge(off..off + shape.size)?)?;
-        }
-        // SAFETY: the writes read `src`, which is not written again after
-        // it was filled and outlives the DCI (declared before it); every
-        // batch's completion is awaited before this function returns.
-        unsafe { batch.complete()? };
-        posted += n as u64;
-        in_flight += 1;
-    }
-    common::wait_ok(&mut cq, in_flight as usize)?;
-    report_bw(shape.size, posted, start.elapsed());
+    let mut ini = Initiator::new(pd, opts, len, shape)?;
+    ini.src.write_at(0, &pattern(len, seed))?;
+    let (posted, elapsed) = ini.write(info, shape, |k| shape.slot(k))?;
+    report_bw(shape.size, posted, elapsed);
     Ok(posted)
+}
+
+/// The client's side: a DCI, ready, and its source memory.
+struct Initiator {
+    // Fields drop in order: the DCI goes before the CQ and the memory it
+    // reads.
+    dci: DciQp,
+    cq: CompletionQueue,
+    src: MemoryRegion,
+    psn: u32,
+    opts: ConnectOptions,
+}
+
+impl Initiator {
+    /// A DCI (with 2^L streams with `--streams L`) moved to RTS, and `len`
+    /// bytes of source memory.
+    fn new(
+        pd: &ProtectionDomain,
+        opts: &ConnectOptions,
+        len: usize,
+        shape: Shape,
+    ) -> Result<Initiator, Failure> {
+        let ctx = pd.context();
+        let src = MemoryRegion::new(pd, len, AccessFlags::LOCAL_WRITE)?;
+        let cq = CompletionQueue::new(ctx, shape.batch * IN_FLIGHT + 16)?;
+        let mut builder = QpBuilder::dci(pd, &cq);
+        builder
+            .caps(QpCaps {
+                max_send_wr: shape.batch * IN_FLIGHT,
+                max_recv_wr: 0,
+                max_send_sge: 1,
+                max_recv_sge: 0,
+                max_inline_data: 0,
+            })
+            .send_ops(SendOps::RDMA_WRITE);
+        if let Some(log) = shape.streams {
+            let errored = ctx
+                .mlx5_caps()?
+                .dci_streams_caps
+                .map_or(0, |c| c.max_log_num_errored.min(log));
+            builder.dci_streams(log, errored);
+        }
+        let dci = builder.build()?;
+        let psn = random_psn();
+        dci.ready(psn, opts)?;
+        Ok(Initiator {
+            dci,
+            cq,
+            src,
+            psn,
+            opts: *opts,
+        })
+    }
+
+    /// Posts `shape.iters` writes to the DCT of `info`, write `k` from and
+    /// to `offset(k)`, in batches of `shape.batch`, only the last of each
+    /// signalled; stream ids go round robin. Returns the writes done and
+    /// the time they took.
+    fn write(
+        &mut self,
+        info: &DctInfo,
+        shape: Shape,
+        offset: impl Fn(u64) -> usize,
+    ) -> Result<(u64, Duration), Failure> {
+        let pd = self.src.pd();
+        let ah = AddressHandle::new(pd, &AhAttr::towards(info.lid, info.gid, &self.opts))?;
+        println!(
+            "dc_write: DCI {:#x} ready; writing to DCT {:#x} (key {:#x})",
+            self.dci.qp_num(),
+            info.dctn,
+            info.dc_key
+        );
+        let streams = shape.streams.map(|l| 1u32 << l);
+        let (dci, src, size) = (&mut self.dci, &self.src, shape.size);
+        common::post_batches(&mut self.cq, shape.iters, shape.batch, IN_FLIGHT, |first, n| {
+            let addr = DcAddr::new(&ah, info.dctn, info.dc_key);
+            let mut batch = dci.batch();
+            for i in 0..n {
+                let id = first + i as u64;
+                // Each work request names its DCT: mlx5dv_wr_set_dc_addr, or
+                // mlx5dv_wr_set_dc_addr_stream on stream `id mod streams`.
+                let wr = match streams {
+                    Some(s) => batch.wr_stream(id, addr, (id % u64::from(s)) as u16),
+                    None => batch.wr(id, addr),
+                };
+                let wr = if i + 1 == n { wr.signaled() } else { wr };
+                let off = offset(id);
+                wr.rdma_write(info.remote.slice(off as u64, size as u64)?)
+                    .sge(src.sge(off..off + size)?)?;
+            }
+            // SAFETY: the writes read `src`, which is not written again
+            // after it was filled and outlives the DCI (dropped after it);
+            // post_batches awaits every batch's completion before
+            // returning.
+            unsafe { batch.complete()? };
+            Ok(())
+        })
+    }
+}
+
+/// `--perftest`: perftest's default exchange over TCP
+/// (`examples/common/perftest/tcp.rs`), against `ib_write_bw -c DC` or
+/// another `dc_write --perftest`.
+mod with_tcp {
+    use super::*;
+    use crate::perftest::tcp::{self, Run};
+    use crate::perftest::{self, Dest, Layout};
+
+    /// The run: a DCT and perftest's layout of memory on the server, a DCI
+    /// on the client; both with perftest's DC key.
+    pub(super) fn run(
+        pd: &ProtectionDomain,
+        opts: ConnectOptions,
+        shape: Shape,
+        host: Option<&str>,
+        port: u16,
+    ) -> Result<(), Failure> {
+        let run = Run {
+            prog: PROG,
+            size: shape.size,
+            iters: shape.iters,
+            port,
+            gid_index: opts.gid_index,
+            mtu: opts.mtu,
+            host,
+        };
+        run.run(
+            |layout: Layout, mtu| Target::new(pd, &opts.mtu(mtu), layout.len, perftest::DC_KEY),
+            |layout: Layout, mtu| {
+                Ok(Writer {
+                    ini: Initiator::new(pd, &opts.mtu(mtu), layout.len, shape)?,
+                    shape,
+                })
+            },
+        )
+    }
+
+    impl tcp::Side for Target {
+        /// The DCT's number (ready already, so final) as the QPN; the SRQ
+        /// number is not sent (0: perftest's DC writer does not read it).
+        fn dest(&self) -> Result<Dest, Failure> {
+            let ctx = self.mr.pd().context();
+            Dest::local(ctx, &self.opts, self.dct.dctn(), random_psn(), &self.mr)
+        }
+
+        fn connect(&mut self, _: &Dest) -> Result<(), Failure> {
+            Ok(())
+        }
+
+        fn memory(&mut self) -> &mut MemoryRegion {
+            &mut self.mr
+        }
+    }
+
+    /// The client: a DCI and the run's shape.
+    struct Writer {
+        ini: Initiator,
+        shape: Shape,
+    }
+
+    impl tcp::Side for Writer {
+        fn dest(&self) -> Result<Dest, Failure> {
+            let i = &self.ini;
+            Dest::local(i.src.pd().context(), &i.opts, i.dci.qp_num(), i.psn, &i.src)
+        }
+
+        fn connect(&mut self, _: &Dest) -> Result<(), Failure> {
+            Ok(())
+        }
+
+        fn memory(&mut self) -> &mut MemoryRegion {
+            &mut self.ini.src
+        }
+    }
+
+    impl tcp::Writer for Writer {
+        /// To the DCT numbered in the server's last connection data (a
+        /// perftest server learns its DCT's number once the DCT is ready),
+        /// through an address handle for its LID and GID.
+        fn write(
+            &mut self,
+            peer: &Dest,
+            layout: Layout,
+            iters: u64,
+        ) -> Result<(u64, Duration), Failure> {
+            if peer.qpn > 0x00ff_ffff {
+                return Err(Failure::Failed(format!(
+                    "the server's DCT number {:#x} is beyond 24 bits",
+                    peer.qpn
+                )));
+            }
+            let info = DctInfo {
+                lid: peer.lid16()?,
+                gid: Gid(peer.gid),
+                dctn: peer.qpn,
+                dc_key: perftest::DC_KEY,
+                remote: peer.remote(layout.len),
+            };
+            let shape = Shape {
+                iters,
+                ..self.shape
+            };
+            self.ini.write(&info, shape, |k| layout.offset(k))
+        }
+    }
 }

@@ -65,8 +65,7 @@
 //! completion, the exchange or the data check failed; 2 bad usage.
 
 mod common;
-#[cfg(feature = "rdma-cm")]
-#[path = "common/perftest.rs"]
+#[path = "common/perftest/mod.rs"]
 mod perftest;
 
 use common::{
@@ -76,7 +75,6 @@ use common::{
 use mlx5dv::*;
 use std::io::BufReader;
 use std::process::ExitCode;
-use std::time::Instant;
 
 const PROG: &str = "rc_write";
 const USAGE: &str = "\
@@ -149,6 +147,9 @@ fn main() -> ExitCode {
             val('b', "batch"),
             flag('L', "loopback"),
             flag('R', "rdma_cm"),
+            flag('P', "perftest"),
+            // perftest's spelling of -g (--gid-index).
+            val('x', "gid-idx"),
         ],
     );
     exit(PROG, run(&cli))
@@ -161,16 +162,23 @@ fn run(cli: &Cli) -> Result<(), Failure> {
     if cli.flag("loopback") && host.is_some() {
         common::usage_error(PROG, "--loopback takes no host");
     }
+    if cli.flag("perftest") {
+        common::refuse_with(
+            PROG,
+            "--perftest",
+            &[(cli.flag("loopback"), "--loopback"), (cli.flag("rdma_cm"), "-R")],
+        );
+    }
     if cli.flag("rdma_cm") {
-        for (given, what) in [
-            (cli.flag("loopback"), "--loopback"),
-            (cli.text("gid-idx").is_some(), "-g"),
-            (cli.text("ib-port").is_some(), "-i"),
-        ] {
-            if given {
-                common::usage_error(PROG, &format!("{what} does not go with -R"));
-            }
-        }
+        common::refuse_with(
+            PROG,
+            "-R",
+            &[
+                (cli.flag("loopback"), "--loopback"),
+                (cli.text("gid-idx").is_some(), "-g/-x"),
+                (cli.text("ib-port").is_some(), "-i"),
+            ],
+        );
         #[cfg(feature = "rdma-cm")]
         return with_cm::run(cli, shape, host);
         #[cfg(not(feature = "rdma-cm"))]
@@ -187,7 +195,8 @@ fn run(cli: &Cli) -> Result<(), Failure> {
         cli.mtu(),
     )?;
     let pd = ProtectionDomain::new(&ctx)?;
-    let port: u16 = cli.num_or("port", 18516);
+    let perftest = cli.flag("perftest");
+    let port: u16 = cli.num_or("port", if perftest { perftest::DEFAULT_PORT } else { 18516 });
     println!(
         "rc_write: {} port {}, GID index {}, MTU {}, {} writes of {} bytes in batches of {}",
         ctx.name(),
@@ -198,7 +207,9 @@ fn run(cli: &Cli) -> Result<(), Failure> {
         shape.size,
         shape.batch
     );
-    if cli.flag("loopback") {
+    if perftest {
+        with_tcp::run(&pd, opts, shape, host, port)
+    } else if cli.flag("loopback") {
         loopback(&pd, &opts, shape)
     } else if let Some(host) = host {
         client(&pd, &opts, shape, host, port)
@@ -370,56 +381,38 @@ fn write_all(
     offset: impl Fn(u64) -> usize,
 ) -> Result<(u64, std::time::Duration), Failure> {
     let size = shape.size;
-    let mut posted = 0u64;
-    let mut in_flight = 0u32;
-    let start = Instant::now();
-    while posted < shape.iters {
-        if in_flight == IN_FLIGHT {
-            common::wait_ok(&mut side.cq, 1)?;
-            in_flight -= 1;
-        }
-        let n = (shape.iters - posted).min(u64::from(shape.batch)) as usize;
-        let mut batch = side.qp.batch();
+    let (qp, mr) = (&mut side.qp, &side.mr);
+    common::post_batches(&mut side.cq, shape.iters, shape.batch, IN_FLIGHT, |first, n| {
+        let mut batch = qp.batch();
         // The send queue's room for all `n`, checked once.
         batch.limit(n)?;
         for i in 0..n {
-            let k = posted + i as u64;
+            let k = first + i as u64;
             let at = offset(k);
             let wr = batch.wr(k);
             // Only the batch's last work request asks for a completion.
             let wr = if i + 1 == n { wr.signaled() } else { wr };
             wr.rdma_write(remote.slice(at as u64, size as u64)?)
-                .sge(side.mr.sge(at..at + size)?)?;
+                .sge(mr.sge(at..at + size)?)?;
         }
         // SAFETY: the writes read `side.mr`, which is not written again
         // after it was filled and outlives the QP (Side drops the QP
-        // first); every batch's completion is awaited below before returning.
+        // first); post_batches awaits every batch's completion before
+        // returning.
         unsafe { batch.complete()? };
-        posted += n as u64;
-        in_flight += 1;
-    }
-    common::wait_ok(&mut side.cq, in_flight as usize)?;
-    Ok((posted, start.elapsed()))
+        Ok(())
+    })
 }
 
-/// `-R`: perftest's rdma_cm protocol (`examples/common/perftest.rs`),
+/// `-R`: perftest's rdma_cm protocol (`examples/common/perftest/cm.rs`),
 /// against `ib_write_bw -R` or another `rc_write -R`.
 #[cfg(feature = "rdma-cm")]
 mod with_cm {
     use super::*;
-    use crate::perftest::{self, BwReport, Comm, Dest, Layout, SysData, STEP};
+    use crate::perftest::cm::{self, Comm};
+    use crate::perftest::{self, BwReport, Dest, Exchange, Layout, Peer, FILL, STEP};
     use mlx5dv::cm::CmId;
     use std::net::{SocketAddr, ToSocketAddrs};
-
-    /// What rc_write announces as its version: perftest's number, which
-    /// perftest reads, and the name, by which another rc_write knows it.
-    fn version() -> String {
-        format!("{} {PROG}", perftest::VERSION)
-    }
-
-    /// The answer to a seed when every byte the writes covered is as
-    /// written; otherwise the answer is the offset of the first that is not.
-    const ALL_AS_WRITTEN: u64 = u64::MAX;
 
     pub(super) fn run(cli: &Cli, shape: Shape, host: Option<&str>) -> Result<(), Failure> {
         let port: u16 = cli.num_or("port", perftest::DEFAULT_PORT);
@@ -459,19 +452,6 @@ mod with_cm {
         mtu: Option<Mtu>,
     }
 
-    /// What the opening exchanges settle.
-    struct Peer {
-        version: String,
-        sys: SysData,
-    }
-
-    impl Peer {
-        /// Whether the peer announced itself as rc_write (`6.06 rc_write`).
-        fn is_rc_write(&self) -> bool {
-            self.version.split_whitespace().nth(1) == Some(PROG)
-        }
-    }
-
     impl Run<'_> {
         /// Refuses an rdma_cm id on another device than `-d` names.
         fn check_device(&self, id: &CmId) -> Result<Context, Failure> {
@@ -488,24 +468,20 @@ mod with_cm {
         /// The versions, the system data and the MTU.
         fn open(&self, comm: &mut Comm) -> Result<Peer, Failure> {
             let ctx = self.check_device(comm.id())?;
-            let version = comm.exchange_versions(&version())?;
-            let sys = comm.check_sys_data(SysData {
-                cycle_buffer: perftest::CYCLE_BUFFER,
-                cache_line: perftest::CACHE_LINE,
-            })?;
             let port = ctx.query_port(comm.id().port_num())?;
-            let mtu = comm.check_mtu(self.mtu.unwrap_or(port.active_mtu))?;
+            let peer = comm.settle(&perftest::version(PROG), self.mtu.unwrap_or(port.active_mtu))?;
             println!(
-                "{PROG}: {} port {} ({} -> {}), peer version {version:?}, MTU {}, cycle buffer {}, cache line {}",
+                "{PROG}: {} port {} ({} -> {}), peer version {:?}, MTU {}, cycle buffer {}, cache line {}",
                 ctx.name(),
                 comm.id().port_num(),
                 show(comm.id().local_addr()),
                 show(comm.id().peer_addr()),
-                mtu.bytes(),
-                sys.cycle_buffer,
-                sys.cache_line
+                peer.version,
+                peer.mtu.bytes(),
+                peer.sys.cycle_buffer,
+                peer.sys.cache_line
             );
-            Ok(Peer { version, sys })
+            Ok(peer)
         }
 
         /// The data QP and its memory on `id`'s device.
@@ -520,56 +496,29 @@ mod with_cm {
             let peer = self.open(&mut comm)?;
             let layout = Layout::new(self.shape.size, peer.sys);
             comm.hand_shake(&Dest::default(), Some(STEP))?;
-            let (mut side, id) = perftest::connect_retry(
+            let (mut side, id) = cm::connect_retry(
                 dst,
-                perftest::DATA_CONNECT_WITHIN,
+                cm::DATA_CONNECT_WITHIN,
                 |id| self.data_side(id, layout),
                 |s| &s.qp,
             )?;
             comm.hand_shake(&Dest::default(), Some(STEP))?;
             let mine = Dest::of(&id, &side.qp, &side.mr, side.psn)?;
             let theirs = comm.connection_data(&mine)?;
-            let remote = RemoteBuf {
-                addr: theirs.vaddr,
-                rkey: theirs.rkey,
-                len: layout.len as u64,
-            };
-            let seed = (random_psn() % 251) as u8;
+            let seed = perftest::seed();
             side.mr.write_at(0, &pattern(layout.len, seed))?;
+            let remote = theirs.remote(layout.len);
             let (iters, elapsed) = write_all(&mut side, remote, self.shape, |k| layout.offset(k))?;
             let report = BwReport::new(self.shape.size, iters, elapsed);
             report.print();
             // The end: the server waits in this handshake.
             comm.hand_shake(&mine, Some(STEP))?;
             comm.xchg_bw_reports(&report)?;
-            let verdict = if peer.is_rc_write() {
-                let v = comm.xchg(&u64::from(seed).to_be_bytes(), "check", Some(STEP))?;
-                Some(u64::from_be_bytes(
-                    v.as_slice().try_into().expect("8 bytes"),
-                ))
-            } else {
-                None
-            };
+            let verdict = perftest::ask_verdict(&mut comm, peer.is(PROG), seed)?;
             comm.hand_shake(&mine, Some(STEP))?;
             id.disconnect()?;
-            perftest::await_disconnect(&id, STEP)?;
-            let covered: usize = layout.written(iters).map(|r| r.len()).sum();
-            match verdict {
-                None => {
-                    println!(
-                        "{PROG}: {iters} writes completed; the peer is perftest {:?}, which does not check the data",
-                        peer.version
-                    );
-                    Ok(())
-                }
-                Some(ALL_AS_WRITTEN) => {
-                    println!("{PROG}: the server checked the {covered} bytes written: all as written");
-                    Ok(())
-                }
-                Some(at) => Err(Failure::Failed(format!(
-                    "the server's check failed: byte {at} of its memory differs from what was written"
-                ))),
-            }
+            cm::await_disconnect(&id, STEP)?;
+            perftest::report_writer(PROG, verdict, &peer, iters)
         }
 
         fn server(&self, port: u16) -> Result<(), Failure> {
@@ -578,8 +527,9 @@ mod with_cm {
             let peer = self.open(&mut comm)?;
             let layout = Layout::new(self.shape.size, peer.sys);
             comm.hand_shake(&Dest::default(), Some(STEP))?;
-            let (side, id) =
-                perftest::accept_one(port, Some(STEP), |id| self.data_side(id, layout), |s| &s.qp)?;
+            let (mut side, id) =
+                cm::accept_one(port, Some(STEP), |id| self.data_side(id, layout), |s| &s.qp)?;
+            side.mr.write_at(0, &vec![FILL; layout.len])?;
             comm.hand_shake(&Dest::default(), Some(STEP))?;
             let mine = Dest::of(&id, &side.qp, &side.mr, side.psn)?;
             comm.connection_data(&mine)?;
@@ -588,61 +538,92 @@ mod with_cm {
             comm.hand_shake(&mine, None)?;
             let report = comm.xchg_bw_reports(&BwReport::default())?;
             report.print();
-            let verdict = if peer.is_rc_write() {
-                Some(check(&mut comm, &side, peer.sys, report)?)
-            } else {
-                None
-            };
+            let mem = side.mr.to_vec(..)?;
+            let verdict = perftest::answer_seed(&mut comm, peer.is(PROG), &mem, peer.sys, &report)?;
             comm.hand_shake(&mine, Some(STEP))?;
             id.disconnect()?;
-            perftest::await_disconnect(&id, STEP)?;
-            match verdict {
-                None => {
-                    println!(
-                        "{PROG}: {} writes of {} bytes reported; the peer is perftest {:?}: the data is not checked",
-                        report.iters, report.size, peer.version
-                    );
-                    Ok(())
-                }
-                Some((verdict, covered)) => {
-                    common::report_check(PROG, verdict, covered, report.iters)
-                }
-            }
+            cm::await_disconnect(&id, STEP)?;
+            perftest::report_target(PROG, verdict)
         }
-    }
-
-    /// The server's check, between two rc_writes: takes the client's seed,
-    /// checks every byte the reported writes covered against its pattern
-    /// and answers. Returns the verdict (`None`, or the first offset that
-    /// differs) and the bytes checked.
-    fn check(
-        comm: &mut Comm,
-        side: &Side,
-        sys: SysData,
-        report: BwReport,
-    ) -> Result<(Option<usize>, usize), Failure> {
-        let seed = comm.recv(8, "seed", Some(STEP))?;
-        let seed = u64::from_be_bytes(seed.as_slice().try_into().expect("8 bytes")) as u8;
-        let layout = Layout::new(report.size as usize, sys);
-        let mem = side.mr.to_vec(..)?;
-        // A client whose writes reach past this memory has seen them fail
-        // already; answer as for a difference at its end.
-        let verdict = if layout.len > mem.len() {
-            Some(mem.len())
-        } else {
-            let want = pattern(mem.len(), seed);
-            layout
-                .written(report.iters)
-                .flatten()
-                .find(|&i| mem[i] != want[i])
-        };
-        let answer = verdict.map_or(ALL_AS_WRITTEN, |at| at as u64);
-        comm.send(&answer.to_be_bytes())?;
-        let covered = layout.written(report.iters).map(|r| r.len()).sum();
-        Ok((verdict, covered))
     }
 
     fn show(a: Option<SocketAddr>) -> String {
         a.map_or_else(|| "-".into(), |a| a.to_string())
+    }
+}
+
+/// `--perftest`: perftest's default exchange over TCP
+/// (`examples/common/perftest/tcp.rs`), against `ib_write_bw` or another
+/// `rc_write --perftest`.
+mod with_tcp {
+    use super::*;
+    use crate::perftest::tcp::{self, Run};
+    use crate::perftest::{Dest, Layout};
+
+    /// The run: an RC QP and memory of perftest's layout on each side.
+    pub(super) fn run(
+        pd: &ProtectionDomain,
+        opts: ConnectOptions,
+        shape: Shape,
+        host: Option<&str>,
+        port: u16,
+    ) -> Result<(), Failure> {
+        let run = Run {
+            prog: PROG,
+            size: shape.size,
+            iters: shape.iters,
+            port,
+            gid_index: opts.gid_index,
+            mtu: opts.mtu,
+            host,
+        };
+        let make = |layout: Layout, mtu: Mtu| -> Result<Rc, Failure> {
+            Ok(Rc {
+                side: Side::new(pd, layout.len, shape)?,
+                opts: opts.mtu(mtu),
+                shape,
+            })
+        };
+        run.run(make, make)
+    }
+
+    /// One side: its QP and memory, and the options it connects with (the
+    /// MTU the two sides agreed on).
+    struct Rc {
+        side: Side,
+        opts: ConnectOptions,
+        shape: Shape,
+    }
+
+    impl tcp::Side for Rc {
+        fn dest(&self) -> Result<Dest, Failure> {
+            let s = &self.side;
+            Dest::local(s.mr.pd().context(), &self.opts, s.qp.qp_num(), s.psn, &s.mr)
+        }
+
+        fn connect(&mut self, peer: &Dest) -> Result<(), Failure> {
+            self.side.connect(&peer.endpoint()?, &self.opts)
+        }
+
+        fn memory(&mut self) -> &mut MemoryRegion {
+            &mut self.side.mr
+        }
+    }
+
+    impl tcp::Writer for Rc {
+        fn write(
+            &mut self,
+            peer: &Dest,
+            layout: Layout,
+            iters: u64,
+        ) -> Result<(u64, std::time::Duration), Failure> {
+            let shape = Shape {
+                iters,
+                ..self.shape
+            };
+            write_all(&mut self.side, peer.remote(layout.len), shape, |k| {
+                layout.offset(k)
+            })
+        }
     }
 }
