@@ -9,8 +9,16 @@
 //! dc_write [-d DEV] [-g GID] [-s SIZE] [-n ITERS] [-b BATCH]                 # server: the DCT
 //! dc_write [-d DEV] [-g GID] [-s SIZE] [-n ITERS] [-b BATCH] [--streams L] HOST   # client: the DCI
 //! dc_write --loopback [-d DEV] [--streams L]                                 # both in one process
+//! dc_write --perftest [-d DEV] [-i PORT] [-g|-x GID] [-s SIZE] [-n ITERS] [-p PORT] [HOST]
+//!                                                    # perftest's exchange, against ib_write_bw -c DC
 //!
 //! cargo run --example dc_write -- --loopback -d mlx5_0
+//!
+//! # with perftest's DC mode, either way round
+//! dc_write --perftest -d mlx5_0 -s 4096 -n 1000                     # server: a DCT
+//! ib_write_bw -d mlx5_0 -c DC -s 4096 -n 1000 SERVER                # client: a DCI
+//! ib_write_bw -d mlx5_0 -c DC -s 4096 -n 1000                       # or: server
+//! dc_write --perftest -d mlx5_0 -s 4096 -n 1000 SERVER              #     client
 //! ```
 //!
 //! The server makes an SRQ and a DCT on it (a DCT receives through an SRQ;
@@ -26,8 +34,31 @@
 //! says that it waits for its server and, as perftest's `ib_write_bw`
 //! client does, tries once: with no server listening it fails at once.
 //!
-//! Exit status: 0 the writes completed and the data checked out; 1 a verbs
-//! call, a completion, the exchange or the data check failed; 2 bad usage;
+//! ## `--perftest`: against `ib_write_bw -c DC`
+//!
+//! With `--perftest` dc_write speaks perftest's default exchange (one TCP
+//! connection, port 18515, `-p`; `examples/common/perftest/tcp.rs`), as
+//! `ib_write_bw -c DC` does, either side. perftest's DC write test makes
+//! on the server an SRQ and a DCT on it (access key `0xffeeddcc`, its
+//! `DC_KEY`, which it does not exchange: dc_write's DCT and DCI use it
+//! too), moved to RTR with the MTU the two agreed on; on the client a DCI
+//! moved to RTS and, from the server's LID and GID, an address handle.
+//! The server sends its DCT's number as its QPN (perftest's DCT has its
+//! number only once it is in RTR, so perftest sends its connection data
+//! again after: the client writes to the number of the last), with the
+//! rkey and address of its memory; the client writes at perftest's
+//! offsets, each work request addressed with `mlx5dv_wr_set_dc_addr`
+//! (DCT number and key) and, with `--streams`, on DCI streams. What is
+//! checked is what `rc_write --perftest` checks (its docs): between two
+//! dc_writes every byte at the server; with perftest as client, that each
+//! of its slots was written and nothing else; as client against perftest,
+//! only the completions. Use the same `-s` on both sides, and a GID index
+//! on both or on neither.
+//!
+//! Exit status: 0 the writes completed and the data checked out (as
+//! client against perftest: completed); 1 a verbs call, a completion,
+//! the exchange (a peer's message that is not perftest's) or the data
+//! check failed; 2 bad usage;
 //! 3 the device is not an mlx5 device (DCI/DCT need mlx5 direct verbs) or
 //! lacks DCI streams: nothing was done.
 //!
@@ -37,6 +68,8 @@
 mod common;
 #[path = "common/perftest/mod.rs"]
 mod perftest;
+#[path = "dc_write/with_tcp.rs"]
+mod with_tcp;
 
 use common::{
     check_pattern, connect_options, exit, flag, open_device, pattern, random_psn, report_bw,
@@ -54,21 +87,33 @@ Usage:
   dc_write [OPTIONS] HOST          a DCI writing to the server at HOST (start
                                    the server first: no retry, as ib_write_bw)
   dc_write --loopback [OPTIONS]    both, in this process
+  dc_write --perftest [OPTIONS] [HOST]
+                                   serve or write speaking perftest's default
+                                   exchange (ib_write_bw -c DC), either side
 
 RDMA writes from an mlx5 DCI to a DCT (mlx5dv_wr_set_dc_addr), checked at
-the target.
+the target. With --perftest either side may be perftest's ib_write_bw -c DC,
+which does not check the data and writes random bytes: as server dc_write
+checks that each slot perftest writes was written and nothing else; as
+client only the completions; between two dc_writes every byte.
+
+  dc_write --perftest -d mlx5_0 -s 4096 -n 1000                  # server
+  ib_write_bw -d mlx5_0 -c DC -s 4096 -n 1000 SERVER             # client
 
 Options:
-  -p, --port=PORT        TCP port of the exchange (default 18517)
+  -p, --port=PORT        TCP port of the exchange (default 18517; with
+                         --perftest 18515)
   -d, --ib-dev=DEV       use RDMA device DEV (default: the first found)
   -i, --ib-port=PORT     use port PORT of the device (default 1)
-  -g, --gid-idx=INDEX    local GID index (default on RoCE: the IPv4 RoCE v2 GID)
+  -g, -x, --gid-idx=INDEX
+                         local GID index (default on RoCE: the IPv4 RoCE v2 GID)
   -m, --mtu=SIZE         path MTU (default: the port's active MTU)
   -s, --size=SIZE        bytes per write (default 65536)
   -n, --iters=ITERS      number of writes (default 5000)
   -b, --batch=N          writes per batch, only the last signalled (default 32)
       --streams=L        use 2^L DCI streams (mlx5dv_wr_set_dc_addr_stream)
       --loopback         run server and client in this process
+      --perftest         perftest's default exchange (TCP), as ib_write_bw -c DC
   -h, --help             this text
 
 Exit status: 0 success, 1 failure, 2 bad usage, 3 not an mlx5 device or no
@@ -142,7 +187,14 @@ fn run(cli: &Cli) -> Result<(), Failure> {
         common::refuse_with(PROG, "--perftest", &[(cli.flag("loopback"), "--loopback")]);
     }
     let (ib_port, gid_index, mtu) = (cli.num_or("ib-port", 1), cli.num("gid-idx"), cli.mtu());
-    let port: u16 = cli.num_or("port", if perftest { perftest::DEFAULT_PORT } else { 18517 });
+    let port: u16 = cli.num_or(
+        "port",
+        if perftest {
+            perftest::DEFAULT_PORT
+        } else {
+            18517
+        },
+    );
     let ctx = open_device(cli.text("ib-dev"))?;
     // Before anything else: on a device without mlx5 direct verbs, exit 3.
     require_mlx5(&ctx, "DCI/DCT need mlx5 direct verbs")?;
@@ -417,135 +469,34 @@ impl Initiator {
         );
         let streams = shape.streams.map(|l| 1u32 << l);
         let (dci, src, size) = (&mut self.dci, &self.src, shape.size);
-        common::post_batches(&mut self.cq, shape.iters, shape.batch, IN_FLIGHT, |first, n| {
-            let addr = DcAddr::new(&ah, info.dctn, info.dc_key);
-            let mut batch = dci.batch();
-            for i in 0..n {
-                let id = first + i as u64;
-                // Each work request names its DCT: mlx5dv_wr_set_dc_addr, or
-                // mlx5dv_wr_set_dc_addr_stream on stream `id mod streams`.
-                let wr = match streams {
-                    Some(s) => batch.wr_stream(id, addr, (id % u64::from(s)) as u16),
-                    None => batch.wr(id, addr),
-                };
-                let wr = if i + 1 == n { wr.signaled() } else { wr };
-                let off = offset(id);
-                wr.rdma_write(info.remote.slice(off as u64, size as u64)?)
-                    .sge(src.sge(off..off + size)?)?;
-            }
-            // SAFETY: the writes read `src`, which is not written again
-            // after it was filled and outlives the DCI (dropped after it);
-            // post_batches awaits every batch's completion before
-            // returning.
-            unsafe { batch.complete()? };
-            Ok(())
-        })
-    }
-}
-
-/// `--perftest`: perftest's default exchange over TCP
-/// (`examples/common/perftest/tcp.rs`), against `ib_write_bw -c DC` or
-/// another `dc_write --perftest`.
-mod with_tcp {
-    use super::*;
-    use crate::perftest::tcp::{self, Run};
-    use crate::perftest::{self, Dest, Layout};
-
-    /// The run: a DCT and perftest's layout of memory on the server, a DCI
-    /// on the client; both with perftest's DC key.
-    pub(super) fn run(
-        pd: &ProtectionDomain,
-        opts: ConnectOptions,
-        shape: Shape,
-        host: Option<&str>,
-        port: u16,
-    ) -> Result<(), Failure> {
-        let run = Run {
-            prog: PROG,
-            size: shape.size,
-            iters: shape.iters,
-            port,
-            gid_index: opts.gid_index,
-            mtu: opts.mtu,
-            host,
-        };
-        run.run(
-            |layout: Layout, mtu| Target::new(pd, &opts.mtu(mtu), layout.len, perftest::DC_KEY),
-            |layout: Layout, mtu| {
-                Ok(Writer {
-                    ini: Initiator::new(pd, &opts.mtu(mtu), layout.len, shape)?,
-                    shape,
-                })
+        common::post_batches(
+            &mut self.cq,
+            shape.iters,
+            shape.batch,
+            IN_FLIGHT,
+            |first, n| {
+                let addr = DcAddr::new(&ah, info.dctn, info.dc_key);
+                let mut batch = dci.batch();
+                for i in 0..n {
+                    let id = first + i as u64;
+                    // Each work request names its DCT: mlx5dv_wr_set_dc_addr, or
+                    // mlx5dv_wr_set_dc_addr_stream on stream `id mod streams`.
+                    let wr = match streams {
+                        Some(s) => batch.wr_stream(id, addr, (id % u64::from(s)) as u16),
+                        None => batch.wr(id, addr),
+                    };
+                    let wr = if i + 1 == n { wr.signaled() } else { wr };
+                    let off = offset(id);
+                    wr.rdma_write(info.remote.slice(off as u64, size as u64)?)
+                        .sge(src.sge(off..off + size)?)?;
+                }
+                // SAFETY: the writes read `src`, which is not written again
+                // after it was filled and outlives the DCI (dropped after it);
+                // post_batches awaits every batch's completion before
+                // returning.
+                unsafe { batch.complete()? };
+                Ok(())
             },
         )
-    }
-
-    impl tcp::Side for Target {
-        /// The DCT's number (ready already, so final) as the QPN; the SRQ
-        /// number is not sent (0: perftest's DC writer does not read it).
-        fn dest(&self) -> Result<Dest, Failure> {
-            let ctx = self.mr.pd().context();
-            Dest::local(ctx, &self.opts, self.dct.dctn(), random_psn(), &self.mr)
-        }
-
-        fn connect(&mut self, _: &Dest) -> Result<(), Failure> {
-            Ok(())
-        }
-
-        fn memory(&mut self) -> &mut MemoryRegion {
-            &mut self.mr
-        }
-    }
-
-    /// The client: a DCI and the run's shape.
-    struct Writer {
-        ini: Initiator,
-        shape: Shape,
-    }
-
-    impl tcp::Side for Writer {
-        fn dest(&self) -> Result<Dest, Failure> {
-            let i = &self.ini;
-            Dest::local(i.src.pd().context(), &i.opts, i.dci.qp_num(), i.psn, &i.src)
-        }
-
-        fn connect(&mut self, _: &Dest) -> Result<(), Failure> {
-            Ok(())
-        }
-
-        fn memory(&mut self) -> &mut MemoryRegion {
-            &mut self.ini.src
-        }
-    }
-
-    impl tcp::Writer for Writer {
-        /// To the DCT numbered in the server's last connection data (a
-        /// perftest server learns its DCT's number once the DCT is ready),
-        /// through an address handle for its LID and GID.
-        fn write(
-            &mut self,
-            peer: &Dest,
-            layout: Layout,
-            iters: u64,
-        ) -> Result<(u64, Duration), Failure> {
-            if peer.qpn > 0x00ff_ffff {
-                return Err(Failure::Failed(format!(
-                    "the server's DCT number {:#x} is beyond 24 bits",
-                    peer.qpn
-                )));
-            }
-            let info = DctInfo {
-                lid: peer.lid16()?,
-                gid: Gid(peer.gid),
-                dctn: peer.qpn,
-                dc_key: perftest::DC_KEY,
-                remote: peer.remote(layout.len),
-            };
-            let shape = Shape {
-                iters,
-                ..self.shape
-            };
-            self.ini.write(&info, shape, |k| layout.offset(k))
-        }
     }
 }

@@ -7,6 +7,8 @@
 //! rc_write [-d DEV] [-g GID] [-s SIZE] [-n ITERS] [-b BATCH] HOST     # client (writes)
 //! rc_write --loopback [-d DEV] [-s SIZE] [-n ITERS] [-b BATCH]        # both, in one process
 //! rc_write -R [-d DEV] [-s SIZE] [-n ITERS] [-b BATCH] [HOST]         # perftest's rdma_cm protocol
+//! rc_write --perftest [-d DEV] [-i PORT] [-g|-x GID] [-s SIZE] [-n ITERS] [-p PORT] [HOST]
+//!                                                                     # perftest's default (TCP) exchange
 //!
 //! # two soft-RoCE guests (scripts/rxe-vm --hosts 2): guest 1 serves, guest 2 writes
 //! rc_write -d rxe0 -g 1                 # in guest 1
@@ -15,6 +17,12 @@
 //! # with perftest, either way round (rdma_ucm loaded)
 //! rc_write -R -d rxe0                   # in guest 1
 //! ib_write_bw -R -d rxe0 10.99.0.1      # in guest 2
+//!
+//! # with perftest's default exchange, either way round
+//! rc_write --perftest -d rxe0 -x 1 -s 4096 -n 1000                  # in guest 1
+//! ib_write_bw -d rxe0 -x 1 -s 4096 -n 1000 10.99.0.1                # in guest 2
+//! ib_write_bw -d rxe0 -x 1 -s 4096 -n 1000                          # or: in guest 1
+//! rc_write --perftest -d rxe0 -x 1 -s 4096 -n 1000 10.99.0.1        #     in guest 2
 //! ```
 //!
 //! How it works:
@@ -54,19 +62,59 @@
 //! cycle buffer), and the two exchange bandwidth reports; the server
 //! prints the client's. Use the same `-s` on both sides, as with perftest.
 //!
-//! perftest does not check the data: against `ib_write_bw` a run checks
-//! that every write completed, not what arrived. Between two rc_writes
-//! (each recognises the other by its version) the client then sends its
-//! seed and the server checks every byte the writes covered and answers,
+//! perftest does not check the data: as client against `ib_write_bw -R` a
+//! run checks that every write completed, not what arrived; as server it
+//! checks what `--perftest` checks (below). Between two rc_writes (each
+//! recognises the other by its version) the client then sends its seed
+//! and the server checks every byte the writes covered and answers,
 //! before the closing exchange; perftest never sees that message.
 //!
-//! Exit status: 0 the writes completed and the data checked out (or, with
-//! `-R` against perftest, the run completed); 1 a verbs call, a
-//! completion, the exchange or the data check failed; 2 bad usage.
+//! ## `--perftest`: perftest's default exchange
+//!
+//! With `--perftest` rc_write speaks what `ib_write_bw` speaks without
+//! `-R`: one TCP connection on perftest's port 18515 (`-p`), over which
+//! the two exchange the versions, cycle buffer and cache line sizes, the
+//! MTU (both use the smaller), then each side's connection data as
+//! perftest's text (LID, QPN, PSN, rkey, address and, where the side has a
+//! GID index, the GID: `examples/common/perftest/tcp.rs`), three times;
+//! each side connects its RC QP itself, to the MTU agreed on and the GID
+//! index of `-g` or, as perftest spells it, `-x` (default on RoCE: the
+//! IPv4 RoCE v2 GID; perftest's default may be another, so give `-x` to
+//! both). Both sides must both have a GID index or both not (InfiniBand
+//! without `-x`): perftest reads the one form of the text its own index
+//! implies, and rc_write says which side differs. The client writes at
+//! perftest's offsets, as with `-R`, and the two exchange bandwidth
+//! reports. Use the same `-s` on both sides.
+//!
+//! What is checked, at the server (the target), which fills its memory
+//! with `0xff` bytes before the writes:
+//!
+//! - against another `rc_write --perftest`: every byte the writes covered
+//!   holds the client's pattern and every other byte is untouched; the
+//!   client sends its seed after the reports and the server answers with
+//!   the verdict, which both print;
+//! - against `ib_write_bw` as client: perftest fills its memory with
+//!   `rand()` bytes and says nothing of them, so their values cannot be
+//!   checked; the server checks that every byte outside perftest's slots
+//!   is untouched and that each slot no longer holds only `0xff` (a write
+//!   landed there; not checked for writes under 4 bytes, which random
+//!   bytes fill with `0xff` too often);
+//! - as client against `ib_write_bw` as server: nothing at the target
+//!   (perftest checks nothing): only that every write completed.
+//!
+//! Exit status: 0 the writes completed and the data checked out (or, as
+//! client against perftest, the run completed); 1 a verbs call, a
+//! completion, the exchange (a peer's message that is not perftest's) or
+//! the data check failed; 2 bad usage.
 
 mod common;
 #[path = "common/perftest/mod.rs"]
 mod perftest;
+#[cfg(feature = "rdma-cm")]
+#[path = "rc_write/with_cm.rs"]
+mod with_cm;
+#[path = "rc_write/with_tcp.rs"]
+mod with_tcp;
 
 use common::{
     check_pattern, connect_options, exit, flag, open_device, pattern, random_psn, report_bw, val,
@@ -84,20 +132,31 @@ Usage:
   rc_write --loopback [OPTIONS]    both, two QPs in this process
   rc_write -R [OPTIONS] [HOST]     serve or write through rdma_cm, speaking
                                    perftest's protocol (ib_write_bw -R)
+  rc_write --perftest [OPTIONS] [HOST]
+                                   serve or write speaking perftest's default
+                                   TCP exchange (ib_write_bw without -R)
 
 Batched RDMA writes through mlx5dv's WrBatch, checked at the target.
 
-With -R, either side may be perftest's ib_write_bw -R. perftest does not
-check the data: against it only the completions are checked; between two
-rc_write -R the server checks what the writes covered.
+With -R or --perftest, either side may be perftest's ib_write_bw (-R).
+perftest does not check the data, and writes random bytes: as client
+against it only the completions are checked; as server rc_write checks
+that each slot perftest writes was written and every other byte left
+alone; between two rc_writes the server checks every byte.
+
+  rc_write --perftest -d rxe0 -x 1 -s 4096 -n 1000            # server
+  ib_write_bw -d rxe0 -x 1 -s 4096 -n 1000 SERVER             # client
+  ib_write_bw -d rxe0 -x 1 -s 4096 -n 1000                    # or: server
+  rc_write --perftest -d rxe0 -x 1 -s 4096 -n 1000 SERVER     #     client
 
 Options:
-  -p, --port=PORT        TCP port of the exchange (default 18516; with -R
-                         the rdma_cm port, default 18515)
+  -p, --port=PORT        TCP port of the exchange (default 18516; with
+                         --perftest 18515; with -R the rdma_cm port, 18515)
   -d, --ib-dev=DEV       use RDMA device DEV (default: the first found;
                          with -R: the one rdma_cm finds for the address)
   -i, --ib-port=PORT     use port PORT of the device (default 1; not with -R)
-  -g, --gid-idx=INDEX    local GID index (default on RoCE: the IPv4 RoCE v2
+  -g, -x, --gid-idx=INDEX
+                         local GID index (default on RoCE: the IPv4 RoCE v2
                          GID; not with -R)
   -m, --mtu=SIZE         path MTU (default: the port's active MTU; with -R
                          only offered in the exchange: the CM sets it)
@@ -106,6 +165,7 @@ Options:
   -b, --batch=N          writes per batch, only the last signalled (default 32)
       --loopback         run server and client in this process
   -R, --rdma_cm          connect through rdma_cm, as perftest's -R
+      --perftest         perftest's default exchange (TCP), as ib_write_bw
   -h, --help             this text
 
 Exit status: 0 success, 1 failure, 2 bad usage.
@@ -166,7 +226,10 @@ fn run(cli: &Cli) -> Result<(), Failure> {
         common::refuse_with(
             PROG,
             "--perftest",
-            &[(cli.flag("loopback"), "--loopback"), (cli.flag("rdma_cm"), "-R")],
+            &[
+                (cli.flag("loopback"), "--loopback"),
+                (cli.flag("rdma_cm"), "-R"),
+            ],
         );
     }
     if cli.flag("rdma_cm") {
@@ -196,7 +259,14 @@ fn run(cli: &Cli) -> Result<(), Failure> {
     )?;
     let pd = ProtectionDomain::new(&ctx)?;
     let perftest = cli.flag("perftest");
-    let port: u16 = cli.num_or("port", if perftest { perftest::DEFAULT_PORT } else { 18516 });
+    let port: u16 = cli.num_or(
+        "port",
+        if perftest {
+            perftest::DEFAULT_PORT
+        } else {
+            18516
+        },
+    );
     println!(
         "rc_write: {} port {}, GID index {}, MTU {}, {} writes of {} bytes in batches of {}",
         ctx.name(),
@@ -382,248 +452,30 @@ fn write_all(
 ) -> Result<(u64, std::time::Duration), Failure> {
     let size = shape.size;
     let (qp, mr) = (&mut side.qp, &side.mr);
-    common::post_batches(&mut side.cq, shape.iters, shape.batch, IN_FLIGHT, |first, n| {
-        let mut batch = qp.batch();
-        // The send queue's room for all `n`, checked once.
-        batch.limit(n)?;
-        for i in 0..n {
-            let k = first + i as u64;
-            let at = offset(k);
-            let wr = batch.wr(k);
-            // Only the batch's last work request asks for a completion.
-            let wr = if i + 1 == n { wr.signaled() } else { wr };
-            wr.rdma_write(remote.slice(at as u64, size as u64)?)
-                .sge(mr.sge(at..at + size)?)?;
-        }
-        // SAFETY: the writes read `side.mr`, which is not written again
-        // after it was filled and outlives the QP (Side drops the QP
-        // first); post_batches awaits every batch's completion before
-        // returning.
-        unsafe { batch.complete()? };
-        Ok(())
-    })
-}
-
-/// `-R`: perftest's rdma_cm protocol (`examples/common/perftest/cm.rs`),
-/// against `ib_write_bw -R` or another `rc_write -R`.
-#[cfg(feature = "rdma-cm")]
-mod with_cm {
-    use super::*;
-    use crate::perftest::cm::{self, Comm};
-    use crate::perftest::{self, BwReport, Dest, Exchange, Layout, Peer, FILL, STEP};
-    use mlx5dv::cm::CmId;
-    use std::net::{SocketAddr, ToSocketAddrs};
-
-    pub(super) fn run(cli: &Cli, shape: Shape, host: Option<&str>) -> Result<(), Failure> {
-        let port: u16 = cli.num_or("port", perftest::DEFAULT_PORT);
-        if let Some(d) = cli.text("ib-dev") {
-            // As perftest: a device that is not there fails at once, not
-            // once a peer has connected (which then checks it is the one).
-            open_device(Some(d))?;
-        }
-        let run = Run {
-            shape,
-            dev: cli.text("ib-dev"),
-            mtu: cli.mtu(),
-        };
-        println!(
-            "{PROG}: rdma_cm (perftest's protocol) on port {port}, {} writes of {} bytes in batches of {}",
-            shape.iters, shape.size, shape.batch
-        );
-        match host {
-            Some(host) => run.client(resolve(host, port)?),
-            None => run.server(port),
-        }
-    }
-
-    /// The first IPv4 address of `host` (perftest's rdma_cm is IPv4 only).
-    fn resolve(host: &str, port: u16) -> Result<SocketAddr, Failure> {
-        (host, port)
-            .to_socket_addrs()
-            .map_err(|e| format!("cannot resolve {host}: {e}"))?
-            .find(SocketAddr::is_ipv4)
-            .ok_or_else(|| Failure::Failed(format!("{host} has no IPv4 address")))
-    }
-
-    /// A `-R` run: its shape, `-d` and `-m`.
-    struct Run<'a> {
-        shape: Shape,
-        dev: Option<&'a str>,
-        mtu: Option<Mtu>,
-    }
-
-    impl Run<'_> {
-        /// Refuses an rdma_cm id on another device than `-d` names.
-        fn check_device(&self, id: &CmId) -> Result<Context, Failure> {
-            let ctx = id.context()?;
-            match self.dev {
-                Some(d) if d != ctx.name() => Err(Failure::Failed(format!(
-                    "rdma_cm connected through {}: the address is not on {d} (-d)",
-                    ctx.name()
-                ))),
-                _ => Ok(ctx),
+    common::post_batches(
+        &mut side.cq,
+        shape.iters,
+        shape.batch,
+        IN_FLIGHT,
+        |first, n| {
+            let mut batch = qp.batch();
+            // The send queue's room for all `n`, checked once.
+            batch.limit(n)?;
+            for i in 0..n {
+                let k = first + i as u64;
+                let at = offset(k);
+                let wr = batch.wr(k);
+                // Only the batch's last work request asks for a completion.
+                let wr = if i + 1 == n { wr.signaled() } else { wr };
+                wr.rdma_write(remote.slice(at as u64, size as u64)?)
+                    .sge(mr.sge(at..at + size)?)?;
             }
-        }
-
-        /// The versions, the system data and the MTU.
-        fn open(&self, comm: &mut Comm) -> Result<Peer, Failure> {
-            let ctx = self.check_device(comm.id())?;
-            let port = ctx.query_port(comm.id().port_num())?;
-            let peer = comm.settle(&perftest::version(PROG), self.mtu.unwrap_or(port.active_mtu))?;
-            println!(
-                "{PROG}: {} port {} ({} -> {}), peer version {:?}, MTU {}, cycle buffer {}, cache line {}",
-                ctx.name(),
-                comm.id().port_num(),
-                show(comm.id().local_addr()),
-                show(comm.id().peer_addr()),
-                peer.version,
-                peer.mtu.bytes(),
-                peer.sys.cycle_buffer,
-                peer.sys.cache_line
-            );
-            Ok(peer)
-        }
-
-        /// The data QP and its memory on `id`'s device.
-        fn data_side(&self, id: &CmId, layout: Layout) -> Result<Side, Failure> {
-            let ctx = self.check_device(id)?;
-            Side::new(&ProtectionDomain::new(&ctx)?, layout.len, self.shape)
-        }
-
-        fn client(&self, dst: SocketAddr) -> Result<(), Failure> {
-            println!("{PROG}: connecting to a server at {dst} through rdma_cm");
-            let mut comm = Comm::connect(dst)?;
-            let peer = self.open(&mut comm)?;
-            let layout = Layout::new(self.shape.size, peer.sys);
-            comm.hand_shake(&Dest::default(), Some(STEP))?;
-            let (mut side, id) = cm::connect_retry(
-                dst,
-                cm::DATA_CONNECT_WITHIN,
-                |id| self.data_side(id, layout),
-                |s| &s.qp,
-            )?;
-            comm.hand_shake(&Dest::default(), Some(STEP))?;
-            let mine = Dest::of(&id, &side.qp, &side.mr, side.psn)?;
-            let theirs = comm.connection_data(&mine)?;
-            let seed = perftest::seed();
-            side.mr.write_at(0, &pattern(layout.len, seed))?;
-            let remote = theirs.remote(layout.len);
-            let (iters, elapsed) = write_all(&mut side, remote, self.shape, |k| layout.offset(k))?;
-            let report = BwReport::new(self.shape.size, iters, elapsed);
-            report.print();
-            // The end: the server waits in this handshake.
-            comm.hand_shake(&mine, Some(STEP))?;
-            comm.xchg_bw_reports(&report)?;
-            let verdict = perftest::ask_verdict(&mut comm, peer.is(PROG), seed)?;
-            comm.hand_shake(&mine, Some(STEP))?;
-            id.disconnect()?;
-            cm::await_disconnect(&id, STEP)?;
-            perftest::report_writer(PROG, verdict, &peer, iters)
-        }
-
-        fn server(&self, port: u16) -> Result<(), Failure> {
-            println!("{PROG}: waiting for a client on rdma_cm port {port}");
-            let mut comm = Comm::accept(port)?;
-            let peer = self.open(&mut comm)?;
-            let layout = Layout::new(self.shape.size, peer.sys);
-            comm.hand_shake(&Dest::default(), Some(STEP))?;
-            let (mut side, id) =
-                cm::accept_one(port, Some(STEP), |id| self.data_side(id, layout), |s| &s.qp)?;
-            side.mr.write_at(0, &vec![FILL; layout.len])?;
-            comm.hand_shake(&Dest::default(), Some(STEP))?;
-            let mine = Dest::of(&id, &side.qp, &side.mr, side.psn)?;
-            comm.connection_data(&mine)?;
-            // The client writes; its next handshake says it is done (or its
-            // disconnect that it gave up).
-            comm.hand_shake(&mine, None)?;
-            let report = comm.xchg_bw_reports(&BwReport::default())?;
-            report.print();
-            let mem = side.mr.to_vec(..)?;
-            let verdict = perftest::answer_seed(&mut comm, peer.is(PROG), &mem, peer.sys, &report)?;
-            comm.hand_shake(&mine, Some(STEP))?;
-            id.disconnect()?;
-            cm::await_disconnect(&id, STEP)?;
-            perftest::report_target(PROG, verdict)
-        }
-    }
-
-    fn show(a: Option<SocketAddr>) -> String {
-        a.map_or_else(|| "-".into(), |a| a.to_string())
-    }
-}
-
-/// `--perftest`: perftest's default exchange over TCP
-/// (`examples/common/perftest/tcp.rs`), against `ib_write_bw` or another
-/// `rc_write --perftest`.
-mod with_tcp {
-    use super::*;
-    use crate::perftest::tcp::{self, Run};
-    use crate::perftest::{Dest, Layout};
-
-    /// The run: an RC QP and memory of perftest's layout on each side.
-    pub(super) fn run(
-        pd: &ProtectionDomain,
-        opts: ConnectOptions,
-        shape: Shape,
-        host: Option<&str>,
-        port: u16,
-    ) -> Result<(), Failure> {
-        let run = Run {
-            prog: PROG,
-            size: shape.size,
-            iters: shape.iters,
-            port,
-            gid_index: opts.gid_index,
-            mtu: opts.mtu,
-            host,
-        };
-        let make = |layout: Layout, mtu: Mtu| -> Result<Rc, Failure> {
-            Ok(Rc {
-                side: Side::new(pd, layout.len, shape)?,
-                opts: opts.mtu(mtu),
-                shape,
-            })
-        };
-        run.run(make, make)
-    }
-
-    /// One side: its QP and memory, and the options it connects with (the
-    /// MTU the two sides agreed on).
-    struct Rc {
-        side: Side,
-        opts: ConnectOptions,
-        shape: Shape,
-    }
-
-    impl tcp::Side for Rc {
-        fn dest(&self) -> Result<Dest, Failure> {
-            let s = &self.side;
-            Dest::local(s.mr.pd().context(), &self.opts, s.qp.qp_num(), s.psn, &s.mr)
-        }
-
-        fn connect(&mut self, peer: &Dest) -> Result<(), Failure> {
-            self.side.connect(&peer.endpoint()?, &self.opts)
-        }
-
-        fn memory(&mut self) -> &mut MemoryRegion {
-            &mut self.side.mr
-        }
-    }
-
-    impl tcp::Writer for Rc {
-        fn write(
-            &mut self,
-            peer: &Dest,
-            layout: Layout,
-            iters: u64,
-        ) -> Result<(u64, std::time::Duration), Failure> {
-            let shape = Shape {
-                iters,
-                ..self.shape
-            };
-            write_all(&mut self.side, peer.remote(layout.len), shape, |k| {
-                layout.offset(k)
-            })
-        }
-    }
+            // SAFETY: the writes read `side.mr`, which is not written again
+            // after it was filled and outlives the QP (Side drops the QP
+            // first); post_batches awaits every batch's completion before
+            // returning.
+            unsafe { batch.complete()? };
+            Ok(())
+        },
+    )
 }

@@ -318,12 +318,7 @@ impl Exchange for Comm {
     /// Waits for the peer's message of `len` bytes (at most `wait`; `None`:
     /// until the peer disconnects), then posts the receive again: the other
     /// half.
-    fn recv(
-        &mut self,
-        len: usize,
-        what: &str,
-        wait: Option<Duration>,
-    ) -> Result<Vec<u8>, Failure> {
+    fn recv(&mut self, len: usize, what: &str, wait: Option<Duration>) -> Result<Vec<u8>, Failure> {
         let deadline = wait.map(|w| Instant::now() + w);
         let wc = loop {
             match self.c.recv_cq.wait(1, Duration::from_millis(200)) {

@@ -76,7 +76,7 @@ impl KeyForm {
 
 impl Dest {
     /// The text form perftest writes (`ethernet_write_keys`), with its NUL.
-    pub fn to_key_msg(&self, form: KeyForm) -> Vec<u8> {
+    pub fn to_key_msg(self, form: KeyForm) -> Vec<u8> {
         let head = format!(
             "{:04x}:{:04x}:{:06x}:{:06x}:{:08x}:{:016x}:",
             self.lid, self.out_reads, self.qpn, self.psn, self.rkey, self.vaddr
@@ -110,7 +110,9 @@ impl Dest {
         let (widths, text): (&[usize], &str) = match form {
             KeyForm::NoGid => (&[4, 4, 6, 6, 8, 16, 8], text),
             KeyForm::Gid => (
-                &[4, 4, 6, 6, 8, 16, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 8],
+                &[
+                    4, 4, 6, 6, 8, 16, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 8,
+                ],
                 text.strip_suffix(':')
                     .ok_or_else(|| bad("no ':' after the SRQ number"))?,
             ),
@@ -264,12 +266,7 @@ impl Exchange for Tcp {
             .map_err(|e| Failure::Failed(format!("cannot send to the peer: {e}")))
     }
 
-    fn recv(
-        &mut self,
-        len: usize,
-        what: &str,
-        wait: Option<Duration>,
-    ) -> Result<Vec<u8>, Failure> {
+    fn recv(&mut self, len: usize, what: &str, wait: Option<Duration>) -> Result<Vec<u8>, Failure> {
         self.stream.set_read_timeout(wait)?;
         let mut buf = vec![0u8; len];
         match self.stream.read_exact(&mut buf) {
@@ -367,7 +364,10 @@ impl Run<'_> {
         make: impl FnOnce(Layout, Mtu) -> Result<T, Failure>,
     ) -> Result<(), Failure> {
         let port = self.port;
-        println!("{}: waiting for a client on TCP port {port} (perftest's exchange)", self.prog);
+        println!(
+            "{}: waiting for a client on TCP port {port} (perftest's exchange)",
+            self.prog
+        );
         let mut tcp = Tcp::accept(port, KeyForm::of(self.gid_index))?;
         let (peer, layout) = self.open(&mut tcp)?;
         let mut side = make(layout, peer.mtu)?;
