@@ -396,9 +396,46 @@ fn perftest_pair(
     (s, c)
 }
 
-fn perftest_tool(name: &str) -> PathBuf {
-    PathBuf::from(name)
+/// `example --perftest` against perftest's `ib_write_bw` (with `-c DC`
+/// for `dc_write`), `perftest_serves` or the other way round, `-n 200`
+/// writes of `size` bytes on TCP port `port`. Returns the example's and
+/// perftest's standard output.
+fn against_perftest(
+    example_name: &str,
+    perftest_serves: bool,
+    size: &str,
+    port: &str,
+) -> (String, String) {
+    let args = perftest_args(size, "200", port, &[]);
+    let mine = [&["--perftest".to_string()][..], &args].concat();
+    let mut theirs = args.clone();
+    if example_name == "dc_write" {
+        theirs.extend(["-c".to_string(), "DC".to_string()]);
+    }
+    let ex = (example_name, example(example_name), &mine[..]);
+    let tool = ("ib_write_bw", PathBuf::from("ib_write_bw"), &theirs[..]);
+    let (ex_out, tool_out) = if perftest_serves {
+        let (s, c) = perftest_pair(tool, ex);
+        (c, s)
+    } else {
+        perftest_pair(ex, tool)
+    };
+    let out = |o: &Output| String::from_utf8_lossy(&o.stdout).into_owned();
+    let tool_out = out(&tool_out);
+    assert!(tool_out.contains("BW average[MB/sec]"), "{tool_out}");
+    (out(&ex_out), tool_out)
 }
+
+/// What the example as client says of perftest as server.
+const PERFTEST_CHECKS_NOTHING: &str =
+    "200 writes completed; the peer is perftest \"6.06\", which does not check the data";
+
+/// What the example as server says of perftest's 200 writes of 1000
+/// bytes: perftest's stride is 1024 (the cache line), four slots in its
+/// 4096-byte cycle buffer; each was written, the 96 bytes between them
+/// not.
+const PERFTEST_SLOTS_WRITTEN: &str = "data check: each of the 4 slots perftest's writes cover \
+     (4000 bytes) was written, the other 96 bytes are untouched";
 
 #[test]
 #[ignore = "needs an RDMA device: set MLX5DV_TEST_DEVICE"]
@@ -406,25 +443,9 @@ fn rc_write_perftest_client_passes_against_ib_write_bw_server() {
     if rig::not_run_without_a_shared_device("rc_write --perftest against ib_write_bw") {
         return;
     }
-    let args = perftest_args("4096", "200", "19110", &[]);
-    let mine = [&["--perftest".to_string()][..], &args].concat();
-    let (server, client) = perftest_pair(
-        ("ib_write_bw server", perftest_tool("ib_write_bw"), &args),
-        ("rc_write --perftest client", example("rc_write"), &mine),
-    );
-    let c = String::from_utf8_lossy(&client.stdout);
-    assert!(c.contains("peer version \"6.06\""), "{c}");
-    assert!(
-        c.contains(
-            "200 writes completed; the peer is perftest \"6.06\", which does not check the data"
-        ),
-        "{c}"
-    );
-    let s = String::from_utf8_lossy(&server.stdout);
-    assert!(
-        s.contains("BW average[MB/sec]") && s.contains(" 4096 "),
-        "{s}"
-    );
+    let (mine, _) = against_perftest("rc_write", true, "4096", "19110");
+    assert!(mine.contains("peer version \"6.06\""), "{mine}");
+    assert!(mine.contains(PERFTEST_CHECKS_NOTHING), "{mine}");
 }
 
 #[test]
@@ -433,25 +454,8 @@ fn ib_write_bw_client_passes_against_rc_write_perftest_server() {
     if rig::not_run_without_a_shared_device("ib_write_bw against rc_write --perftest") {
         return;
     }
-    // 1000-byte writes: perftest's stride is 1024 (the cache line), four
-    // slots in its 4096-byte cycle buffer; the server checks that each
-    // was written and the 96 bytes between them were not.
-    let args = perftest_args("1000", "200", "19111", &[]);
-    let mine = [&["--perftest".to_string()][..], &args].concat();
-    let (server, client) = perftest_pair(
-        ("rc_write --perftest server", example("rc_write"), &mine),
-        ("ib_write_bw client", perftest_tool("ib_write_bw"), &args),
-    );
-    let s = String::from_utf8_lossy(&server.stdout);
-    assert!(
-        s.contains(
-            "data check: each of the 4 slots perftest's writes cover (4000 bytes) was written, \
-             the other 96 bytes are untouched"
-        ),
-        "{s}"
-    );
-    let c = String::from_utf8_lossy(&client.stdout);
-    assert!(c.contains("BW average[MB/sec]"), "{c}");
+    let (mine, _) = against_perftest("rc_write", false, "1000", "19111");
+    assert!(mine.contains(PERFTEST_SLOTS_WRITTEN), "{mine}");
 }
 
 #[test]
@@ -479,12 +483,13 @@ fn rc_write_perftest_server_and_client_check_every_byte() {
 
 /// On a device that is not mlx5, `dc_write --perftest` (either side) exits
 /// 3 before any exchange; returns whether it did (the test is then done).
-fn dc_write_perftest_refused(args: &[String]) -> bool {
+fn dc_write_perftest_refused(port: &str) -> bool {
     if rig::open().is_mlx5() {
         return false;
     }
+    let args = perftest_args("4096", "200", port, &["--perftest"]);
     for extra in [&[][..], &["127.0.0.1"][..]] {
-        let out = run(Command::new(example("dc_write")).args(args).args(extra));
+        let out = run(Command::new(example("dc_write")).args(&args).args(extra));
         assert_status(&out, 3, "dc_write --perftest on a device that is not mlx5");
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(err.contains("is not an mlx5 device ("), "{}", text(&out));
@@ -495,70 +500,31 @@ fn dc_write_perftest_refused(args: &[String]) -> bool {
 #[test]
 #[ignore = "needs an RDMA device: set MLX5DV_TEST_DEVICE"]
 fn dc_write_perftest_client_passes_against_ib_write_bw_dc_server() {
-    let args = perftest_args("4096", "200", "19113", &[]);
-    let mine = [&["--perftest".to_string()][..], &args].concat();
-    if dc_write_perftest_refused(&mine)
+    if dc_write_perftest_refused("19113")
         || rig::not_run_without_a_shared_device("dc_write --perftest against ib_write_bw -c DC")
     {
         return;
     }
-    let dc = [&args[..], &["-c".to_string(), "DC".to_string()]].concat();
-    let (server, client) = perftest_pair(
-        (
-            "ib_write_bw -c DC server",
-            perftest_tool("ib_write_bw"),
-            &dc,
-        ),
-        ("dc_write --perftest client", example("dc_write"), &mine),
-    );
-    let c = String::from_utf8_lossy(&client.stdout);
+    let (mine, theirs) = against_perftest("dc_write", true, "4096", "19113");
     assert!(
-        c.contains("writing to DCT") && c.contains("(key 0xffeeddcc)"),
-        "{c}"
+        mine.contains("writing to DCT") && mine.contains("(key 0xffeeddcc)"),
+        "{mine}"
     );
-    assert!(
-        c.contains("200 writes completed; the peer is perftest \"6.06\""),
-        "{c}"
-    );
-    let s = String::from_utf8_lossy(&server.stdout);
-    assert!(
-        s.contains("Connection type : DC") && s.contains("BW average[MB/sec]"),
-        "{s}"
-    );
+    assert!(mine.contains(PERFTEST_CHECKS_NOTHING), "{mine}");
+    assert!(theirs.contains("Connection type : DC"), "{theirs}");
 }
 
 #[test]
 #[ignore = "needs an RDMA device: set MLX5DV_TEST_DEVICE"]
 fn ib_write_bw_dc_client_passes_against_dc_write_perftest_server() {
-    let args = perftest_args("1000", "200", "19114", &[]);
-    let mine = [&["--perftest".to_string()][..], &args].concat();
-    if dc_write_perftest_refused(&mine)
+    if dc_write_perftest_refused("19114")
         || rig::not_run_without_a_shared_device("ib_write_bw -c DC against dc_write --perftest")
     {
         return;
     }
-    let dc = [&args[..], &["-c".to_string(), "DC".to_string()]].concat();
-    let (server, client) = perftest_pair(
-        ("dc_write --perftest server", example("dc_write"), &mine),
-        (
-            "ib_write_bw -c DC client",
-            perftest_tool("ib_write_bw"),
-            &dc,
-        ),
-    );
-    let s = String::from_utf8_lossy(&server.stdout);
-    assert!(
-        s.contains(
-            "data check: each of the 4 slots perftest's writes cover (4000 bytes) was written, \
-             the other 96 bytes are untouched"
-        ),
-        "{s}"
-    );
-    let c = String::from_utf8_lossy(&client.stdout);
-    assert!(
-        c.contains("Connection type : DC") && c.contains("BW average[MB/sec]"),
-        "{c}"
-    );
+    let (mine, theirs) = against_perftest("dc_write", false, "1000", "19114");
+    assert!(mine.contains(PERFTEST_SLOTS_WRITTEN), "{mine}");
+    assert!(theirs.contains("Connection type : DC"), "{theirs}");
 }
 
 /// A fake perftest server: answers the opening exchanges as perftest 6.06

@@ -15,15 +15,7 @@ pub(super) fn run(
     host: Option<&str>,
     port: u16,
 ) -> Result<(), Failure> {
-    let run = Run {
-        prog: PROG,
-        size: shape.size,
-        iters: shape.iters,
-        port,
-        gid_index: opts.gid_index,
-        mtu: opts.mtu,
-        host,
-    };
+    let run = Run::new(PROG, &opts, (shape.size, shape.iters), port, host);
     run.run(
         |layout: Layout, mtu| Target::new(pd, &opts.mtu(mtu), layout.len, perftest::DC_KEY),
         |layout: Layout, mtu| {
@@ -43,10 +35,6 @@ impl tcp::Side for Target {
         Dest::local(ctx, &self.opts, self.dct.dctn(), random_psn(), &self.mr)
     }
 
-    fn connect(&mut self, _: &Dest) -> Result<(), Failure> {
-        Ok(())
-    }
-
     fn memory(&mut self) -> &mut MemoryRegion {
         &mut self.mr
     }
@@ -62,10 +50,6 @@ impl tcp::Side for Writer {
     fn dest(&self) -> Result<Dest, Failure> {
         let i = &self.ini;
         Dest::local(i.src.pd().context(), &i.opts, i.dci.qp_num(), i.psn, &i.src)
-    }
-
-    fn connect(&mut self, _: &Dest) -> Result<(), Failure> {
-        Ok(())
     }
 
     fn memory(&mut self) -> &mut MemoryRegion {

@@ -14,15 +14,7 @@ pub(super) fn run(
     host: Option<&str>,
     port: u16,
 ) -> Result<(), Failure> {
-    let run = Run {
-        prog: PROG,
-        size: shape.size,
-        iters: shape.iters,
-        port,
-        gid_index: opts.gid_index,
-        mtu: opts.mtu,
-        host,
-    };
+    let run = Run::new(PROG, &opts, (shape.size, shape.iters), port, host);
     let make = |layout: Layout, mtu: Mtu| -> Result<Rc, Failure> {
         Ok(Rc {
             side: Side::new(pd, layout.len, shape)?,

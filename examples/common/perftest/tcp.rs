@@ -306,10 +306,12 @@ pub struct Run<'a> {
 pub trait Side {
     /// This side's connection data.
     fn dest(&self) -> Result<Dest, Failure>;
-    /// Connects to the peer's first connection data (an RC QP to RTR and
-    /// RTS; a DCI's address handle is made when it writes; a DCT is ready
-    /// already).
-    fn connect(&mut self, peer: &Dest) -> Result<(), Failure>;
+    /// Connects to the peer's first connection data: an RC QP to RTR and
+    /// RTS. By default nothing: a DCT is ready already, and a DCI's
+    /// address handle is made when it writes.
+    fn connect(&mut self, _peer: &Dest) -> Result<(), Failure> {
+        Ok(())
+    }
     /// The memory: the target's, or the writer's source.
     fn memory(&mut self) -> &mut MemoryRegion;
 }
@@ -327,7 +329,26 @@ pub trait Writer: Side {
     ) -> Result<(u64, Duration), Failure>;
 }
 
-impl Run<'_> {
+impl<'a> Run<'a> {
+    /// The run of `prog` with `opts`' GID index and MTU.
+    pub fn new(
+        prog: &'static str,
+        opts: &ConnectOptions,
+        (size, iters): (usize, u64),
+        port: u16,
+        host: Option<&'a str>,
+    ) -> Run<'a> {
+        Run {
+            prog,
+            size,
+            iters,
+            port,
+            gid_index: opts.gid_index,
+            mtu: opts.mtu,
+            host,
+        }
+    }
+
     /// Serves (no host) or writes to the host: the whole run.
     pub fn run<T: Side, W: Writer>(
         &self,
