@@ -9,8 +9,16 @@
 //! dc_write [-d DEV] [-g GID] [-s SIZE] [-n ITERS] [-b BATCH]                 # server: the DCT
 //! dc_write [-d DEV] [-g GID] [-s SIZE] [-n ITERS] [-b BATCH] [--streams L] HOST   # client: the DCI
 //! dc_write --loopback [-d DEV] [--streams L]                                 # both in one process
+//! dc_write --perftest [-d DEV] [-i PORT] [-g|-x GID] [-s SIZE] [-n ITERS] [-p PORT] [HOST]
+//!                                                    # perftest's exchange, against ib_write_bw -c DC
 //!
 //! cargo run --example dc_write -- --loopback -d mlx5_0
+//!
+//! # with perftest's DC mode, either way round
+//! dc_write --perftest -d mlx5_0 -s 4096 -n 1000                     # server: a DCT
+//! ib_write_bw -d mlx5_0 -c DC -s 4096 -n 1000 SERVER                # client: a DCI
+//! ib_write_bw -d mlx5_0 -c DC -s 4096 -n 1000                       # or: server
+//! dc_write --perftest -d mlx5_0 -s 4096 -n 1000 SERVER              #     client
 //! ```
 //!
 //! The server makes an SRQ and a DCT on it (a DCT receives through an SRQ;
@@ -26,8 +34,31 @@
 //! says that it waits for its server and, as perftest's `ib_write_bw`
 //! client does, tries once: with no server listening it fails at once.
 //!
-//! Exit status: 0 the writes completed and the data checked out; 1 a verbs
-//! call, a completion, the exchange or the data check failed; 2 bad usage;
+//! ## `--perftest`: against `ib_write_bw -c DC`
+//!
+//! With `--perftest` dc_write speaks perftest's default exchange (one TCP
+//! connection, port 18515, `-p`; `examples/common/perftest/tcp.rs`), as
+//! `ib_write_bw -c DC` does, either side. perftest's DC write test makes
+//! on the server an SRQ and a DCT on it (access key `0xffeeddcc`, its
+//! `DC_KEY`, which it does not exchange: dc_write's DCT and DCI use it
+//! too), moved to RTR with the MTU the two agreed on; on the client a DCI
+//! moved to RTS and, from the server's LID and GID, an address handle.
+//! The server sends its DCT's number as its QPN (perftest's DCT has its
+//! number only once it is in RTR, so perftest sends its connection data
+//! again after: the client writes to the number of the last), with the
+//! rkey and address of its memory; the client writes at perftest's
+//! offsets, each work request addressed with `mlx5dv_wr_set_dc_addr`
+//! (DCT number and key) and, with `--streams`, on DCI streams. What is
+//! checked is what `rc_write --perftest` checks (its docs): between two
+//! dc_writes every byte at the server; with perftest as client, that each
+//! of its slots was written and nothing else; as client against perftest,
+//! only the completions. Use the same `-s` on both sides, and a GID index
+//! on both or on neither.
+//!
+//! Exit status: 0 the writes completed and the data checked out (as
+//! client against perftest: completed); 1 a verbs call, a completion,
+//! the exchange (a peer's message that is not perftest's) or the data
+//! check failed; 2 bad usage;
 //! 3 the device is not an mlx5 device (DCI/DCT need mlx5 direct verbs) or
 //! lacks DCI streams: nothing was done.
 //!
@@ -35,15 +66,19 @@
 //! before any mlx5 call, which is what the project's tests check.
 
 mod common;
+#[path = "common/perftest/mod.rs"]
+mod perftest;
+#[path = "dc_write/with_tcp.rs"]
+mod with_tcp;
 
 use common::{
-    check_pattern, connect_options, exit, fill_pattern, flag, open_device, random_psn, report_bw,
+    check_pattern, connect_options, exit, flag, open_device, pattern, random_psn, report_bw,
     require_mlx5, val, Cli, Failure, Msg,
 };
 use mlx5dv::*;
 use std::io::BufReader;
 use std::process::ExitCode;
-use std::time::Instant;
+use std::time::Duration;
 
 const PROG: &str = "dc_write";
 const USAGE: &str = "\
@@ -52,21 +87,33 @@ Usage:
   dc_write [OPTIONS] HOST          a DCI writing to the server at HOST (start
                                    the server first: no retry, as ib_write_bw)
   dc_write --loopback [OPTIONS]    both, in this process
+  dc_write --perftest [OPTIONS] [HOST]
+                                   serve or write speaking perftest's default
+                                   exchange (ib_write_bw -c DC), either side
 
 RDMA writes from an mlx5 DCI to a DCT (mlx5dv_wr_set_dc_addr), checked at
-the target.
+the target. With --perftest either side may be perftest's ib_write_bw -c DC,
+which does not check the data and writes random bytes: as server dc_write
+checks that each slot perftest writes was written and nothing else; as
+client only the completions; between two dc_writes every byte.
+
+  dc_write --perftest -d mlx5_0 -s 4096 -n 1000                  # server
+  ib_write_bw -d mlx5_0 -c DC -s 4096 -n 1000 SERVER             # client
 
 Options:
-  -p, --port=PORT        TCP port of the exchange (default 18517)
+  -p, --port=PORT        TCP port of the exchange (default 18517; with
+                         --perftest 18515)
   -d, --ib-dev=DEV       use RDMA device DEV (default: the first found)
   -i, --ib-port=PORT     use port PORT of the device (default 1)
-  -g, --gid-idx=INDEX    local GID index (default on RoCE: the IPv4 RoCE v2 GID)
+  -g, -x, --gid-idx=INDEX
+                         local GID index (default on RoCE: the IPv4 RoCE v2 GID)
   -m, --mtu=SIZE         path MTU (default: the port's active MTU)
   -s, --size=SIZE        bytes per write (default 65536)
   -n, --iters=ITERS      number of writes (default 5000)
   -b, --batch=N          writes per batch, only the last signalled (default 32)
       --streams=L        use 2^L DCI streams (mlx5dv_wr_set_dc_addr_stream)
       --loopback         run server and client in this process
+      --perftest         perftest's default exchange (TCP), as ib_write_bw -c DC
   -h, --help             this text
 
 Exit status: 0 success, 1 failure, 2 bad usage, 3 not an mlx5 device or no
@@ -87,6 +134,19 @@ struct Shape {
     streams: Option<u8>,
 }
 
+impl Shape {
+    /// The memory of `batch` slots of `size` bytes.
+    fn slots_len(self) -> usize {
+        self.size * self.batch as usize
+    }
+
+    /// Where write `k` goes without `--perftest`: slot `k mod batch` (its
+    /// place in its batch).
+    fn slot(self, k: u64) -> usize {
+        (k % u64::from(self.batch)) as usize * self.size
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse_with_device(
         PROG,
@@ -99,6 +159,9 @@ fn main() -> ExitCode {
             val('b', "batch"),
             val('S', "streams"),
             flag('L', "loopback"),
+            flag('P', "perftest"),
+            // perftest's spelling of -g (--gid-index).
+            val('x', "gid-idx"),
         ],
     );
     exit(PROG, run(&cli))
@@ -119,8 +182,19 @@ fn run(cli: &Cli) -> Result<(), Failure> {
     if cli.flag("loopback") && host.is_some() {
         common::usage_error(PROG, "--loopback takes no host");
     }
+    let perftest = cli.flag("perftest");
+    if perftest {
+        common::refuse_with(PROG, "--perftest", &[(cli.flag("loopback"), "--loopback")]);
+    }
     let (ib_port, gid_index, mtu) = (cli.num_or("ib-port", 1), cli.num("gid-idx"), cli.mtu());
-    let port: u16 = cli.num_or("port", 18517);
+    let port: u16 = cli.num_or(
+        "port",
+        if perftest {
+            perftest::DEFAULT_PORT
+        } else {
+            18517
+        },
+    );
     let ctx = open_device(cli.text("ib-dev"))?;
     // Before anything else: on a device without mlx5 direct verbs, exit 3.
     require_mlx5(&ctx, "DCI/DCT need mlx5 direct verbs")?;
@@ -142,9 +216,11 @@ fn run(cli: &Cli) -> Result<(), Failure> {
             None => "no DCI streams".into(),
         }
     );
-    if cli.flag("loopback") {
-        let target = Target::new(&pd, &opts, shape)?;
-        let info = target.info(&opts)?;
+    if perftest {
+        with_tcp::run(&pd, opts, shape, host, port)
+    } else if cli.flag("loopback") {
+        let target = Target::new(&pd, &opts, shape.slots_len(), DC_KEY)?;
+        let info = target.info()?;
         let seed = (random_psn() % 251) as u8;
         let iters = initiate(&pd, &opts, shape, &info, seed)?;
         common::report_check(
@@ -190,22 +266,34 @@ struct Target {
     // Fields drop in order: the DCT goes before the memory.
     dct: Dct,
     mr: MemoryRegion,
+    opts: ConnectOptions,
 }
 
 impl Target {
-    fn new(pd: &ProtectionDomain, opts: &ConnectOptions, shape: Shape) -> Result<Target, Failure> {
+    /// A DCT reachable with `dc_key`, ready, and `len` bytes of memory.
+    fn new(
+        pd: &ProtectionDomain,
+        opts: &ConnectOptions,
+        len: usize,
+        dc_key: u64,
+    ) -> Result<Target, Failure> {
         let ctx = pd.context();
         let cq = CompletionQueue::new(ctx, 16)?;
         let srq = SharedReceiveQueue::new(pd, 16, 1)?;
-        let dct = Dct::new(pd, &cq, &srq, DC_KEY)?;
+        let dct = Dct::new(pd, &cq, &srq, dc_key)?;
         dct.ready(opts)?;
         let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
-        let mr = MemoryRegion::new(pd, shape.size * shape.batch as usize, access)?;
-        Ok(Target { dct, mr })
+        let mr = MemoryRegion::new(pd, len, access)?;
+        Ok(Target {
+            dct,
+            mr,
+            opts: *opts,
+        })
     }
 
-    fn info(&self, opts: &ConnectOptions) -> Result<DctInfo, Failure> {
+    fn info(&self) -> Result<DctInfo, Failure> {
         let ctx = self.mr.pd().context();
+        let opts = &self.opts;
         Ok(DctInfo {
             lid: ctx.query_port(opts.port)?.lid,
             gid: match opts.gid_index {
@@ -225,8 +313,8 @@ fn server(
     shape: Shape,
     port: u16,
 ) -> Result<(), Failure> {
-    let target = Target::new(pd, opts, shape)?;
-    let info = target.info(opts)?;
+    let target = Target::new(pd, opts, shape.slots_len(), DC_KEY)?;
+    let info = target.info()?;
     println!(
         "dc_write: DCT {:#x} ready; waiting for a client on TCP port {port}",
         info.dctn
@@ -285,8 +373,9 @@ fn client(
     common::await_check(PROG, &mut rd, info.remote.len as u64)
 }
 
-/// The client's side: a DCI, an address handle for the DCT's port, and the
-/// writes. Returns how many writes completed.
+/// The client's side without `--perftest`: a DCI writing the pattern of
+/// `seed` to the DCT of `info`, write `k` to slot `k mod BATCH`. Returns
+/// how many writes completed.
 fn initiate(
     pd: &ProtectionDomain,
     opts: &ConnectOptions,
@@ -294,77 +383,120 @@ fn initiate(
     info: &DctInfo,
     seed: u8,
 ) -> Result<u64, Failure> {
-    let len = shape.size * shape.batch as usize;
+    let len = shape.slots_len();
     if info.remote.len < len as u64 {
         return Err(Failure::Failed(format!(
             "the server offers {} bytes, this run needs {len} (use the same -s and -b on both sides)",
             info.remote.len
         )));
     }
-    let ctx = pd.context();
-    let mut src = MemoryRegion::new(pd, len, AccessFlags::LOCAL_WRITE)?;
-    fill_pattern(src.as_mut_slice()?, seed);
-    let mut cq = CompletionQueue::new(ctx, shape.batch * IN_FLIGHT + 16)?;
-    let mut builder = QpBuilder::dci(pd, &cq);
-    builder
-        .caps(QpCaps {
-            max_send_wr: shape.batch * IN_FLIGHT,
-            max_recv_wr: 0,
-            max_send_sge: 1,
-            max_recv_sge: 0,
-            max_inline_data: 0,
-        })
-        .send_ops(SendOps::RDMA_WRITE);
-    if let Some(log) = shape.streams {
-        let errored = ctx
-            .mlx5_caps()?
-            .dci_streams_caps
-            .map_or(0, |c| c.max_log_num_errored.min(log));
-        builder.dci_streams(log, errored);
-    }
-    // Declared after `src`, so destroyed before it is deregistered.
-    let mut dci = builder.build()?;
-    dci.ready(random_psn(), opts)?;
-    let ah = AddressHandle::new(pd, &AhAttr::towards(info.lid, info.gid, opts))?;
-    println!(
-        "dc_write: DCI {:#x} ready; writing to DCT {:#x} (key {:#x})",
-        dci.qp_num(),
-        info.dctn,
-        info.dc_key
-    );
-    let streams = shape.streams.map(|l| 1u32 << l);
-    let start = Instant::now();
-    let mut posted = 0u64;
-    let mut in_flight = 0u32;
-    while posted < shape.iters {
-        if in_flight == IN_FLIGHT {
-            common::wait_ok(&mut cq, 1)?;
-            in_flight -= 1;
-        }
-        let n = (shape.iters - posted).min(u64::from(shape.batch)) as usize;
-        let addr = DcAddr::new(&ah, info.dctn, info.dc_key);
-        let mut batch = dci.batch();
-        for i in 0..n {
-            let id = posted + i as u64;
-            // Each work request names its DCT: mlx5dv_wr_set_dc_addr, or
-            // mlx5dv_wr_set_dc_addr_stream on stream `id mod streams`.
-            let wr = match streams {
-                Some(s) => batch.wr_stream(id, addr, (id % u64::from(s)) as u16),
-                None => batch.wr(id, addr),
-            };
-            let wr = if i + 1 == n { wr.signaled() } else { wr };
-            let off = i * shape.size;
-            wr.rdma_write(info.remote.slice(off as u64, shape.size as u64)?)
-                .sge(src.sge(off..off + shape.size)?)?;
-        }
-        // SAFETY: the writes read `src`, which is not written again after
-        // it was filled and outlives the DCI (declared before it); every
-        // batch's completion is awaited before this function returns.
-        unsafe { batch.complete()? };
-        posted += n as u64;
-        in_flight += 1;
-    }
-    common::wait_ok(&mut cq, in_flight as usize)?;
-    report_bw(shape.size, posted, start.elapsed());
+    let mut ini = Initiator::new(pd, opts, len, shape)?;
+    ini.src.write_at(0, &pattern(len, seed))?;
+    let (posted, elapsed) = ini.write(info, shape, |k| shape.slot(k))?;
+    report_bw(shape.size, posted, elapsed);
     Ok(posted)
+}
+
+/// The client's side: a DCI, ready, and its source memory.
+struct Initiator {
+    // Fields drop in order: the DCI goes before the CQ and the memory it
+    // reads.
+    dci: DciQp,
+    cq: CompletionQueue,
+    src: MemoryRegion,
+    psn: u32,
+    opts: ConnectOptions,
+}
+
+impl Initiator {
+    /// A DCI (with 2^L streams with `--streams L`) moved to RTS, and `len`
+    /// bytes of source memory.
+    fn new(
+        pd: &ProtectionDomain,
+        opts: &ConnectOptions,
+        len: usize,
+        shape: Shape,
+    ) -> Result<Initiator, Failure> {
+        let ctx = pd.context();
+        let src = MemoryRegion::new(pd, len, AccessFlags::LOCAL_WRITE)?;
+        let cq = CompletionQueue::new(ctx, shape.batch * IN_FLIGHT + 16)?;
+        let mut builder = QpBuilder::dci(pd, &cq);
+        builder
+            .caps(QpCaps {
+                max_send_wr: shape.batch * IN_FLIGHT,
+                max_recv_wr: 0,
+                max_send_sge: 1,
+                max_recv_sge: 0,
+                max_inline_data: 0,
+            })
+            .send_ops(SendOps::RDMA_WRITE);
+        if let Some(log) = shape.streams {
+            let errored = ctx
+                .mlx5_caps()?
+                .dci_streams_caps
+                .map_or(0, |c| c.max_log_num_errored.min(log));
+            builder.dci_streams(log, errored);
+        }
+        let dci = builder.build()?;
+        let psn = random_psn();
+        dci.ready(psn, opts)?;
+        Ok(Initiator {
+            dci,
+            cq,
+            src,
+            psn,
+            opts: *opts,
+        })
+    }
+
+    /// Posts `shape.iters` writes to the DCT of `info`, write `k` from and
+    /// to `offset(k)`, in batches of `shape.batch`, only the last of each
+    /// signalled; stream ids go round robin. Returns the writes done and
+    /// the time they took.
+    fn write(
+        &mut self,
+        info: &DctInfo,
+        shape: Shape,
+        offset: impl Fn(u64) -> usize,
+    ) -> Result<(u64, Duration), Failure> {
+        let pd = self.src.pd();
+        let ah = AddressHandle::new(pd, &AhAttr::towards(info.lid, info.gid, &self.opts))?;
+        println!(
+            "dc_write: DCI {:#x} ready; writing to DCT {:#x} (key {:#x})",
+            self.dci.qp_num(),
+            info.dctn,
+            info.dc_key
+        );
+        let streams = shape.streams.map(|l| 1u32 << l);
+        let (dci, src, size) = (&mut self.dci, &self.src, shape.size);
+        common::post_batches(
+            &mut self.cq,
+            shape.iters,
+            shape.batch,
+            IN_FLIGHT,
+            |first, n| {
+                let addr = DcAddr::new(&ah, info.dctn, info.dc_key);
+                let mut batch = dci.batch();
+                for i in 0..n {
+                    let id = first + i as u64;
+                    // Each work request names its DCT: mlx5dv_wr_set_dc_addr, or
+                    // mlx5dv_wr_set_dc_addr_stream on stream `id mod streams`.
+                    let wr = match streams {
+                        Some(s) => batch.wr_stream(id, addr, (id % u64::from(s)) as u16),
+                        None => batch.wr(id, addr),
+                    };
+                    let wr = if i + 1 == n { wr.signaled() } else { wr };
+                    let off = offset(id);
+                    wr.rdma_write(info.remote.slice(off as u64, size as u64)?)
+                        .sge(src.sge(off..off + size)?)?;
+                }
+                // SAFETY: the writes read `src`, which is not written again
+                // after it was filled and outlives the DCI (dropped after it);
+                // post_batches awaits every batch's completion before
+                // returning.
+                unsafe { batch.complete()? };
+                Ok(())
+            },
+        )
+    }
 }

@@ -7,6 +7,8 @@
 //! rc_write [-d DEV] [-g GID] [-s SIZE] [-n ITERS] [-b BATCH] HOST     # client (writes)
 //! rc_write --loopback [-d DEV] [-s SIZE] [-n ITERS] [-b BATCH]        # both, in one process
 //! rc_write -R [-d DEV] [-s SIZE] [-n ITERS] [-b BATCH] [HOST]         # perftest's rdma_cm protocol
+//! rc_write --perftest [-d DEV] [-i PORT] [-g|-x GID] [-s SIZE] [-n ITERS] [-p PORT] [HOST]
+//!                                                                     # perftest's default (TCP) exchange
 //!
 //! # two soft-RoCE guests (scripts/rxe-vm --hosts 2): guest 1 serves, guest 2 writes
 //! rc_write -d rxe0 -g 1                 # in guest 1
@@ -15,6 +17,12 @@
 //! # with perftest, either way round (rdma_ucm loaded)
 //! rc_write -R -d rxe0                   # in guest 1
 //! ib_write_bw -R -d rxe0 10.99.0.1      # in guest 2
+//!
+//! # with perftest's default exchange, either way round
+//! rc_write --perftest -d rxe0 -x 1 -s 4096 -n 1000                  # in guest 1
+//! ib_write_bw -d rxe0 -x 1 -s 4096 -n 1000 10.99.0.1                # in guest 2
+//! ib_write_bw -d rxe0 -x 1 -s 4096 -n 1000                          # or: in guest 1
+//! rc_write --perftest -d rxe0 -x 1 -s 4096 -n 1000 10.99.0.1        #     in guest 2
 //! ```
 //!
 //! How it works:
@@ -54,20 +62,59 @@
 //! cycle buffer), and the two exchange bandwidth reports; the server
 //! prints the client's. Use the same `-s` on both sides, as with perftest.
 //!
-//! perftest does not check the data: against `ib_write_bw` a run checks
-//! that every write completed, not what arrived. Between two rc_writes
-//! (each recognises the other by its version) the client then sends its
-//! seed and the server checks every byte the writes covered and answers,
+//! perftest does not check the data: as client against `ib_write_bw -R` a
+//! run checks that every write completed, not what arrived; as server it
+//! checks what `--perftest` checks (below). Between two rc_writes (each
+//! recognises the other by its version) the client then sends its seed
+//! and the server checks every byte the writes covered and answers,
 //! before the closing exchange; perftest never sees that message.
 //!
-//! Exit status: 0 the writes completed and the data checked out (or, with
-//! `-R` against perftest, the run completed); 1 a verbs call, a
-//! completion, the exchange or the data check failed; 2 bad usage.
+//! ## `--perftest`: perftest's default exchange
+//!
+//! With `--perftest` rc_write speaks what `ib_write_bw` speaks without
+//! `-R`: one TCP connection on perftest's port 18515 (`-p`), over which
+//! the two exchange the versions, cycle buffer and cache line sizes, the
+//! MTU (both use the smaller), then each side's connection data as
+//! perftest's text (LID, QPN, PSN, rkey, address and, where the side has a
+//! GID index, the GID: `examples/common/perftest/tcp.rs`), three times;
+//! each side connects its RC QP itself, to the MTU agreed on and the GID
+//! index of `-g` or, as perftest spells it, `-x` (default on RoCE: the
+//! IPv4 RoCE v2 GID; perftest's default may be another, so give `-x` to
+//! both). Both sides must both have a GID index or both not (InfiniBand
+//! without `-x`): perftest reads the one form of the text its own index
+//! implies, and rc_write says which side differs. The client writes at
+//! perftest's offsets, as with `-R`, and the two exchange bandwidth
+//! reports. Use the same `-s` on both sides.
+//!
+//! What is checked, at the server (the target), which fills its memory
+//! with `0xff` bytes before the writes:
+//!
+//! - against another `rc_write --perftest`: every byte the writes covered
+//!   holds the client's pattern and every other byte is untouched; the
+//!   client sends its seed after the reports and the server answers with
+//!   the verdict, which both print;
+//! - against `ib_write_bw` as client: perftest fills its memory with
+//!   `rand()` bytes and says nothing of them, so their values cannot be
+//!   checked; the server checks that every byte outside perftest's slots
+//!   is untouched and that each slot no longer holds only `0xff` (a write
+//!   landed there; not checked for writes under 4 bytes, which random
+//!   bytes fill with `0xff` too often);
+//! - as client against `ib_write_bw` as server: nothing at the target
+//!   (perftest checks nothing): only that every write completed.
+//!
+//! Exit status: 0 the writes completed and the data checked out (or, as
+//! client against perftest, the run completed); 1 a verbs call, a
+//! completion, the exchange (a peer's message that is not perftest's) or
+//! the data check failed; 2 bad usage.
 
 mod common;
-#[cfg(feature = "rdma-cm")]
-#[path = "common/perftest.rs"]
+#[path = "common/perftest/mod.rs"]
 mod perftest;
+#[cfg(feature = "rdma-cm")]
+#[path = "rc_write/with_cm.rs"]
+mod with_cm;
+#[path = "rc_write/with_tcp.rs"]
+mod with_tcp;
 
 use common::{
     check_pattern, connect_options, exit, flag, open_device, pattern, random_psn, report_bw, val,
@@ -76,7 +123,6 @@ use common::{
 use mlx5dv::*;
 use std::io::BufReader;
 use std::process::ExitCode;
-use std::time::Instant;
 
 const PROG: &str = "rc_write";
 const USAGE: &str = "\
@@ -86,20 +132,31 @@ Usage:
   rc_write --loopback [OPTIONS]    both, two QPs in this process
   rc_write -R [OPTIONS] [HOST]     serve or write through rdma_cm, speaking
                                    perftest's protocol (ib_write_bw -R)
+  rc_write --perftest [OPTIONS] [HOST]
+                                   serve or write speaking perftest's default
+                                   TCP exchange (ib_write_bw without -R)
 
 Batched RDMA writes through mlx5dv's WrBatch, checked at the target.
 
-With -R, either side may be perftest's ib_write_bw -R. perftest does not
-check the data: against it only the completions are checked; between two
-rc_write -R the server checks what the writes covered.
+With -R or --perftest, either side may be perftest's ib_write_bw (-R).
+perftest does not check the data, and writes random bytes: as client
+against it only the completions are checked; as server rc_write checks
+that each slot perftest writes was written and every other byte left
+alone; between two rc_writes the server checks every byte.
+
+  rc_write --perftest -d rxe0 -x 1 -s 4096 -n 1000            # server
+  ib_write_bw -d rxe0 -x 1 -s 4096 -n 1000 SERVER             # client
+  ib_write_bw -d rxe0 -x 1 -s 4096 -n 1000                    # or: server
+  rc_write --perftest -d rxe0 -x 1 -s 4096 -n 1000 SERVER     #     client
 
 Options:
-  -p, --port=PORT        TCP port of the exchange (default 18516; with -R
-                         the rdma_cm port, default 18515)
+  -p, --port=PORT        TCP port of the exchange (default 18516; with
+                         --perftest 18515; with -R the rdma_cm port, 18515)
   -d, --ib-dev=DEV       use RDMA device DEV (default: the first found;
                          with -R: the one rdma_cm finds for the address)
   -i, --ib-port=PORT     use port PORT of the device (default 1; not with -R)
-  -g, --gid-idx=INDEX    local GID index (default on RoCE: the IPv4 RoCE v2
+  -g, -x, --gid-idx=INDEX
+                         local GID index (default on RoCE: the IPv4 RoCE v2
                          GID; not with -R)
   -m, --mtu=SIZE         path MTU (default: the port's active MTU; with -R
                          only offered in the exchange: the CM sets it)
@@ -108,6 +165,7 @@ Options:
   -b, --batch=N          writes per batch, only the last signalled (default 32)
       --loopback         run server and client in this process
   -R, --rdma_cm          connect through rdma_cm, as perftest's -R
+      --perftest         perftest's default exchange (TCP), as ib_write_bw
   -h, --help             this text
 
 Exit status: 0 success, 1 failure, 2 bad usage.
@@ -149,6 +207,9 @@ fn main() -> ExitCode {
             val('b', "batch"),
             flag('L', "loopback"),
             flag('R', "rdma_cm"),
+            flag('P', "perftest"),
+            // perftest's spelling of -g (--gid-index).
+            val('x', "gid-idx"),
         ],
     );
     exit(PROG, run(&cli))
@@ -161,16 +222,26 @@ fn run(cli: &Cli) -> Result<(), Failure> {
     if cli.flag("loopback") && host.is_some() {
         common::usage_error(PROG, "--loopback takes no host");
     }
+    if cli.flag("perftest") {
+        common::refuse_with(
+            PROG,
+            "--perftest",
+            &[
+                (cli.flag("loopback"), "--loopback"),
+                (cli.flag("rdma_cm"), "-R"),
+            ],
+        );
+    }
     if cli.flag("rdma_cm") {
-        for (given, what) in [
-            (cli.flag("loopback"), "--loopback"),
-            (cli.text("gid-idx").is_some(), "-g"),
-            (cli.text("ib-port").is_some(), "-i"),
-        ] {
-            if given {
-                common::usage_error(PROG, &format!("{what} does not go with -R"));
-            }
-        }
+        common::refuse_with(
+            PROG,
+            "-R",
+            &[
+                (cli.flag("loopback"), "--loopback"),
+                (cli.text("gid-idx").is_some(), "-g/-x"),
+                (cli.text("ib-port").is_some(), "-i"),
+            ],
+        );
         #[cfg(feature = "rdma-cm")]
         return with_cm::run(cli, shape, host);
         #[cfg(not(feature = "rdma-cm"))]
@@ -187,7 +258,15 @@ fn run(cli: &Cli) -> Result<(), Failure> {
         cli.mtu(),
     )?;
     let pd = ProtectionDomain::new(&ctx)?;
-    let port: u16 = cli.num_or("port", 18516);
+    let perftest = cli.flag("perftest");
+    let port: u16 = cli.num_or(
+        "port",
+        if perftest {
+            perftest::DEFAULT_PORT
+        } else {
+            18516
+        },
+    );
     println!(
         "rc_write: {} port {}, GID index {}, MTU {}, {} writes of {} bytes in batches of {}",
         ctx.name(),
@@ -198,7 +277,9 @@ fn run(cli: &Cli) -> Result<(), Failure> {
         shape.size,
         shape.batch
     );
-    if cli.flag("loopback") {
+    if perftest {
+        with_tcp::run(&pd, opts, shape, host, port)
+    } else if cli.flag("loopback") {
         loopback(&pd, &opts, shape)
     } else if let Some(host) = host {
         client(&pd, &opts, shape, host, port)
@@ -370,279 +451,31 @@ fn write_all(
     offset: impl Fn(u64) -> usize,
 ) -> Result<(u64, std::time::Duration), Failure> {
     let size = shape.size;
-    let mut posted = 0u64;
-    let mut in_flight = 0u32;
-    let start = Instant::now();
-    while posted < shape.iters {
-        if in_flight == IN_FLIGHT {
-            common::wait_ok(&mut side.cq, 1)?;
-            in_flight -= 1;
-        }
-        let n = (shape.iters - posted).min(u64::from(shape.batch)) as usize;
-        let mut batch = side.qp.batch();
-        // The send queue's room for all `n`, checked once.
-        batch.limit(n)?;
-        for i in 0..n {
-            let k = posted + i as u64;
-            let at = offset(k);
-            let wr = batch.wr(k);
-            // Only the batch's last work request asks for a completion.
-            let wr = if i + 1 == n { wr.signaled() } else { wr };
-            wr.rdma_write(remote.slice(at as u64, size as u64)?)
-                .sge(side.mr.sge(at..at + size)?)?;
-        }
-        // SAFETY: the writes read `side.mr`, which is not written again
-        // after it was filled and outlives the QP (Side drops the QP
-        // first); every batch's completion is awaited below before returning.
-        unsafe { batch.complete()? };
-        posted += n as u64;
-        in_flight += 1;
-    }
-    common::wait_ok(&mut side.cq, in_flight as usize)?;
-    Ok((posted, start.elapsed()))
-}
-
-/// `-R`: perftest's rdma_cm protocol (`examples/common/perftest.rs`),
-/// against `ib_write_bw -R` or another `rc_write -R`.
-#[cfg(feature = "rdma-cm")]
-mod with_cm {
-    use super::*;
-    use crate::perftest::{self, BwReport, Comm, Dest, Layout, SysData, STEP};
-    use mlx5dv::cm::CmId;
-    use std::net::{SocketAddr, ToSocketAddrs};
-
-    /// What rc_write announces as its version: perftest's number, which
-    /// perftest reads, and the name, by which another rc_write knows it.
-    fn version() -> String {
-        format!("{} {PROG}", perftest::VERSION)
-    }
-
-    /// The answer to a seed when every byte the writes covered is as
-    /// written; otherwise the answer is the offset of the first that is not.
-    const ALL_AS_WRITTEN: u64 = u64::MAX;
-
-    pub(super) fn run(cli: &Cli, shape: Shape, host: Option<&str>) -> Result<(), Failure> {
-        let port: u16 = cli.num_or("port", perftest::DEFAULT_PORT);
-        if let Some(d) = cli.text("ib-dev") {
-            // As perftest: a device that is not there fails at once, not
-            // once a peer has connected (which then checks it is the one).
-            open_device(Some(d))?;
-        }
-        let run = Run {
-            shape,
-            dev: cli.text("ib-dev"),
-            mtu: cli.mtu(),
-        };
-        println!(
-            "{PROG}: rdma_cm (perftest's protocol) on port {port}, {} writes of {} bytes in batches of {}",
-            shape.iters, shape.size, shape.batch
-        );
-        match host {
-            Some(host) => run.client(resolve(host, port)?),
-            None => run.server(port),
-        }
-    }
-
-    /// The first IPv4 address of `host` (perftest's rdma_cm is IPv4 only).
-    fn resolve(host: &str, port: u16) -> Result<SocketAddr, Failure> {
-        (host, port)
-            .to_socket_addrs()
-            .map_err(|e| format!("cannot resolve {host}: {e}"))?
-            .find(SocketAddr::is_ipv4)
-            .ok_or_else(|| Failure::Failed(format!("{host} has no IPv4 address")))
-    }
-
-    /// A `-R` run: its shape, `-d` and `-m`.
-    struct Run<'a> {
-        shape: Shape,
-        dev: Option<&'a str>,
-        mtu: Option<Mtu>,
-    }
-
-    /// What the opening exchanges settle.
-    struct Peer {
-        version: String,
-        sys: SysData,
-    }
-
-    impl Peer {
-        /// Whether the peer announced itself as rc_write (`6.06 rc_write`).
-        fn is_rc_write(&self) -> bool {
-            self.version.split_whitespace().nth(1) == Some(PROG)
-        }
-    }
-
-    impl Run<'_> {
-        /// Refuses an rdma_cm id on another device than `-d` names.
-        fn check_device(&self, id: &CmId) -> Result<Context, Failure> {
-            let ctx = id.context()?;
-            match self.dev {
-                Some(d) if d != ctx.name() => Err(Failure::Failed(format!(
-                    "rdma_cm connected through {}: the address is not on {d} (-d)",
-                    ctx.name()
-                ))),
-                _ => Ok(ctx),
+    let (qp, mr) = (&mut side.qp, &side.mr);
+    common::post_batches(
+        &mut side.cq,
+        shape.iters,
+        shape.batch,
+        IN_FLIGHT,
+        |first, n| {
+            let mut batch = qp.batch();
+            // The send queue's room for all `n`, checked once.
+            batch.limit(n)?;
+            for i in 0..n {
+                let k = first + i as u64;
+                let at = offset(k);
+                let wr = batch.wr(k);
+                // Only the batch's last work request asks for a completion.
+                let wr = if i + 1 == n { wr.signaled() } else { wr };
+                wr.rdma_write(remote.slice(at as u64, size as u64)?)
+                    .sge(mr.sge(at..at + size)?)?;
             }
-        }
-
-        /// The versions, the system data and the MTU.
-        fn open(&self, comm: &mut Comm) -> Result<Peer, Failure> {
-            let ctx = self.check_device(comm.id())?;
-            let version = comm.exchange_versions(&version())?;
-            let sys = comm.check_sys_data(SysData {
-                cycle_buffer: perftest::CYCLE_BUFFER,
-                cache_line: perftest::CACHE_LINE,
-            })?;
-            let port = ctx.query_port(comm.id().port_num())?;
-            let mtu = comm.check_mtu(self.mtu.unwrap_or(port.active_mtu))?;
-            println!(
-                "{PROG}: {} port {} ({} -> {}), peer version {version:?}, MTU {}, cycle buffer {}, cache line {}",
-                ctx.name(),
-                comm.id().port_num(),
-                show(comm.id().local_addr()),
-                show(comm.id().peer_addr()),
-                mtu.bytes(),
-                sys.cycle_buffer,
-                sys.cache_line
-            );
-            Ok(Peer { version, sys })
-        }
-
-        /// The data QP and its memory on `id`'s device.
-        fn data_side(&self, id: &CmId, layout: Layout) -> Result<Side, Failure> {
-            let ctx = self.check_device(id)?;
-            Side::new(&ProtectionDomain::new(&ctx)?, layout.len, self.shape)
-        }
-
-        fn client(&self, dst: SocketAddr) -> Result<(), Failure> {
-            println!("{PROG}: connecting to a server at {dst} through rdma_cm");
-            let mut comm = Comm::connect(dst)?;
-            let peer = self.open(&mut comm)?;
-            let layout = Layout::new(self.shape.size, peer.sys);
-            comm.hand_shake(&Dest::default(), Some(STEP))?;
-            let (mut side, id) = perftest::connect_retry(
-                dst,
-                perftest::DATA_CONNECT_WITHIN,
-                |id| self.data_side(id, layout),
-                |s| &s.qp,
-            )?;
-            comm.hand_shake(&Dest::default(), Some(STEP))?;
-            let mine = Dest::of(&id, &side.qp, &side.mr, side.psn)?;
-            let theirs = comm.connection_data(&mine)?;
-            let remote = RemoteBuf {
-                addr: theirs.vaddr,
-                rkey: theirs.rkey,
-                len: layout.len as u64,
-            };
-            let seed = (random_psn() % 251) as u8;
-            side.mr.write_at(0, &pattern(layout.len, seed))?;
-            let (iters, elapsed) = write_all(&mut side, remote, self.shape, |k| layout.offset(k))?;
-            let report = BwReport::new(self.shape.size, iters, elapsed);
-            report.print();
-            // The end: the server waits in this handshake.
-            comm.hand_shake(&mine, Some(STEP))?;
-            comm.xchg_bw_reports(&report)?;
-            let verdict = if peer.is_rc_write() {
-                let v = comm.xchg(&u64::from(seed).to_be_bytes(), "check", Some(STEP))?;
-                Some(u64::from_be_bytes(
-                    v.as_slice().try_into().expect("8 bytes"),
-                ))
-            } else {
-                None
-            };
-            comm.hand_shake(&mine, Some(STEP))?;
-            id.disconnect()?;
-            perftest::await_disconnect(&id, STEP)?;
-            let covered: usize = layout.written(iters).map(|r| r.len()).sum();
-            match verdict {
-                None => {
-                    println!(
-                        "{PROG}: {iters} writes completed; the peer is perftest {:?}, which does not check the data",
-                        peer.version
-                    );
-                    Ok(())
-                }
-                Some(ALL_AS_WRITTEN) => {
-                    println!("{PROG}: the server checked the {covered} bytes written: all as written");
-                    Ok(())
-                }
-                Some(at) => Err(Failure::Failed(format!(
-                    "the server's check failed: byte {at} of its memory differs from what was written"
-                ))),
-            }
-        }
-
-        fn server(&self, port: u16) -> Result<(), Failure> {
-            println!("{PROG}: waiting for a client on rdma_cm port {port}");
-            let mut comm = Comm::accept(port)?;
-            let peer = self.open(&mut comm)?;
-            let layout = Layout::new(self.shape.size, peer.sys);
-            comm.hand_shake(&Dest::default(), Some(STEP))?;
-            let (side, id) =
-                perftest::accept_one(port, Some(STEP), |id| self.data_side(id, layout), |s| &s.qp)?;
-            comm.hand_shake(&Dest::default(), Some(STEP))?;
-            let mine = Dest::of(&id, &side.qp, &side.mr, side.psn)?;
-            comm.connection_data(&mine)?;
-            // The client writes; its next handshake says it is done (or its
-            // disconnect that it gave up).
-            comm.hand_shake(&mine, None)?;
-            let report = comm.xchg_bw_reports(&BwReport::default())?;
-            report.print();
-            let verdict = if peer.is_rc_write() {
-                Some(check(&mut comm, &side, peer.sys, report)?)
-            } else {
-                None
-            };
-            comm.hand_shake(&mine, Some(STEP))?;
-            id.disconnect()?;
-            perftest::await_disconnect(&id, STEP)?;
-            match verdict {
-                None => {
-                    println!(
-                        "{PROG}: {} writes of {} bytes reported; the peer is perftest {:?}: the data is not checked",
-                        report.iters, report.size, peer.version
-                    );
-                    Ok(())
-                }
-                Some((verdict, covered)) => {
-                    common::report_check(PROG, verdict, covered, report.iters)
-                }
-            }
-        }
-    }
-
-    /// The server's check, between two rc_writes: takes the client's seed,
-    /// checks every byte the reported writes covered against its pattern
-    /// and answers. Returns the verdict (`None`, or the first offset that
-    /// differs) and the bytes checked.
-    fn check(
-        comm: &mut Comm,
-        side: &Side,
-        sys: SysData,
-        report: BwReport,
-    ) -> Result<(Option<usize>, usize), Failure> {
-        let seed = comm.recv(8, "seed", Some(STEP))?;
-        let seed = u64::from_be_bytes(seed.as_slice().try_into().expect("8 bytes")) as u8;
-        let layout = Layout::new(report.size as usize, sys);
-        let mem = side.mr.to_vec(..)?;
-        // A client whose writes reach past this memory has seen them fail
-        // already; answer as for a difference at its end.
-        let verdict = if layout.len > mem.len() {
-            Some(mem.len())
-        } else {
-            let want = pattern(mem.len(), seed);
-            layout
-                .written(report.iters)
-                .flatten()
-                .find(|&i| mem[i] != want[i])
-        };
-        let answer = verdict.map_or(ALL_AS_WRITTEN, |at| at as u64);
-        comm.send(&answer.to_be_bytes())?;
-        let covered = layout.written(report.iters).map(|r| r.len()).sum();
-        Ok((verdict, covered))
-    }
-
-    fn show(a: Option<SocketAddr>) -> String {
-        a.map_or_else(|| "-".into(), |a| a.to_string())
-    }
+            // SAFETY: the writes read `side.mr`, which is not written again
+            // after it was filled and outlives the QP (Side drops the QP
+            // first); post_batches awaits every batch's completion before
+            // returning.
+            unsafe { batch.complete()? };
+            Ok(())
+        },
+    )
 }

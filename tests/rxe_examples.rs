@@ -1,7 +1,10 @@
 //! The example programs, run as a newcomer would run them, on a real RDMA
 //! device (soft-RoCE in the test guest): `rc_pingpong` against rdma-core's
 //! `ibv_rc_pingpong` in both directions, `rc_write` between two processes
-//! and in one, `devinfo`, and on a device that is not mlx5 the clean
+//! and in one, `rc_write --perftest` against perftest's `ib_write_bw` in
+//! both directions and against itself, `dc_write --perftest` against
+//! `ib_write_bw -c DC` in both directions (mlx5 only), a malformed
+//! perftest exchange refused, `devinfo`, and on a device that is not mlx5 the clean
 //! refusal (exit status 3, the missing capability named, no panic) of each
 //! mlx5-only example. On an mlx5 device those run for real instead. On
 //! the software mlx5 device (`mlx5dv-sim`, one device per process) the
@@ -346,4 +349,222 @@ fn every_example_has_help_and_refuses_bad_usage_with_status_2() {
     }
     let not_a_number = run(Command::new(example("rc_write")).args(["-s", "lots"]));
     assert_status(&not_a_number, 2, "rc_write -s lots");
+}
+
+// ------------------------------------------------- perftest's TCP exchange
+
+/// The GID index arguments for perftest's exchange (`-x N`, which both
+/// perftest and the examples take): the index of [`device_and_gid`] where
+/// the port needs one (RoCE) or one is asked for, none on InfiniBand,
+/// where both sides then send their connection data without a GID.
+fn perftest_gid_args() -> Vec<String> {
+    let asked = std::env::var("MLX5DV_TEST_GID_INDEX")
+        .or_else(|_| std::env::var("MLX5DV_VM_GID_INDEX"))
+        .is_ok();
+    if asked || rig::connect_options(&rig::open()).gid_index.is_some() {
+        vec!["-x".into(), device_and_gid().1]
+    } else {
+        Vec::new()
+    }
+}
+
+/// `-d DEV [-x GID] -s SIZE -n ITERS -p PORT`, as perftest and the
+/// examples' `--perftest` both take them, then `extra`.
+fn perftest_args(size: &str, iters: &str, port: &str, extra: &[&str]) -> Vec<String> {
+    let mut v = vec!["-d".to_string(), device_and_gid().0];
+    v.extend(perftest_gid_args());
+    for a in ["-s", size, "-n", iters, "-p", port].iter().chain(extra) {
+        v.push(a.to_string());
+    }
+    v
+}
+
+/// Runs `server` (spawned first) and `client` (tried until it reaches the
+/// server) with `args`, the client with `127.0.0.1` after them; returns
+/// both outputs, each checked for exit status 0 and no panic.
+fn perftest_pair(
+    server: (&str, PathBuf, &[String]),
+    client: (&str, PathBuf, &[String]),
+) -> (Output, Output) {
+    let s = spawn(Command::new(&server.1).args(server.2));
+    let mut cargs: Vec<&str> = client.2.iter().map(String::as_str).collect();
+    cargs.push("127.0.0.1");
+    let c = run_client(&client.1, &cargs);
+    let s = finish(s, server.0);
+    assert_status(&c, 0, client.0);
+    assert_status(&s, 0, server.0);
+    (s, c)
+}
+
+/// `example --perftest` against perftest's `ib_write_bw` (with `-c DC`
+/// for `dc_write`), `perftest_serves` or the other way round, `-n 200`
+/// writes of `size` bytes on TCP port `port`. Returns the example's and
+/// perftest's standard output.
+fn against_perftest(
+    example_name: &str,
+    perftest_serves: bool,
+    size: &str,
+    port: &str,
+) -> (String, String) {
+    let args = perftest_args(size, "200", port, &[]);
+    let mine = [&["--perftest".to_string()][..], &args].concat();
+    let mut theirs = args.clone();
+    if example_name == "dc_write" {
+        theirs.extend(["-c".to_string(), "DC".to_string()]);
+    }
+    let ex = (example_name, example(example_name), &mine[..]);
+    let tool = ("ib_write_bw", PathBuf::from("ib_write_bw"), &theirs[..]);
+    let (ex_out, tool_out) = if perftest_serves {
+        let (s, c) = perftest_pair(tool, ex);
+        (c, s)
+    } else {
+        perftest_pair(ex, tool)
+    };
+    let out = |o: &Output| String::from_utf8_lossy(&o.stdout).into_owned();
+    let tool_out = out(&tool_out);
+    assert!(tool_out.contains("BW average[MB/sec]"), "{tool_out}");
+    (out(&ex_out), tool_out)
+}
+
+/// What the example as client says of perftest as server.
+const PERFTEST_CHECKS_NOTHING: &str =
+    "200 writes completed; the peer is perftest \"6.06\", which does not check the data";
+
+/// What the example as server says of perftest's 200 writes of 1000
+/// bytes: perftest's stride is 1024 (the cache line), four slots in its
+/// 4096-byte cycle buffer; each was written, the 96 bytes between them
+/// not.
+const PERFTEST_SLOTS_WRITTEN: &str = "data check: each of the 4 slots perftest's writes cover \
+     (4000 bytes) was written, the other 96 bytes are untouched";
+
+#[test]
+#[ignore = "needs an RDMA device: set MLX5DV_TEST_DEVICE"]
+fn rc_write_perftest_client_passes_against_ib_write_bw_server() {
+    if rig::not_run_without_a_shared_device("rc_write --perftest against ib_write_bw") {
+        return;
+    }
+    let (mine, _) = against_perftest("rc_write", true, "4096", "19110");
+    assert!(mine.contains("peer version \"6.06\""), "{mine}");
+    assert!(mine.contains(PERFTEST_CHECKS_NOTHING), "{mine}");
+}
+
+#[test]
+#[ignore = "needs an RDMA device: set MLX5DV_TEST_DEVICE"]
+fn ib_write_bw_client_passes_against_rc_write_perftest_server() {
+    if rig::not_run_without_a_shared_device("ib_write_bw against rc_write --perftest") {
+        return;
+    }
+    let (mine, _) = against_perftest("rc_write", false, "1000", "19111");
+    assert!(mine.contains(PERFTEST_SLOTS_WRITTEN), "{mine}");
+}
+
+#[test]
+#[ignore = "needs an RDMA device: set MLX5DV_TEST_DEVICE"]
+fn rc_write_perftest_server_and_client_check_every_byte() {
+    if rig::not_run_without_a_shared_device("rc_write --perftest server and client") {
+        return;
+    }
+    let args = perftest_args("100", "300", "19112", &["--perftest", "-b", "8"]);
+    let (server, client) = perftest_pair(
+        ("rc_write --perftest server", example("rc_write"), &args),
+        ("rc_write --perftest client", example("rc_write"), &args),
+    );
+    let s = String::from_utf8_lossy(&server.stdout);
+    assert!(
+        s.contains("data check: the 3200 bytes the writes covered hold what was written, the other 896 are untouched"),
+        "{s}"
+    );
+    let c = String::from_utf8_lossy(&client.stdout);
+    assert!(
+        c.contains("the server checked the bytes written: all as written"),
+        "{c}"
+    );
+}
+
+/// On a device that is not mlx5, `dc_write --perftest` (either side) exits
+/// 3 before any exchange; returns whether it did (the test is then done).
+fn dc_write_perftest_refused(port: &str) -> bool {
+    if rig::open().is_mlx5() {
+        return false;
+    }
+    let args = perftest_args("4096", "200", port, &["--perftest"]);
+    for extra in [&[][..], &["127.0.0.1"][..]] {
+        let out = run(Command::new(example("dc_write")).args(&args).args(extra));
+        assert_status(&out, 3, "dc_write --perftest on a device that is not mlx5");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("is not an mlx5 device ("), "{}", text(&out));
+    }
+    true
+}
+
+#[test]
+#[ignore = "needs an RDMA device: set MLX5DV_TEST_DEVICE"]
+fn dc_write_perftest_client_passes_against_ib_write_bw_dc_server() {
+    if dc_write_perftest_refused("19113")
+        || rig::not_run_without_a_shared_device("dc_write --perftest against ib_write_bw -c DC")
+    {
+        return;
+    }
+    let (mine, theirs) = against_perftest("dc_write", true, "4096", "19113");
+    assert!(
+        mine.contains("writing to DCT") && mine.contains("(key 0xffeeddcc)"),
+        "{mine}"
+    );
+    assert!(mine.contains(PERFTEST_CHECKS_NOTHING), "{mine}");
+    assert!(theirs.contains("Connection type : DC"), "{theirs}");
+}
+
+#[test]
+#[ignore = "needs an RDMA device: set MLX5DV_TEST_DEVICE"]
+fn ib_write_bw_dc_client_passes_against_dc_write_perftest_server() {
+    if dc_write_perftest_refused("19114")
+        || rig::not_run_without_a_shared_device("ib_write_bw -c DC against dc_write --perftest")
+    {
+        return;
+    }
+    let (mine, theirs) = against_perftest("dc_write", false, "1000", "19114");
+    assert!(mine.contains(PERFTEST_SLOTS_WRITTEN), "{mine}");
+    assert!(theirs.contains("Connection type : DC"), "{theirs}");
+}
+
+/// A fake perftest server: answers the opening exchanges as perftest 6.06
+/// does, then sends 108 bytes that are not connection data.
+fn fake_perftest_server(port: u16) -> std::thread::JoinHandle<()> {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind(("127.0.0.1", port)).expect("bind");
+    std::thread::spawn(move || {
+        let (mut s, _) = listener.accept().expect("accept");
+        let mut version = [0u8; 16];
+        version[..4].copy_from_slice(b"6.06");
+        let replies: [&[u8]; 4] = [
+            &version,
+            &4096u32.to_be_bytes(),
+            &64u32.to_be_bytes(),
+            b"3\0",
+        ];
+        for reply in replies {
+            let mut buf = vec![0u8; reply.len()];
+            s.read_exact(&mut buf).expect("the client's message");
+            s.write_all(reply).expect("reply");
+        }
+        let mut keys = [0u8; 108];
+        let _ = s.read(&mut keys);
+        let _ = s.write_all(&[b'z'; 108]);
+    })
+}
+
+#[test]
+#[ignore = "needs an RDMA device: set MLX5DV_TEST_DEVICE"]
+fn rc_write_perftest_refuses_connection_data_that_is_not_perftests() {
+    let server = fake_perftest_server(19115);
+    let args = perftest_args("4096", "10", "19115", &["--perftest", "127.0.0.1"]);
+    let out = run(Command::new(example("rc_write")).args(&args));
+    server.join().expect("the fake server");
+    assert_status(&out, 1, "rc_write --perftest against a fake server");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.starts_with("rc_write: ") && err.contains("connection data"),
+        "{}",
+        text(&out)
+    );
 }

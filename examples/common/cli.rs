@@ -301,6 +301,15 @@ pub fn usage_error(prog: &str, msg: &str) -> ! {
     std::process::exit(i32::from(EXIT_USAGE));
 }
 
+/// Exits 2 when any of `others` (each: whether it was given, and its
+/// spelling) was given along with the option `with`: `"<other> does not go
+/// with <with>"`.
+pub fn refuse_with(prog: &str, with: &str, others: &[(bool, &str)]) {
+    if let Some((_, what)) = others.iter().find(|(given, _)| *given) {
+        usage_error(prog, &format!("{what} does not go with {with}"));
+    }
+}
+
 /// A number as the examples write it: decimal, or hex with `0x`.
 fn parse_u64(s: &str) -> Result<u64, ParseIntError> {
     match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {

@@ -11,7 +11,7 @@
 mod cli;
 
 #[allow(unused_imports)] // not every example uses every item
-pub use cli::{flag, prog, usage_error, val, Cli, Kind, Opt};
+pub use cli::{flag, prog, refuse_with, usage_error, val, Cli, Kind, Opt};
 
 use mlx5dv::*;
 use std::collections::HashMap;
@@ -447,6 +447,37 @@ pub fn wait_ok(cq: &mut CompletionQueue, n: usize) -> Result<Vec<WorkCompletion>
         wcs.push(wc);
     }
     Ok(wcs)
+}
+
+/// Posts `iters` work requests in batches of at most `batch`, at most
+/// `in_flight` batches outstanding: `post(first, n)` posts one batch, work
+/// requests `first..first + n`, only its last signalled (an RC or DC send
+/// queue completes in order, so that completion retires the batch).
+/// Waits for every batch's completion on `cq`, each checked. Returns the
+/// work requests done and the time from the first post to the last
+/// completion.
+pub fn post_batches(
+    cq: &mut CompletionQueue,
+    iters: u64,
+    batch: u32,
+    in_flight: u32,
+    mut post: impl FnMut(u64, usize) -> Result<(), Failure>,
+) -> Result<(u64, Duration), Failure> {
+    let mut posted = 0u64;
+    let mut outstanding = 0u32;
+    let start = Instant::now();
+    while posted < iters {
+        if outstanding == in_flight {
+            wait_ok(cq, 1)?;
+            outstanding -= 1;
+        }
+        let n = (iters - posted).min(u64::from(batch)) as usize;
+        post(posted, n)?;
+        posted += n as u64;
+        outstanding += 1;
+    }
+    wait_ok(cq, outstanding as usize)?;
+    Ok((posted, start.elapsed()))
 }
 
 /// Prints the summary line of a throughput run, as perftest's
