@@ -95,9 +95,6 @@ fn run_client(program: impl AsRef<std::ffi::OsStr>, args: &[&str]) -> Output {
 #[test]
 #[ignore = "needs an RDMA device: set MLX5DV_TEST_DEVICE"]
 fn rc_pingpong_client_passes_against_ibv_rc_pingpong_server() {
-    if rig::not_run_without_a_shared_device("rc_pingpong against ibv_rc_pingpong") {
-        return;
-    }
     let (dev, gid) = device_and_gid();
     let common = ["-d", &dev, "-g", &gid, "-n", "100", "-p", "19101"];
     let server = spawn(Command::new("ibv_rc_pingpong").args(common));
@@ -123,9 +120,6 @@ fn rc_pingpong_client_passes_against_ibv_rc_pingpong_server() {
 #[test]
 #[ignore = "needs an RDMA device: set MLX5DV_TEST_DEVICE"]
 fn ibv_rc_pingpong_client_passes_against_rc_pingpong_server() {
-    if rig::not_run_without_a_shared_device("ibv_rc_pingpong against rc_pingpong") {
-        return;
-    }
     let (dev, gid) = device_and_gid();
     let common = ["-d", &dev, "-g", &gid, "-n", "100", "-p", "19102"];
     let server = spawn(Command::new(example("rc_pingpong")).args(common));
@@ -144,9 +138,6 @@ fn ibv_rc_pingpong_client_passes_against_rc_pingpong_server() {
 #[test]
 #[ignore = "needs an RDMA device: set MLX5DV_TEST_DEVICE"]
 fn rc_pingpong_with_odd_size_and_mtu_against_ibv_rc_pingpong() {
-    if rig::not_run_without_a_shared_device("rc_pingpong against ibv_rc_pingpong") {
-        return;
-    }
     let (dev, gid) = device_and_gid();
     let common = [
         "-d", &dev, "-g", &gid, "-n", "50", "-s", "1000", "-m", "512", "-r", "8", "-p", "19103",
@@ -164,9 +155,6 @@ fn rc_pingpong_with_odd_size_and_mtu_against_ibv_rc_pingpong() {
 #[test]
 #[ignore = "needs an RDMA device: set MLX5DV_TEST_DEVICE"]
 fn rc_write_server_and_client_check_the_data() {
-    if rig::not_run_without_a_shared_device("rc_write server and client") {
-        return;
-    }
     let (dev, gid) = device_and_gid();
     let common = [
         "-d", &dev, "-g", &gid, "-n", "300", "-s", "8192", "-b", "16", "-p", "19104",
@@ -189,9 +177,6 @@ fn rc_write_server_and_client_check_the_data() {
 #[test]
 #[ignore = "needs an RDMA device: set MLX5DV_TEST_DEVICE"]
 fn hello_rc_the_front_page_program_writes_between_two_processes() {
-    if rig::not_run_without_a_shared_device("hello_rc server and client") {
-        return;
-    }
     let (dev, _) = device_and_gid();
     let server = spawn(Command::new(example("hello_rc")).arg(&dev));
     let client = run_client(example("hello_rc"), &[&dev, "127.0.0.1"]);
@@ -440,9 +425,6 @@ const PERFTEST_SLOTS_WRITTEN: &str = "data check: each of the 4 slots perftest's
 #[test]
 #[ignore = "needs an RDMA device: set MLX5DV_TEST_DEVICE"]
 fn rc_write_perftest_client_passes_against_ib_write_bw_server() {
-    if rig::not_run_without_a_shared_device("rc_write --perftest against ib_write_bw") {
-        return;
-    }
     let (mine, _) = against_perftest("rc_write", true, "4096", "19110");
     assert!(mine.contains("peer version \"6.06\""), "{mine}");
     assert!(mine.contains(PERFTEST_CHECKS_NOTHING), "{mine}");
@@ -451,9 +433,6 @@ fn rc_write_perftest_client_passes_against_ib_write_bw_server() {
 #[test]
 #[ignore = "needs an RDMA device: set MLX5DV_TEST_DEVICE"]
 fn ib_write_bw_client_passes_against_rc_write_perftest_server() {
-    if rig::not_run_without_a_shared_device("ib_write_bw against rc_write --perftest") {
-        return;
-    }
     let (mine, _) = against_perftest("rc_write", false, "1000", "19111");
     assert!(mine.contains(PERFTEST_SLOTS_WRITTEN), "{mine}");
 }
@@ -461,9 +440,6 @@ fn ib_write_bw_client_passes_against_rc_write_perftest_server() {
 #[test]
 #[ignore = "needs an RDMA device: set MLX5DV_TEST_DEVICE"]
 fn rc_write_perftest_server_and_client_check_every_byte() {
-    if rig::not_run_without_a_shared_device("rc_write --perftest server and client") {
-        return;
-    }
     let args = perftest_args("100", "300", "19112", &["--perftest", "-b", "8"]);
     let (server, client) = perftest_pair(
         ("rc_write --perftest server", example("rc_write"), &args),
@@ -500,9 +476,7 @@ fn dc_write_perftest_refused(port: &str) -> bool {
 #[test]
 #[ignore = "needs an RDMA device: set MLX5DV_TEST_DEVICE"]
 fn dc_write_perftest_client_passes_against_ib_write_bw_dc_server() {
-    if dc_write_perftest_refused("19113")
-        || rig::not_run_without_a_shared_device("dc_write --perftest against ib_write_bw -c DC")
-    {
+    if dc_write_perftest_refused("19113") {
         return;
     }
     let (mine, theirs) = against_perftest("dc_write", true, "4096", "19113");
@@ -517,9 +491,7 @@ fn dc_write_perftest_client_passes_against_ib_write_bw_dc_server() {
 #[test]
 #[ignore = "needs an RDMA device: set MLX5DV_TEST_DEVICE"]
 fn ib_write_bw_dc_client_passes_against_dc_write_perftest_server() {
-    if dc_write_perftest_refused("19114")
-        || rig::not_run_without_a_shared_device("ib_write_bw -c DC against dc_write --perftest")
-    {
+    if dc_write_perftest_refused("19114") {
         return;
     }
     let (mine, theirs) = against_perftest("dc_write", false, "1000", "19114");

@@ -36,34 +36,6 @@ pub fn permutations(n: usize) -> Vec<Vec<usize>> {
     }
 }
 
-/// Whether the device is the software mlx5 device of `mlx5dv-sim` (the
-/// `mlx5-sim` runner sets `MLX5DV_SIM=1`): each process has its own, so
-/// two processes cannot reach each other through it.
-pub fn device_is_per_process() -> bool {
-    std::env::var("MLX5DV_SIM").as_deref() == Ok("1")
-}
-
-/// For a test that needs two processes talking through the device: on a
-/// per-process device ([`device_is_per_process`]) it cannot mean anything,
-/// so it is reported as not run, as a missing capability is
-/// ([`super::hw::missing_capability`]: a failure unless
-/// `MLX5DV_TEST_ALLOW_MISSING_CAPS=1`; leave such tests out with
-/// `--skip` instead). Returns whether the caller must return.
-#[track_caller]
-pub fn not_run_without_a_shared_device(what: &str) -> bool {
-    if !device_is_per_process() {
-        return false;
-    }
-    super::hw::missing_capability(
-        &device_name(),
-        format_args!(
-            "a device shared between processes ({what} needs two processes talking \
-             through it; the software mlx5 device is one per process)"
-        ),
-    );
-    true
-}
-
 pub fn open() -> Context {
     let name = device_name();
     Context::open(&name).unwrap_or_else(|e| panic!("cannot open {name}: {e}"))

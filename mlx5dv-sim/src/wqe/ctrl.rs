@@ -135,13 +135,20 @@ pub(super) fn parse(wqe: &[u8], qp: &QpView) -> Result<Ctrl, WqeError> {
     }
     let signature = wqe[c::SIGNATURE];
     check_signature(wqe, signature, qp.signature)?;
-    let dci_stream_channel_id = be16(wqe, c::DCI_STREAM_CHANNEL_ID);
-    if dci_stream_channel_id != 0 && !(qp.kind == QpKind::Dci && qp.dci_streams) {
+    let mut dci_stream_channel_id = be16(wqe, c::DCI_STREAM_CHANNEL_ID);
+    if dci_stream_channel_id != 0 && qp.kind != QpKind::Dci {
         return Err(WqeError::Reserved {
-            field: "dci_stream_channel_id (QP is not a DCI with streams)",
+            field: "dci_stream_channel_id (QP is not a DCI)",
             at: c::DCI_STREAM_CHANNEL_ID,
             value: u64::from(dci_stream_channel_id),
         });
+    }
+    if !qp.dci_streams {
+        // A DCI without streams ignores the field: perftest's DC mode
+        // (built with DCI stream support) sets a running stream id through
+        // mlx5dv_wr_set_dc_addr_stream on DCIs made without streams, and
+        // runs on ConnectX hardware.
+        dci_stream_channel_id = 0;
     }
     let fm_ce_se = wqe[c::FM_CE_SE];
     let (signaled, solicited, fence) = parse_fm_ce_se(fm_ce_se)?;

@@ -131,20 +131,22 @@ fn qpn_index_and_signature() {
 }
 
 #[test]
-fn stream_id_only_on_dci_with_streams() {
+fn stream_id_only_on_a_dci_and_ignored_without_streams() {
     let want = WqeError::Reserved {
-        field: "dci_stream_channel_id (QP is not a DCI with streams)",
+        field: "dci_stream_channel_id (QP is not a DCI)",
         at: 9,
         value: 3,
     };
-    refused(edited(|w, _| w[10] = 3), want.clone(), QP_OP);
+    refused(edited(|w, _| w[10] = 3), want, QP_OP);
     let mut sq = Sq::new(QpKind::Dci, 8);
     sq.send(op::SEND, 0, None);
     sq.set_dc_addr(1, 2, 3, Some(3), None);
     sq.set_sge(1, 2, 3);
     let mut qp = sq.view(0);
+    assert_eq!(parse(&sq.linearise(0), &qp).unwrap().ctrl.dci_stream_channel_id, 3);
     qp.dci_streams = false;
-    refused(parse(&sq.linearise(0), &qp), want, QP_OP);
+    let w = parse(&sq.linearise(0), &qp).expect("a DCI without streams ignores the id");
+    assert_eq!(w.ctrl.dci_stream_channel_id, 0);
 }
 
 #[test]
