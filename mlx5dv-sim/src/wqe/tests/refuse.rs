@@ -143,7 +143,13 @@ fn stream_id_only_on_a_dci_and_ignored_without_streams() {
     sq.set_dc_addr(1, 2, 3, Some(3), None);
     sq.set_sge(1, 2, 3);
     let mut qp = sq.view(0);
-    assert_eq!(parse(&sq.linearise(0), &qp).unwrap().ctrl.dci_stream_channel_id, 3);
+    assert_eq!(
+        parse(&sq.linearise(0), &qp)
+            .unwrap()
+            .ctrl
+            .dci_stream_channel_id,
+        3
+    );
     qp.dci_streams = false;
     let w = parse(&sq.linearise(0), &qp).expect("a DCI without streams ignores the id");
     assert_eq!(w.ctrl.dci_stream_channel_id, 0);
