@@ -132,8 +132,11 @@ fn elsewhere(to: Option<u16>, me: u16) -> Option<u16> {
 
 /// The host an address vector (DCI, UD) names, `None` for this host.
 pub fn datagram_destination(av: &crate::wqe::Av) -> Option<u16> {
-    let me = fabric::joined()?.id;
-    let to = if av.grh {
+    let host = fabric::joined()?;
+    let me = host.id;
+    // On RoCE libmlx5 leaves the AV's GRH bit clear (every packet has a
+    // GRH there) and the destination is always its GID.
+    let to = if av.grh || host.roce {
         fabric::host_of_gid(&av.rgid)
     } else {
         fabric::host_of_lid(av.rlid)
