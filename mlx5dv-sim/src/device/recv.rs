@@ -175,6 +175,20 @@ fn invalidate(dev: &mut Device, rkey: u32) {
     }
 }
 
+/// Whether the responder QP/DCT `peer` has a receive posted: receiver not
+/// ready (with its RNR timer) if not.
+pub fn ready(dev: &Device, peer: u32) -> Result<(), Outcome> {
+    match find_slot(dev, peer) {
+        Some(_) => Ok(()),
+        None => Err(not_ready(dev, peer)),
+    }
+}
+
+/// Receiver not ready: the requester retries after `peer`'s RNR timer.
+fn not_ready(dev: &Device, peer: u32) -> Outcome {
+    Outcome::Stall(dev.qps[&peer].attrs.min_rnr_timer)
+}
+
 /// Delivers `msg` from QP `src_qpn` to the responder QP/DCT `peer`.
 pub fn deliver(
     dev: &mut Device,
@@ -185,7 +199,7 @@ pub fn deliver(
     grh: u64,
 ) -> Result<(), Outcome> {
     let Some(slot) = find_slot(dev, peer) else {
-        return Err(Outcome::Stall(dev.qps[&peer].attrs.min_rnr_timer));
+        return Err(not_ready(dev, peer));
     };
     let p = &dev.qps[&peer];
     let (pdn, qpn, uidx) = (p.pdn, p.qpn, p.uidx);

@@ -122,6 +122,14 @@ fn run(
                 data.len() as u64,
                 Access::RemoteWrite,
             )?;
+            // The data lands before the receive's completion is written
+            // (a program that polls it reads the data at once); a write
+            // with immediate that finds no receive is refused whole
+            // (receiver not ready), as rxe checks for the receive first.
+            if imm.is_some() {
+                recv::ready(dev, peer)?;
+            }
+            mem::scatter(&dst, data);
             if let Some(imm) = imm {
                 let msg = recv::Msg::WriteImm {
                     len: *total,
@@ -129,7 +137,6 @@ fn run(
                 };
                 recv::deliver(dev, peer, src.qpn, msg, solicited, 0)?;
             }
-            mem::scatter(&dst, data);
             Ok(Vec::new())
         }
         Op::Read { rkey, raddr, len } => {
