@@ -11,7 +11,7 @@ use std::process::{Command, Output};
 use std::sync::OnceLock;
 
 mod common;
-use common::{ensure_library, runner, text};
+use common::{compile_c, ensure_library, runner, text};
 
 fn sim(args: &[&str], envs: &[(&str, &str)]) -> Output {
     ensure_library();
@@ -27,35 +27,20 @@ fn sim(args: &[&str], envs: &[(&str, &str)]) -> Output {
 fn model() -> &'static Path {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
     BIN.get_or_init(|| {
-        let dir = Path::new(env!("CARGO_TARGET_TMPDIR"));
-        let bin = dir.join(format!("mlx5dv-sim-model-{}", std::process::id()));
-        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c");
-        let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
-        let o = Command::new(cc)
-            .args(["-O1", "-Wall", "-Werror", "-o"])
-            .arg(&bin)
-            .args(
-                [
-                    "model.c",
-                    "checks_rc.c",
-                    "checks_dv.c",
-                    "checks_more.c",
-                    "checks_raw.c",
-                    "checks_errors.c",
-                    "checks_ops.c",
-                    "checks_verbs.c",
-                ]
-                .map(|f| dir.join(f)),
-            )
-            .args(["-libverbs", "-lmlx5", "-ldl"])
-            .output()
-            .expect("run the C compiler");
-        assert!(
-            o.status.success(),
-            "compiling model.c failed:\n{}",
-            text(&o)
-        );
-        bin
+        compile_c(
+            "model",
+            &[
+                "model.c",
+                "helpers.c",
+                "checks_rc.c",
+                "checks_dv.c",
+                "checks_more.c",
+                "checks_raw.c",
+                "checks_errors.c",
+                "checks_ops.c",
+                "checks_verbs.c",
+            ],
+        )
     })
 }
 

@@ -4,83 +4,14 @@
 
 void check_dc(void)
 {
-	struct ibv_qp_init_attr_ex ia = {0};
-	struct mlx5dv_qp_init_attr dv = {0};
 	struct ibv_qp *dct, *dci;
-	struct ibv_qp_attr a = {0};
 	/* Its own SRQ: the srq check leaves receives posted on the shared one. */
 	struct ibv_srq_init_attr si = {.attr = {.max_wr = 16, .max_sge = 1}};
 	struct ibv_srq *dsrq = ibv_create_srq(pd, &si);
 	CHECK(dsrq, "create_srq");
-	ia.qp_type = IBV_QPT_DRIVER;
-	ia.send_cq = cq;
-	ia.recv_cq = cq;
-	ia.srq = dsrq;
-	ia.pd = pd;
-	ia.comp_mask = IBV_QP_INIT_ATTR_PD;
-	dv.comp_mask = MLX5DV_QP_INIT_ATTR_MASK_DC;
-	dv.dc_init_attr.dc_type = MLX5DV_DCTYPE_DCT;
-	dv.dc_init_attr.dct_access_key = DC_KEY;
-	dct = mlx5dv_create_qp(ctx, &ia, &dv);
-	CHECK(dct, "create DCT: %s", strerror(errno));
-	a.qp_state = IBV_QPS_INIT;
-	a.pkey_index = 0;
-	a.port_num = 1;
-	a.qp_access_flags = ALL_ACCESS;
-	CHECK(ibv_modify_qp(dct, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX |
-					    IBV_QP_PORT | IBV_QP_ACCESS_FLAGS) == 0,
-	      "DCT INIT");
-	a.qp_state = IBV_QPS_RTR;
-	a.path_mtu = IBV_MTU_4096;
-	a.min_rnr_timer = 12;
-	a.ah_attr.port_num = 1;
-	CHECK(ibv_modify_qp(dct, &a, IBV_QP_STATE | IBV_QP_MIN_RNR_TIMER |
-					    IBV_QP_AV | IBV_QP_PATH_MTU) == 0,
-	      "DCT RTR: %s", strerror(errno));
-
-	memset(&ia, 0, sizeof(ia));
-	memset(&dv, 0, sizeof(dv));
-	ia.qp_type = IBV_QPT_DRIVER;
-	ia.send_cq = cq;
-	ia.recv_cq = cq;
-	ia.pd = pd;
-	ia.cap.max_send_wr = 16;
-	ia.cap.max_send_sge = 1;
-	ia.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
-	ia.send_ops_flags = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_SEND;
-	dv.comp_mask = MLX5DV_QP_INIT_ATTR_MASK_DC |
-		       MLX5DV_QP_INIT_ATTR_MASK_DCI_STREAMS;
-	dv.dc_init_attr.dc_type = MLX5DV_DCTYPE_DCI;
-	dv.dc_init_attr.dci_streams.log_num_concurent = 2;
-	dv.dc_init_attr.dci_streams.log_num_errored = 1;
-	dci = mlx5dv_create_qp(ctx, &ia, &dv);
-	CHECK(dci, "create DCI: %s", strerror(errno));
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_INIT;
-	a.pkey_index = 0;
-	a.port_num = 1;
-	CHECK(ibv_modify_qp(dci, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX |
-					    IBV_QP_PORT) == 0,
-	      "DCI INIT");
-	a.qp_state = IBV_QPS_RTR;
-	a.path_mtu = IBV_MTU_4096;
-	a.ah_attr.dlid = 1;
-	a.ah_attr.port_num = 1;
-	CHECK(ibv_modify_qp(dci, &a, IBV_QP_STATE | IBV_QP_PATH_MTU |
-					    IBV_QP_AV) == 0,
-	      "DCI RTR");
-	a.qp_state = IBV_QPS_RTS;
-	a.timeout = 14;
-	a.retry_cnt = 7;
-	a.rnr_retry = 7;
-	a.max_rd_atomic = 1;
-	CHECK(ibv_modify_qp(dci, &a, IBV_QP_STATE | IBV_QP_TIMEOUT |
-					    IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
-					    IBV_QP_SQ_PSN |
-					    IBV_QP_MAX_QP_RD_ATOMIC) == 0,
-	      "DCI RTS");
-
 	struct ibv_ah_attr aa = {.dlid = 1, .port_num = 1};
+	dct = make_dct(dsrq, &aa);
+	dci = make_dci(2, 1, &aa);
 	struct ibv_ah *ah = ibv_create_ah(pd, &aa);
 	CHECK(ah, "create_ah");
 	struct ibv_qp_ex *x = ibv_qp_to_qp_ex(dci);

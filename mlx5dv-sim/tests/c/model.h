@@ -19,7 +19,8 @@
 
 #define FAIL(...)                                                              \
 	do {                                                                   \
-		fprintf(stderr, "FAIL %s:%d: ", __func__, __LINE__);           \
+		fprintf(stderr, "%sFAIL %s:%d: ", fail_prefix, __func__,       \
+			__LINE__);                                             \
 		fprintf(stderr, __VA_ARGS__);                                  \
 		fprintf(stderr, "\n");                                         \
 		exit(1);                                                       \
@@ -36,6 +37,8 @@
 	 IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC)
 #define DC_KEY 0x1234abcdULL
 
+/* Starts every failure message (fabric.c: which process failed). */
+extern const char *fail_prefix;
 extern struct ibv_context *ctx;
 extern struct ibv_pd *pd;
 extern struct ibv_cq *cq;
@@ -51,7 +54,9 @@ struct rc {
 
 extern int (*sim_step)(void);
 
-/* Helpers (model.c). */
+/* Helpers (helpers.c). */
+void open_device(int ncqe, uint32_t srq_wr);
+void close_device(void);
 struct ibv_wc poll1(void);
 void expect(uint64_t wr_id, enum ibv_wc_status st, int opcode);
 void expect_recv(uint64_t wr_id, int opcode, uint32_t len, int imm,
@@ -68,6 +73,9 @@ struct mlx5dv_mkey *list_mkey(struct rc *on, uint64_t wr_id, int flags);
 void write_to(struct rc *from, uint64_t wr_id, uint32_t rkey,
 		     enum ibv_wc_status st);
 struct ibv_qp *make_ud(uint32_t qkey);
+struct ibv_qp *make_dct(struct ibv_srq *s, const struct ibv_ah_attr *av);
+struct ibv_qp *make_dci(int log_conc, int log_err,
+			const struct ibv_ah_attr *av);
 
 /* The checks (checks_*.c). */
 void check_device(void);

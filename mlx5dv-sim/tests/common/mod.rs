@@ -3,7 +3,7 @@
 
 #![allow(dead_code)]
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::OnceLock;
 
@@ -53,4 +53,23 @@ pub fn text(o: &Output) -> String {
         String::from_utf8_lossy(&o.stdout),
         String::from_utf8_lossy(&o.stderr)
     )
+}
+
+/// Compiles the C program `name` from `files` of `tests/c/` (with `-Wall
+/// -Werror`, linked with libibverbs and libmlx5) into the tests' temporary
+/// directory, and returns its path.
+pub fn compile_c(name: &str, files: &[&str]) -> PathBuf {
+    let bin = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("mlx5dv-sim-{name}-{}", std::process::id()));
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c");
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let o = Command::new(cc)
+        .args(["-O1", "-Wall", "-Werror", "-o"])
+        .arg(&bin)
+        .args(files.iter().map(|f| dir.join(f)))
+        .args(["-libverbs", "-lmlx5", "-ldl"])
+        .output()
+        .expect("run the C compiler");
+    assert!(o.status.success(), "compiling {name} failed:\n{}", text(&o));
+    bin
 }
