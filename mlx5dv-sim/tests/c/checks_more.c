@@ -118,16 +118,10 @@ void check_contexts(void)
 	struct ibv_mr *mr2 = ibv_reg_mr(pd2, m2, BUF, ALL_ACCESS);
 	struct ibv_cq *cq2 = ibv_create_cq(c2, 16, NULL, NULL, 0);
 	CHECK(pd2 && mr2 && cq2, "second context objects");
-	struct ibv_qp_init_attr_ex ia = {0};
-	ia.qp_type = IBV_QPT_RC;
+	struct ibv_qp_init_attr_ex ia = qp_attr(IBV_QPT_RC, 8, 8);
 	ia.send_cq = cq2;
 	ia.recv_cq = cq2;
-	ia.cap.max_send_wr = 8;
-	ia.cap.max_recv_wr = 8;
-	ia.cap.max_send_sge = 1;
-	ia.cap.max_recv_sge = 1;
 	ia.pd = pd2;
-	ia.comp_mask = IBV_QP_INIT_ATTR_PD;
 	struct rc b = {0};
 	b.qp = ibv_create_qp_ex(c2, &ia);
 	CHECK(b.qp, "qp on the second context");

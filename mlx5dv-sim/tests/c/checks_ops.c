@@ -10,19 +10,12 @@
 /* An RC QP as make_rc() makes, with MLX5DV_QP_EX_WITH_MKEY_CONFIGURE. */
 static struct rc make_configure_rc(void)
 {
-	struct ibv_qp_init_attr_ex ia = {0};
+	struct ibv_qp_init_attr_ex ia = qp_attr(IBV_QPT_RC, 16, 16);
 	struct mlx5dv_qp_init_attr dv = {0};
 	struct rc r;
-	ia.qp_type = IBV_QPT_RC;
-	ia.send_cq = cq;
-	ia.recv_cq = cq;
-	ia.cap.max_send_wr = 16;
-	ia.cap.max_recv_wr = 16;
 	ia.cap.max_send_sge = 2;
-	ia.cap.max_recv_sge = 1;
 	ia.cap.max_inline_data = 64;
-	ia.pd = pd;
-	ia.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+	ia.comp_mask |= IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
 	ia.send_ops_flags = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_LOCAL_INV;
 	dv.comp_mask = MLX5DV_QP_INIT_ATTR_MASK_SEND_OPS_FLAGS;
 	dv.send_ops_flags = MLX5DV_QP_EX_WITH_MKEY_CONFIGURE;

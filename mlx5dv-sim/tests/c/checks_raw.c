@@ -15,18 +15,10 @@
  * inline data beyond what its one-WQEBB WQE holds. */
 static struct rc make_raw_rc(void)
 {
-	struct ibv_qp_init_attr_ex ia = {0};
+	struct ibv_qp_init_attr_ex ia = qp_attr(IBV_QPT_RC, 8, 1);
 	struct mlx5dv_qp_init_attr dv = {0};
 	struct rc r;
-	ia.qp_type = IBV_QPT_RC;
-	ia.send_cq = cq;
-	ia.recv_cq = cq;
-	ia.cap.max_send_wr = 8;
-	ia.cap.max_recv_wr = 1;
-	ia.cap.max_send_sge = 1;
-	ia.cap.max_recv_sge = 1;
-	ia.pd = pd;
-	ia.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+	ia.comp_mask |= IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
 	ia.send_ops_flags = IBV_QP_EX_WITH_RDMA_WRITE;
 	dv.comp_mask = MLX5DV_QP_INIT_ATTR_MASK_SEND_OPS_FLAGS;
 	dv.send_ops_flags = MLX5DV_QP_EX_WITH_RAW_WQE;

@@ -265,6 +265,22 @@ struct ibv_wc expect_from(struct ibv_qp *qp, uint64_t wr_id, int opcode,
 	return wc;
 }
 
+/* expect_from, and the immediate: none if !has_imm, else imm. */
+struct ibv_wc expect_msg(struct ibv_qp *qp, uint64_t wr_id, int opcode,
+			 uint32_t len, uint32_t src, int has_imm, uint32_t imm)
+{
+	struct ibv_wc wc = expect_from(qp, wr_id, opcode, len, src);
+	if (!has_imm)
+		CHECK(!(wc.wc_flags & IBV_WC_WITH_IMM), "an immediate: %#x",
+		      be32toh(wc.imm_data));
+	else
+		CHECK((wc.wc_flags & IBV_WC_WITH_IMM) &&
+			      be32toh(wc.imm_data) == imm,
+		      "immediate %#x (flags %#x), expected %#x",
+		      be32toh(wc.imm_data), wc.wc_flags, imm);
+	return wc;
+}
+
 /* Polls the CQ for up to ms milliseconds: 1 and the completion, or 0. */
 int poll_within(struct ibv_wc *wc, int ms)
 {

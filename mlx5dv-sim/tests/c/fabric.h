@@ -69,6 +69,8 @@ void post_one(struct rc *r, uint64_t wr_id, int op, uint32_t rkey,
 	      uint32_t imm);
 struct ibv_wc expect_from(struct ibv_qp *qp, uint64_t wr_id, int opcode,
 			  uint32_t len, uint32_t src);
+struct ibv_wc expect_msg(struct ibv_qp *qp, uint64_t wr_id, int opcode,
+			 uint32_t len, uint32_t src, int has_imm, uint32_t imm);
 int poll_within(struct ibv_wc *wc, int ms);
 enum ibv_qp_state qp_state(struct ibv_qp *qp);
 void expect_async(enum ibv_event_type type, struct ibv_qp *qp);

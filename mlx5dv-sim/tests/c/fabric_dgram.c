@@ -6,21 +6,6 @@
 /* A UD receive starts with 40 bytes of room for the GRH. */
 #define GRH 40
 
-static struct ibv_wc expect_imm(struct ibv_qp *qp, uint64_t wr_id,
-				uint32_t len, uint32_t src, int has,
-				uint32_t imm)
-{
-	struct ibv_wc wc = expect_from(qp, wr_id, IBV_WC_RECV, len, src);
-	if (has)
-		CHECK((wc.wc_flags & IBV_WC_WITH_IMM) &&
-			      be32toh(wc.imm_data) == imm,
-		      "immediate %#x (flags %#x), expected %#x",
-		      be32toh(wc.imm_data), wc.wc_flags, imm);
-	else
-		CHECK(!(wc.wc_flags & IBV_WC_WITH_IMM), "an immediate");
-	return wc;
-}
-
 void ud_server(void)
 {
 	struct ibv_qp *u = make_ud(QKEY);
@@ -30,7 +15,7 @@ void ud_server(void)
 		post_recv(u, 500 + k, big[2] + k * 8192, 8192, big_mr[2]->lkey);
 	exchange();
 
-	wc = expect_imm(u, 500, GRH + 200, peer.qpn[0], 0, 0);
+	wc = expect_msg(u, 500, IBV_WC_RECV, GRH + 200, peer.qpn[0], 0, 0);
 	check_pattern(big[2] + GRH, 200, 21, "UD send");
 	/* No GRH on an InfiniBand port without one: the room stays as it
 	 * was. (On RoCE a ConnectX writes the IP header there; the model
@@ -39,7 +24,8 @@ void ud_server(void)
 		CHECK(!(wc.wc_flags & IBV_WC_GRH), "a GRH on IB");
 		check_zero(big[2], GRH, "the GRH room");
 	}
-	expect_imm(u, 501, GRH + 100, peer.qpn[0], 1, 0xabcdef01);
+	expect_msg(u, 501, IBV_WC_RECV, GRH + 100, peer.qpn[0], 1,
+		   0xabcdef01);
 	check_pattern(big[2] + 8192 + GRH, 100, 22, "UD send with immediate");
 
 	hear(3); /* a datagram with another qkey was sent: it is dropped */
@@ -47,7 +33,7 @@ void ud_server(void)
 	      "the datagram of the wrong qkey arrived: wr_id %llu status %s",
 	      (unsigned long long)wc.wr_id, ibv_wc_status_str(wc.status));
 	say(4);
-	expect_imm(u, 502, GRH + 64, peer.qpn[0], 0, 0);
+	expect_msg(u, 502, IBV_WC_RECV, GRH + 64, peer.qpn[0], 0, 0);
 	check_pattern(big[2] + 2 * 8192 + GRH, 64, 24, "UD send after the drop");
 	hear(5);
 	CHECK(ibv_destroy_qp(u) == 0, "destroy_qp");
@@ -107,7 +93,7 @@ void dc_server(void)
 
 	hear(1);
 	check_pattern(big[0], 2000, 31, "DC write");
-	expect_imm(dct, 600, 700, peer.qpn[0], 0, 0);
+	expect_msg(dct, 600, IBV_WC_RECV, 700, peer.qpn[0], 0, 0);
 	check_pattern(big[2], 700, 32, "DC send");
 	hear(3);
 	check_zero(big[0] + 4096, 64, "the write with the wrong key");

@@ -183,6 +183,17 @@ void killed_client(void)
 /* A bad rkey: REM_ACCESS_ERR at the requester; the responder QP goes to
  * ERR with IBV_EVENT_QP_ACCESS_ERR and flushes its receive. A write to a
  * QP without remote write access: REM_INV_REQ_ERR, IBV_EVENT_QP_REQ_ERR. */
+/* The responder QP qp NAKed a write: its context has the async event, it
+ * is in ERR, its receive wr_id is flushed, and nothing was written. */
+static void responder_failed(enum ibv_event_type event, struct ibv_qp *qp,
+			     uint64_t wr_id)
+{
+	expect_async(event, qp);
+	CHECK(qp_state(qp) == IBV_QPS_ERR, "responder state %d", qp_state(qp));
+	expect(wr_id, IBV_WC_WR_FLUSH_ERR, -1);
+	check_zero(big[0], 4096, "the refused write");
+}
+
 void nak_server(void)
 {
 	struct rc a = make_rc(0), b = make_rc(0);
@@ -198,18 +209,9 @@ void nak_server(void)
 	say(0);
 
 	hear(1);
-	expect_async(IBV_EVENT_QP_ACCESS_ERR, a.qp);
-	CHECK(qp_state(a.qp) == IBV_QPS_ERR, "responder state %d",
-	      qp_state(a.qp));
-	expect(500, IBV_WC_WR_FLUSH_ERR, -1);
-	check_zero(big[0], 4096, "the refused write");
-
+	responder_failed(IBV_EVENT_QP_ACCESS_ERR, a.qp, 500);
 	hear(2);
-	expect_async(IBV_EVENT_QP_REQ_ERR, b.qp);
-	CHECK(qp_state(b.qp) == IBV_QPS_ERR, "responder state %d",
-	      qp_state(b.qp));
-	expect(501, IBV_WC_WR_FLUSH_ERR, -1);
-	check_zero(big[0], 4096, "the refused write");
+	responder_failed(IBV_EVENT_QP_REQ_ERR, b.qp, 501);
 	say(3);
 	CHECK(ibv_destroy_qp(a.qp) == 0 && ibv_destroy_qp(b.qp) == 0,
 	      "destroy_qp");

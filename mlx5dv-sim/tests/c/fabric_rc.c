@@ -9,18 +9,6 @@
 /* How many small sends the ordering step posts. */
 #define NSMALL 60
 
-static void check_imm(const struct ibv_wc *wc, int has, uint32_t imm)
-{
-	if (!has) {
-		CHECK(!(wc->wc_flags & IBV_WC_WITH_IMM), "an immediate: %#x",
-		      be32toh(wc->imm_data));
-		return;
-	}
-	CHECK((wc->wc_flags & IBV_WC_WITH_IMM) && be32toh(wc->imm_data) == imm,
-	      "immediate %#x (flags %#x), expected %#x", be32toh(wc->imm_data),
-	      wc->wc_flags, imm);
-}
-
 /* The next completion is the successful work request wr_id of opcode,
  * with byte_len len. */
 static void expect_len(uint64_t wr_id, int opcode, uint32_t len)
@@ -67,25 +55,20 @@ void rc_server(void)
 
 	/* Write with immediate: the receive completes with the immediate and
 	 * the length written; the data is there when the completion is. */
-	wc = expect_from(a.qp, 200, IBV_WC_RECV_RDMA_WITH_IMM, 100,
-			 peer.qpn[0]);
-	check_imm(&wc, 1, 0x1234);
+	expect_msg(a.qp, 200, IBV_WC_RECV_RDMA_WITH_IMM, 100, peer.qpn[0], 1,
+		   0x1234);
 	check_pattern(big[0] + 8192, 100, 2, "write with immediate");
 	check_zero(SLOT(0), 100, "the receive of a write with immediate");
 
-	wc = expect_from(a.qp, 201, IBV_WC_RECV, 300, peer.qpn[0]);
-	check_imm(&wc, 0, 0);
+	expect_msg(a.qp, 201, IBV_WC_RECV, 300, peer.qpn[0], 0, 0);
 	check_pattern(SLOT(1), 300, 3, "send");
-	wc = expect_from(a.qp, 202, IBV_WC_RECV, 64, peer.qpn[0]);
-	check_imm(&wc, 1, 0xdeadbeef);
+	expect_msg(a.qp, 202, IBV_WC_RECV, 64, peer.qpn[0], 1, 0xdeadbeef);
 	check_pattern(SLOT(2), 64, 4, "send with immediate");
 
 	/* Into the SRQ, through QP b. */
-	wc = expect_from(b.qp, 300, IBV_WC_RECV, 500, peer.qpn[1]);
-	check_imm(&wc, 0, 0);
+	expect_msg(b.qp, 300, IBV_WC_RECV, 500, peer.qpn[1], 0, 0);
 	check_pattern(SLOT(3), 500, 5, "send into the SRQ");
-	wc = expect_from(b.qp, 301, IBV_WC_RECV, 32, peer.qpn[1]);
-	check_imm(&wc, 1, 7);
+	expect_msg(b.qp, 301, IBV_WC_RECV, 32, peer.qpn[1], 1, 7);
 	check_pattern(SLOT(4), 32, 6, "send with immediate into the SRQ");
 
 	hear(7); /* compare-and-swap (hit, miss), fetch-and-add */
@@ -100,9 +83,8 @@ void rc_server(void)
 	check_pattern(big[0], BIG, 9, "1 MiB send");
 	post_recv(a.qp, 204, SLOT(5), 8192, big_mr[2]->lkey);
 	say(81);
-	wc = expect_from(a.qp, 204, IBV_WC_RECV_RDMA_WITH_IMM, BIG,
-			 peer.qpn[0]);
-	check_imm(&wc, 1, 0x5678);
+	expect_msg(a.qp, 204, IBV_WC_RECV_RDMA_WITH_IMM, BIG, peer.qpn[0], 1,
+		   0x5678);
 	check_pattern(big[0], BIG, 10, "1 MiB write with immediate");
 
 	/* Many small sends arrive in the order posted. */
@@ -111,8 +93,7 @@ void rc_server(void)
 			  big_mr[1]->lkey);
 	say(9);
 	for (int i = 0; i < NSMALL; i++) {
-		wc = expect_from(a.qp, 1000 + i, IBV_WC_RECV, 8, peer.qpn[0]);
-		check_imm(&wc, 1, i);
+		expect_msg(a.qp, 1000 + i, IBV_WC_RECV, 8, peer.qpn[0], 1, i);
 		uint64_t v;
 		memcpy(&v, big[1] + i * 64, 8);
 		CHECK(v == (uint64_t)i, "small send %d carried %llu", i,

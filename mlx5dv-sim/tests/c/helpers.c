@@ -197,18 +197,26 @@ void write_to(struct rc *from, uint64_t wr_id, uint32_t rkey,
 	expect(wr_id, st, st == IBV_WC_SUCCESS ? IBV_WC_RDMA_WRITE : -1);
 }
 
-struct ibv_qp *make_ud(uint32_t qkey)
+struct ibv_qp_init_attr_ex qp_attr(enum ibv_qp_type type, uint32_t send_wr,
+				   uint32_t recv_wr)
 {
 	struct ibv_qp_init_attr_ex ia = {0};
-	ia.qp_type = IBV_QPT_UD;
+	ia.qp_type = type;
 	ia.send_cq = cq;
 	ia.recv_cq = cq;
-	ia.cap.max_send_wr = 8;
-	ia.cap.max_recv_wr = 8;
+	ia.cap.max_send_wr = send_wr;
+	ia.cap.max_recv_wr = recv_wr;
 	ia.cap.max_send_sge = 1;
 	ia.cap.max_recv_sge = 1;
 	ia.pd = pd;
-	ia.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+	ia.comp_mask = IBV_QP_INIT_ATTR_PD;
+	return ia;
+}
+
+struct ibv_qp *make_ud(uint32_t qkey)
+{
+	struct ibv_qp_init_attr_ex ia = qp_attr(IBV_QPT_UD, 8, 8);
+	ia.comp_mask |= IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
 	ia.send_ops_flags = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM;
 	struct ibv_qp *qp = ibv_create_qp_ex(ctx, &ia);
 	CHECK(qp, "create UD QP: %s", strerror(errno));
@@ -261,13 +269,14 @@ void close_device(void)
 	ibv_free_device_list(list);
 }
 
-/* A DCT with key DC_KEY receiving into SRQ s, in RTR; av: the port and, on
- * RoCE, the GRH's source GID index. */
-struct ibv_qp *make_dct(struct ibv_srq *s, const struct ibv_ah_attr *av)
+/* A DC QP (DCT with key DC_KEY receiving into SRQ s, or a DCI that may
+ * post writes, reads and sends, with DCI streams unless log_conc is 0),
+ * in INIT. */
+static struct ibv_qp *create_dc(int type, struct ibv_srq *s, int log_conc,
+				int log_err)
 {
 	struct ibv_qp_init_attr_ex ia = {0};
 	struct mlx5dv_qp_init_attr dv = {0};
-	struct ibv_qp_attr a = {0};
 	ia.qp_type = IBV_QPT_DRIVER;
 	ia.send_cq = cq;
 	ia.recv_cq = cq;
@@ -275,62 +284,58 @@ struct ibv_qp *make_dct(struct ibv_srq *s, const struct ibv_ah_attr *av)
 	ia.pd = pd;
 	ia.comp_mask = IBV_QP_INIT_ATTR_PD;
 	dv.comp_mask = MLX5DV_QP_INIT_ATTR_MASK_DC;
-	dv.dc_init_attr.dc_type = MLX5DV_DCTYPE_DCT;
-	dv.dc_init_attr.dct_access_key = DC_KEY;
-	struct ibv_qp *dct = mlx5dv_create_qp(ctx, &ia, &dv);
-	CHECK(dct, "create DCT: %s", strerror(errno));
-	a.qp_state = IBV_QPS_INIT;
-	a.pkey_index = 0;
-	a.port_num = 1;
-	a.qp_access_flags = ALL_ACCESS;
-	CHECK(ibv_modify_qp(dct, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX |
-					    IBV_QP_PORT | IBV_QP_ACCESS_FLAGS) == 0,
-	      "DCT INIT");
-	a.qp_state = IBV_QPS_RTR;
-	a.path_mtu = IBV_MTU_1024;
-	a.min_rnr_timer = 12;
-	a.ah_attr = *av;
+	dv.dc_init_attr.dc_type = type;
+	if (type == MLX5DV_DCTYPE_DCT) {
+		dv.dc_init_attr.dct_access_key = DC_KEY;
+	} else {
+		ia.cap.max_send_wr = 16;
+		ia.cap.max_send_sge = 1;
+		ia.comp_mask |= IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+		ia.send_ops_flags = IBV_QP_EX_WITH_RDMA_WRITE |
+				    IBV_QP_EX_WITH_SEND |
+				    IBV_QP_EX_WITH_RDMA_READ;
+	}
+	if (log_conc) {
+		dv.comp_mask |= MLX5DV_QP_INIT_ATTR_MASK_DCI_STREAMS;
+		dv.dc_init_attr.dci_streams.log_num_concurent = log_conc;
+		dv.dc_init_attr.dci_streams.log_num_errored = log_err;
+	}
+	struct ibv_qp *qp = mlx5dv_create_qp(ctx, &ia, &dv);
+	CHECK(qp, "create DC QP: %s", strerror(errno));
+	struct ibv_qp_attr a = {.qp_state = IBV_QPS_INIT, .port_num = 1};
+	int mask = IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT;
+	if (type == MLX5DV_DCTYPE_DCT) {
+		a.qp_access_flags = ALL_ACCESS;
+		mask |= IBV_QP_ACCESS_FLAGS;
+	}
+	CHECK(ibv_modify_qp(qp, &a, mask) == 0, "DC INIT: %s", strerror(errno));
+	return qp;
+}
+
+/* A DCT in RTR; av: the port and, on RoCE, the GRH's source GID index. */
+struct ibv_qp *make_dct(struct ibv_srq *s, const struct ibv_ah_attr *av)
+{
+	struct ibv_qp *dct = create_dc(MLX5DV_DCTYPE_DCT, s, 0, 0);
+	struct ibv_qp_attr a = {.qp_state = IBV_QPS_RTR,
+				.path_mtu = IBV_MTU_1024,
+				.min_rnr_timer = 12,
+				.ah_attr = *av};
 	CHECK(ibv_modify_qp(dct, &a, IBV_QP_STATE | IBV_QP_MIN_RNR_TIMER |
 					    IBV_QP_AV | IBV_QP_PATH_MTU) == 0,
 	      "DCT RTR: %s", strerror(errno));
 	return dct;
 }
 
-/* A DCI in RTS that may post writes, reads and sends; with DCI streams
- * (2^log_conc concurrent, 2^log_err errored) unless log_conc is 0. */
+/* A DCI in RTS (2^log_conc concurrent streams, 2^log_err errored; none
+ * with log_conc 0); av as for make_dct. */
 struct ibv_qp *make_dci(int log_conc, int log_err,
 			const struct ibv_ah_attr *av)
 {
-	struct ibv_qp_init_attr_ex ia = {0};
-	struct mlx5dv_qp_init_attr dv = {0};
-	struct ibv_qp_attr a = {0};
-	ia.qp_type = IBV_QPT_DRIVER;
-	ia.send_cq = cq;
-	ia.recv_cq = cq;
-	ia.pd = pd;
-	ia.cap.max_send_wr = 16;
-	ia.cap.max_send_sge = 1;
-	ia.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
-	ia.send_ops_flags = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_SEND |
-			    IBV_QP_EX_WITH_RDMA_READ;
-	dv.comp_mask = MLX5DV_QP_INIT_ATTR_MASK_DC;
-	dv.dc_init_attr.dc_type = MLX5DV_DCTYPE_DCI;
-	if (log_conc) {
-		dv.comp_mask |= MLX5DV_QP_INIT_ATTR_MASK_DCI_STREAMS;
-		dv.dc_init_attr.dci_streams.log_num_concurent = log_conc;
-		dv.dc_init_attr.dci_streams.log_num_errored = log_err;
-	}
-	struct ibv_qp *dci = mlx5dv_create_qp(ctx, &ia, &dv);
-	CHECK(dci, "create DCI: %s", strerror(errno));
-	a.qp_state = IBV_QPS_INIT;
-	a.pkey_index = 0;
-	a.port_num = 1;
-	CHECK(ibv_modify_qp(dci, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX |
-					    IBV_QP_PORT) == 0,
-	      "DCI INIT");
-	a.qp_state = IBV_QPS_RTR;
-	a.path_mtu = IBV_MTU_1024;
-	a.ah_attr = *av;
+	struct ibv_qp *dci = create_dc(MLX5DV_DCTYPE_DCI, NULL, log_conc,
+				       log_err);
+	struct ibv_qp_attr a = {.qp_state = IBV_QPS_RTR,
+				.path_mtu = IBV_MTU_1024,
+				.ah_attr = *av};
 	CHECK(ibv_modify_qp(dci, &a, IBV_QP_STATE | IBV_QP_PATH_MTU |
 					    IBV_QP_AV) == 0,
 	      "DCI RTR: %s", strerror(errno));

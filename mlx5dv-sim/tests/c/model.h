@@ -72,6 +72,9 @@ void post_srq_recv(uint64_t id, void *buf, uint32_t len, uint32_t lkey);
 struct mlx5dv_mkey *list_mkey(struct rc *on, uint64_t wr_id, int flags);
 void write_to(struct rc *from, uint64_t wr_id, uint32_t rkey,
 		     enum ibv_wc_status st);
+/* Creation attributes: both CQs `cq`, PD `pd`, one SGE each way. */
+struct ibv_qp_init_attr_ex qp_attr(enum ibv_qp_type type, uint32_t send_wr,
+				   uint32_t recv_wr);
 struct ibv_qp *make_ud(uint32_t qkey);
 struct ibv_qp *make_dct(struct ibv_srq *s, const struct ibv_ah_attr *av);
 struct ibv_qp *make_dci(int log_conc, int log_err,
