@@ -229,7 +229,7 @@ pub(super) fn parse(w: &[u8], mkey: u32) -> Result<Umr, WqeError> {
 
 /// Parses `slots` octowords of inline translation at [`XLAT`].
 fn parse_translation(w: &[u8], slots: usize) -> Result<Layout, WqeError> {
-    if slots % 4 != 0 {
+    if !slots.is_multiple_of(4) {
         return Err(umr(
             "klm_octowords is not a multiple of 4 (64-byte translation)",
             BASE + uc::KLM_OCTOWORDS,
