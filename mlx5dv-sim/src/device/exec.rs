@@ -155,14 +155,7 @@ pub fn execute(dev: &mut Device, rq: &Requester, ci: u16, wqe: &Wqe) -> Outcome 
 fn run(dev: &mut Device, rq: &Requester, wqe: &Wqe) -> Result<u32, Outcome> {
     match &wqe.body {
         Body::Nop => Ok(0),
-        Body::RdmaWrite(_)
-        | Body::RdmaWriteImm(_)
-        | Body::RdmaRead(_)
-        | Body::Send(_)
-        | Body::SendImm(_)
-        | Body::SendInv(_)
-        | Body::AtomicCs(_)
-        | Body::AtomicFa(_) => {
+        b if b.reaches_a_peer() => {
             let (ops, dst, total) = remote::packets(dev, rq, wqe, false)?;
             if rq.kind == QpKind::Ud {
                 let Some(Op::Send { imm, data, .. }) = ops.first() else {
@@ -238,6 +231,11 @@ fn run(dev: &mut Device, rq: &Requester, wqe: &Wqe) -> Result<u32, Outcome> {
             Ok(m.src.len)
         }
         Body::Umr(u) => umr(dev, rq, u).map(|()| 0),
+        // Every other operation reaches a peer (the first arm).
+        b => Err(Outcome::Error(
+            syn::LOCAL_QP_OP,
+            format!("{} has no local meaning", b.name()),
+        )),
     }
 }
 

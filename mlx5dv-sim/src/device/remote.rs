@@ -91,18 +91,7 @@ pub struct Inflight {
 /// answers there).
 pub fn destination(dev: &Device, rq: &Requester, wqe: &Wqe) -> Option<u16> {
     let me = fabric::joined()?.id;
-    let remote_op = matches!(
-        wqe.body,
-        Body::RdmaWrite(_)
-            | Body::RdmaWriteImm(_)
-            | Body::RdmaRead(_)
-            | Body::Send(_)
-            | Body::SendImm(_)
-            | Body::SendInv(_)
-            | Body::AtomicCs(_)
-            | Body::AtomicFa(_)
-    );
-    if !remote_op {
+    if !wqe.body.reaches_a_peer() {
         return None;
     }
     let to = match rq.kind {

@@ -176,6 +176,22 @@ impl Body {
         }
     }
 
+    /// Whether the operation reaches a responder (a QP, DCT or UD QP of
+    /// this host or another): writes, reads, sends and atomics.
+    pub fn reaches_a_peer(&self) -> bool {
+        matches!(
+            self,
+            Body::RdmaWrite(_)
+                | Body::RdmaWriteImm(_)
+                | Body::RdmaRead(_)
+                | Body::Send(_)
+                | Body::SendImm(_)
+                | Body::SendInv(_)
+                | Body::AtomicCs(_)
+                | Body::AtomicFa(_)
+        )
+    }
+
     /// The address vector, for operations that carry one.
     pub fn av(&self) -> Option<&Av> {
         match self {
