@@ -1,15 +1,18 @@
 //! The example programs, run as a newcomer would run them, on a real RDMA
 //! device (soft-RoCE in the test guest): `rc_pingpong` against rdma-core's
-//! `ibv_rc_pingpong` in both directions, `rc_write` between two processes
-//! and in one, `rc_write --perftest` against perftest's `ib_write_bw` in
-//! both directions and against itself, `dc_write --perftest` against
-//! `ib_write_bw -c DC` in both directions (mlx5 only), a malformed
-//! perftest exchange refused, `devinfo`, and on a device that is not mlx5 the clean
-//! refusal (exit status 3, the missing capability named, no panic) of each
-//! mlx5-only example. On an mlx5 device those run for real instead. On
-//! the software mlx5 device (`mlx5dv-sim`, one device per process) the
-//! two-process runs cannot mean anything: they report "SKIPPED, NOT RUN"
-//! and fail unless skipped (`--skip`, or `MLX5DV_TEST_ALLOW_MISSING_CAPS=1`).
+//! `ibv_rc_pingpong` in both directions (also addressed by the port's
+//! IPv4 RoCE v2 GID, or on InfiniBand by LID alone), `rc_write` between
+//! two processes and in one, `rc_write --perftest` against perftest's
+//! `ib_write_bw` in both directions and against itself, `dc_write` server
+//! and client in two processes (mlx5 only; with DCI streams too),
+//! `dc_write --perftest` against `ib_write_bw -c DC` in both directions
+//! (mlx5 only), a malformed perftest exchange refused, `devinfo`, and on a
+//! device that is not mlx5 the clean refusal (exit status 3, the missing
+//! capability named, no panic) of each mlx5-only example. On an mlx5
+//! device those run for real instead. On the software mlx5 device
+//! (`mlx5dv-sim`, InfiniBand or `--roce`) every process under one
+//! `scripts/mlx5-sim` is a host of one fabric, so the two-process runs
+//! run there too.
 //!
 //! The examples must be built first (`cargo build --examples`; scripts/test
 //! does it). Run by `scripts/test` in the guest with
@@ -152,6 +155,77 @@ fn rc_pingpong_with_odd_size_and_mtu_against_ibv_rc_pingpong() {
     assert_status(&server, 0, "ibv_rc_pingpong server");
 }
 
+/// rdma-core's `ibv_rc_pingpong` and `rc_pingpong` against each other,
+/// each way, addressed as a user would: on RoCE both with `-g` of the
+/// port's IPv4 RoCE v2 GID (`Context::default_gid_index`: index 3 on the
+/// software device, 1 in the soft-RoCE guest), which each then prints as
+/// its own address and the peer's (`::ffff:a.b.c.d`); on InfiniBand both
+/// without `-g`, by LID alone, as both tools do by default (the other
+/// pingpong tests pass `-g`). `rc_pingpong`, like the C tool, uses a GID
+/// only when `-g` names one: on RoCE without it the client refuses before
+/// any TCP, naming the index `default_gid_index` gives.
+#[test]
+#[ignore = "needs an RDMA device: set MLX5DV_TEST_DEVICE"]
+fn pingpong_both_ways_by_the_ipv4_roce_v2_gid_or_by_lid_alone() {
+    let ctx = rig::open();
+    let gid = ctx.default_gid_index(1).expect("default_gid_index");
+    if let Some(i) = gid {
+        let g = ctx.gid(1, u32::from(i)).expect("the GID");
+        assert!(g.to_string().starts_with("::ffff:"), "GID {i} is {g}");
+    }
+    let dev = ctx.name().to_string();
+    if let Some(i) = gid {
+        let args = ["-d", &dev, "-n", "5", "-p", "19108", "127.0.0.1"];
+        let out = run(Command::new(example("rc_pingpong")).args(args));
+        assert_status(&out, 1, "rc_pingpong without -g on RoCE");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("is RoCE") && err.contains(&format!("default_gid_index gives {i} (")),
+            "{}",
+            text(&out)
+        );
+    }
+    let gid = gid.map(|i| i.to_string());
+    for (port, c_serves) in [("19108", true), ("19109", false)] {
+        let mut common = vec!["-d", &dev, "-n", "50", "-p", port];
+        if let Some(g) = &gid {
+            common.extend(["-g", g]);
+        }
+        let client_args = [&common[..], &["127.0.0.1"]].concat();
+        let (ours, theirs) = if c_serves {
+            let server = spawn(Command::new("ibv_rc_pingpong").args(&common));
+            let client = run_client(example("rc_pingpong"), &client_args);
+            (client, finish(server, "ibv_rc_pingpong server"))
+        } else {
+            let server = spawn(Command::new(example("rc_pingpong")).args(&common));
+            let client = run_client("ibv_rc_pingpong", &client_args);
+            (finish(server, "rc_pingpong server"), client)
+        };
+        let what = format!("rc_pingpong {} (ibv_rc_pingpong serves: {c_serves})", common.join(" "));
+        assert_status(&ours, 0, &what);
+        assert_status(&theirs, 0, &format!("ibv_rc_pingpong, against {what}"));
+        let out = String::from_utf8_lossy(&ours.stdout);
+        assert!(
+            out.contains("50 messages of 4096 bytes received and checked"),
+            "{what}: {out}"
+        );
+        if gid.is_some() {
+            for who in ["local", "remote"] {
+                let line = out
+                    .lines()
+                    .find(|l| l.trim_start().starts_with(&format!("{who} address:")))
+                    .unwrap_or_else(|| panic!("{what}: no {who} address: {out}"));
+                assert!(line.contains("GID ::ffff:"), "{what}: {line}");
+            }
+        }
+        assert!(
+            String::from_utf8_lossy(&theirs.stdout).contains("50 iters in"),
+            "{}",
+            text(&theirs)
+        );
+    }
+}
+
 #[test]
 #[ignore = "needs an RDMA device: set MLX5DV_TEST_DEVICE"]
 fn rc_write_server_and_client_check_the_data() {
@@ -187,6 +261,86 @@ fn hello_rc_the_front_page_program_writes_between_two_processes() {
     assert!(c.contains("hello_rc: wrote 15 bytes"), "{c}");
     let s = String::from_utf8_lossy(&server.stdout);
     assert!(s.contains("wrote \"hello over RDMA\""), "{s}");
+}
+
+/// `dc_write` as server (a DCT) and as client (a DCI) in two processes,
+/// 300 writes of 4096 bytes in batches of 8 on TCP port `port`, `extra`
+/// on both; the server checks every byte of its 32768. On a device that
+/// is not mlx5 (soft-RoCE), or an mlx5 device without the `streams` DCI
+/// streams asked for, each side exits 3 before any TCP, naming why.
+fn dc_write_server_and_client(port: &str, streams: Option<u8>) {
+    let (dev, gid) = device_and_gid();
+    let log = streams.map(|l| l.to_string());
+    let mut args = vec![
+        "-d", &dev, "-g", &gid, "-n", "300", "-s", "4096", "-b", "8", "-p", port,
+    ];
+    if let Some(log) = &log {
+        args.extend(["--streams", log]);
+    }
+    let client_args = [&args[..], &["127.0.0.1"]].concat();
+    let ctx = rig::open();
+    let why = if !ctx.is_mlx5() {
+        Some("is not an mlx5 device (")
+    } else {
+        let have = ctx.mlx5_caps().expect("mlx5 caps").dci_streams_caps;
+        match streams {
+            Some(l) if have.is_none_or(|c| c.max_log_num_concurent < l) => Some("DCI streams"),
+            _ => None,
+        }
+    };
+    if let Some(why) = why {
+        for args in [&args, &client_args] {
+            let what = format!("dc_write {}", args.join(" "));
+            let out = run(Command::new(example("dc_write")).args(args));
+            assert_status(&out, 3, &what);
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(
+                err.starts_with("dc_write: ") && err.contains(why),
+                "{what}: {}",
+                text(&out)
+            );
+            assert!(out.stdout.is_empty(), "{what}: {}", text(&out));
+        }
+        return;
+    }
+    let server = spawn(Command::new(example("dc_write")).args(&args));
+    let client = run_client(example("dc_write"), &client_args);
+    let server = finish(server, "dc_write server");
+    assert_status(&client, 0, "dc_write client");
+    assert_status(&server, 0, "dc_write server");
+    let c = String::from_utf8_lossy(&client.stdout);
+    let shape = match streams {
+        Some(l) => format!("{} DCI streams", 1u32 << l),
+        None => "no DCI streams".into(),
+    };
+    assert!(
+        c.contains(&format!(
+            "300 writes of 4096 bytes in batches of 8, {shape}"
+        )),
+        "{c}"
+    );
+    assert!(c.contains("writing to DCT"), "{c}");
+    assert!(
+        c.contains("the server checked its 32768 bytes: all as written"),
+        "{c}"
+    );
+    let s = String::from_utf8_lossy(&server.stdout);
+    assert!(
+        s.contains("300 writes received; all 32768 bytes of the target checked"),
+        "{s}"
+    );
+}
+
+#[test]
+#[ignore = "needs an RDMA device: set MLX5DV_TEST_DEVICE"]
+fn dc_write_server_and_client_check_the_data() {
+    dc_write_server_and_client("19106", None);
+}
+
+#[test]
+#[ignore = "needs an RDMA device: set MLX5DV_TEST_DEVICE"]
+fn dc_write_server_and_client_with_four_dci_streams_check_the_data() {
+    dc_write_server_and_client("19107", Some(2));
 }
 
 #[test]
