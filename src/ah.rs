@@ -128,6 +128,12 @@ impl AddressHandle {
             });
         }
         let mut raw = attr.to_raw();
+        // libmlx5 (mlx5_create_ah) returns NULL for a port past the
+        // device's without setting errno: a stale one (EPROTONOSUPPORT,
+        // which libibverbs leaves after an ioctl the kernel lacks, before
+        // the write command it falls back to) would read as "not
+        // supported"; errno 0 is reported as EIO.
+        crate::channel::clear_errno();
         // SAFETY: the PD is live and `raw` initialised; NULL is handled.
         let ah = unsafe { ffi::ibv_create_ah(pd.as_ptr(), &mut raw) };
         let ah = NonNull::new(ah).ok_or_else(|| {
