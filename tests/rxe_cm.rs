@@ -1,9 +1,9 @@
 //! rdma_cm on a real RDMA device (soft-RoCE in the test guest, with the
 //! `rdma_ucm` module loaded): connect and accept with private data, data
 //! over the connected QP checked byte for byte, reject, timeouts,
-//! disconnect events, the drop of a connected id, the event channel's fd,
-//! RoCE GID selection and its errors; and rdma-core's `rping` against this
-//! crate's `rping` example, both ways.
+//! disconnect events, the drop of a connected id, the event channel's fd;
+//! and rdma-core's `rping` against this crate's `rping` example, both
+//! ways. (RoCE GID selection without rdma_cm is `tests/rxe_roce.rs`.)
 //!
 //! The address to use is `MLX5DV_TEST_CM_ADDR`, else the guest's
 //! (`MLX5DV_VM_ADDR`), else the IPv4 address of the device's first RoCE v2
@@ -468,97 +468,6 @@ fn rdma_core_rping_client_against_rping_example_server() {
     );
     check_pings(&client, "ping data: ", 10);
     check_pings(&server, "server ping data: ", 10);
-}
-
-// ---- RoCE addressing (no rdma_cm: the out-of-band connect path) ----
-
-/// The interface the device sits on (`MLX5DV_VM_NETDEV`, else `eth0`).
-fn netdev() -> String {
-    std::env::var("MLX5DV_TEST_NETDEV")
-        .or_else(|_| std::env::var("MLX5DV_VM_NETDEV"))
-        .unwrap_or_else(|_| "eth0".into())
-}
-
-#[test]
-#[ignore = "needs an RDMA device: set MLX5DV_TEST_DEVICE"]
-fn roce_gids_are_chosen_by_address_and_netdev() {
-    let ctx = rig::open();
-    if ctx.query_port(1).unwrap().link_layer != LinkLayer::Ethernet {
-        assert_eq!(ctx.default_gid_index(1).unwrap(), None, "no GID on IB");
-        return;
-    }
-    let ip = addr();
-    let by_ip = ctx
-        .gid_index_for_ip(1, ip, GidType::RoceV2)
-        .expect("the RoCE v2 GID of the device's address");
-    let gid = ctx.gid(1, u32::from(by_ip)).unwrap();
-    assert_eq!(gid.to_string(), format!("::ffff:{ip}"));
-    assert_eq!(ctx.default_gid_index(1).unwrap(), Some(by_ip));
-    assert_eq!(
-        ctx.gid_index_for_netdev(1, &netdev(), GidType::RoceV2)
-            .unwrap(),
-        by_ip
-    );
-    // RoCE v1 entries exist for the same address on rxe; v2 is the default.
-    if let Ok(v1) = ctx.gid_index_for_ip(1, ip, GidType::RoceV1) {
-        assert_ne!(v1, by_ip);
-    }
-
-    let e = ctx
-        .gid_index_for_ip(1, "192.0.2.77".parse().unwrap(), GidType::RoceV2)
-        .unwrap_err();
-    let text = e.to_string();
-    assert!(text.contains("ip addr add"), "{text}");
-    assert!(
-        text.contains(&format!("::ffff:{ip}")),
-        "lists the table: {text}"
-    );
-    let e = ctx
-        .gid_index_for_netdev(1, "nosuchif0", GidType::RoceV2)
-        .unwrap_err();
-    assert!(e.to_string().contains("nosuchif0"), "{e}");
-    let e = ctx
-        .gid_index_for_netdev(1, "lo", GidType::RoceV2)
-        .unwrap_err();
-    assert!(e.to_string().contains("rdma link"), "{e}");
-}
-
-#[test]
-#[ignore = "needs an RDMA device: set MLX5DV_TEST_DEVICE"]
-fn a_roce_connection_without_a_gid_is_refused_with_the_fix() {
-    let ctx = rig::open();
-    if ctx.query_port(1).unwrap().link_layer != LinkLayer::Ethernet {
-        return;
-    }
-    let pd = ProtectionDomain::new(&ctx).unwrap();
-    let a = rig::side(&ctx, &pd, QpCaps::default(), SendOps::rc_default());
-    let b = rig::side(&ctx, &pd, QpCaps::default(), SendOps::rc_default());
-    let no_gid = rig::connect_options(&ctx).gid_index(None);
-    for e in [
-        a.qp.endpoint(1, &no_gid).unwrap_err(),
-        a.qp.connect(
-            &Endpoint {
-                qpn: b.qp.qp_num(),
-                psn: 2,
-                lid: 0,
-                gid: Gid::default(),
-            },
-            1,
-            &no_gid,
-        )
-        .unwrap_err(),
-    ] {
-        let text = e.to_string();
-        assert!(matches!(e, Error::InvalidArgument(_)), "{text}");
-        assert!(text.contains("is RoCE"), "{text}");
-        assert!(text.contains("ConnectOptions::gid_index"), "{text}");
-        assert!(text.contains("default_gid_index gives"), "{text}");
-    }
-    assert_eq!(
-        a.qp.state().unwrap(),
-        QpState::Reset,
-        "refused before any change"
-    );
 }
 
 #[test]

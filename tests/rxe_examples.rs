@@ -201,7 +201,10 @@ fn pingpong_both_ways_by_the_ipv4_roce_v2_gid_or_by_lid_alone() {
             let client = run_client("ibv_rc_pingpong", &client_args);
             (finish(server, "rc_pingpong server"), client)
         };
-        let what = format!("rc_pingpong {} (ibv_rc_pingpong serves: {c_serves})", common.join(" "));
+        let what = format!(
+            "rc_pingpong {} (ibv_rc_pingpong serves: {c_serves})",
+            common.join(" ")
+        );
         assert_status(&ours, 0, &what);
         assert_status(&theirs, 0, &format!("ibv_rc_pingpong, against {what}"));
         let out = String::from_utf8_lossy(&ours.stdout);

@@ -214,7 +214,10 @@ fn play_peer_if_asked() -> bool {
             let mut round = 0;
             while start.elapsed() < LIMIT {
                 let wcs = side.round(remote, round, false).expect("a round of writes");
-                assert!(wcs.iter().all(|wc| wc.status == WcStatus::SUCCESS), "{wcs:?}");
+                assert!(
+                    wcs.iter().all(|wc| wc.status == WcStatus::SUCCESS),
+                    "{wcs:?}"
+                );
                 if round == 0 {
                     tcp.write_all(b"w").expect("tell the test");
                 }
@@ -234,7 +237,13 @@ fn spawn_peer(test: &str, role: &str) -> (Child, TcpStream) {
     let exe = std::env::current_exe().expect("current_exe");
     let mut child = spawn(
         Command::new(exe)
-            .args(["--exact", test, "--ignored", "--nocapture", "--test-threads=1"])
+            .args([
+                "--exact",
+                test,
+                "--ignored",
+                "--nocapture",
+                "--test-threads=1",
+            ])
             .env(PEER_ENV, format!("{role} {port}")),
     );
     listener.set_nonblocking(true).expect("nonblocking");
@@ -260,6 +269,18 @@ fn spawn_peer(test: &str, role: &str) -> (Child, TcpStream) {
     }
 }
 
+/// The start of test `test`: in a re-run asked to play the peer, plays
+/// it and returns `None`; otherwise this side, and the peer in `role`
+/// (started as a re-run of `test`) with the TCP connection it made.
+fn start(test: &str, role: &str) -> Option<(Side, Child, TcpStream)> {
+    if play_peer_if_asked() {
+        return None;
+    }
+    let side = Side::new();
+    let (child, tcp) = spawn_peer(test, role);
+    Some((side, child, tcp))
+}
+
 /// Kills `child` (SIGKILL) and returns when that was, and its output.
 fn kill(mut child: Child) -> (Instant, Output) {
     let at = Instant::now();
@@ -272,14 +293,12 @@ fn kill(mut child: Child) -> (Instant, Output) {
 #[test]
 #[ignore = "needs an RDMA device: set MLX5DV_TEST_DEVICE"]
 fn a_target_killed_mid_stream_fails_the_write_in_flight_with_retry_exceeded_in_budget() {
-    if play_peer_if_asked() {
-        return;
-    }
-    let mut side = Side::new();
-    let (child, mut tcp) = spawn_peer(
+    let Some((mut side, child, mut tcp)) = start(
         "a_target_killed_mid_stream_fails_the_write_in_flight_with_retry_exceeded_in_budget",
         "target",
-    );
+    ) else {
+        return;
+    };
     let remote = side.connect(&mut tcp, 0x1000);
 
     // The peer is killed by another thread once 3 rounds have landed, while
@@ -369,17 +388,10 @@ fn a_target_killed_mid_stream_fails_the_write_in_flight_with_retry_exceeded_in_b
 
     // Later posts: the safe post refuses the QP in ERR; a batch posted
     // anyway (as C may) is flushed, each work request.
-    let err = side.round(remote, 90, false).unwrap_err();
-    assert!(
-        matches!(
-            err,
-            Error::QpNotReady {
-                state: QpState::Err,
-                ..
-            }
-        ),
-        "{err:?}"
-    );
+    match side.round(remote, 90, false) {
+        Err(Error::QpNotReady { state, .. }) => assert_eq!(state, QpState::Err),
+        other => panic!("a post on the QP in ERR: {other:?}"),
+    }
     let target = remote.slice(0, SLOT as u64).unwrap();
     let mut batch = side.qp.batch();
     for id in [91, 92] {
@@ -412,14 +424,12 @@ fn a_target_killed_mid_stream_fails_the_write_in_flight_with_retry_exceeded_in_b
 #[test]
 #[ignore = "needs an RDMA device: set MLX5DV_TEST_DEVICE"]
 fn a_writer_killed_while_the_target_waits_ends_the_wait_and_the_qp_is_destroyed() {
-    if play_peer_if_asked() {
-        return;
-    }
-    let mut side = Side::new();
-    let (child, mut tcp) = spawn_peer(
+    let Some((mut side, child, mut tcp)) = start(
         "a_writer_killed_while_the_target_waits_ends_the_wait_and_the_qp_is_destroyed",
         "writer",
-    );
+    ) else {
+        return;
+    };
     side.connect(&mut tcp, 0x1000);
     // A receive, which nothing will fill.
     // SAFETY: the region stays registered and unread until the receive's

@@ -1,8 +1,9 @@
 //! RoCE addressing on an Ethernet port, without rdma_cm: which GID table
 //! entry `Context::default_gid_index`, `gid_index_for_ip` and
 //! `gid_index_for_netdev` choose, checked against the address and the
-//! network interface the port is known to have, and a connection made
-//! from that entry carrying data.
+//! network interface the port is known to have, their refusals (each
+//! with the table and the fix), a connection made from that entry
+//! carrying data, and one without a GID refused before any change.
 //!
 //! Where the address and interface come from: `MLX5DV_TEST_CM_ADDR` (else
 //! the soft-RoCE guest's `MLX5DV_VM_ADDR`) and `MLX5DV_TEST_NETDEV` (else
@@ -145,6 +146,58 @@ fn an_address_or_netdev_the_port_lacks_is_refused_with_the_table_and_the_fix() {
         .gid_index_for_netdev(1, "nosuchif0", GidType::RoceV2)
         .unwrap_err();
     assert!(e.to_string().contains("nosuchif0"), "{e}");
+    // An interface that exists but is not the port's (`lo`, unless it is:
+    // on the software device).
+    if netdev() != "lo" {
+        let e = ctx
+            .gid_index_for_netdev(1, "lo", GidType::RoceV2)
+            .unwrap_err();
+        assert!(e.to_string().contains("rdma link"), "{e}");
+    }
+}
+
+#[test]
+#[ignore = "needs an RDMA device: set MLX5DV_TEST_DEVICE"]
+fn a_roce_connection_without_a_gid_is_refused_with_the_fix() {
+    let Some(ctx) = roce_device() else {
+        return;
+    };
+    let index = ctx
+        .default_gid_index(1)
+        .unwrap()
+        .expect("RoCE: a GID index");
+    let pd = ProtectionDomain::new(&ctx).unwrap();
+    let a = rig::side(&ctx, &pd, QpCaps::default(), SendOps::rc_default());
+    let b = rig::side(&ctx, &pd, QpCaps::default(), SendOps::rc_default());
+    let no_gid = rig::connect_options(&ctx).gid_index(None);
+    for e in [
+        a.qp.endpoint(1, &no_gid).unwrap_err(),
+        a.qp.connect(
+            &Endpoint {
+                qpn: b.qp.qp_num(),
+                psn: 2,
+                lid: 0,
+                gid: Gid::default(),
+            },
+            1,
+            &no_gid,
+        )
+        .unwrap_err(),
+    ] {
+        let text = e.to_string();
+        assert!(matches!(e, Error::InvalidArgument(_)), "{text}");
+        assert!(text.contains("is RoCE"), "{text}");
+        assert!(text.contains("ConnectOptions::gid_index"), "{text}");
+        assert!(
+            text.contains(&format!("default_gid_index gives {index} (")),
+            "{text}"
+        );
+    }
+    assert_eq!(
+        a.qp.state().unwrap(),
+        QpState::Reset,
+        "refused before any change"
+    );
 }
 
 #[test]
