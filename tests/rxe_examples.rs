@@ -243,10 +243,25 @@ fn rc_write_server_and_client_check_the_data() {
     assert_status(&server, 0, "rc_write server");
     let c = String::from_utf8_lossy(&client.stdout);
     assert!(c.contains("BW average[MB/sec]"), "{c}");
-    assert!(c.contains("all as written"), "{c}");
+    assert_checked(&server, &client, 300, 131072);
+}
+
+/// What a server and its client (`rc_write`, `dc_write`) say of a data
+/// check that passed: `writes` writes received, each of `bytes` checked.
+#[track_caller]
+fn assert_checked(server: &Output, client: &Output, writes: u32, bytes: u32) {
+    let c = String::from_utf8_lossy(&client.stdout);
+    assert!(
+        c.contains(&format!(
+            "the server checked its {bytes} bytes: all as written"
+        )),
+        "{c}"
+    );
     let s = String::from_utf8_lossy(&server.stdout);
     assert!(
-        s.contains("300 writes received; all 131072 bytes of the target checked"),
+        s.contains(&format!(
+            "{writes} writes received; all {bytes} bytes of the target checked"
+        )),
         "{s}"
     );
 }
@@ -323,15 +338,7 @@ fn dc_write_server_and_client(port: &str, streams: Option<u8>) {
         "{c}"
     );
     assert!(c.contains("writing to DCT"), "{c}");
-    assert!(
-        c.contains("the server checked its 32768 bytes: all as written"),
-        "{c}"
-    );
-    let s = String::from_utf8_lossy(&server.stdout);
-    assert!(
-        s.contains("300 writes received; all 32768 bytes of the target checked"),
-        "{s}"
-    );
+    assert_checked(&server, &client, 300, 32768);
 }
 
 #[test]
