@@ -571,13 +571,22 @@ fn against_perftest(
     };
     let out = |o: &Output| String::from_utf8_lossy(&o.stdout).into_owned();
     let tool_out = out(&tool_out);
-    assert!(tool_out.contains("BW average[MB/sec]"), "{tool_out}");
+    // perftest 6.06 (Debian 12) says MB/sec; later releases MiB/sec.
+    assert!(
+        tool_out.contains("BW average[MB/sec]") || tool_out.contains("BW average[MiB/sec]"),
+        "{tool_out}"
+    );
     (out(&ex_out), tool_out)
 }
 
-/// What the example as client says of perftest as server.
-const PERFTEST_CHECKS_NOTHING: &str =
-    "200 writes completed; the peer is perftest \"6.06\", which does not check the data";
+/// Whether the example as client says of perftest as server that its 200
+/// writes completed and perftest (of whatever version) checks nothing.
+fn says_perftest_checks_nothing(mine: &str) -> bool {
+    mine.lines().any(|l| {
+        l.contains("200 writes completed; the peer is perftest \"")
+            && l.ends_with("\", which does not check the data")
+    })
+}
 
 /// What the example as server says of perftest's 200 writes of 1000
 /// bytes: perftest's stride is 1024 (the cache line), four slots in its
@@ -590,8 +599,8 @@ const PERFTEST_SLOTS_WRITTEN: &str = "data check: each of the 4 slots perftest's
 #[ignore = "needs an RDMA device: set MLX5DV_TEST_DEVICE"]
 fn rc_write_perftest_client_passes_against_ib_write_bw_server() {
     let (mine, _) = against_perftest("rc_write", true, "4096", "19110");
-    assert!(mine.contains("peer version \"6.06\""), "{mine}");
-    assert!(mine.contains(PERFTEST_CHECKS_NOTHING), "{mine}");
+    assert!(mine.contains("peer version \""), "{mine}");
+    assert!(says_perftest_checks_nothing(&mine), "{mine}");
 }
 
 #[test]
@@ -648,7 +657,7 @@ fn dc_write_perftest_client_passes_against_ib_write_bw_dc_server() {
         mine.contains("writing to DCT") && mine.contains("(key 0xffeeddcc)"),
         "{mine}"
     );
-    assert!(mine.contains(PERFTEST_CHECKS_NOTHING), "{mine}");
+    assert!(says_perftest_checks_nothing(&mine), "{mine}");
     assert!(theirs.contains("Connection type : DC"), "{theirs}");
 }
 

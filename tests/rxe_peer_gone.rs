@@ -17,7 +17,12 @@
 //!   4.096 µs × 2^`timeout` (on the software device each try waits at
 //!   least `MLX5DV_SIM_MIN_ACK_TIMEOUT_MS`, 50 ms by default), plus slack
 //!   for the peer's exit and the schedulers; the error names the QP; what
-//!   was posted after it is flushed;
+//!   was posted after it is flushed. On a kernel device (soft-RoCE) the
+//!   dead process's objects are destroyed one at a time as it exits: a
+//!   write that arrives after its memory region is gone but while its QP
+//!   still answers fails at once with `REM_ACCESS_ERR` instead (seen with
+//!   rdma-core 56's rxe provider); that is taken too, there, and only
+//!   the budget's upper bound applies to it;
 //! - the peer writes into the test's memory: the test's wait for its TCP
 //!   message ends (end of file), its receive posted is flushed when the
 //!   QP is moved to ERR, and the QP is destroyed in bounded time.
@@ -359,16 +364,24 @@ fn a_target_killed_mid_stream_fails_the_write_in_flight_with_retry_exceeded_in_b
         .iter()
         .position(|wc| wc.status != WcStatus::SUCCESS)
         .expect("an error");
-    assert_eq!(wcs[first].status, WcStatus::RETRY_EXC_ERR, "{wcs:?}");
+    let status = wcs[first].status;
+    let on_sim = std::env::var("MLX5DV_SIM").as_deref() == Ok("1");
+    let retried = status == WcStatus::RETRY_EXC_ERR;
+    assert!(
+        retried || (!on_sim && status == WcStatus::REM_ACCESS_ERR),
+        "{wcs:?}"
+    );
     for wc in &wcs[first + 1..] {
         assert_eq!(wc.status, WcStatus::WR_FLUSH_ERR, "{wcs:?}");
     }
     let err = wcs[first].ok().unwrap_err().to_string();
     let qpn = format!("{:#x}", side.qp.qp_num());
-    assert!(
-        err.contains(&qpn) && err.contains("retry counter exceeded"),
-        "{err}"
-    );
+    let what = if retried {
+        "retry counter exceeded"
+    } else {
+        "remote access error"
+    };
+    assert!(err.contains(&qpn) && err.contains(what), "{err}");
 
     // Within the retry budget, plus slack; and not before the retries
     // were made (the try in flight at the kill may have started before
@@ -380,7 +393,7 @@ fn a_target_killed_mid_stream_fails_the_write_in_flight_with_retry_exceeded_in_b
         budget()
     );
     assert!(
-        took >= per_try() * u32::from(RETRY_CNT) / 2,
+        !retried || took >= per_try() * u32::from(RETRY_CNT) / 2,
         "the error came {took:?} after the kill, before the retries of {:?} each",
         per_try()
     );
