@@ -11,6 +11,7 @@ pub mod exec;
 pub mod mem;
 pub mod recv;
 pub mod remote;
+pub mod respond;
 mod retry;
 pub mod serve;
 pub mod trace;

@@ -9,20 +9,17 @@
 //! retried after the responder's RNR timer, `rnr_retry` times. UC and UD
 //! packets are not answered: their work requests complete once sent.
 //!
-//! The responder checks what an HCA checks before it serves a packet: the
-//! QP exists and is in RTR, RTS or SQD; an RC packet comes from the QP it
-//! is connected to and carries the PSN it expects (a duplicate of the last
-//! one gets its answer again, anything else is dropped); a DC packet names
-//! a DCT in RTR and its key. What it then does is [`super::serve`].
+//! [`receive`] takes what other hosts sent: answers go to their requester
+//! QPs; requests go to [`super::respond`], and its answers back.
 
 use super::cq::syndrome as syn;
 use super::exec::{self, Outcome, Requester};
 use super::retry;
-use super::serve::{self, Source};
+use super::serve::Source;
 use crate::config::{self, debug};
 use crate::fabric::wire::{self, Op, Packet, Reply, Request, Response, Transport};
 use crate::fabric::{self, Host};
-use crate::kernel::state::{Device, QpKind, QpState};
+use crate::kernel::state::{Device, QpKind};
 use crate::wqe::{Body, Wqe};
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -95,20 +92,22 @@ pub fn destination(dev: &Device, rq: &Requester, wqe: &Wqe) -> Option<u16> {
         return None;
     }
     let to = match rq.kind {
-        QpKind::Rc | QpKind::Uc => {
-            let d = &dev.qps.get(&rq.handle)?.attrs.dest;
-            // ib_uverbs_qp_dest: dgid @0, dlid @20, is_global @30.
-            if d[30] != 0 {
-                fabric::host_of_gid(d[0..16].try_into().expect("16 bytes"))
-            } else {
-                fabric::host_of_lid(u16::from_ne_bytes([d[20], d[21]]))
-            }
-        }
+        QpKind::Rc | QpKind::Uc => connected_host(&dev.qps.get(&rq.handle)?.attrs.dest),
         QpKind::Dci => return datagram_destination(wqe.body.av()?),
         // UD sends are routed by `exec::ud_send` (per datagram).
         QpKind::Ud | QpKind::Dct => return None,
     };
     elsewhere(to, me)
+}
+
+/// The host a connected QP's destination (`ib_uverbs_qp_dest`, as RTR set
+/// it: dgid @0, dlid @20, is_global @30) names.
+pub fn connected_host(d: &[u8; 32]) -> Option<u16> {
+    if d[30] != 0 {
+        fabric::host_of_gid(d[0..16].try_into().expect("16 bytes"))
+    } else {
+        fabric::host_of_lid(u16::from_ne_bytes([d[20], d[21]]))
+    }
 }
 
 fn elsewhere(to: Option<u16>, me: u16) -> Option<u16> {
@@ -497,7 +496,7 @@ pub fn receive(dev: &mut Device, budget: usize) -> usize {
             }
             Some(Packet::Request(r)) => {
                 let to = r.src_host;
-                if let Some(resp) = respond(dev, r) {
+                if let Some(resp) = super::respond::respond(dev, r) {
                     transmit(host, to, &Packet::Response(resp));
                 }
             }
@@ -505,142 +504,4 @@ pub fn receive(dev: &mut Device, budget: usize) -> usize {
         }
     }
     n
-}
-
-/// Whether QP `q` answers packets (RTR, RTS, SQD).
-fn receiving(s: QpState) -> bool {
-    matches!(s, QpState::Rtr | QpState::Rts | QpState::Sqd)
-}
-
-/// The connected QP a request is for, if it is there, ready, and
-/// connected to the sender.
-fn connected(dev: &Device, r: &Request, kind: QpKind) -> Option<u32> {
-    let h = dev.qp_by_qpn(r.dst_qpn)?;
-    let q = &dev.qps[&h];
-    if q.kind != kind || !receiving(q.state) {
-        debug!(
-            "packet for QP {:#x} ({:?}, {:?}) dropped",
-            r.dst_qpn, q.kind, q.state
-        );
-        return None;
-    }
-    let d = &q.attrs.dest;
-    let from = if d[30] != 0 {
-        fabric::host_of_gid(d[0..16].try_into().expect("16 bytes"))
-    } else {
-        fabric::host_of_lid(u16::from_ne_bytes([d[20], d[21]]))
-    };
-    if q.dest_qpn != r.src_qpn || from != Some(r.src_host) {
-        debug!(
-            "packet for QP {:#x} from host {} QP {:#x}, not its peer: dropped",
-            r.dst_qpn, r.src_host, r.src_qpn
-        );
-        return None;
-    }
-    Some(h)
-}
-
-fn answer(r: &Request, reply: Reply) -> Response {
-    Response {
-        dst_qpn: r.src_qpn,
-        psn: r.psn,
-        reply,
-    }
-}
-
-fn serve_packet(dev: &mut Device, peer: u32, r: &Request) -> Reply {
-    let src = Source {
-        host: r.src_host,
-        qpn: r.src_qpn,
-    };
-    match serve::serve(dev, peer, src, &r.op, r.solicited) {
-        Ok(bytes) => Reply::Ack(bytes),
-        Err(Outcome::Stall(t)) => Reply::Rnr(t),
-        Err(Outcome::Error(s, why)) => Reply::Nak(s, why),
-        Err(o) => Reply::Nak(syn::REMOTE_OP, format!("{o:?}")),
-    }
-}
-
-/// Serves a request from another host; the answer to send back, if any.
-pub fn respond(dev: &mut Device, r: Request) -> Option<Response> {
-    match r.transport {
-        Transport::Ud => {
-            let Op::Send { imm, data, .. } = &r.op else {
-                return None;
-            };
-            let msg = match imm {
-                Some(i) => super::recv::Msg::SendImm(data, *i),
-                None => super::recv::Msg::Send(data),
-            };
-            exec::ud_deliver(dev, r.dst_qpn, r.qkey, r.src_qpn, msg, r.solicited);
-            None
-        }
-        Transport::Uc => {
-            let h = connected(dev, &r, QpKind::Uc)?;
-            let _ = serve_packet(dev, h, &r);
-            None
-        }
-        Transport::Rc => {
-            let h = connected(dev, &r, QpKind::Rc)?;
-            let w = &dev.qps[&h].wire;
-            if r.psn != w.epsn {
-                // A duplicate of the last packet (its answer was lost or
-                // late) is answered again; anything else is out of
-                // sequence and dropped.
-                return match &w.last {
-                    Some((p, reply)) if *p == r.psn => Some(answer(&r, reply.clone())),
-                    _ => {
-                        debug!(
-                            "QP {:#x}: PSN {:#x}, expected {:#x}: dropped",
-                            r.dst_qpn, r.psn, w.epsn
-                        );
-                        None
-                    }
-                };
-            }
-            let reply = serve_packet(dev, h, &r);
-            if !matches!(reply, Reply::Rnr(_)) {
-                let w = &mut dev.qps.get_mut(&h).expect("live QP").wire;
-                w.epsn = (r.psn + 1) & PSN_MASK;
-                w.last = Some((r.psn, reply.clone()));
-            }
-            Some(answer(&r, reply))
-        }
-        Transport::Dc => {
-            let h = dev.qps.iter().find_map(|(h, q)| {
-                (q.kind == QpKind::Dct && q.qpn == r.dst_qpn && q.state == QpState::Rtr)
-                    .then_some(*h)
-            });
-            let Some(h) = h else {
-                debug!(
-                    "packet for DCT {:#x}, which does not answer: dropped",
-                    r.dst_qpn
-                );
-                return None;
-            };
-            let src = Source {
-                host: r.src_host,
-                qpn: r.src_qpn,
-            };
-            let dct = &dev.qps[&h];
-            if let Some((p, reply)) = dct.wire.dc_last.get(&src) {
-                if *p == r.psn {
-                    return Some(answer(&r, reply.clone()));
-                }
-            }
-            let reply = if dct.dc_key != r.dc_key {
-                Reply::Nak(
-                    syn::REMOTE_ACCESS,
-                    format!("DC key {:#x} does not match DCT {:#x}", r.dc_key, r.dst_qpn),
-                )
-            } else {
-                serve_packet(dev, h, &r)
-            };
-            if !matches!(reply, Reply::Rnr(_)) {
-                let w = &mut dev.qps.get_mut(&h).expect("live DCT").wire;
-                w.dc_last.insert(src, (r.psn, reply.clone()));
-            }
-            Some(answer(&r, reply))
-        }
-    }
 }

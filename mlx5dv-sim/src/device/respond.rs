@@ -1,0 +1,149 @@
+//! The responder's side of the fabric: what the device does with a request
+//! packet from another host, before [`super::serve`] runs it. It checks
+//! what an HCA checks first: the QP exists and is in RTR, RTS or SQD; an RC
+//! or UC packet comes from the host and QP the responder is connected to,
+//! and (RC) carries the PSN it expects (a duplicate of the last packet is
+//! answered again, anything else is dropped); a DC packet names a DCT in
+//! RTR and its key. UD datagrams are delivered or dropped, unanswered.
+
+use super::cq::syndrome as syn;
+use super::exec::{self, Outcome};
+use super::serve::{self, Source};
+use crate::config::debug;
+use crate::fabric::wire::{Op, Reply, Request, Response, Transport};
+use crate::kernel::state::{Device, QpKind, QpState};
+
+const PSN_MASK: u32 = 0xff_ffff;
+
+/// Whether QP `q` answers packets (RTR, RTS, SQD).
+fn receiving(s: QpState) -> bool {
+    matches!(s, QpState::Rtr | QpState::Rts | QpState::Sqd)
+}
+
+/// The connected QP a request is for, if it is there, ready, and
+/// connected to the sender.
+fn connected(dev: &Device, r: &Request, kind: QpKind) -> Option<u32> {
+    let h = dev.qp_by_qpn(r.dst_qpn)?;
+    let q = &dev.qps[&h];
+    if q.kind != kind || !receiving(q.state) {
+        debug!(
+            "packet for QP {:#x} ({:?}, {:?}) dropped",
+            r.dst_qpn, q.kind, q.state
+        );
+        return None;
+    }
+    let from = super::remote::connected_host(&q.attrs.dest);
+    if q.dest_qpn != r.src_qpn || from != Some(r.src_host) {
+        debug!(
+            "packet for QP {:#x} from host {} QP {:#x}, not its peer: dropped",
+            r.dst_qpn, r.src_host, r.src_qpn
+        );
+        return None;
+    }
+    Some(h)
+}
+
+fn answer(r: &Request, reply: Reply) -> Response {
+    Response {
+        dst_qpn: r.src_qpn,
+        psn: r.psn,
+        reply,
+    }
+}
+
+fn serve_packet(dev: &mut Device, peer: u32, r: &Request) -> Reply {
+    let src = Source {
+        host: r.src_host,
+        qpn: r.src_qpn,
+    };
+    match serve::serve(dev, peer, src, &r.op, r.solicited) {
+        Ok(bytes) => Reply::Ack(bytes),
+        Err(Outcome::Stall(t)) => Reply::Rnr(t),
+        Err(Outcome::Error(s, why)) => Reply::Nak(s, why),
+        Err(o) => Reply::Nak(syn::REMOTE_OP, format!("{o:?}")),
+    }
+}
+
+/// Serves a request from another host; the answer to send back, if any.
+pub fn respond(dev: &mut Device, r: Request) -> Option<Response> {
+    match r.transport {
+        Transport::Ud => {
+            let Op::Send { imm, data, .. } = &r.op else {
+                return None;
+            };
+            let msg = match imm {
+                Some(i) => super::recv::Msg::SendImm(data, *i),
+                None => super::recv::Msg::Send(data),
+            };
+            exec::ud_deliver(dev, r.dst_qpn, r.qkey, r.src_qpn, msg, r.solicited);
+            None
+        }
+        Transport::Uc => {
+            let h = connected(dev, &r, QpKind::Uc)?;
+            let _ = serve_packet(dev, h, &r);
+            None
+        }
+        Transport::Rc => {
+            let h = connected(dev, &r, QpKind::Rc)?;
+            let w = &dev.qps[&h].wire;
+            if r.psn != w.epsn {
+                // A duplicate of the last packet (its answer was lost or
+                // late) is answered again; anything else is out of
+                // sequence and dropped.
+                return match &w.last {
+                    Some((p, reply)) if *p == r.psn => Some(answer(&r, reply.clone())),
+                    _ => {
+                        debug!(
+                            "QP {:#x}: PSN {:#x}, expected {:#x}: dropped",
+                            r.dst_qpn, r.psn, w.epsn
+                        );
+                        None
+                    }
+                };
+            }
+            let reply = serve_packet(dev, h, &r);
+            if !matches!(reply, Reply::Rnr(_)) {
+                let w = &mut dev.qps.get_mut(&h).expect("live QP").wire;
+                w.epsn = (r.psn + 1) & PSN_MASK;
+                w.last = Some((r.psn, reply.clone()));
+            }
+            Some(answer(&r, reply))
+        }
+        Transport::Dc => {
+            let h = dev.qps.iter().find_map(|(h, q)| {
+                (q.kind == QpKind::Dct && q.qpn == r.dst_qpn && q.state == QpState::Rtr)
+                    .then_some(*h)
+            });
+            let Some(h) = h else {
+                debug!(
+                    "packet for DCT {:#x}, which does not answer: dropped",
+                    r.dst_qpn
+                );
+                return None;
+            };
+            let src = Source {
+                host: r.src_host,
+                qpn: r.src_qpn,
+            };
+            let dct = &dev.qps[&h];
+            if let Some((p, reply)) = dct.wire.dc_last.get(&src) {
+                if *p == r.psn {
+                    return Some(answer(&r, reply.clone()));
+                }
+            }
+            let reply = if dct.dc_key != r.dc_key {
+                Reply::Nak(
+                    syn::REMOTE_ACCESS,
+                    format!("DC key {:#x} does not match DCT {:#x}", r.dc_key, r.dst_qpn),
+                )
+            } else {
+                serve_packet(dev, h, &r)
+            };
+            if !matches!(reply, Reply::Rnr(_)) {
+                let w = &mut dev.qps.get_mut(&h).expect("live DCT").wire;
+                w.dc_last.insert(src, (r.psn, reply.clone()));
+            }
+            Some(answer(&r, reply))
+        }
+    }
+}
