@@ -8,7 +8,7 @@ use super::remote;
 use super::serve::{self, Source};
 use crate::config::debug;
 use crate::fabric::{self, wire::Op};
-use crate::kernel::state::{Device, MkeyKind, QpKind, QpState};
+use crate::kernel::state::{Device, MkeyKind, QpKind};
 use crate::wqe::{Body, Data, Sge, Umr, Wqe};
 
 /// How a WQE ended.
@@ -71,26 +71,24 @@ pub fn gather(dev: &Device, rq: &Requester, data: &Data) -> Result<Vec<u8>, Outc
     }
 }
 
-/// Host ranges of a scatter list, checked for local write.
-fn scatter_fault(dev: &Device, pdn: u32, sges: &[Sge]) -> Result<Vec<(u64, u64)>, Fault> {
-    let mut out = Vec::new();
-    for s in sges {
-        out.extend(mem::resolve(
-            dev,
-            s.lkey,
-            s.addr,
-            u64::from(s.len),
-            pdn,
-            Access::LocalWrite,
-        )?);
-    }
-    Ok(out)
-}
-
 /// Host ranges of a scatter list, checked for local write (a local
 /// protection error otherwise).
 pub fn scatter_ranges(dev: &Device, pdn: u32, sges: &[Sge]) -> Result<Vec<(u64, u64)>, Outcome> {
-    scatter_fault(dev, pdn, sges).map_err(local)
+    let mut out = Vec::new();
+    for s in sges {
+        out.extend(
+            mem::resolve(
+                dev,
+                s.lkey,
+                s.addr,
+                u64::from(s.len),
+                pdn,
+                Access::LocalWrite,
+            )
+            .map_err(local)?,
+        );
+    }
+    Ok(out)
 }
 
 /// The responder of a remote operation: handle of the peer QP or DCT.
@@ -101,7 +99,7 @@ fn responder(dev: &Device, rq: &Requester, wqe: &Wqe) -> Result<u32, Outcome> {
                 Outcome::Error(syn::RETRY_EXC, format!("no QP {:#x} answers", rq.dest_qpn))
             })?;
             let p = &dev.qps[&h];
-            if !matches!(p.state, QpState::Rtr | QpState::Rts | QpState::Sqd) || p.kind != rq.kind {
+            if !p.state.receives() || p.kind != rq.kind {
                 return Err(Outcome::Error(
                     syn::RETRY_EXC,
                     format!(
@@ -116,21 +114,10 @@ fn responder(dev: &Device, rq: &Requester, wqe: &Wqe) -> Result<u32, Outcome> {
             let av = wqe.body.av().ok_or_else(|| {
                 Outcome::Error(syn::LOCAL_QP_OP, "DCI WQE without an address vector".into())
             })?;
-            let h = dev
-                .qps
-                .iter()
-                .find(|(_, q)| q.kind == QpKind::Dct && q.qpn == av.dctn && q.state == QpState::Rtr)
-                .map(|(h, _)| *h)
-                .ok_or_else(|| {
-                    Outcome::Error(syn::RETRY_EXC, format!("no DCT {:#x} answers", av.dctn))
-                })?;
-            let dct = &dev.qps[&h];
-            if dct.dc_key != av.dc_key {
-                return Err(Outcome::Error(
-                    syn::REMOTE_ACCESS,
-                    format!("DC key {:#x} does not match DCT {:#x}", av.dc_key, av.dctn),
-                ));
-            }
+            let h = serve::ready_dct(dev, av.dctn).ok_or_else(|| {
+                Outcome::Error(syn::RETRY_EXC, format!("no DCT {:#x} answers", av.dctn))
+            })?;
+            serve::check_dc_key(dev, h, av.dc_key)?;
             Ok(h)
         }
         QpKind::Ud | QpKind::Dct => Err(Outcome::Error(
@@ -272,11 +259,7 @@ fn ud_send(
         remote::send_datagram(rq, av.dctn, qkey, wqe.ctrl.solicited, imm, data, to);
         return Ok(len as u32);
     }
-    let msg = match imm {
-        Some(i) => recv::Msg::SendImm(data, i),
-        None => recv::Msg::Send(data),
-    };
-    ud_deliver(dev, av.dctn, qkey, rq.qpn, msg, wqe.ctrl.solicited);
+    ud_deliver(dev, av.dctn, qkey, rq.qpn, imm, data, wqe.ctrl.solicited);
     Ok(len as u32)
 }
 
@@ -288,18 +271,19 @@ pub fn ud_deliver(
     dst_qpn: u32,
     qkey: u32,
     src_qpn: u32,
-    msg: recv::Msg<'_>,
+    imm: Option<[u8; 4]>,
+    data: &[u8],
     solicited: bool,
 ) {
     const GRH: u64 = 40;
+    let msg = match imm {
+        Some(i) => recv::Msg::SendImm(data, i),
+        None => recv::Msg::Send(data),
+    };
     let peer = dev
         .qps
         .iter()
-        .find(|(_, q)| {
-            q.kind == QpKind::Ud
-                && q.qpn == dst_qpn
-                && matches!(q.state, QpState::Rtr | QpState::Rts | QpState::Sqd)
-        })
+        .find(|(_, q)| q.kind == QpKind::Ud && q.qpn == dst_qpn && q.state.receives())
         .map(|(h, q)| (*h, q.attrs.qkey));
     match peer {
         Some((h, peer_qkey)) if peer_qkey == qkey => {

@@ -24,7 +24,6 @@ use crate::wqe::{Body, Wqe};
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-const PSN_MASK: u32 = 0xff_ffff;
 /// `MLX5_CQE_SYNDROME_RNR_RETRY_EXC_ERR`.
 const RNR_RETRY_EXC: u8 = 0x16;
 
@@ -71,7 +70,6 @@ pub struct Inflight {
     head: Request,
     ops: Vec<Op>,
     next: usize,
-    psn: u32,
     /// When the current packet went out (`None`: not yet).
     sent: Option<Instant>,
     /// Not before this instant (an RNR NAK's timer).
@@ -330,7 +328,7 @@ pub fn start(dev: &mut Device, rq: &Requester, ci: u16, wqe: &Wqe, to: u16) -> O
                 op,
                 ..head.clone()
             };
-            q.wire.next_psn = (q.wire.next_psn + 1) & PSN_MASK;
+            q.wire.next_psn = wire::next_psn(q.wire.next_psn);
             transmit(host, to, &Packet::Request(p));
         }
         return Outcome::Done(total);
@@ -341,7 +339,6 @@ pub fn start(dev: &mut Device, rq: &Requester, ci: u16, wqe: &Wqe, to: u16) -> O
         head,
         ops,
         next: 0,
-        psn: q.wire.next_psn,
         sent: None,
         not_before: None,
         attempts: 0,
@@ -391,22 +388,22 @@ pub fn progress(dev: &mut Device, h: u32) -> Outcome {
     };
     let now = Instant::now();
     for r in std::mem::take(&mut q.wire.replies) {
-        if r.psn != f.psn || f.sent.is_none() {
+        // The packet in flight carries the QP's next PSN.
+        if r.psn != q.wire.next_psn || f.sent.is_none() {
             continue; // stale: an answer to a packet already answered
         }
         match r.reply {
             Reply::Ack(data) => {
                 f.got.extend_from_slice(&data);
                 f.next += 1;
-                f.psn = (f.psn + 1) & PSN_MASK;
-                q.wire.next_psn = f.psn;
+                q.wire.next_psn = wire::next_psn(q.wire.next_psn);
                 (f.sent, f.attempts, f.rnr) = (None, 0, 0);
                 if f.next == f.ops.len() {
                     return finish(*f);
                 }
             }
             Reply::Nak(s, why) => {
-                q.wire.next_psn = (f.psn + 1) & PSN_MASK;
+                q.wire.next_psn = wire::next_psn(q.wire.next_psn);
                 return Outcome::Error(s, format!("host {}: {why}", f.to));
             }
             Reply::Rnr(timer) => {
@@ -442,7 +439,7 @@ pub fn progress(dev: &mut Device, h: u32) -> Outcome {
     }
     if f.sent.is_none() && f.not_before.is_none_or(|t| now >= t) {
         let p = Request {
-            psn: f.psn,
+            psn: q.wire.next_psn,
             op: f.ops[f.next].clone(),
             ..f.head.clone()
         };
@@ -451,7 +448,7 @@ pub fn progress(dev: &mut Device, h: u32) -> Outcome {
             f.not_before = None;
         }
     }
-    dev.qps.get_mut(&h).expect("live QP").wire.inflight = Some(f);
+    q.wire.inflight = Some(f);
     Outcome::Pending
 }
 

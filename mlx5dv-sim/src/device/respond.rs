@@ -10,22 +10,15 @@ use super::cq::syndrome as syn;
 use super::exec::{self, Outcome};
 use super::serve::{self, Source};
 use crate::config::debug;
-use crate::fabric::wire::{Op, Reply, Request, Response, Transport};
-use crate::kernel::state::{Device, QpKind, QpState};
-
-const PSN_MASK: u32 = 0xff_ffff;
-
-/// Whether QP `q` answers packets (RTR, RTS, SQD).
-fn receiving(s: QpState) -> bool {
-    matches!(s, QpState::Rtr | QpState::Rts | QpState::Sqd)
-}
+use crate::fabric::wire::{next_psn, Op, Reply, Request, Response, Transport};
+use crate::kernel::state::{Device, QpKind};
 
 /// The connected QP a request is for, if it is there, ready, and
 /// connected to the sender.
 fn connected(dev: &Device, r: &Request, kind: QpKind) -> Option<u32> {
     let h = dev.qp_by_qpn(r.dst_qpn)?;
     let q = &dev.qps[&h];
-    if q.kind != kind || !receiving(q.state) {
+    if q.kind != kind || !q.state.receives() {
         debug!(
             "packet for QP {:#x} ({:?}, {:?}) dropped",
             r.dst_qpn, q.kind, q.state
@@ -56,7 +49,13 @@ fn serve_packet(dev: &mut Device, peer: u32, r: &Request) -> Reply {
         host: r.src_host,
         qpn: r.src_qpn,
     };
-    match serve::serve(dev, peer, src, &r.op, r.solicited) {
+    reply_of(serve::serve(dev, peer, src, &r.op, r.solicited))
+}
+
+/// The answer a responder's outcome makes: an ACK with its bytes, an RNR
+/// NAK, or a NAK with the requester's syndrome.
+fn reply_of(r: Result<Vec<u8>, Outcome>) -> Reply {
+    match r {
         Ok(bytes) => Reply::Ack(bytes),
         Err(Outcome::Stall(t)) => Reply::Rnr(t),
         Err(Outcome::Error(s, why)) => Reply::Nak(s, why),
@@ -71,11 +70,7 @@ pub fn respond(dev: &mut Device, r: Request) -> Option<Response> {
             let Op::Send { imm, data, .. } = &r.op else {
                 return None;
             };
-            let msg = match imm {
-                Some(i) => super::recv::Msg::SendImm(data, *i),
-                None => super::recv::Msg::Send(data),
-            };
-            exec::ud_deliver(dev, r.dst_qpn, r.qkey, r.src_qpn, msg, r.solicited);
+            exec::ud_deliver(dev, r.dst_qpn, r.qkey, r.src_qpn, *imm, data, r.solicited);
             None
         }
         Transport::Uc => {
@@ -104,17 +99,13 @@ pub fn respond(dev: &mut Device, r: Request) -> Option<Response> {
             let reply = serve_packet(dev, h, &r);
             if !matches!(reply, Reply::Rnr(_)) {
                 let w = &mut dev.qps.get_mut(&h).expect("live QP").wire;
-                w.epsn = (r.psn + 1) & PSN_MASK;
+                w.epsn = next_psn(r.psn);
                 w.last = Some((r.psn, reply.clone()));
             }
             Some(answer(&r, reply))
         }
         Transport::Dc => {
-            let h = dev.qps.iter().find_map(|(h, q)| {
-                (q.kind == QpKind::Dct && q.qpn == r.dst_qpn && q.state == QpState::Rtr)
-                    .then_some(*h)
-            });
-            let Some(h) = h else {
+            let Some(h) = serve::ready_dct(dev, r.dst_qpn) else {
                 debug!(
                     "packet for DCT {:#x}, which does not answer: dropped",
                     r.dst_qpn
@@ -131,13 +122,9 @@ pub fn respond(dev: &mut Device, r: Request) -> Option<Response> {
                     return Some(answer(&r, reply.clone()));
                 }
             }
-            let reply = if dct.dc_key != r.dc_key {
-                Reply::Nak(
-                    syn::REMOTE_ACCESS,
-                    format!("DC key {:#x} does not match DCT {:#x}", r.dc_key, r.dst_qpn),
-                )
-            } else {
-                serve_packet(dev, h, &r)
+            let reply = match serve::check_dc_key(dev, h, r.dc_key) {
+                Ok(()) => serve_packet(dev, h, &r),
+                Err(o) => reply_of(Err(o)),
             };
             if !matches!(reply, Reply::Rnr(_)) {
                 let w = &mut dev.qps.get_mut(&h).expect("live DCT").wire;

@@ -28,6 +28,29 @@ pub struct Source {
     pub qpn: u32,
 }
 
+/// The DCT numbered `dctn`, if it is in RTR (the only state in which a
+/// DCT answers).
+pub fn ready_dct(dev: &Device, dctn: u32) -> Option<u32> {
+    dev.qps
+        .iter()
+        .find(|(_, q)| q.kind == QpKind::Dct && q.qpn == dctn && q.state == QpState::Rtr)
+        .map(|(h, _)| *h)
+}
+
+/// A DC request's key against the DCT `dct`'s: a remote access error if
+/// they differ.
+pub fn check_dc_key(dev: &Device, dct: u32, key: u64) -> Result<(), Outcome> {
+    let q = &dev.qps[&dct];
+    if q.dc_key == key {
+        Ok(())
+    } else {
+        Err(Outcome::Error(
+            syn::REMOTE_ACCESS,
+            format!("DC key {key:#x} does not match DCT {:#x}", q.qpn),
+        ))
+    }
+}
+
 /// Checks the responder QP's access flags and the rkey, returning host ranges.
 pub fn remote_ranges(
     dev: &Device,

@@ -95,22 +95,17 @@ impl Host {
             let r = unsafe { libc::bind(fd, (&a as *const libc::sockaddr_un).cast(), len) };
             if r == 0 {
                 let size: libc::c_int = 1 << 20;
-                // SAFETY: setsockopt with a pointer to an int of its size.
-                unsafe {
-                    libc::setsockopt(
-                        fd,
-                        libc::SOL_SOCKET,
-                        libc::SO_SNDBUF,
-                        (&size as *const libc::c_int).cast(),
-                        std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-                    );
-                    libc::setsockopt(
-                        fd,
-                        libc::SOL_SOCKET,
-                        libc::SO_RCVBUF,
-                        (&size as *const libc::c_int).cast(),
-                        std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-                    );
+                for opt in [libc::SO_SNDBUF, libc::SO_RCVBUF] {
+                    // SAFETY: setsockopt with a pointer to an int of its size.
+                    unsafe {
+                        libc::setsockopt(
+                            fd,
+                            libc::SOL_SOCKET,
+                            opt,
+                            (&size as *const libc::c_int).cast(),
+                            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+                        )
+                    };
                 }
                 debug!("fabric {fabric}: this process is host {id}");
                 return Ok(Self {

@@ -13,6 +13,11 @@ pub const CHUNK: usize = 64 * 1024;
 pub const MAX_DATAGRAM: usize = CHUNK + 512;
 const VERSION: u8 = 1;
 
+/// The PSN after `psn` (24 bits, wrapping).
+pub fn next_psn(psn: u32) -> u32 {
+    psn.wrapping_add(1) & 0xff_ffff
+}
+
 /// The transport a request travels on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Transport {

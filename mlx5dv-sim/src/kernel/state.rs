@@ -25,6 +25,12 @@ pub enum QpState {
 }
 
 impl QpState {
+    /// Whether a QP in this state answers packets (RTR, RTS, SQD); in any
+    /// other the device drops what reaches it.
+    pub fn receives(self) -> bool {
+        matches!(self, Self::Rtr | Self::Rts | Self::Sqd)
+    }
+
     /// From the uverbs encoding.
     pub fn from_u8(v: u8) -> Option<Self> {
         Some(match v {
