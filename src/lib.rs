@@ -458,7 +458,7 @@ pub use port::{Gid, GidEntry, GidType, LinkLayer, Mtu, PortAttr, PortState};
 pub use qp::{
     ConnectOptions, DcAddr, DcInitiator, DciQp, DciStreams, Dct, DctEndpoint, Endpoint,
     Mlx5SendOps, QpBuilder, QpCaps, QpEx, QpState, RawMlx5, RawQp, RcQp, ReliableConnection,
-    RemoteDct, SendOps, Transport,
+    RemoteDct, RemoteReadAtomic, RemoteWrite, SendOps, Transport,
 };
 pub use srq::SharedReceiveQueue;
 pub use wr::{MemcpyOp, MrInterleaved, ScopedBatch, SendFlags, WrBatch};

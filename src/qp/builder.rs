@@ -257,11 +257,7 @@ impl<T: Transport> QpBuilder<'_, T> {
                 max_recv_sge: c.max_recv_sge,
                 max_inline_data: c.max_inline_data,
             },
-            qp_type: if T::DC {
-                ffi::IBV_QPT_DRIVER
-            } else {
-                ffi::IBV_QPT_RC
-            },
+            qp_type: T::QP_TYPE,
             sq_sig_all: i32::from(self.sq_sig_all),
             comp_mask: ffi::IBV_QP_INIT_ATTR_PD | ffi::IBV_QP_INIT_ATTR_SEND_OPS_FLAGS,
             pd: self.pd.as_ptr(),

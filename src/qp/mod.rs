@@ -43,7 +43,19 @@ pub trait Transport: sealed::Sealed + 'static {
     /// Whether every work request needs a DC address (`mlx5dv_wr_set_dc_addr`).
     #[doc(hidden)]
     const DC: bool;
+    /// The `ibv_qp_type` it is created with.
+    #[doc(hidden)]
+    const QP_TYPE: ffi::ibv_qp_type;
 }
+
+/// A transport whose work requests may write the peer's memory
+/// (`ibv_wr_rdma_write`, `ibv_wr_rdma_write_imm`): RC, DCI; not UD.
+pub trait RemoteWrite: Transport {}
+
+/// A transport whose work requests may read the peer's memory and run
+/// atomics on it (`ibv_wr_rdma_read`, `ibv_wr_atomic_*`): RC, DCI; not UC
+/// or UD.
+pub trait RemoteReadAtomic: RemoteWrite {}
 
 /// Reliable connection (`IBV_QPT_RC`): the transport of an [`RcQp`].
 ///
@@ -65,7 +77,10 @@ impl sealed::Sealed for ReliableConnection {}
 impl Transport for ReliableConnection {
     const NAME: &'static str = "RC";
     const DC: bool = false;
+    const QP_TYPE: ffi::ibv_qp_type = ffi::IBV_QPT_RC;
 }
+impl RemoteWrite for ReliableConnection {}
+impl RemoteReadAtomic for ReliableConnection {}
 
 /// mlx5 dynamically connected initiator (`MLX5DV_DCTYPE_DCI`): the
 /// transport of a [`DciQp`], one QP that reaches many DC targets, each work
@@ -77,7 +92,10 @@ impl sealed::Sealed for DcInitiator {}
 impl Transport for DcInitiator {
     const NAME: &'static str = "DCI";
     const DC: bool = true;
+    const QP_TYPE: ffi::ibv_qp_type = ffi::IBV_QPT_DRIVER;
 }
+impl RemoteWrite for DcInitiator {}
+impl RemoteReadAtomic for DcInitiator {}
 
 /// An RC queue pair ([`QpBuilder::rc`]): `QpEx<ReliableConnection>`.
 pub type RcQp = QpEx<ReliableConnection>;

@@ -547,12 +547,12 @@ impl<'q, 'm, T: Transport> WrBatch<'q, 'm, T> {
     }
 
     #[inline(always)]
-    fn start_wr(&mut self, wr_id: u64, dc: Option<RawDc>) -> Wr<'_, 'm, T> {
+    fn start_wr(&mut self, wr_id: u64, addr: Option<RawAddr>) -> Wr<'_, 'm, T> {
         Wr {
             flags: self.state.flags,
             state: &mut self.state,
             wr_id,
-            dc,
+            addr,
             peer_receive: PeerReceive::No,
             _p: PhantomData,
         }
@@ -575,7 +575,7 @@ impl<'m> WrBatch<'_, 'm, DcInitiator> {
     /// be built without an address.
     #[inline]
     pub fn wr<'s>(&'s mut self, wr_id: u64, addr: DcAddr<'s>) -> Wr<'s, 'm, DcInitiator> {
-        self.start_wr(wr_id, Some(RawDc::new(addr, None)))
+        self.start_wr(wr_id, Some(RawAddr::Dc(RawDc::new(addr, None))))
     }
 
     /// Like [`wr`](Self::wr), on DCI stream `stream_id`
@@ -592,14 +592,22 @@ impl<'m> WrBatch<'_, 'm, DcInitiator> {
         addr: DcAddr<'s>,
         stream_id: u16,
     ) -> Wr<'s, 'm, DcInitiator> {
-        self.start_wr(wr_id, Some(RawDc::new(addr, Some(stream_id))))
+        self.start_wr(wr_id, Some(RawAddr::Dc(RawDc::new(addr, Some(stream_id)))))
     }
 }
 
-/// A DC address as handed to C; the borrow of the address handle lives in
-/// the `Wr`'s lifetime.
+/// The address a work request's builder is followed by, as handed to C;
+/// the borrow of what it names (an address handle) lives in the `Wr`'s
+/// lifetime.
 #[derive(Clone, Copy)]
-struct RawDc {
+pub(crate) enum RawAddr {
+    /// A DCI's `mlx5dv_wr_set_dc_addr` / `mlx5dv_wr_set_dc_addr_stream`.
+    Dc(RawDc),
+}
+
+/// A DC address as handed to C.
+#[derive(Clone, Copy)]
+pub(crate) struct RawDc {
     ah: *mut ffi::ibv_ah,
     ctx: *mut ffi::ibv_context,
     remote_dctn: u32,

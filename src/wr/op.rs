@@ -1,11 +1,11 @@
 //! One work request of a batch: its flags ([`Wr`]), its builder, and its
 //! data ([`Op`]), handed to the provider whole once every check has passed.
 
-use super::{BatchState, Invariant, RawDc, SendFlags};
+use super::{BatchState, Invariant, RawAddr, SendFlags};
 use crate::error::{Error, Result};
 use crate::ffi;
 use crate::mr::{RemoteBuf, Sge, SgeMut};
-use crate::qp::{SendOps, Transport, WrOps};
+use crate::qp::{RemoteReadAtomic, RemoteWrite, SendOps, Transport, WrOps};
 use std::borrow::Borrow;
 use std::marker::PhantomData;
 
@@ -15,8 +15,8 @@ pub struct Wr<'b, 'm, T: Transport> {
     pub(super) state: &'b mut BatchState,
     pub(super) wr_id: u64,
     pub(super) flags: SendFlags,
-    /// The DC address (DCI batches only).
-    pub(super) dc: Option<RawDc>,
+    /// The address set after the builder (DCI batches only).
+    pub(super) addr: Option<RawAddr>,
     /// Whether it consumes a receive at the peer: set by its builder.
     pub(super) peer_receive: PeerReceive,
     pub(super) _p: PhantomData<(Invariant<'m>, T)>,
@@ -42,7 +42,7 @@ impl<T: Transport> std::fmt::Debug for Wr<'_, '_, T> {
         f.debug_struct("Wr")
             .field("wr_id", &self.wr_id)
             .field("flags", &self.flags)
-            .field("dc_address", &self.dc.is_some())
+            .field("address", &self.addr.is_some())
             .finish()
     }
 }
@@ -119,7 +119,9 @@ impl<'b, 'm, T: Transport> Wr<'b, 'm, T> {
     pub fn send_imm(self, imm: u32) -> Op<'b, 'm, T, Source> {
         self.op(OpKind::SendImm(imm.to_be()), None)
     }
+}
 
+impl<'b, 'm, T: RemoteWrite> Wr<'b, 'm, T> {
     /// An RDMA write into the peer's `remote` memory (`ibv_wr_rdma_write`).
     #[inline]
     pub fn rdma_write(self, remote: RemoteBuf) -> Op<'b, 'm, T, Source> {
@@ -133,7 +135,9 @@ impl<'b, 'm, T: Transport> Wr<'b, 'm, T> {
     pub fn rdma_write_imm(self, remote: RemoteBuf, imm: u32) -> Op<'b, 'm, T, Source> {
         self.op(OpKind::WriteImm(imm.to_be()), Some(remote))
     }
+}
 
+impl<'b, 'm, T: RemoteReadAtomic> Wr<'b, 'm, T> {
     /// An RDMA read of the peer's `remote` memory into the SGEs
     /// (`ibv_wr_rdma_read`).
     #[inline]
@@ -403,9 +407,9 @@ impl<T: Transport> Wr<'_, '_, T> {
             // the finished WQE and, its setter count left from the previous
             // work request, finish it a second time (skipping a send-queue
             // slot whose stale WQE the device would then run).
-            self.dc = None;
+            self.addr = None;
         }
-        if let Some(dc) = self.dc {
+        if let Some(RawAddr::Dc(dc)) = self.addr {
             if dc.ctx != self.state.ctx {
                 return Err(bad_dc_addr(dc.remote_dctn));
             }
@@ -435,7 +439,7 @@ impl<T: Transport> Wr<'_, '_, T> {
         self.state.wr_flags = flags;
         let ops = self.state.ops();
         build(q, ops);
-        if let Some(dc) = self.dc {
+        if let Some(RawAddr::Dc(dc)) = self.addr {
             // SAFETY: a DCI has its mlx5 extension (`ops.mqpx`: QP creation
             // refuses a DCI without it), whose DC setters were resolved
             // non-NULL at creation (the stream setter when it has

@@ -25,7 +25,9 @@
 //!   higher-ranked over it), so it cannot be swapped with another batch;
 //!   it has no `complete`, and dropping it (an error, a panic) aborts it.
 
-use super::{PeerReceive, RawDc, SendFlags, WrBatch, BATCH_ABORTING, BATCH_CLOSED, BATCH_OPEN};
+use super::{
+    PeerReceive, RawAddr, RawDc, SendFlags, WrBatch, BATCH_ABORTING, BATCH_CLOSED, BATCH_OPEN,
+};
 use crate::cq::{write_wc_fields, CompletionQueue, RawWc, WorkCompletion};
 use crate::error::{Error, Result};
 use crate::qp::{DcAddr, DcInitiator, QpEx, ReliableConnection, Transport};
@@ -135,7 +137,8 @@ impl<'m> ScopedBatch<'_, 'm, DcInitiator> {
     #[inline]
     pub fn wr<'s>(&'s mut self, wr_id: u64, addr: DcAddr<'s>) -> super::Wr<'s, 'm, DcInitiator> {
         let id = self.next_id(wr_id);
-        self.batch.start_wr(id, Some(RawDc::new(addr, None)))
+        self.batch
+            .start_wr(id, Some(RawAddr::Dc(RawDc::new(addr, None))))
     }
 
     /// Like [`wr`](Self::wr), on DCI stream `stream_id`, as
@@ -149,7 +152,7 @@ impl<'m> ScopedBatch<'_, 'm, DcInitiator> {
     ) -> super::Wr<'s, 'm, DcInitiator> {
         let id = self.next_id(wr_id);
         self.batch
-            .start_wr(id, Some(RawDc::new(addr, Some(stream_id))))
+            .start_wr(id, Some(RawAddr::Dc(RawDc::new(addr, Some(stream_id)))))
     }
 }
 
