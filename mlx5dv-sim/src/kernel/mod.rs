@@ -6,6 +6,7 @@
 //! with EPROTONOSUPPORT (never ENOTTY, which would turn off all ioctls).
 
 pub mod bytes;
+mod cq_cmds;
 mod devx;
 mod events;
 mod ioctl;

@@ -10,7 +10,7 @@
 use super::bytes::{In, Out};
 use super::mr_cmds::{check_mr_access, check_mr_range};
 use super::state::{Mkey, MkeyKind, Pd};
-use super::{injected, lock, mr_cmds, qp_cmds, refuse, Errno, Res};
+use super::{cq_cmds, injected, lock, mr_cmds, qp_cmds, refuse, Errno, Res};
 use crate::config::{self, debug};
 
 const EXTENDED: u32 = 0x8000_0000;
@@ -61,6 +61,7 @@ fn legacy_layout(cmd: u32) -> Option<(&'static str, usize, usize)> {
         13 => ("DEREG_MR", 4, 0),
         17 => ("CREATE_COMP_CHANNEL", 8, 4),
         18 => ("CREATE_CQ", 32, 8),
+        19 => ("RESIZE_CQ", 16, 8),
         20 => ("DESTROY_CQ", 16, 8),
         23 => ("REQ_NOTIFY_CQ", 8, 0),
         24 => ("CREATE_QP", 56, 32),
@@ -201,6 +202,7 @@ pub unsafe fn dispatch(fd: i32, buf: *const u8, len: usize) -> Res<()> {
         (false, 11) => mr_cmds::rereg_mr(&mut cmd)?,
         (false, 13) => dereg_mr(&mut cmd)?,
         (false, 17) => create_comp_channel(&mut cmd)?,
+        (false, 19) => cq_cmds::resize_cq(&mut cmd)?,
         _ => qp_cmds::dispatch(&mut cmd, extended, code, name)?,
     }
     cmd.commit();
