@@ -276,7 +276,9 @@ impl<T: Transport> QpBuilder<'_, T> {
             let qp = unsafe { ffi::ibv_create_qp_ex(ctx.as_ptr(), &mut attr) };
             ("ibv_create_qp_ex", qp)
         };
-        let qp = NonNull::new(qp).ok_or_else(|| Error::last_os(call, self.describe()))?;
+        let qp = NonNull::new(qp).ok_or_else(|| {
+            crate::wr::name_refused_ops(Error::last_os(call, self.describe()), self.send_ops)
+        })?;
         // SAFETY: the QP was created with IBV_QP_INIT_ATTR_SEND_OPS_FLAGS, so
         // it has an extended QP.
         let qpx = NonNull::new(unsafe { ffi::ibv_qp_to_qp_ex(qp.as_ptr()) });

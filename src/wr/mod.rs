@@ -168,6 +168,7 @@ use crate::qp::{
     WrOps,
 };
 
+mod atomic_write;
 mod mlx5;
 mod op;
 pub(crate) use mlx5::wqe_blocks;
@@ -175,6 +176,7 @@ mod scoped;
 #[cfg(test)]
 mod tests;
 
+pub(crate) use atomic_write::name_refused_ops;
 pub use mlx5::{MemcpyOp, MrInterleaved};
 pub(crate) use op::{Addressed, PeerReceive};
 pub use op::{Atomic, Destination, Op, Source, Wr};
