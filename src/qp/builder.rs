@@ -231,6 +231,7 @@ impl<T: Transport> QpBuilder<'_, T> {
     pub fn build(&self) -> Result<QpEx<T>> {
         let ctx = self.pd.context();
         self.check(ctx)?;
+        crate::wr::check_atomic_write(ctx, self.send_ops)?;
         let max_memcpy = if self.mlx5_ops.contains(Mlx5SendOps::MEMCPY) {
             let max = ctx.mlx5_caps()?.max_wr_memcpy_length.unwrap_or(0);
             if max == 0 {

@@ -2,7 +2,9 @@
 //! at the peer as one, with no local memory named.
 
 use super::{SendFlags, Wr};
+use crate::device::Context;
 use crate::error::{Error, Result};
+use crate::ffi;
 use crate::mr::RemoteBuf;
 use crate::qp::{RemoteReadAtomic, SendOps};
 
@@ -16,10 +18,12 @@ impl<T: RemoteReadAtomic> Wr<'_, '_, T> {
     /// it completes with [`WcOpcode::ATOMIC_WRITE`](crate::WcOpcode::ATOMIC_WRITE).
     ///
     /// Needs [`SendOps::ATOMIC_WRITE`] in the QP's send ops, which a QP is
-    /// created with only where the provider has the builder: libmlx5 44
-    /// has none (the QP's creation fails with [`Error::Unsupported`]
-    /// naming atomic write, as on the software device), soft-RoCE's
-    /// provider has it with a kernel of Linux 6.2 or later. The provider
+    /// created with only on a device that claims atomic write
+    /// (`IB_UVERBS_DEVICE_ATOMIC_WRITE` in `device_cap_flags_ex`: soft-RoCE
+    /// from Linux 6.2) and whose provider has the builder (libmlx5 44 has
+    /// none); elsewhere [`QpBuilder::build`](crate::QpBuilder::build) fails
+    /// with [`Error::Unsupported`] naming atomic write, as on the software
+    /// device and on soft-RoCE under Linux 6.1. The provider
     /// copies `data` into the work request during the call (rdma-core's
     /// rxe does), so nothing stays borrowed.
     ///
@@ -61,6 +65,33 @@ impl<T: RemoteReadAtomic> Wr<'_, '_, T> {
             },
         )
     }
+}
+
+/// `IB_UVERBS_DEVICE_ATOMIC_WRITE`: the device runs atomic writes.
+const DEVICE_ATOMIC_WRITE: u64 = 1 << 40;
+
+/// Refuses a QP with [`SendOps::ATOMIC_WRITE`] on a device that does not
+/// claim atomic write (a kernel without it would fail each one with a
+/// local QP operation error, as soft-RoCE under Linux 6.1 does).
+pub(crate) fn check_atomic_write(ctx: &Context, send_ops: SendOps) -> Result<()> {
+    if !send_ops.contains(SendOps::ATOMIC_WRITE) {
+        return Ok(());
+    }
+    let mut attr = ffi::ibv_device_attr_ex::default();
+    // SAFETY: the context is open; `attr` is writable and the input may be
+    // NULL.
+    let rc = unsafe { ffi::ibv_query_device_ex(ctx.as_ptr(), std::ptr::null(), &mut attr) };
+    crate::error::check(rc, "ibv_query_device_ex", || ctx.name().to_string())?;
+    if attr.device_cap_flags_ex & DEVICE_ATOMIC_WRITE == 0 {
+        return Err(Error::Unsupported {
+            what: format!(
+                "atomic write (SendOps::ATOMIC_WRITE) on {}: the device does not claim \
+                 IB_UVERBS_DEVICE_ATOMIC_WRITE (soft-RoCE has it from Linux 6.2)",
+                ctx.name()
+            ),
+        });
+    }
+    Ok(())
 }
 
 /// The error of a QP creation the provider refused, naming atomic write

@@ -176,7 +176,7 @@ mod scoped;
 #[cfg(test)]
 mod tests;
 
-pub(crate) use atomic_write::name_refused_ops;
+pub(crate) use atomic_write::{check_atomic_write, name_refused_ops};
 pub use mlx5::{MemcpyOp, MrInterleaved};
 pub(crate) use op::{Addressed, PeerReceive};
 pub use op::{Atomic, Destination, Op, Source, Wr};

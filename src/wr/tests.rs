@@ -1436,3 +1436,43 @@ fn waits_return_the_completions_in_the_cqs_buffer_and_reuse_it() {
     assert!(matches!(err, Error::Timeout { .. }), "{err}");
     assert!(fx.fcq.violations.is_empty(), "{:?}", fx.fcq.violations);
 }
+
+#[test]
+fn atomic_write_hands_its_eight_bytes_over_and_needs_its_send_op() {
+    let mut fx = Fx::new();
+    let mut qp = fx.qp::<ReliableConnection>(
+        SendOps::RDMA_WRITE | SendOps::ATOMIC_WRITE,
+        Mlx5SendOps::empty(),
+        None,
+    );
+    let value = 0x0102_0304_0506_0708u64.to_le_bytes();
+    let target = RemoteBuf {
+        addr: 0x10_0000,
+        len: 8,
+        rkey: 0x4455,
+    };
+    let mut b = qp.batch();
+    b.wr(6).signaled().atomic_write(target, &value).unwrap();
+    // Refused before C: a short or unaligned remote buffer.
+    let short = RemoteBuf { len: 7, ..target };
+    let unaligned = RemoteBuf {
+        addr: 0x10_0004,
+        ..target
+    };
+    for bad in [short, unaligned] {
+        let err = b.wr(7).atomic_write(bad, &value).unwrap_err();
+        assert!(matches!(err, Error::InvalidArgument(_)), "{err}");
+    }
+    drop(b);
+    let calls = fx.qp_calls();
+    let writes = entries(&calls, "wr_atomic_write");
+    assert_eq!(writes.len(), 1, "{calls:?}");
+    assert_eq!(writes[0].args[..2], [Arg::U32(0x4455), Arg::U64(0x10_0000)]);
+    assert_eq!(writes[0].args[3], Arg::Bytes(value.to_vec()));
+    assert_eq!(writes[0].wr, Some((6, SIG)));
+    // A QP without the send op refuses it before C.
+    let mut qp = fx.qp::<ReliableConnection>(SendOps::RDMA_WRITE, Mlx5SendOps::empty(), None);
+    let mut b = qp.batch();
+    let err = b.wr(8).atomic_write(target, &value).unwrap_err();
+    assert!(matches!(err, Error::Unsupported { .. }), "{err}");
+}
