@@ -179,7 +179,11 @@ static void writes(uint64_t first, int n)
 	}
 	CHECK(ibv_wr_complete(a.qpx) == 0, "wr_complete");
 	/* Let the device complete them: they wait in the CQ, unpolled. */
-	usleep(100 * 1000);
+	if (sim_step)
+		while (sim_step() > 0)
+			;
+	else
+		usleep(100 * 1000);
 }
 
 static void check_resize(void)
