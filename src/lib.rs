@@ -461,6 +461,8 @@ pub use qp::{
     RemoteDct, RemoteReadAtomic, RemoteWrite, SendOps, Transport,
 };
 pub use srq::SharedReceiveQueue;
+#[cfg(mlx5dv_ibv_wr_flush)]
+pub use wr::{FlushLevel, FlushPlacement};
 pub use wr::{MemcpyOp, MrInterleaved, ScopedBatch, SendFlags, WrBatch};
 
 /// How many destroy calls (`ibv_destroy_qp`, `ibv_dereg_mr`, ...) have

@@ -169,6 +169,8 @@ use crate::qp::{
 };
 
 mod atomic_write;
+#[cfg(mlx5dv_ibv_wr_flush)]
+mod flush;
 mod mlx5;
 mod op;
 pub(crate) use mlx5::wqe_blocks;
@@ -177,6 +179,8 @@ mod scoped;
 mod tests;
 
 pub(crate) use atomic_write::{check_atomic_write, name_refused_ops};
+#[cfg(mlx5dv_ibv_wr_flush)]
+pub use flush::{FlushLevel, FlushPlacement};
 pub use mlx5::{MemcpyOp, MrInterleaved};
 pub(crate) use op::{Addressed, PeerReceive};
 pub use op::{Atomic, Destination, Op, Source, Wr};

@@ -1476,3 +1476,66 @@ fn atomic_write_hands_its_eight_bytes_over_and_needs_its_send_op() {
     let err = b.wr(8).atomic_write(target, &value).unwrap_err();
     assert!(matches!(err, Error::Unsupported { .. }), "{err}");
 }
+
+#[cfg(mlx5dv_ibv_wr_flush)]
+#[test]
+fn flush_hands_its_range_placement_and_level_to_the_provider() {
+    use std::cell::RefCell;
+    type Seen = ((u64, u32), u32, u64, usize, u8, u8);
+    thread_local! {
+        static SEEN: RefCell<Vec<Seen>> = const { RefCell::new(Vec::new()) };
+    }
+    unsafe extern "C" fn wr_flush(
+        qp: *mut ffi::ibv_qp_ex,
+        rkey: u32,
+        remote_addr: u64,
+        len: usize,
+        placement: u8,
+        level: u8,
+    ) {
+        // SAFETY: the fake QP the batch passes.
+        let wr = unsafe { ((*qp).wr_id, (*qp).wr_flags) };
+        SEEN.with(|s| {
+            s.borrow_mut()
+                .push((wr, rkey, remote_addr, len, placement, level))
+        });
+    }
+    let mut fx = Fx::new();
+    let target = RemoteBuf {
+        addr: 0x20_0000,
+        len: 0x1_0000_0010,
+        rkey: 0x99,
+    };
+    {
+        let mut qp = fx.qp::<ReliableConnection>(SendOps::RDMA_WRITE, Mlx5SendOps::empty(), None);
+        let mut b = qp.batch();
+        let err = b
+            .wr(4)
+            .flush(target, FlushPlacement::Global, FlushLevel::Region)
+            .unwrap_err();
+        assert!(matches!(err, Error::Unsupported { .. }), "{err}");
+    }
+    fx.fq.ibv.wr_flush = Some(wr_flush);
+    let mut qp = fx.qp::<ReliableConnection>(
+        SendOps::RDMA_WRITE | SendOps::FLUSH,
+        Mlx5SendOps::empty(),
+        None,
+    );
+    let mut b = qp.batch();
+    b.wr(3)
+        .signaled()
+        .flush(target, FlushPlacement::Persistent, FlushLevel::Range)
+        .unwrap();
+    drop(b);
+    assert_eq!(
+        SEEN.with(|s| s.take()),
+        [(
+            (3, SIG),
+            0x99,
+            0x20_0000,
+            0x1_0000_0010,
+            ffi::IBV_FLUSH_PERSISTENT as u8,
+            ffi::IBV_FLUSH_RANGE as u8
+        )]
+    );
+}
