@@ -37,6 +37,17 @@ impl CompletionQueue {
     /// assert_eq!(cq.capacity(), capacity);
     /// # Ok(()) }
     /// ```
+    ///
+    /// Not from inside a poll of the same CQ:
+    ///
+    /// ```compile_fail,E0499
+    /// # use mlx5dv::*;
+    /// # fn f(cq: &mut CompletionQueue) -> Result<()> {
+    /// cq.poll_each(16, |_wc| {
+    ///     let _ = cq.resize(64); // ERROR: the poll borrows `cq` mutably
+    /// })?;
+    /// # Ok(()) }
+    /// ```
     pub fn resize(&mut self, cqe: u32) -> Result<u32> {
         if crate::cq::in_provider_poll() {
             return Err(crate::qp::in_poll_callback(

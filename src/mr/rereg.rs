@@ -55,6 +55,17 @@ impl MemoryRegion {
     /// # let _ = for_peer;
     /// # Ok(()) }
     /// ```
+    ///
+    /// Not while an entry of the region may be in a work request:
+    ///
+    /// ```compile_fail,E0502
+    /// # use mlx5dv::*;
+    /// # fn f(mr: &mut MemoryRegion) -> Result<()> {
+    /// let src = mr.sge(0..8)?;
+    /// mr.rereg_access(AccessFlags::LOCAL_WRITE)?; // ERROR: `src` borrows `mr`
+    /// println!("{}", src.length());
+    /// # Ok(()) }
+    /// ```
     pub fn rereg_access(&mut self, access: AccessFlags) -> Result<()> {
         if access.intersects(AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_ATOMIC)
             && !access.contains(AccessFlags::LOCAL_WRITE)
