@@ -43,8 +43,11 @@ impl MemoryRegion {
     /// When the command itself fails (`IBV_REREG_MR_ERR_CMD`), the man page
     /// says the region must not be used any more: the handle then has
     /// length 0 and keys 0, so no entry, remote buffer or slice of it
-    /// reaches any memory, and it is deregistered on drop. An error caught
-    /// before the command (`IBV_REREG_MR_ERR_INPUT`) leaves it as it was.
+    /// reaches any memory, and it is deregistered on drop. So it is when the
+    /// kernel has no re-registration at all ([`Error::Unsupported`] through
+    /// the command: soft-RoCE under Linux 6.1): re-register only on a device
+    /// that does it. An error caught before the command
+    /// (`IBV_REREG_MR_ERR_INPUT`) leaves the region as it was.
     ///
     /// ```no_run
     /// # use mlx5dv::*;
