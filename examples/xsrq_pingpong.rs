@@ -40,7 +40,8 @@
 //! they are refused as bad usage.
 //!
 //! Exit status: 0 success; 1 a verbs call, a completion or the exchange
-//! failed; 2 bad usage.
+//! failed; 2 bad usage; 3 the device has no XRC (soft-RoCE), said before
+//! any TCP.
 
 mod common;
 
@@ -71,7 +72,7 @@ Options:
   -g, --gid-idx=INDEX    local port GID index (needed on RoCE)
   -h, --help             this text
 
-Exit status: 0 success, 1 failure, 2 bad usage.
+Exit status: 0 success, 1 failure, 2 bad usage, 3 no XRC on the device.
 ";
 
 /// `sizeof` the exchange message with its NUL.
