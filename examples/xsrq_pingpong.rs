@@ -96,7 +96,7 @@ struct Dest {
 }
 
 impl Dest {
-    fn to_wire(&self) -> [u8; MSG_LEN] {
+    fn to_wire(self) -> [u8; MSG_LEN] {
         let text = format!(
             "{:04x}:{:06x}:{:06x}:{:06x}:{:06x}:{}",
             self.lid,

@@ -12,7 +12,7 @@ impl<'m> WrBatch<'_, 'm, XrcInitiator> {
     /// against that SRQ's protection domain). An XRC work request cannot
     /// be built without one:
     ///
-    /// ```compile_fail
+    /// ```compile_fail,E0061
     /// # use mlx5dv::*;
     /// # fn f(qp: &mut XrcIniQp, mr: &MemoryRegion) -> Result<()> {
     /// let mut batch = qp.batch();
