@@ -31,6 +31,17 @@ impl RemoteWrite for XrcInitiator {}
 impl RemoteReadAtomic for XrcInitiator {}
 
 /// An XRC initiator QP ([`QpBuilder::xrc_ini`]): `QpEx<XrcInitiator>`.
+///
+/// It has no receive queue (what reaches its side lands in the XRC SRQs
+/// of its own domain's targets), so it has no `post_recv`:
+///
+/// ```compile_fail,E0599
+/// # use mlx5dv::*;
+/// # fn f(qp: &mut XrcIniQp, mr: &mut MemoryRegion) -> Result<()> {
+/// let buf = mr.sge_mut(0..64)?.into();
+/// unsafe { qp.post_recv(1, &[buf])? }; // ERROR: an initiator has no receive queue
+/// # Ok(()) }
+/// ```
 pub type XrcIniQp = QpEx<XrcInitiator>;
 
 /// The number of an XRC SRQ at the target
