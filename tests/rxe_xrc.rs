@@ -1,8 +1,9 @@
 //! XRC through the safe layer: an XRC domain, XRC SRQs in it, an XRC
 //! target QP and an initiator connected to it, on one device. Each send
 //! lands in the SRQ its work request names (checked byte for byte, with
-//! its completion's status, opcode, length and QP number); RDMA writes and
-//! reads go through the target; an SRQ of another domain is refused.
+//! its completion's status, opcode, length and QP number); RDMA writes,
+//! reads and atomics go through the target; an SRQ of another domain is
+//! refused; two contexts that open one file share its domain.
 //!
 //! Run by `scripts/test` on the software mlx5 device and in the soft-RoCE
 //! guest. Soft-RoCE has no XRC: there every test checks that the crate
@@ -66,7 +67,7 @@ fn connected(
 
 #[test]
 #[ignore = "needs an RDMA device: set MLX5DV_TEST_DEVICE"]
-fn each_send_lands_in_the_srq_it_names_and_rdma_goes_through_the_target() {
+fn each_send_lands_in_the_srq_it_names_and_rdma_and_atomics_go_through_the_target() {
     let ctx = open();
     if !xrc_or_refused(&ctx) {
         return;
@@ -145,6 +146,20 @@ fn each_send_lands_in_the_srq_it_names_and_rdma_goes_through_the_target() {
     assert_wc(&wcs[0], 4, WcOpcode::RDMA_READ);
     assert_eq!(wcs[0].byte_len, 4096);
     assert_eq!(src.to_vec(16384..16384 + 4096).unwrap(), data);
+
+    // An atomic fetch-and-add through the target.
+    dst.write_at(32768, &7u64.to_ne_bytes()).unwrap();
+    let target = dst.remote(32768..32776).unwrap();
+    let wcs = ini
+        .post_and_wait(&mut send_cq, WAIT, |b| {
+            b.wr(5, XrcSrqn(n1))
+                .atomic_fetch_add(target, 35)
+                .sge(src.sge_mut(24576..24584)?)
+        })
+        .unwrap();
+    assert_wc(&wcs[0], 5, WcOpcode::FETCH_ADD);
+    assert_eq!(src.to_vec(24576..24584).unwrap(), 7u64.to_ne_bytes());
+    assert_eq!(dst.to_vec(32768..32776).unwrap(), 42u64.to_ne_bytes());
 }
 
 #[test]
