@@ -444,6 +444,7 @@ mod srq;
 mod wc;
 pub mod wqe;
 pub mod wr;
+mod xrc;
 
 pub use ah::{AddressHandle, AhAttr, Grh};
 pub use async_event::{AsyncEvent, AsyncEvents};
@@ -460,10 +461,12 @@ pub use qp::{
     Mlx5SendOps, QpBuilder, QpCaps, QpEx, QpState, RawMlx5, RawQp, RcQp, ReliableConnection,
     RemoteDct, RemoteReadAtomic, RemoteWrite, SendOps, Transport,
 };
+pub use qp::{XrcIniQp, XrcInitiator, XrcSrqn};
 pub use srq::SharedReceiveQueue;
 #[cfg(mlx5dv_ibv_wr_flush)]
 pub use wr::{FlushLevel, FlushPlacement};
 pub use wr::{MemcpyOp, MrInterleaved, ScopedBatch, SendFlags, WrBatch};
+pub use xrc::{XrcDomain, XrcTgtQp};
 
 /// How many destroy calls (`ibv_destroy_qp`, `ibv_dereg_mr`, ...) have
 /// failed in `Drop` in this process so far. Each failure is also printed on

@@ -40,6 +40,7 @@ fn examples() -> Vec<&'static str> {
         "raw_wqe",
         "rc_pingpong",
         "rc_write",
+        "xsrq_pingpong",
     ];
     if cfg!(feature = "tokio") {
         v.push("tokio_echo");
@@ -155,7 +156,10 @@ fn numeric_option(name: &str) -> Option<&'static str> {
 }
 
 fn takes_a_host(name: &str) -> bool {
-    matches!(name, "dc_write" | "rc_pingpong" | "rc_write" | "tokio_echo")
+    matches!(
+        name,
+        "dc_write" | "rc_pingpong" | "rc_write" | "tokio_echo" | "xsrq_pingpong"
+    )
 }
 
 #[test]

@@ -43,7 +43,7 @@ impl<T: Transport> std::fmt::Debug for QpBuilder<'_, T> {
 }
 
 impl<'a, T: Transport> QpBuilder<'a, T> {
-    fn new(
+    pub(super) fn new(
         pd: &'a ProtectionDomain,
         send_cq: &'a CompletionQueue,
         recv_cq: &'a CompletionQueue,
@@ -184,6 +184,9 @@ impl<T: Transport> QpBuilder<'_, T> {
 
     /// Checks what can be checked before any C call.
     fn check(&self, ctx: &Context) -> Result<()> {
+        if T::QP_TYPE == ffi::IBV_QPT_XRC_SEND {
+            super::xrc::require_xrc(ctx, &self.describe())?;
+        }
         for (what, cq) in [("send CQ", self.send_cq), ("receive CQ", self.recv_cq)] {
             if cq.context().as_ptr() != ctx.as_ptr() {
                 return Err(Error::InvalidArgument(format!(

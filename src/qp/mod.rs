@@ -9,7 +9,9 @@ mod ops;
 mod raw;
 mod rc;
 mod ready;
+pub(crate) mod transitions;
 mod types;
+mod xrc;
 
 pub use builder::QpBuilder;
 pub(crate) use dci::MAX_DCTN;
@@ -17,6 +19,8 @@ pub use dci::{DcAddr, RemoteDct};
 pub use dct::{Dct, DctEndpoint};
 pub use raw::{RawMlx5, RawQp};
 pub use types::{ConnectOptions, DciStreams, Endpoint, Mlx5SendOps, QpCaps, QpState, SendOps};
+pub(crate) use xrc::require_xrc;
+pub use xrc::{XrcIniQp, XrcInitiator, XrcSrqn};
 
 use crate::cq::{CompletionQueue, CqInner};
 use crate::error::{check, Error, Result};
@@ -322,6 +326,7 @@ impl<T: Transport> QpEx<T> {
             mlx5_ops: mlx5.ops,
             dc: T::DC,
             streams: mlx5.streams.is_some(),
+            xrc: T::QP_TYPE == ffi::IBV_QPT_XRC_SEND,
         };
         // SAFETY: `qpx` is the live extended QP and `mqpx` its mlx5
         // extension, made with the flags `want` describes.

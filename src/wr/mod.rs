@@ -173,6 +173,7 @@ mod atomic_write;
 mod flush;
 mod mlx5;
 mod op;
+mod xrc;
 pub(crate) use mlx5::wqe_blocks;
 mod scoped;
 #[cfg(test)]
@@ -609,6 +610,8 @@ impl<'m> WrBatch<'_, 'm, DcInitiator> {
 pub(crate) enum RawAddr {
     /// A DCI's `mlx5dv_wr_set_dc_addr` / `mlx5dv_wr_set_dc_addr_stream`.
     Dc(RawDc),
+    /// An XRC initiator's `ibv_wr_set_xrc_srqn`: the remote SRQ number.
+    Xrc(u32),
 }
 
 /// A DC address as handed to C.

@@ -54,7 +54,8 @@ fn read_sges(addr: u64, max: usize) -> Vec<(u32, u64, u32)> {
 
 fn find_slot(dev: &Device, peer: u32) -> Option<Slot> {
     let p = &dev.qps[&peer];
-    if let Some(sh) = p.srq {
+    // An XRC target receives through the SRQ its packet names.
+    if let Some(sh) = p.srq.or(p.xrc_srq) {
         let s = &dev.srqs[&sh];
         // SAFETY: the SRQ doorbell record from CREATE_SRQ (the WQE counter).
         let posted = unsafe { mem::load_be32_acquire(s.db) } as u16;
@@ -131,8 +132,15 @@ pub fn async_event(w: i32, element: u64, event_type: u32) -> bool {
     n == 16
 }
 
-fn complete(dev: &mut Device, peer: u32, c: Cqe) {
-    let Some(h) = dev.qps[&peer].recv_cq else {
+/// Writes the responder completion `c` of a receive taken from `slot`: to
+/// the QP's receive CQ, or for an XRC SRQ to the SRQ's CQ.
+fn complete(dev: &mut Device, peer: u32, slot: &Slot, c: Cqe) {
+    let xrc_cq = slot
+        .srq
+        .and_then(|s| dev.srqs.get(&s))
+        .and_then(|s| s.xrc)
+        .map(|x| x.cq);
+    let Some(h) = xrc_cq.or(dev.qps[&peer].recv_cq) else {
         return;
     };
     if let Some(cq) = dev.cqs.get_mut(&h) {
@@ -202,7 +210,13 @@ pub fn deliver(
         return Err(not_ready(dev, peer));
     };
     let p = &dev.qps[&peer];
-    let (pdn, qpn, uidx) = (p.pdn, p.qpn, p.uidx);
+    let (pdn, qpn, mut uidx) = (p.pdn, p.qpn, p.uidx);
+    // libmlx5 finds an XRC SRQ's completions by the SRQ's user index.
+    if let Some(s) = slot.srq.and_then(|s| dev.srqs.get(&s)) {
+        if s.xrc.is_some() {
+            uidx = s.uidx;
+        }
+    }
     let mut c = Cqe {
         sop_qpn: qpn,
         wqe_counter: slot.index,
@@ -231,7 +245,7 @@ pub fn deliver(
             c.imm = imm;
             c.byte_cnt = len;
             consume(dev, peer, &slot);
-            complete(dev, peer, c);
+            complete(dev, peer, &slot, c);
             return Ok(());
         }
     };
@@ -244,7 +258,7 @@ pub fn deliver(
         c.opcode = opcode::RESP_ERR;
         c.syndrome = s;
         consume(dev, peer, &slot);
-        complete(dev, peer, c);
+        complete(dev, peer, &slot, c);
         if let Some(q) = dev.qps.get_mut(&peer) {
             if q.kind != crate::kernel::state::QpKind::Dct {
                 q.state = QpState::Err;
@@ -288,6 +302,6 @@ pub fn deliver(
         invalidate(dev, u32::from_be_bytes(rkey));
     }
     consume(dev, peer, &slot);
-    complete(dev, peer, c);
+    complete(dev, peer, &slot, c);
     Ok(())
 }

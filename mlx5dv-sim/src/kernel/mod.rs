@@ -18,6 +18,7 @@ pub mod state;
 #[cfg(test)]
 mod tests;
 mod write_cmds;
+mod xrc_cmds;
 
 use crate::config::{self, debug};
 use crate::interpose::{fds, real};

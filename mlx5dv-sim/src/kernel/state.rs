@@ -59,6 +59,12 @@ pub enum QpKind {
     Dci,
     /// DC target (no queues of its own; receives through its SRQ).
     Dct,
+    /// XRC initiator (`IBV_QPT_XRC_SEND`): sends only, each WQE names the
+    /// remote XRC SRQ.
+    XrcIni,
+    /// XRC target (`IBV_QPT_XRC_RECV`): created in an XRC domain, no
+    /// queues of its own; a packet lands in the XRC SRQ it names.
+    XrcTgt,
 }
 
 /// A protection domain.
@@ -243,6 +249,11 @@ pub struct Qp {
     /// The QP's side of the fabric: PSNs, the request in flight, the
     /// answers kept for duplicates.
     pub wire: crate::device::remote::QpWire,
+    /// XRC: the QP's XRC domain number (a target QP's only container).
+    pub xrcdn: Option<u32>,
+    /// XRC target: the SRQ the packet being served names (set per packet;
+    /// it also lends its PD for the packet's memory checks).
+    pub xrc_srq: Option<u32>,
 }
 
 /// The attributes QUERY_QP reports back.
@@ -307,6 +318,30 @@ pub struct Srq {
     pub limit: u32,
     /// Async events (limit reached) written.
     pub events: u32,
+    /// An XRC SRQ: its XRC domain number and the handle of the CQ its
+    /// receives complete on.
+    pub xrc: Option<XrcSrq>,
+}
+
+/// What makes an SRQ an XRC SRQ (`IBV_SRQT_XRC`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct XrcSrq {
+    /// The XRC domain number.
+    pub xrcdn: u32,
+    /// The CQ handle its receives complete on.
+    pub cq: u32,
+}
+
+/// An XRC domain handle of one context (OPEN_XRCD). Handles opened
+/// through the same file (inode) share one domain number.
+#[derive(Debug, Clone, Copy)]
+pub struct Xrcd {
+    /// Owning command fd.
+    pub ctx: i32,
+    /// The XRC domain number.
+    pub xrcdn: u32,
+    /// The file's (device, inode) when opened through one.
+    pub inode: Option<(u64, u64)>,
 }
 
 /// A user access region page.
@@ -361,6 +396,9 @@ pub struct Device {
     pub ahs: HashMap<u32, i32>,
     /// Completion channels: user's read end → (write end, owning fd).
     pub channels: HashMap<i32, (i32, i32)>,
+    /// XRC domain handles by handle.
+    pub xrcds: HashMap<u32, Xrcd>,
+    next_xrcdn: u32,
     next_handle: u32,
     next_qpn: u32,
     next_cqn: u32,
@@ -392,6 +430,11 @@ impl Device {
     pub fn srqn(&mut self) -> u32 {
         self.next_srqn += 1;
         0x40 + self.next_srqn
+    }
+    /// A fresh XRC domain number.
+    pub fn xrcdn(&mut self) -> u32 {
+        self.next_xrcdn += 1;
+        self.next_xrcdn
     }
     /// A fresh PD number.
     pub fn pdn(&mut self) -> u32 {

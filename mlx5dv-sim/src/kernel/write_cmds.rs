@@ -10,7 +10,7 @@
 use super::bytes::{In, Out};
 use super::mr_cmds::{check_mr_access, check_mr_range};
 use super::state::{Mkey, MkeyKind, Pd};
-use super::{cq_cmds, injected, lock, mr_cmds, qp_cmds, refuse, Errno, Res};
+use super::{cq_cmds, injected, lock, mr_cmds, qp_cmds, refuse, xrc_cmds, Errno, Res};
 use crate::config::{self, debug};
 
 const EXTENDED: u32 = 0x8000_0000;
@@ -72,6 +72,9 @@ fn legacy_layout(cmd: u32) -> Option<(&'static str, usize, usize)> {
         33 => ("MODIFY_SRQ", 16, 0),
         34 => ("QUERY_SRQ", 16, 16),
         35 => ("DESTROY_SRQ", 16, 4),
+        37 => ("OPEN_XRCD", 16, 4),
+        38 => ("CLOSE_XRCD", 4, 0),
+        39 => ("CREATE_XSRQ", 48, 16),
         _ => return None,
     })
 }
@@ -203,6 +206,7 @@ pub unsafe fn dispatch(fd: i32, buf: *const u8, len: usize) -> Res<()> {
         (false, 13) => dereg_mr(&mut cmd)?,
         (false, 17) => create_comp_channel(&mut cmd)?,
         (false, 19) => cq_cmds::resize_cq(&mut cmd)?,
+        (false, 37..=39) => xrc_cmds::dispatch(&mut cmd, code)?,
         _ => qp_cmds::dispatch(&mut cmd, extended, code, name)?,
     }
     cmd.commit();
@@ -210,9 +214,9 @@ pub unsafe fn dispatch(fd: i32, buf: *const u8, len: usize) -> Res<()> {
 }
 
 /// `device_cap_flags`: BAD_PKEY_CNTR, BAD_QKEY_CNTR, SYS_IMAGE_GUID,
-/// RC_RNR_NAK_GEN, N_NOTIFY_CQ, MEM_MGT_EXTENSIONS. Not SRQ_RESIZE nor
+/// RC_RNR_NAK_GEN, N_NOTIFY_CQ, XRC, MEM_MGT_EXTENSIONS. Not SRQ_RESIZE nor
 /// MEM_WINDOW: a ConnectX has both, the model neither.
-const DEVICE_CAP_FLAGS: u32 = 0x2 | 0x4 | 0x800 | 0x1000 | 0x4000 | (1 << 21);
+const DEVICE_CAP_FLAGS: u32 = 0x2 | 0x4 | 0x800 | 0x1000 | 0x4000 | (1 << 20) | (1 << 21);
 
 /// `num_comp_vectors` of GET_CONTEXT (CREATE_CQ refuses a vector beyond).
 pub const NUM_COMP_VECTORS: u32 = 4;

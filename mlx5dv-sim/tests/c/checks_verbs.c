@@ -9,7 +9,7 @@
  * receive queue QUERY_QP reports (as built); a UD QP that blocks multicast
  * loopback (accepted); ibv_resize_cq up and down with completions not
  * yet polled (none lost); the commands the device does
- * not implement (XRC domains, memory windows) refused with
+ * not implement (memory windows) refused with
  * EOPNOTSUPP, as uverbs refuses them, and not claimed by the device's
  * capability flags; QUERY_HCA_CAP of the NIC flow table and device memory
  * capabilities: answered, all zero.
@@ -150,17 +150,10 @@ static void check_queries(void)
 	struct ibv_device_attr da;
 	CHECK(ibv_query_device(ctx, &da) == 0, "query_device");
 	CHECK(!(da.device_cap_flags &
-		(IBV_DEVICE_XRC | IBV_DEVICE_MEM_WINDOW |
-		 IBV_DEVICE_MEM_WINDOW_TYPE_2A | IBV_DEVICE_MEM_WINDOW_TYPE_2B)),
-	      "device_cap_flags %#x claim XRC or memory windows",
+		(IBV_DEVICE_MEM_WINDOW | IBV_DEVICE_MEM_WINDOW_TYPE_2A |
+		 IBV_DEVICE_MEM_WINDOW_TYPE_2B)),
+	      "device_cap_flags %#x claim memory windows",
 	      da.device_cap_flags);
-	struct ibv_xrcd_init_attr xa = {
-		.comp_mask = IBV_XRCD_INIT_ATTR_FD | IBV_XRCD_INIT_ATTR_OFLAGS,
-		.fd = -1,
-		.oflags = O_CREAT};
-	errno = 0;
-	CHECK(!ibv_open_xrcd(ctx, &xa) && errno == EOPNOTSUPP,
-	      "open_xrcd: errno %d", errno);
 	errno = 0;
 	CHECK(!ibv_alloc_mw(pd, IBV_MW_TYPE_1) && errno == EOPNOTSUPP,
 	      "alloc_mw: errno %d", errno);
