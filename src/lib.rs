@@ -433,6 +433,7 @@ mod error;
 mod mkey;
 pub mod mlx5;
 mod mr;
+mod mw;
 mod pd;
 mod port;
 mod qp;
@@ -453,6 +454,7 @@ pub use device::{Context, Device, DeviceAttr, DeviceList};
 pub use error::{Error, Result};
 pub use mkey::{Mkey, MkeyLayout};
 pub use mr::{AccessFlags, MemoryRegion, RemoteBuf, Sge, SgeMut};
+pub use mw::{MemoryWindow, MwBind, MwType};
 pub use pd::ProtectionDomain;
 pub use port::{Gid, GidEntry, GidType, LinkLayer, Mtu, PortAttr, PortState};
 pub use qp::{

@@ -68,6 +68,7 @@ entries! {
     atomic_cmp_swp: fn(Q, u32, u64, u64, u64);
     atomic_fetch_add: fn(Q, u32, u64, u64);
     local_inv: fn(Q, u32);
+    bind_mw: fn(Q, *mut ffi::ibv_mw, u32, *const ffi::ibv_mw_bind_info);
     set_dc_addr: fn(M, *mut ffi::ibv_ah, u32, u64);
     set_dc_addr_stream: fn(M, *mut ffi::ibv_ah, u32, u64, u16);
     memcpy: fn(M, u32, u64, u32, u64, usize);
@@ -181,6 +182,7 @@ impl WrOps {
                 atomic_fetch_add
             ),
             local_inv: generic!(s.contains(S::LOCAL_INV), wr_local_inv, local_inv),
+            bind_mw: generic!(s.contains(S::BIND_MW), wr_bind_mw, bind_mw),
             set_dc_addr: mlx5!(want.dc, wr_set_dc_addr, set_dc_addr),
             set_dc_addr_stream: mlx5!(
                 want.dc && want.streams,

@@ -168,6 +168,7 @@ use crate::qp::{
     WrOps,
 };
 
+mod bind;
 mod mlx5;
 mod op;
 pub(crate) use mlx5::wqe_blocks;
