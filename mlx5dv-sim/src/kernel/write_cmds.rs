@@ -10,7 +10,7 @@
 use super::bytes::{In, Out};
 use super::mr_cmds::{check_mr_access, check_mr_range};
 use super::state::{Mkey, MkeyKind, Pd};
-use super::{injected, lock, mr_cmds, qp_cmds, refuse, Errno, Res};
+use super::{injected, lock, mr_cmds, mw_cmds, qp_cmds, refuse, Errno, Res};
 use crate::config::{self, debug};
 
 const EXTENDED: u32 = 0x8000_0000;
@@ -59,6 +59,8 @@ fn legacy_layout(cmd: u32) -> Option<(&'static str, usize, usize)> {
         9 => ("REG_MR", 40, 12),
         11 => ("REREG_MR", 48, 8),
         13 => ("DEREG_MR", 4, 0),
+        14 => ("ALLOC_MW", 16, 8),
+        16 => ("DEALLOC_MW", 4, 0),
         17 => ("CREATE_COMP_CHANNEL", 8, 4),
         18 => ("CREATE_CQ", 32, 8),
         20 => ("DESTROY_CQ", 16, 8),
@@ -200,6 +202,8 @@ pub unsafe fn dispatch(fd: i32, buf: *const u8, len: usize) -> Res<()> {
         (false, 9) => reg_mr(&mut cmd)?,
         (false, 11) => mr_cmds::rereg_mr(&mut cmd)?,
         (false, 13) => dereg_mr(&mut cmd)?,
+        (false, 14) => mw_cmds::alloc_mw(&mut cmd)?,
+        (false, 16) => mw_cmds::dealloc_mw(&mut cmd)?,
         (false, 17) => create_comp_channel(&mut cmd)?,
         _ => qp_cmds::dispatch(&mut cmd, extended, code, name)?,
     }
@@ -208,9 +212,11 @@ pub unsafe fn dispatch(fd: i32, buf: *const u8, len: usize) -> Res<()> {
 }
 
 /// `device_cap_flags`: BAD_PKEY_CNTR, BAD_QKEY_CNTR, SYS_IMAGE_GUID,
-/// RC_RNR_NAK_GEN, N_NOTIFY_CQ, MEM_MGT_EXTENSIONS. Not SRQ_RESIZE nor
-/// MEM_WINDOW: a ConnectX has both, the model neither.
-const DEVICE_CAP_FLAGS: u32 = 0x2 | 0x4 | 0x800 | 0x1000 | 0x4000 | (1 << 21);
+/// RC_RNR_NAK_GEN, N_NOTIFY_CQ, MEM_WINDOW, MEM_MGT_EXTENSIONS,
+/// MEM_WINDOW_TYPE_2B (as mlx5 reports). Not SRQ_RESIZE: a ConnectX has
+/// it, the model not.
+const DEVICE_CAP_FLAGS: u32 =
+    0x2 | 0x4 | 0x800 | 0x1000 | 0x4000 | (1 << 17) | (1 << 21) | (1 << 24);
 
 /// `num_comp_vectors` of GET_CONTEXT (CREATE_CQ refuses a vector beyond).
 pub const NUM_COMP_VECTORS: u32 = 4;
@@ -537,8 +543,16 @@ fn reg_mr(cmd: &mut Cmd) -> Res<()> {
 fn dereg_mr(cmd: &mut Cmd) -> Res<()> {
     let h = cmd.core.u32(0);
     let mut dev = lock();
-    let Some(&idx) = dev.mr_handles.get(&h) else {
-        return Err(refuse(libc::EINVAL, format_args!("DEREG_MR: handle {h}")));
+    let idx = match dev.mr_handles.get(&h) {
+        Some(&idx)
+            if dev
+                .mkeys
+                .get(&idx)
+                .is_some_and(|m| matches!(m.kind, MkeyKind::Mr { .. })) =>
+        {
+            idx
+        }
+        _ => return Err(refuse(libc::EINVAL, format_args!("DEREG_MR: handle {h}"))),
     };
     dev.mr_handles.remove(&h);
     dev.mkeys.remove(&idx);
