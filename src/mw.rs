@@ -28,14 +28,16 @@
 //! no plain slice of it is handed out, whether or not a window is bound.
 //! A bind borrows its region (shared) for as long as the work request may
 //! be running, as an SGE does. A window does not keep its region
-//! registered after that: a region deregistered while a window is bound to
-//! it is no longer reachable through the window, since the window
-//! translates through the region's key. On the software device, as the
-//! kernel's mlx5 driver reads, deregistration succeeds and an access
-//! through the window then fails with a remote access error at the
-//! requester; soft-RoCE (rxe) refuses the deregistration while a window is
-//! bound (IBA 10.6.7.2.6), and [`MemoryRegion`](crate::MemoryRegion)'s drop
-//! then leaks the buffer rather than free memory the device may reach.
+//! registered after that, and need not: a window translates through its
+//! region's key, so no freed memory is reachable through it. Soft-RoCE
+//! refuses to deregister a region while a window is bound to it
+//! (`rxe_dereg_mr`, IBA 10.6.7.2.6), and
+//! [`MemoryRegion`](crate::MemoryRegion)'s drop then leaks the buffer (and
+//! reports the failure) rather than free memory the device may reach. On
+//! the software device deregistration succeeds and an access through the
+//! window then fails with a remote access error at the requester; on mlx5
+//! hardware (not verified here) the window's translation likewise goes
+//! through the region's key, which deregistration destroys.
 
 use crate::error::{check, Error, Result};
 use crate::ffi;
@@ -149,6 +151,24 @@ impl MemoryWindow {
     /// The raw `ibv_mw`, valid while the window lives.
     pub fn as_ptr(&self) -> *mut ffi::ibv_mw {
         self.mw.as_ptr()
+    }
+
+    /// A window over a fake `ibv_mw` (tests with the recording provider):
+    /// never deallocated, so that no call reaches the fake's context.
+    ///
+    /// # Safety
+    /// `mw` outlives the handle.
+    #[cfg(test)]
+    pub(crate) unsafe fn fake(
+        pd: &ProtectionDomain,
+        mw: NonNull<ffi::ibv_mw>,
+        kind: MwType,
+    ) -> std::mem::ManuallyDrop<Self> {
+        std::mem::ManuallyDrop::new(MemoryWindow {
+            mw,
+            kind,
+            pd: pd.clone(),
+        })
     }
 
     /// Records the rkey a bind gives the window (libmlx5 reads it as the
