@@ -392,21 +392,31 @@ impl QpEx<ReliableConnection> {
 
     /// Unbinds the type 1 window `mw` (`ibv_bind_mw(3)` with length 0):
     /// once the completion (wr_id `wr_id`, [`WcOpcode::BIND_MW`](crate::WcOpcode::BIND_MW))
-    /// is in, its rkey reaches nothing. Refused as [`bind_mw`](Self::bind_mw) is.
-    pub fn unbind_mw(&mut self, wr_id: u64, mw: &mut MemoryWindow) -> Result<()> {
+    /// is in, its rkey reaches nothing. `mr` is the region it was bound to
+    /// (soft-RoCE's provider reads the region's lkey even for an unbind).
+    /// Refused as [`bind_mw`](Self::bind_mw) is.
+    pub fn unbind_mw(
+        &mut self,
+        wr_id: u64,
+        mw: &mut MemoryWindow,
+        mr: &MemoryRegion,
+    ) -> Result<()> {
         if mw.mw_type() != MwType::Type1 {
             return Err(Error::InvalidArgument(
                 "unbind_mw of a type 2 memory window (invalidate it: Wr::local_inv)".into(),
             ));
         }
-        if mw.pd().as_ptr() != self.pd().as_ptr() {
+        let (w, r, q) = (mw.pd().as_ptr(), mr.pd().as_ptr(), self.pd().as_ptr());
+        if w != r || w != q {
             return Err(Error::InvalidArgument(
-                "unbind_mw: the window and the QP are not in one protection domain".into(),
+                "unbind_mw: the window, the memory region and the QP are not in one protection \
+                 domain"
+                    .into(),
             ));
         }
         let info = ffi::ibv_mw_bind_info {
-            mr: std::ptr::null_mut(),
-            addr: 0,
+            mr: mr.as_ptr(),
+            addr: mr.addr(),
             length: 0,
             mw_access_flags: 0,
         };

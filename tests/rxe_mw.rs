@@ -108,10 +108,10 @@ fn reconnect(p: &mut Pair) {
 #[ignore = "needs an RDMA device: set MLX5DV_TEST_DEVICE"]
 fn type1_window_is_written_and_read_through_and_unbound() {
     let mut p = Pair::with(QpCaps::default(), ops());
+    let mut target = bindable(&p.pd);
     let Some(mut mw) = window(&p.ctx, &p.pd, MwType::Type1) else {
         return;
     };
-    let mut target = bindable(&p.pd);
     let allocated = mw.rkey();
     let bind = MwBind::new(&target, 4096..8192, rw()).unwrap();
     let remote = p.b.qp.bind_mw(11, &mut mw, &bind).unwrap();
@@ -147,7 +147,7 @@ fn type1_window_is_written_and_read_through_and_unbound() {
     assert_eq!(p.a.mr.to_vec(0..4096).unwrap(), back);
 
     // Unbound, the rkey reaches nothing: a remote access error.
-    p.b.qp.unbind_mw(12, &mut mw).unwrap();
+    p.b.qp.unbind_mw(12, &mut mw, &target).unwrap();
     b_completes(&mut p, 12, WcOpcode::BIND_MW);
     p.a.mr.fill(0..4096, 0xee).unwrap();
     let wc = write_from_a(&mut p, 3, remote, 64);
@@ -167,10 +167,10 @@ fn type1_window_is_written_and_read_through_and_unbound() {
 #[ignore = "needs an RDMA device: set MLX5DV_TEST_DEVICE"]
 fn access_outside_a_window_or_beyond_its_rights_fails() {
     let mut p = Pair::with(QpCaps::default(), ops());
+    let target = bindable(&p.pd);
     let Some(mut mw) = window(&p.ctx, &p.pd, MwType::Type1) else {
         return;
     };
-    let target = bindable(&p.pd);
     let bind = MwBind::new(&target, 0..4096, AccessFlags::REMOTE_READ).unwrap();
     let remote = p.b.qp.bind_mw(1, &mut mw, &bind).unwrap();
     b_completes(&mut p, 1, WcOpcode::BIND_MW);
@@ -204,10 +204,10 @@ fn access_outside_a_window_or_beyond_its_rights_fails() {
 #[ignore = "needs an RDMA device: set MLX5DV_TEST_DEVICE"]
 fn type2_window_is_bound_in_a_batch_and_invalidated_locally_and_remotely() {
     let mut p = Pair::with(QpCaps::default(), ops());
+    let target = bindable(&p.pd);
     let Some(mut mw) = window(&p.ctx, &p.pd, MwType::Type2) else {
         return;
     };
-    let target = bindable(&p.pd);
     let allocated = mw.rkey();
 
     // Bound with a key of our choosing, in a batch.
@@ -372,10 +372,10 @@ fn binds_are_refused_before_c() {
 #[ignore = "needs an RDMA device: set MLX5DV_TEST_DEVICE"]
 fn a_window_outliving_its_region_reaches_no_freed_memory() {
     let mut p = Pair::with(QpCaps::default(), ops());
+    let target = bindable(&p.pd);
     let Some(mut mw) = window(&p.ctx, &p.pd, MwType::Type1) else {
         return;
     };
-    let target = bindable(&p.pd);
     let bind = MwBind::new(&target, 0..4096, rw()).unwrap();
     let remote = p.b.qp.bind_mw(1, &mut mw, &bind).unwrap();
     b_completes(&mut p, 1, WcOpcode::BIND_MW);
