@@ -39,6 +39,20 @@ impl<'m> Wr<'_, 'm, ReliableConnection> {
     /// // `remote` goes to the peer; `mw.rkey()` is its rkey.
     /// # Ok(()) }
     /// ```
+    ///
+    /// The region stays borrowed until the batch's memory is released:
+    ///
+    /// ```compile_fail,E0505
+    /// # use mlx5dv::*;
+    /// # fn f(qp: &mut RcQp, mw: &mut MemoryWindow, mr: MemoryRegion) -> Result<()> {
+    /// let bind = MwBind::new(&mr, 0..64, AccessFlags::REMOTE_READ)?;
+    /// let mut b = qp.batch();
+    /// b.wr(1).bind_mw(mw, &bind)?;
+    /// drop(mr); // ERROR: the bind still borrows `mr`
+    /// // SAFETY: (not reached)
+    /// unsafe { b.complete()? };
+    /// # Ok(()) }
+    /// ```
     #[inline]
     pub fn bind_mw(self, mw: &'m mut MemoryWindow, bind: &MwBind<'m>) -> Result<RemoteBuf> {
         if !self.state.send_ops.contains(SendOps::BIND_MW) {
