@@ -1,43 +1,5 @@
 //! Memory windows (`ibv_alloc_mw(3)`, `ibv_bind_mw(3)`): a remote key
 //! over part of a memory region, bound and invalidated by work requests.
-//!
-//! A window is allocated unbound in a protection domain. Binding it to a
-//! range of a region registered with [`AccessFlags::MW_BIND`] gives it an
-//! rkey through which peers reach that range (with the access the bind
-//! grants, within what the region allows); invalidating it (locally with
-//! [`Wr::local_inv`](crate::wr::Wr::local_inv), by the peer with
-//! [`Wr::send_inv`](crate::wr::Wr::send_inv), or for a type 1 window by
-//! [`QpEx::unbind_mw`]) takes that rkey away.
-//!
-//! - Type 1 is bound with [`QpEx::bind_mw`] (`ibv_bind_mw`), a work
-//!   request outside any batch whose completion carries its wr_id and
-//!   [`WcOpcode::BIND_MW`](crate::WcOpcode::BIND_MW); it is unbound the
-//!   same way, with length 0 ([`QpEx::unbind_mw`]).
-//! - Type 2 is bound inside a batch with
-//!   [`Wr::bind_mw`](crate::wr::Wr::bind_mw) (`ibv_wr_bind_mw`, on a QP
-//!   created with [`SendOps::BIND_MW`](crate::SendOps::BIND_MW)), with a
-//!   new rkey whose low 8 bits the caller chooses ([`MwBind::key`]; by
-//!   default the next one, `ibv_inc_rkey`).
-//!
-//! # Memory
-//!
-//! A bound window lets peers read and write its region's bytes. The region
-//! has [`AccessFlags::MW_BIND`], so the crate already treats it as memory a
-//! peer may write at any moment
-//! ([`MemoryRegion::is_peer_writable`](crate::MemoryRegion::is_peer_writable)):
-//! no plain slice of it is handed out, whether or not a window is bound.
-//! A bind borrows its region (shared) for as long as the work request may
-//! be running, as an SGE does. A window does not keep its region
-//! registered after that, and need not: a window translates through its
-//! region's key, so no freed memory is reachable through it. Soft-RoCE
-//! refuses to deregister a region while a window is bound to it
-//! (`rxe_dereg_mr`, IBA 10.6.7.2.6), and
-//! [`MemoryRegion`](crate::MemoryRegion)'s drop then leaks the buffer (and
-//! reports the failure) rather than free memory the device may reach. On
-//! the software device deregistration succeeds and an access through the
-//! window then fails with a remote access error at the requester; on mlx5
-//! hardware (not verified here) the window's translation likewise goes
-//! through the region's key, which deregistration destroys.
 
 use crate::error::{check, Error, Result};
 use crate::ffi;
@@ -71,6 +33,46 @@ impl MwType {
 
 /// A memory window (`ibv_alloc_mw(3)`), deallocated on drop
 /// (`ibv_dealloc_mw`). It keeps its protection domain alive.
+///
+/// A window is allocated unbound in a protection domain. Binding it to a
+/// range of a region registered with [`AccessFlags::MW_BIND`] gives it an
+/// rkey through which peers reach that range (with the access the bind
+/// grants, within what the region allows); invalidating it (locally with
+/// [`Wr::local_inv`](crate::wr::Wr::local_inv), by the peer with
+/// [`Wr::send_inv`](crate::wr::Wr::send_inv), or for a type 1 window by
+/// [`QpEx::unbind_mw`]) takes that rkey away.
+///
+/// - Type 1 is bound with [`QpEx::bind_mw`] (`ibv_bind_mw`), a work
+///   request outside any batch whose completion carries its wr_id and
+///   [`WcOpcode::BIND_MW`](crate::WcOpcode::BIND_MW); it is unbound the
+///   same way, with length 0 ([`QpEx::unbind_mw`]).
+/// - Type 2 is bound inside a batch with
+///   [`Wr::bind_mw`](crate::wr::Wr::bind_mw) (`ibv_wr_bind_mw`, on a QP
+///   created with [`SendOps::BIND_MW`](crate::SendOps::BIND_MW)), with a
+///   new rkey whose low 8 bits the caller chooses ([`MwBind::key`]; by
+///   default the next one, `ibv_inc_rkey`).
+///
+/// # Memory, and a window outliving its region
+///
+/// A bound window lets peers read and write its region's bytes. The region
+/// has [`AccessFlags::MW_BIND`], so the crate already treats it as memory a
+/// peer may write at any moment
+/// ([`MemoryRegion::is_peer_writable`](crate::MemoryRegion::is_peer_writable)):
+/// no plain slice of it is handed out, whether or not a window is bound.
+/// A bind borrows its region (shared) for as long as the work request may
+/// be running, as an SGE does. A window does not keep its region
+/// registered after that, and need not: a window translates through its
+/// region's key, so no freed memory is reachable through it. Soft-RoCE
+/// refuses to deregister a region while a window is bound to it
+/// (`rxe_dereg_mr`, IBA 10.6.7.2.6), and
+/// [`MemoryRegion`](crate::MemoryRegion)'s drop then leaks the buffer (and
+/// reports the failure; in the soft-RoCE guest `ibv_dereg_mr` failed with
+/// `EINVAL`, and the PD's deallocation then with `EBUSY`) rather than free
+/// memory the device may reach. On
+/// the software device deregistration succeeds and an access through the
+/// window then fails with a remote access error at the requester; on mlx5
+/// hardware (not verified here) the window's translation likewise goes
+/// through the region's key, which deregistration destroys.
 ///
 /// Allocate, bind (type 1), and hand the peer the bound range:
 ///
@@ -376,8 +378,10 @@ impl QpEx<ReliableConnection> {
     /// [`poll_each`](crate::CompletionQueue::poll_each) callback (the
     /// provider takes the send CQ's lock to find the queue full). The
     /// region's borrow ends here: the window does not keep the region
-    /// registered (see the [module docs](crate::MemoryWindow)). `wr_id`
-    /// is below 2^63 (the ids with bit 63 are the scoped post's).
+    /// registered (see [`MemoryWindow`]). A `wr_id`
+    /// of 2^63 or more is refused ([`Error::OutOfRange`]): the ids with bit
+    /// 63 are the scoped post's, which could take the bind's completion
+    /// for one of its own.
     pub fn bind_mw(
         &mut self,
         wr_id: u64,
@@ -431,6 +435,15 @@ impl QpEx<ReliableConnection> {
     ) -> Result<()> {
         if crate::cq::in_provider_poll() {
             return Err(crate::qp::in_poll_callback("ibv_bind_mw", &self.describe()));
+        }
+        // Ids with bit 63 are the scoped post's: a later post_and_wait on
+        // this QP could take the bind's completion for one of its own.
+        if wr_id >> 63 != 0 {
+            return Err(Error::OutOfRange {
+                what: "ibv_bind_mw wr_id",
+                value: wr_id,
+                limit: "below 2^63 (ids with bit 63 are the scoped post's)".into(),
+            });
         }
         self.ready_to_send("ibv_bind_mw")?;
         // A leaked batch holds the send queue's lock: end it first.

@@ -348,6 +348,8 @@ fn binds_are_refused_before_c() {
     let err = b.wr(1).bind_mw(&mut one, &bind).unwrap_err();
     assert!(matches!(err, Error::InvalidArgument(_)), "{err:?}");
     drop(b);
+    let err = p.b.qp.bind_mw(1 << 63, &mut one, &bind).unwrap_err();
+    assert!(matches!(err, Error::OutOfRange { .. }), "{err:?}");
     let zero = MwBind::new(&target, 0..64, rw() | AccessFlags::ZERO_BASED).unwrap();
     let err = p.b.qp.bind_mw(1, &mut one, &zero).unwrap_err();
     assert!(matches!(err, Error::InvalidArgument(_)), "{err:?}");
