@@ -6,7 +6,7 @@
 //! a UMR WQE, maps it). DEALLOC_MW takes `mw_handle`; libibverbs tries the
 //! ioctl method first and falls back to this write when it is refused.
 
-use super::state::{Mkey, MkeyKind};
+use super::state::MkeyKind;
 use super::write_cmds::{pdn_of, Cmd};
 use super::{lock, refuse, Res};
 use crate::config::debug;
@@ -14,31 +14,21 @@ use crate::config::debug;
 /// ALLOC_MW: a free window of type 1 or 2 in a PD.
 pub fn alloc_mw(cmd: &mut Cmd) -> Res<()> {
     let pd = cmd.core.u32(8);
-    let kind = cmd.core.u8(12);
-    if kind != 1 && kind != 2 {
-        return Err(refuse(libc::EINVAL, format_args!("ALLOC_MW: type {kind}")));
+    let mw_type = cmd.core.u8(12);
+    if mw_type != 1 && mw_type != 2 {
+        return Err(refuse(
+            libc::EINVAL,
+            format_args!("ALLOC_MW: type {mw_type}"),
+        ));
     }
     let mut dev = lock();
     let pdn = pdn_of(&dev, cmd.fd, pd)?;
-    let h = dev.handle();
-    let idx = dev.mkey_index();
-    let key = (idx << 8) | (idx & 0x7f);
-    dev.mkeys.insert(
-        idx,
-        Mkey {
-            ctx: cmd.fd,
-            key,
-            pdn,
-            access: 0,
-            len: 0,
-            kind: MkeyKind::Window {
-                type2: kind == 2,
-                bound: None,
-            },
-        },
-    );
-    dev.mr_handles.insert(h, idx);
-    debug!("ALLOC_MW type {kind} key {key:#x} pd {pdn}");
+    let kind = MkeyKind::Window {
+        type2: mw_type == 2,
+        bound: None,
+    };
+    let (h, key) = dev.add_keyed(cmd.fd, pdn, 0, 0, kind);
+    debug!("ALLOC_MW type {mw_type} key {key:#x} pd {pdn}");
     cmd.out.u32(0, h);
     cmd.out.u32(4, key);
     Ok(())

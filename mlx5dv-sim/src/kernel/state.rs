@@ -442,4 +442,30 @@ impl Device {
     pub fn key(&self, key: u32) -> Option<&Mkey> {
         self.mkeys.get(&(key >> 8)).filter(|m| m.key == key)
     }
+
+    /// A new key under a new MR or window handle (REG_MR, ALLOC_MW), its
+    /// variant byte the index's low 7 bits: the handle and the key.
+    pub fn add_keyed(
+        &mut self,
+        ctx: i32,
+        pdn: u32,
+        access: u32,
+        len: u64,
+        kind: MkeyKind,
+    ) -> (u32, u32) {
+        let h = self.handle();
+        let idx = self.mkey_index();
+        let key = (idx << 8) | (idx & 0x7f);
+        let mkey = Mkey {
+            ctx,
+            key,
+            pdn,
+            access,
+            len,
+            kind,
+        };
+        self.mkeys.insert(idx, mkey);
+        self.mr_handles.insert(h, idx);
+        (h, key)
+    }
 }

@@ -9,7 +9,7 @@
 
 use super::bytes::{In, Out};
 use super::mr_cmds::{check_mr_access, check_mr_range};
-use super::state::{Mkey, MkeyKind, Pd};
+use super::state::{MkeyKind, Pd};
 use super::{injected, lock, mr_cmds, mw_cmds, qp_cmds, refuse, Errno, Res};
 use crate::config::{self, debug};
 
@@ -515,24 +515,11 @@ fn reg_mr(cmd: &mut Cmd) -> Res<()> {
     check_mr_access("REG_MR", access)?;
     let mut dev = lock();
     let pdn = pdn_of(&dev, cmd.fd, pd)?;
-    let h = dev.handle();
-    let idx = dev.mkey_index();
-    let key = (idx << 8) | (idx & 0x7f);
-    dev.mkeys.insert(
-        idx,
-        Mkey {
-            ctx: cmd.fd,
-            key,
-            pdn,
-            access,
-            len: length,
-            kind: MkeyKind::Mr {
-                addr: start,
-                len: length,
-            },
-        },
-    );
-    dev.mr_handles.insert(h, idx);
+    let kind = MkeyKind::Mr {
+        addr: start,
+        len: length,
+    };
+    let (h, key) = dev.add_keyed(cmd.fd, pdn, access, length, kind);
     debug!("REG_MR {start:#x}+{length} key {key:#x} pd {pdn} access {access:#x}");
     cmd.out.u32(0, h);
     cmd.out.u32(4, key);
