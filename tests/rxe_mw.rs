@@ -298,6 +298,40 @@ fn type2_window_is_bound_in_a_batch_and_invalidated_locally_and_remotely() {
 
 #[test]
 #[ignore = "needs an RDMA device: set MLX5DV_TEST_DEVICE"]
+fn a_zero_based_type2_window_is_addressed_from_zero() {
+    let mut p = Pair::with(QpCaps::default(), ops());
+    let target = bindable(&p.pd);
+    let Some(mut mw) = window(&p.ctx, &p.pd, MwType::Type2) else {
+        return;
+    };
+    let access = rw() | AccessFlags::ZERO_BASED;
+    let bind = MwBind::new(&target, 8192..12288, access).unwrap();
+    let mut remote = None;
+    let wcs =
+        p.b.qp
+            .post_and_wait(&mut p.b.send_cq, WAIT, |b| {
+                remote = Some(b.wr(1).signaled().bind_mw(&mut mw, &bind)?);
+                Ok(())
+            })
+            .unwrap();
+    assert_wc(&wcs[0], 1, WcOpcode::BIND_MW);
+    let remote = remote.unwrap();
+    assert_eq!((remote.addr, remote.len), (0, 4096));
+    // Window address 100 is region offset 8192 + 100.
+    let data = pattern(256, 17);
+    p.a.mr.write_at(0, &data).unwrap();
+    let to = remote.slice(100, 256).unwrap();
+    assert_wc(&write_from_a(&mut p, 2, to, 256), 2, WcOpcode::RDMA_WRITE);
+    let bytes = target.to_vec(..).unwrap();
+    assert_eq!(&bytes[8292..8548], &data[..]);
+    assert_eq!(
+        bytes.iter().filter(|&&x| x != 0).count(),
+        data.iter().filter(|&&x| x != 0).count()
+    );
+}
+
+#[test]
+#[ignore = "needs an RDMA device: set MLX5DV_TEST_DEVICE"]
 fn binds_are_refused_before_c() {
     let mut p = Pair::with(QpCaps::default(), ops());
     let Some(mut one) = window(&p.ctx, &p.pd, MwType::Type1) else {
