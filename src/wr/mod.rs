@@ -169,6 +169,7 @@ use crate::qp::{
 };
 
 mod atomic_write;
+mod bind;
 #[cfg(mlx5dv_ibv_wr_flush)]
 mod flush;
 mod mlx5;

@@ -1539,3 +1539,77 @@ fn flush_hands_its_range_placement_and_level_to_the_provider() {
         )]
     );
 }
+
+#[test]
+fn a_type2_bind_hands_the_window_its_new_rkey_and_the_range_and_checks_first() {
+    let mut fx = Fx::new();
+    let mr = fx.mr();
+    let pd_ptr = fx.pd.as_ptr();
+    fx.fq.ibv.qp_base.pd = pd_ptr;
+    let mut raw = Box::new(ffi::ibv_mw {
+        pd: pd_ptr,
+        rkey: 0x4242_4201,
+        type_: ffi::IBV_MW_TYPE_2,
+        ..Default::default()
+    });
+    let raw_ptr = &mut *raw as *mut ffi::ibv_mw as usize;
+    let mut mw = unsafe { MemoryWindow::fake(&fx.pd, NonNull::from(&mut *raw), MwType::Type2) };
+    let bind = MwBind::new(&mr, 64..192, AccessFlags::REMOTE_WRITE).unwrap();
+    let mut qp = fx.qp::<ReliableConnection>(
+        SendOps::rc_default() | SendOps::BIND_MW,
+        Mlx5SendOps::empty(),
+        None,
+    );
+    let mut b = qp.batch();
+    let remote = b.wr(3).signaled().bind_mw(&mut mw, &bind).unwrap();
+    drop(b);
+    // ibv_inc_rkey: the low byte one more.
+    assert_eq!(remote.rkey, 0x4242_4202);
+    assert_eq!(mw.rkey(), 0x4242_4202);
+    assert_eq!((remote.addr, remote.len), (mr.addr() + 64, 128));
+    let calls = fx.qp_calls();
+    let call = &calls[1];
+    assert_eq!((call.entry, call.wr), ("wr_bind_mw", Some((3, SIG))));
+    assert_eq!(call.args[0], Arg::Ptr(raw_ptr));
+    assert_eq!(call.args[1], Arg::U32(0x4242_4202));
+    assert_eq!(
+        call.args[3..],
+        [
+            Arg::Ptr(mr.as_ptr() as usize),
+            Arg::U64(mr.addr() + 64),
+            Arg::U64(128),
+            Arg::U32(ffi::IBV_ACCESS_REMOTE_WRITE),
+        ]
+    );
+    // A chosen key replaces the low byte; zero-based starts at 0.
+    let zb = MwBind::new(
+        &mr,
+        0..64,
+        AccessFlags::REMOTE_READ | AccessFlags::ZERO_BASED,
+    )
+    .unwrap()
+    .key(0x77);
+    let mut b = qp.batch();
+    let remote = b.wr(4).bind_mw(&mut mw, &zb).unwrap();
+    drop(b);
+    assert_eq!((remote.addr, remote.len, remote.rkey), (0, 64, 0x4242_4277));
+
+    // Refused before any call: a type 1 window, a QP without BIND_MW.
+    let before = fx.qp_calls().len();
+    raw.type_ = ffi::IBV_MW_TYPE_1;
+    let mut one = unsafe { MemoryWindow::fake(&fx.pd, NonNull::from(&mut *raw), MwType::Type1) };
+    let mut b = qp.batch();
+    let err = b.wr(5).bind_mw(&mut one, &bind).unwrap_err();
+    assert!(matches!(err, Error::InvalidArgument(_)), "{err}");
+    drop(b);
+    let mut plain = fx.qp::<ReliableConnection>(SendOps::rc_default(), Mlx5SendOps::empty(), None);
+    let mut b = plain.batch();
+    let err = b.wr(6).bind_mw(&mut mw, &bind).unwrap_err();
+    assert!(matches!(err, Error::Unsupported { .. }), "{err}");
+    drop(b);
+    let calls = fx.qp_calls();
+    assert!(
+        calls[before..].iter().all(|c| c.entry != "wr_bind_mw"),
+        "{calls:?}"
+    );
+}

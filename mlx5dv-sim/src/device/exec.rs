@@ -340,6 +340,10 @@ fn umr(dev: &mut Device, rq: &Requester, u: &Umr) -> Result<(), Outcome> {
             ),
         ));
     }
+    if let MkeyKind::Window { .. } = m.kind {
+        let access = u.access.map_or(0, mkey_access);
+        return super::window::umr(dev, rq, u, access);
+    }
     let MkeyKind::Indirect {
         layout,
         max_entries,

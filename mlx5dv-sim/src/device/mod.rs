@@ -15,6 +15,7 @@ pub mod respond;
 mod retry;
 pub mod serve;
 pub mod trace;
+pub mod window;
 pub mod xrc;
 
 use crate::config::{self, debug};

@@ -166,6 +166,7 @@ fn check_invalidate(dev: &Device, pdn: u32, rkey: u32) -> Result<(), Outcome> {
         {
             Ok(())
         }
+        _ if super::window::remotely_invalidable(dev, pdn, rkey) => Ok(()),
         _ => Err(Outcome::Error(
             syn::REMOTE_INVAL_REQ,
             format!("send with invalidate of {rkey:#x}, which the responder cannot invalidate"),
@@ -176,10 +177,12 @@ fn check_invalidate(dev: &Device, pdn: u32, rkey: u32) -> Result<(), Outcome> {
 /// Invalidates the mkey `rkey` (it becomes free, mapping nothing).
 fn invalidate(dev: &mut Device, rkey: u32) {
     if let Some(m) = dev.mkeys.get_mut(&(rkey >> 8)) {
-        if let MkeyKind::Indirect { layout, .. } = &mut m.kind {
-            *layout = None;
-            debug!("mkey {rkey:#x} invalidated by a send with invalidate");
+        match &mut m.kind {
+            MkeyKind::Indirect { layout, .. } => *layout = None,
+            MkeyKind::Window { bound, .. } => *bound = None,
+            MkeyKind::Mr { .. } => return,
         }
+        debug!("mkey {rkey:#x} invalidated by a send with invalidate");
     }
 }
 

@@ -11,6 +11,7 @@ mod devx;
 mod events;
 mod ioctl;
 mod mr_cmds;
+mod mw_cmds;
 mod qp_cmds;
 pub use qp_cmds::SRQ_LIMIT_REACHED;
 mod qp_modify;

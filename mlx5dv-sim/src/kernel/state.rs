@@ -95,6 +95,28 @@ pub enum MkeyKind {
         /// Created with remote invalidation enabled (`mkc.en_rinval`).
         remote_invalidate: bool,
     },
+    /// A memory window (ALLOC_MW); its `access` and `len` are those of its
+    /// last bind.
+    Window {
+        /// Type 2 (bound by the QP it serves; remotely invalidable), else 1.
+        type2: bool,
+        /// What it maps while bound; `None` while free.
+        bound: Option<WindowMap>,
+    },
+}
+
+/// What a bound memory window maps: `[start, start + len)` of its own
+/// addresses onto the region `key` from `addr`.
+#[derive(Debug, Clone, Copy)]
+pub struct WindowMap {
+    /// The window's first address (0 when zero-based).
+    pub start: u64,
+    /// The memory region's key.
+    pub key: u32,
+    /// The address in that region of the window's first byte.
+    pub addr: u64,
+    /// The QP a type 2 window is bound to (`0xffffff` for type 1).
+    pub qpn: u32,
 }
 
 /// A memory key (MR or indirect mkey).
@@ -122,6 +144,8 @@ pub const ACCESS_REMOTE_WRITE: u32 = 2;
 pub const ACCESS_REMOTE_READ: u32 = 4;
 /// `IBV_ACCESS_REMOTE_ATOMIC`.
 pub const ACCESS_REMOTE_ATOMIC: u32 = 8;
+/// `IBV_ACCESS_MW_BIND`.
+pub const ACCESS_MW_BIND: u32 = 0x10;
 
 /// A completion queue.
 #[derive(Debug)]
@@ -380,7 +404,7 @@ pub struct Device {
     pub pds: HashMap<u32, Pd>,
     /// Memory keys by key index (key >> 8).
     pub mkeys: HashMap<u32, Mkey>,
-    /// MR handles to key index.
+    /// MR and memory-window handles to key index.
     pub mr_handles: HashMap<u32, u32>,
     /// CQs by handle.
     pub cqs: HashMap<u32, Cq>,
@@ -460,5 +484,31 @@ impl Device {
     /// The key record for `key`, checking the variant byte.
     pub fn key(&self, key: u32) -> Option<&Mkey> {
         self.mkeys.get(&(key >> 8)).filter(|m| m.key == key)
+    }
+
+    /// A new key under a new MR or window handle (REG_MR, ALLOC_MW), its
+    /// variant byte the index's low 7 bits: the handle and the key.
+    pub fn add_keyed(
+        &mut self,
+        ctx: i32,
+        pdn: u32,
+        access: u32,
+        len: u64,
+        kind: MkeyKind,
+    ) -> (u32, u32) {
+        let h = self.handle();
+        let idx = self.mkey_index();
+        let key = (idx << 8) | (idx & 0x7f);
+        let mkey = Mkey {
+            ctx,
+            key,
+            pdn,
+            access,
+            len,
+            kind,
+        };
+        self.mkeys.insert(idx, mkey);
+        self.mr_handles.insert(h, idx);
+        (h, key)
     }
 }

@@ -74,10 +74,10 @@ fn malformed_and_unknown_writes_are_refused() {
     let mut cmd = legacy(4, &[0; 4], &[], None);
     cmd[4] = 9; // in_words disagrees with the length
     assert_eq!(send(fd, &cmd), Err(libc::EINVAL));
-    // Commands the device does not implement (QUERY_AH, OPEN_QP,
-    // ALLOC_MW) and one no kernel knows: EOPNOTSUPP, as uverbs
-    // answers, so that callers (rdma-core's tests) see "not supported".
-    for code in [7, 40, 14, 200] {
+    // Commands the device does not implement (QUERY_AH, OPEN_QP) and
+    // one no kernel knows: EOPNOTSUPP, as uverbs answers, so that
+    // callers (rdma-core's tests) see "not supported".
+    for code in [7, 40, 200] {
         let cmd = legacy(code, &[0; 8], &[], None);
         assert_eq!(send(fd, &cmd), Err(libc::EOPNOTSUPP), "command {code}");
     }
@@ -181,4 +181,53 @@ fn xrc_domains_are_shared_through_a_file() {
     let _ = std::fs::remove_file(&path);
     close_context(a);
     close_context(b);
+}
+
+#[test]
+fn alloc_mw_answers_a_window_and_dealloc_mw_takes_only_windows() {
+    let fd = context();
+    let mut resp = vec![0u8; 4];
+    let cmd = legacy(3, &[0; 8], &[], Some(&mut resp));
+    send(fd, &cmd).expect("ALLOC_PD");
+    let pd = u32::from_le_bytes(resp[..4].try_into().unwrap());
+    let alloc = |pd: u32, kind: u8| {
+        let mut out = vec![0u8; 8];
+        let mut core = vec![0u8; 16];
+        core[8..12].copy_from_slice(&pd.to_le_bytes());
+        core[12] = kind;
+        let cmd = legacy(14, &core, &[], Some(&mut out));
+        send(fd, &cmd).map(|()| {
+            let r = bytes::In(out);
+            (r.u32(0), r.u32(4))
+        })
+    };
+    assert_eq!(alloc(pd, 3), Err(libc::EINVAL), "type 3");
+    assert_eq!(alloc(pd + 1000, 1), Err(libc::EINVAL), "unknown PD");
+    let (h1, k1) = alloc(pd, 1).expect("type 1");
+    let (h2, k2) = alloc(pd, 2).expect("type 2");
+    assert_ne!(h1, h2);
+    assert_ne!(k1 >> 8, k2 >> 8);
+    // A window's key reaches nothing until it is bound.
+    assert!(matches!(
+        lock().key(k2).map(|m| &m.kind),
+        Some(state::MkeyKind::Window {
+            type2: true,
+            bound: None
+        })
+    ));
+    let handle = |h: u32| h.to_le_bytes().to_vec();
+    assert_eq!(
+        send(fd, &legacy(13, &handle(h1), &[], None)),
+        Err(libc::EINVAL),
+        "DEREG_MR of a window"
+    );
+    assert_eq!(send(fd, &legacy(16, &handle(h1), &[], None)), Ok(()));
+    assert_eq!(
+        send(fd, &legacy(16, &handle(h1), &[], None)),
+        Err(libc::EINVAL),
+        "twice"
+    );
+    assert!(lock().key(k1).is_none());
+    assert_eq!(send(fd, &legacy(16, &handle(h2), &[], None)), Ok(()));
+    close_context(fd);
 }
