@@ -460,7 +460,7 @@ pub use qp::{
     Mlx5SendOps, QpBuilder, QpCaps, QpEx, QpState, RawMlx5, RawQp, RcQp, ReliableConnection,
     RemoteDct, RemoteReadAtomic, RemoteWrite, SendOps, Transport,
 };
-pub use srq::SharedReceiveQueue;
+pub use srq::{SharedReceiveQueue, SrqAttr};
 pub use wr::{MemcpyOp, MrInterleaved, ScopedBatch, SendFlags, WrBatch};
 
 /// How many destroy calls (`ibv_destroy_qp`, `ibv_dereg_mr`, ...) have
