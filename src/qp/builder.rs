@@ -94,6 +94,12 @@ impl<'a> QpBuilder<'a, ReliableConnection> {
     /// [`Error::InvalidArgument`], before any C call). The QP keeps the SRQ
     /// alive: an SRQ is destroyed only after every QP on it
     /// (`ibv_destroy_srq` fails with `EBUSY` while one is left).
+    ///
+    /// A QP on an SRQ that enters ERR takes no more of its receives; mlx5
+    /// devices then raise [`AsyncEvent::QpLastWqeReached`](crate::AsyncEvent::QpLastWqeReached)
+    /// for it (so does the software device), after which it may be
+    /// destroyed without losing a receive. Soft-RoCE of Linux 6.1 raises
+    /// no such event: do not wait for it there.
     pub fn srq(&mut self, srq: &'a SharedReceiveQueue) -> &mut Self {
         self.srq = Some(srq);
         self
