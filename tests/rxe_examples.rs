@@ -119,27 +119,12 @@ fn pingpong_both_ways_by_the_ipv4_roce_v2_gid_or_by_lid_alone() {
         );
     }
     let gid = gid.map(|i| i.to_string());
-    for (port, c_serves) in [("19108", true), ("19109", false)] {
-        let mut common = vec!["-d", &dev, "-n", "50", "-p", port];
-        if let Some(g) = &gid {
-            common.extend(["-g", g]);
-        }
-        let client_args = [&common[..], &["127.0.0.1"]].concat();
-        let (ours, theirs) = if c_serves {
-            let server = spawn(Command::new("ibv_rc_pingpong").args(&common));
-            let client = run_client(example("rc_pingpong"), &client_args);
-            (client, finish(server, "ibv_rc_pingpong server"))
-        } else {
-            let server = spawn(Command::new(example("rc_pingpong")).args(&common));
-            let client = run_client("ibv_rc_pingpong", &client_args);
-            (finish(server, "rc_pingpong server"), client)
-        };
-        let what = format!(
-            "rc_pingpong {} (ibv_rc_pingpong serves: {c_serves})",
-            common.join(" ")
-        );
-        assert_status(&ours, 0, &what);
-        assert_status(&theirs, 0, &format!("ibv_rc_pingpong, against {what}"));
+    let mut args = vec!["-d", &dev, "-n", "50"];
+    if let Some(g) = &gid {
+        args.extend(["-g", g]);
+    }
+    let runs = both_ways("rc_pingpong", "ibv_rc_pingpong", ["19108", "19109"], &args);
+    for (what, ours, theirs) in runs {
         let out = String::from_utf8_lossy(&ours.stdout);
         assert!(
             out.contains("50 messages of 4096 bytes received and checked"),

@@ -97,6 +97,13 @@ impl SrqRig {
         assert_wc(&wcs[0], 0x50 + i as u64, WcOpcode::SEND);
     }
 
+    /// Client `i` sends message `k`, and its receive completes.
+    fn exchange(&mut self, i: usize, k: usize) {
+        self.send(i, &message(k));
+        let wc = self.received(1);
+        assert_eq!(wc[0].qp_num, self.servers[i].qp_num(), "{wc:?}");
+    }
+
     /// Waits for `n` receive completions.
     fn received(&mut self, n: usize) -> Vec<WorkCompletion> {
         self.recv_cq
@@ -175,45 +182,29 @@ fn the_srq_limit_event_comes_when_receives_fall_below_it_once_per_arming() {
     r.post_receives(0..8);
     r.srq.arm_limit(4).unwrap();
     assert_eq!(r.srq.limit().unwrap(), 4);
+    let no_event = |why: &str| assert_eq!(events.try_get_event().unwrap(), None, "{why}");
     // 8 → 4 left: not below the limit, no event.
     for k in 0..4 {
-        r.send(k % 2, &message(k));
+        r.exchange(k % 2, k);
     }
-    r.received(4);
-    assert_eq!(
-        events.try_get_event().unwrap(),
-        None,
-        "an event before the limit"
-    );
+    no_event("an event before the limit");
     assert_eq!(r.srq.limit().unwrap(), 4, "still armed");
     // 3 left: the event, naming this SRQ, and the limit disarmed.
-    r.send(0, &message(4));
-    r.received(1);
+    r.exchange(0, 4);
     let ev = events.get_event(WAIT).unwrap();
     assert!(r.srq.is(&ev), "{ev:?} (SRQ handle {})", r.srq.handle());
     assert!(matches!(ev, AsyncEvent::SrqLimitReached { .. }), "{ev:?}");
     assert_eq!(r.srq.limit().unwrap(), 0, "disarmed by its event");
     // One-shot: further receives used bring no second event ...
-    r.send(1, &message(5));
-    r.received(1);
-    assert_eq!(
-        events.try_get_event().unwrap(),
-        None,
-        "a second event unarmed"
-    );
+    r.exchange(1, 5);
+    no_event("a second event unarmed");
     // ... until it is armed again: 2 left + 6 posted = 8, limit 6.
     r.post_receives(8..14);
     r.srq.arm_limit(6).unwrap();
-    r.send(0, &message(6));
-    r.send(1, &message(7));
-    r.received(2);
-    assert_eq!(
-        events.try_get_event().unwrap(),
-        None,
-        "6 left is not below 6"
-    );
-    r.send(0, &message(8));
-    r.received(1);
+    r.exchange(0, 6);
+    r.exchange(1, 7);
+    no_event("6 left is not below 6");
+    r.exchange(0, 8);
     let ev = events.get_event(WAIT).unwrap();
     assert!(r.srq.is(&ev), "{ev:?}");
     assert_eq!(r.srq.limit().unwrap(), 0);

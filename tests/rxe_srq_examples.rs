@@ -15,33 +15,12 @@ use std::process::{Command, Output};
 use support::examples::*;
 use support::process::{spawn, text};
 
-/// One run each way: the C tool serves and the example is the client, then
-/// the other way round, with `extra` options on both sides.
+/// `srq_pingpong` and `ibv_srq_pingpong` against each other, each way, on
+/// the test device and GID, with `extra` options on both sides.
 fn both_ways(ports: [&str; 2], extra: &[&str]) -> Vec<(String, Output, Output)> {
     let (dev, gid) = device_and_gid();
-    let mut runs = Vec::new();
-    for (port, c_serves) in [(ports[0], true), (ports[1], false)] {
-        let mut common = vec!["-d", &dev, "-g", &gid, "-p", port];
-        common.extend_from_slice(extra);
-        let client_args = [&common[..], &["127.0.0.1"]].concat();
-        let (ours, theirs) = if c_serves {
-            let server = spawn(Command::new("ibv_srq_pingpong").args(&common));
-            let client = run_client(example("srq_pingpong"), &client_args);
-            (client, finish(server, "ibv_srq_pingpong server"))
-        } else {
-            let server = spawn(Command::new(example("srq_pingpong")).args(&common));
-            let client = run_client("ibv_srq_pingpong", &client_args);
-            (finish(server, "srq_pingpong server"), client)
-        };
-        let what = format!(
-            "srq_pingpong {} (ibv_srq_pingpong serves: {c_serves})",
-            common.join(" ")
-        );
-        assert_status(&ours, 0, &what);
-        assert_status(&theirs, 0, &format!("ibv_srq_pingpong, against {what}"));
-        runs.push((what, ours, theirs));
-    }
-    runs
+    let args = [&["-d", &dev, "-g", &gid][..], extra].concat();
+    support::examples::both_ways("srq_pingpong", "ibv_srq_pingpong", ports, &args)
 }
 
 /// The address lines of each QP (`local address:` / `remote address:`).

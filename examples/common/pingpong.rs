@@ -43,7 +43,7 @@ impl Dest {
     }
 
     /// The 52 bytes rdma-core sends: `"%04x:%06x:%06x:%s"` and a NUL.
-    pub fn to_wire(&self) -> [u8; MSG_LEN] {
+    pub fn to_wire(self) -> [u8; MSG_LEN] {
         let text = format!(
             "{:04x}:{:06x}:{:06x}:{}",
             self.lid,

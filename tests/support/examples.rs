@@ -24,7 +24,8 @@ pub fn example(name: &str) -> PathBuf {
     let path = profile.join("examples").join(name);
     assert!(
         path.exists(),
-        "{} is missing: build the examples first (cargo build --examples)",
+        "{} is missing: build the examples first (cargo build --examples, with the \
+         features the example needs)",
         path.display()
     );
     path
@@ -75,4 +76,36 @@ pub fn run_client(program: impl AsRef<std::ffi::OsStr>, args: &[&str]) -> Output
         }
         std::thread::sleep(Duration::from_millis(300));
     }
+}
+
+/// The example `ours` and rdma-core's tool `theirs` against each other, each
+/// serving once: the tool on TCP port `ports[0]`, the example on
+/// `ports[1]`, both with `args` (and `-p PORT`; the client with the
+/// server's address, 127.0.0.1, last). Both must exit 0. Returns, per run,
+/// what ran (for messages), the example's output and the tool's.
+pub fn both_ways(
+    ours: &str,
+    theirs: &str,
+    ports: [&str; 2],
+    args: &[&str],
+) -> Vec<(String, Output, Output)> {
+    let mut runs = Vec::new();
+    for (port, c_serves) in [(ports[0], true), (ports[1], false)] {
+        let common = [args, &["-p", port]].concat();
+        let client_args = [&common[..], &["127.0.0.1"]].concat();
+        let (mine, tool) = if c_serves {
+            let server = spawn(Command::new(theirs).args(&common));
+            let client = run_client(example(ours), &client_args);
+            (client, finish(server, &format!("{theirs} server")))
+        } else {
+            let server = spawn(Command::new(example(ours)).args(&common));
+            let client = run_client(theirs, &client_args);
+            (finish(server, &format!("{ours} server")), client)
+        };
+        let what = format!("{ours} {} ({theirs} serves: {c_serves})", common.join(" "));
+        assert_status(&mine, 0, &what);
+        assert_status(&tool, 0, &format!("{theirs}, against {what}"));
+        runs.push((what, mine, tool));
+    }
+    runs
 }
