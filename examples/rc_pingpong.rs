@@ -40,8 +40,8 @@
 
 mod common;
 
-use common::pingpong::{self, Dest};
-use common::{connect_options, exit, open_device, random_psn, val, Cli, Failure};
+use common::pingpong::{self, Config, Dest};
+use common::{exit, random_psn, Cli, Failure};
 use mlx5dv::*;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -77,56 +77,13 @@ const SEND_WRID: u64 = 1 << 32;
 /// How long the loop waits without any completion before it gives up.
 const STALL: Duration = Duration::from_secs(60);
 
-struct Config {
-    tcp_port: u16,
-    size: usize,
-    rx_depth: u32,
-    iters: u64,
-    host: Option<String>,
-    opts: ConnectOptions,
-}
-
 fn main() -> ExitCode {
-    let cli = Cli::parse_with_device(
-        PROG,
-        USAGE,
-        &[
-            val('p', "port"),
-            val('s', "size"),
-            val('m', "mtu"),
-            val('r', "rx-depth"),
-            val('n', "iters"),
-            val('l', "sl"),
-        ],
-    );
+    let cli = Cli::parse_with_device(PROG, USAGE, &pingpong::options());
     exit(PROG, run(&cli))
 }
 
 fn run(cli: &Cli) -> Result<(), Failure> {
-    let ib_port: u8 = cli.num_or("ib-port", 1);
-    let size: usize = cli.num_or("size", 4096);
-    let rx_depth: u32 = cli.num_or("rx-depth", 500);
-    if size == 0 || rx_depth == 0 || ib_port == 0 {
-        common::usage_error(PROG, "--size, --rx-depth and --ib-port must be at least 1");
-    }
-    let host = cli.host().map(str::to_string);
-    // As the C tool: MTU 1024 unless -m, GID only with -g.
-    let mtu = cli.mtu().unwrap_or(Mtu::Mtu1024);
-    let (gid_index, sl) = (cli.num("gid-idx"), cli.num_or("sl", 0));
-    let (tcp_port, iters) = (cli.num_or("port", 18515), cli.num_or("iters", 1000));
-    let ctx = open_device(cli.text("ib-dev"))?;
-    let mut opts = connect_options(&ctx, ib_port, None, Some(mtu))?;
-    opts.gid_index = gid_index;
-    opts.sl = sl;
-    opts.access = AccessFlags::empty();
-    let cfg = Config {
-        tcp_port,
-        size,
-        rx_depth,
-        iters,
-        host,
-        opts,
-    };
+    let (ctx, cfg) = Config::open(PROG, cli, |_| Ok(()))?;
     pingpong(&ctx, &cfg)
 }
 
@@ -135,10 +92,7 @@ fn pingpong(ctx: &Context, cfg: &Config) -> Result<(), Failure> {
     // The memory: one send buffer, and one receive slot per posted receive.
     let mut send_mr = MemoryRegion::new(&pd, cfg.size, AccessFlags::LOCAL_WRITE)?;
     send_mr.as_mut_slice()?.fill(PAYLOAD);
-    let recv_len = cfg
-        .size
-        .checked_mul(cfg.rx_depth as usize)
-        .ok_or("--size × --rx-depth is too large".to_string())?;
+    let recv_len = cfg.recv_len()?;
     let recv_mr = MemoryRegion::new(&pd, recv_len, AccessFlags::LOCAL_WRITE)?;
     let mut cq = CompletionQueue::new(ctx, cfg.rx_depth + 2)?;
     // Declared after the memory, so dropped (destroyed) before it.

@@ -41,7 +41,7 @@
 mod common;
 
 use common::pingpong::{self, Dest};
-use common::{connect_options, exit, flag, open_device, random_psn, val, Cli, Failure};
+use common::{exit, flag, random_psn, val, Cli, Failure};
 use mlx5dv::*;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -85,15 +85,11 @@ const STALL: Duration = Duration::from_secs(60);
 const RECV: u8 = 1;
 const SEND: u8 = 2;
 
+/// The shared options', and this tool's own: QPs, and CQ events.
 struct Config {
-    tcp_port: u16,
-    size: usize,
+    pp: pingpong::Config,
     num_qp: usize,
-    rx_depth: u32,
-    iters: u64,
     events: bool,
-    host: Option<String>,
-    opts: ConnectOptions,
 }
 
 fn main() -> ExitCode {
@@ -101,27 +97,18 @@ fn main() -> ExitCode {
         PROG,
         USAGE,
         &[
-            val('p', "port"),
-            val('s', "size"),
-            val('m', "mtu"),
-            val('q', "num-qp"),
-            val('r', "rx-depth"),
-            val('n', "iters"),
-            val('l', "sl"),
-            flag('e', "events"),
-            flag('c', "chk"),
-        ],
+            &pingpong::options()[..],
+            &[val('q', "num-qp"), flag('e', "events"), flag('c', "chk")],
+        ]
+        .concat(),
     );
     exit(PROG, run(&cli))
 }
 
 fn run(cli: &Cli) -> Result<(), Failure> {
-    let ib_port: u8 = cli.num_or("ib-port", 1);
-    let size: usize = cli.num_or("size", 4096);
-    let rx_depth: u32 = cli.num_or("rx-depth", 500);
     let num_qp: usize = cli.num_or("num-qp", 16);
-    if size == 0 || rx_depth == 0 || num_qp == 0 {
-        common::usage_error(PROG, "--size, --rx-depth and --num-qp must be at least 1");
+    if num_qp == 0 {
+        common::usage_error(PROG, "--num-qp must be at least 1");
     }
     if num_qp >= MAX_QP {
         common::usage_error(
@@ -129,29 +116,19 @@ fn run(cli: &Cli) -> Result<(), Failure> {
             &format!("--num-qp {num_qp} must be less than {MAX_QP}"),
         );
     }
-    if num_qp > rx_depth as usize {
-        return Err(Failure::Failed(format!(
-            "rx_depth {rx_depth} is too small for {num_qp} QPs -- must have at least one \
-             receive per QP."
-        )));
-    }
-    let host = cli.host().map(str::to_string);
-    // As the C tool: MTU 1024 unless -m, GID only with -g.
-    let mtu = cli.mtu().unwrap_or(Mtu::Mtu1024);
-    let ctx = open_device(cli.text("ib-dev"))?;
-    let mut opts = connect_options(&ctx, ib_port, None, Some(mtu))?;
-    opts.gid_index = cli.num("gid-idx");
-    opts.sl = cli.num_or("sl", 0);
-    opts.access = AccessFlags::empty();
+    let (ctx, pp) = pingpong::Config::open(PROG, cli, |rx_depth| {
+        if num_qp > rx_depth as usize {
+            return Err(Failure::Failed(format!(
+                "rx_depth {rx_depth} is too small for {num_qp} QPs -- must have at least \
+                 one receive per QP."
+            )));
+        }
+        Ok(())
+    })?;
     let cfg = Config {
-        tcp_port: cli.num_or("port", 18515),
-        size,
+        pp,
         num_qp,
-        rx_depth,
-        iters: cli.num_or("iters", 1000),
         events: cli.flag("events"),
-        host,
-        opts,
     };
     pingpong(&ctx, &cfg)
 }
@@ -164,7 +141,7 @@ struct Completions {
 
 impl Completions {
     fn new(ctx: &Context, cfg: &Config) -> Result<Completions, Failure> {
-        let cqe = cfg.rx_depth + cfg.num_qp as u32;
+        let cqe = cfg.pp.rx_depth + cfg.num_qp as u32;
         if !cfg.events {
             let cq = CompletionQueue::new(ctx, cqe)?;
             return Ok(Completions { cq, channel: None });
@@ -214,16 +191,13 @@ fn pingpong(ctx: &Context, cfg: &Config) -> Result<(), Failure> {
     let pd = ProtectionDomain::new(ctx)?;
     // The memory: one send buffer (zeroes), and one receive slot per
     // posted receive.
-    let send_mr = MemoryRegion::new(&pd, cfg.size, AccessFlags::LOCAL_WRITE)?;
-    let recv_len = cfg
-        .size
-        .checked_mul(cfg.rx_depth as usize)
-        .ok_or("--size × --rx-depth is too large".to_string())?;
+    let send_mr = MemoryRegion::new(&pd, cfg.pp.size, AccessFlags::LOCAL_WRITE)?;
+    let recv_len = cfg.pp.recv_len()?;
     let recv_mr = MemoryRegion::new(&pd, recv_len, AccessFlags::LOCAL_WRITE)?;
     let mut wcs = Completions::new(ctx, cfg)?;
     // Declared after the memory, so dropped (destroyed) before it; each
     // QP holds the SRQ, which goes after the last of them.
-    let srq = SharedReceiveQueue::new(&pd, cfg.rx_depth, 1)?;
+    let srq = SharedReceiveQueue::new(&pd, cfg.pp.rx_depth, 1)?;
     let mut qps = (0..cfg.num_qp)
         .map(|_| {
             let qp = QpBuilder::rc(&pd, &wcs.cq, &wcs.cq)
@@ -236,47 +210,47 @@ fn pingpong(ctx: &Context, cfg: &Config) -> Result<(), Failure> {
                 })
                 .send_ops(SendOps::SEND)
                 .build()?;
-            qp.to_init(cfg.opts.port, cfg.opts.access)?;
+            qp.to_init(cfg.pp.opts.port, cfg.pp.opts.access)?;
             Ok(qp)
         })
         .collect::<Result<Vec<RcQp>, Failure>>()?;
-    for slot in 0..cfg.rx_depth as usize {
-        post_recv(&srq, &recv_mr, slot, cfg.size)?;
+    for slot in 0..cfg.pp.rx_depth as usize {
+        post_recv(&srq, &recv_mr, slot, cfg.pp.size)?;
     }
 
     // This side's addresses, then the all-zero ones the C tool sends for
     // the QPs it does not have.
     let mut mine = vec![Dest::default(); MAX_QP];
     for (d, qp) in mine.iter_mut().zip(&qps) {
-        *d = Dest::of(&qp.endpoint(random_psn(), &cfg.opts)?);
+        *d = Dest::of(&qp.endpoint(random_psn(), &cfg.pp.opts)?);
         d.print("local");
     }
-    let peers = match &cfg.host {
-        Some(host) => pingpong::client_exchange(host, cfg.tcp_port, &mine)?,
-        None => pingpong::server_exchange(cfg.tcp_port, &mine, |peers| {
+    let peers = match &cfg.pp.host {
+        Some(host) => pingpong::client_exchange(host, cfg.pp.tcp_port, &mine)?,
+        None => pingpong::server_exchange(cfg.pp.tcp_port, &mine, |peers| {
             connect(&qps, cfg, &mine, peers)
         })?,
     };
     for p in &peers[..cfg.num_qp] {
         p.print("remote");
     }
-    if cfg.host.is_some() {
+    if cfg.pp.host.is_some() {
         connect(&qps, cfg, &mine, &peers)?;
     }
 
     // The loop of the C tool: a QP sends its next message when its
     // previous send and a receive of its own have both completed.
     let mut pending = vec![RECV; cfg.num_qp];
-    if cfg.host.is_some() {
+    if cfg.pp.host.is_some() {
         for (qp, p) in qps.iter_mut().zip(&mut pending) {
-            pingpong::post_send(qp, &send_mr, cfg.size, SEND_WRID)?;
+            pingpong::post_send(qp, &send_mr, cfg.pp.size, SEND_WRID)?;
             *p |= SEND;
         }
     }
     let start = Instant::now();
     let (mut rcnt, mut scnt) = (0u64, 0u64);
-    while rcnt < cfg.iters || scnt < cfg.iters {
-        let wc = wcs.next((scnt, rcnt, cfg.iters))?;
+    while rcnt < cfg.pp.iters || scnt < cfg.pp.iters {
+        let wc = wcs.next((scnt, rcnt, cfg.pp.iters))?;
         if !wc.status.is_success() {
             return Err(Failure::Failed(format!(
                 "failed status {} for wr_id {:#x}",
@@ -292,21 +266,21 @@ fn pingpong(ctx: &Context, cfg: &Config) -> Result<(), Failure> {
             pending[i] &= !SEND;
         } else {
             let slot = wc.wr_id as usize;
-            pingpong::check_message(&recv_mr, (slot, cfg.size), wc.byte_len, rcnt, PAYLOAD)?;
-            post_recv(&srq, &recv_mr, slot, cfg.size)?;
+            pingpong::check_message(&recv_mr, (slot, cfg.pp.size), wc.byte_len, rcnt, PAYLOAD)?;
+            post_recv(&srq, &recv_mr, slot, cfg.pp.size)?;
             rcnt += 1;
             pending[i] &= !RECV;
         }
-        if scnt < cfg.iters && pending[i] == 0 {
-            pingpong::post_send(&mut qps[i], &send_mr, cfg.size, SEND_WRID)?;
+        if scnt < cfg.pp.iters && pending[i] == 0 {
+            pingpong::post_send(&mut qps[i], &send_mr, cfg.pp.size, SEND_WRID)?;
             pending[i] = RECV | SEND;
         }
     }
-    pingpong::report(cfg.size, cfg.iters, start.elapsed());
+    pingpong::report(cfg.pp.size, cfg.pp.iters, start.elapsed());
     println!(
         "{rcnt} messages of {} bytes received on {} QPs of one SRQ and checked (every byte \
          {PAYLOAD:#04x})",
-        cfg.size, cfg.num_qp
+        cfg.pp.size, cfg.num_qp
     );
     // The receives still posted are flushed when the SRQ is destroyed,
     // after its QPs, on drop, before the memory is deregistered.
@@ -316,8 +290,8 @@ fn pingpong(ctx: &Context, cfg: &Config) -> Result<(), Failure> {
 /// INIT → RTR → RTS: QP `i` towards the peer's QP `i`.
 fn connect(qps: &[RcQp], cfg: &Config, mine: &[Dest], peers: &[Dest]) -> Result<(), Failure> {
     for ((qp, me), peer) in qps.iter().zip(mine).zip(peers) {
-        qp.to_rtr(&peer.endpoint(), &cfg.opts)?;
-        qp.to_rts(me.psn, &cfg.opts)?;
+        qp.to_rtr(&peer.endpoint(), &cfg.pp.opts)?;
+        qp.to_rts(me.psn, &cfg.pp.opts)?;
     }
     Ok(())
 }

@@ -3,10 +3,79 @@
 //! 52-byte address message, the TCP exchange of one or more of them, one
 //! signalled send, the check of a received message and the closing report.
 
-use super::Failure;
+use super::{connect_options, open_device, val, Cli, Failure, Opt};
 use mlx5dv::*;
 use std::io::{Read, Write};
 use std::time::Duration;
+
+/// The options the C tools share besides `-d`, `-i` and `-g`
+/// ([`Cli::parse_with_device`]): `-p -s -m -r -n -l`.
+pub fn options() -> [Opt; 6] {
+    [
+        val('p', "port"),
+        val('s', "size"),
+        val('m', "mtu"),
+        val('r', "rx-depth"),
+        val('n', "iters"),
+        val('l', "sl"),
+    ]
+}
+
+/// What the shared options say, with the C tools' defaults, and the
+/// connection options they make.
+pub struct Config {
+    pub tcp_port: u16,
+    pub size: usize,
+    pub rx_depth: u32,
+    pub iters: u64,
+    pub host: Option<String>,
+    pub opts: ConnectOptions,
+}
+
+impl Config {
+    /// Reads the shared options (a size, receive depth or port of 0 is bad
+    /// usage, exit 2), runs `check` on the receive depth (a tool's own
+    /// checks, made before the device as the C tool makes them), opens the
+    /// device (`-d`, else the first) and makes the connection options as
+    /// the C tools do: MTU 1024 unless `-m`, a GID only with `-g`, the SL
+    /// of `-l`, no remote access.
+    pub fn open(
+        prog: &str,
+        cli: &Cli,
+        check: impl FnOnce(u32) -> Result<(), Failure>,
+    ) -> Result<(Context, Config), Failure> {
+        let ib_port: u8 = cli.num_or("ib-port", 1);
+        let size: usize = cli.num_or("size", 4096);
+        let rx_depth: u32 = cli.num_or("rx-depth", 500);
+        if size == 0 || rx_depth == 0 || ib_port == 0 {
+            super::usage_error(prog, "--size, --rx-depth and --ib-port must be at least 1");
+        }
+        let host = cli.host().map(str::to_string);
+        check(rx_depth)?;
+        let mtu = cli.mtu().unwrap_or(Mtu::Mtu1024);
+        let ctx = open_device(cli.text("ib-dev"))?;
+        let mut opts = connect_options(&ctx, ib_port, None, Some(mtu))?;
+        opts.gid_index = cli.num("gid-idx");
+        opts.sl = cli.num_or("sl", 0);
+        opts.access = AccessFlags::empty();
+        let cfg = Config {
+            tcp_port: cli.num_or("port", 18515),
+            size,
+            rx_depth,
+            iters: cli.num_or("iters", 1000),
+            host,
+            opts,
+        };
+        Ok((ctx, cfg))
+    }
+
+    /// The bytes of one receive slot per posted receive (`-s` × `-r`).
+    pub fn recv_len(&self) -> Result<usize, Failure> {
+        self.size
+            .checked_mul(self.rx_depth as usize)
+            .ok_or_else(|| Failure::Failed("--size × --rx-depth is too large".into()))
+    }
+}
 
 /// The size of one address message, with its NUL:
 /// `sizeof "0000:000000:000000:00000000000000000000000000000000"`.
