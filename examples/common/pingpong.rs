@@ -50,19 +50,22 @@ impl Config {
         if size == 0 || rx_depth == 0 || ib_port == 0 {
             super::usage_error(prog, "--size, --rx-depth and --ib-port must be at least 1");
         }
+        // Every value read (and refused, exit 2) before the device is opened.
         let host = cli.host().map(str::to_string);
-        check(rx_depth)?;
+        let (gid_index, sl) = (cli.num("gid-idx"), cli.num_or("sl", 0));
+        let (tcp_port, iters) = (cli.num_or("port", 18515), cli.num_or("iters", 1000));
         let mtu = cli.mtu().unwrap_or(Mtu::Mtu1024);
+        check(rx_depth)?;
         let ctx = open_device(cli.text("ib-dev"))?;
         let mut opts = connect_options(&ctx, ib_port, None, Some(mtu))?;
-        opts.gid_index = cli.num("gid-idx");
-        opts.sl = cli.num_or("sl", 0);
+        opts.gid_index = gid_index;
+        opts.sl = sl;
         opts.access = AccessFlags::empty();
         let cfg = Config {
-            tcp_port: cli.num_or("port", 18515),
+            tcp_port,
             size,
             rx_depth,
-            iters: cli.num_or("iters", 1000),
+            iters,
             host,
             opts,
         };
