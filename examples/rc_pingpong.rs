@@ -40,10 +40,9 @@
 
 mod common;
 
-use common::{connect_options, exit, open_device, random_psn, val, Cli, Failure};
+use common::pingpong::{self, Config, Dest};
+use common::{exit, random_psn, Cli, Failure};
 use mlx5dv::*;
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -71,9 +70,6 @@ Options:
 Exit status: 0 success, 1 failure, 2 bad usage.
 ";
 
-/// The size of the exchange message, with its NUL:
-/// `sizeof "0000:000000:000000:00000000000000000000000000000000"`.
-const MSG_LEN: usize = 52;
 /// The payload byte of rdma-core's tool.
 const PAYLOAD: u8 = 0x7b;
 /// The send's work-request id; a receive's is its buffer slot.
@@ -81,111 +77,13 @@ const SEND_WRID: u64 = 1 << 32;
 /// How long the loop waits without any completion before it gives up.
 const STALL: Duration = Duration::from_secs(60);
 
-/// What the two sides exchange (`struct pingpong_dest`).
-struct Dest {
-    lid: u16,
-    qpn: u32,
-    psn: u32,
-    gid: Gid,
-}
-
-impl Dest {
-    /// The 52 bytes rdma-core sends: `"%04x:%06x:%06x:%s"` and a NUL.
-    fn to_wire(&self) -> [u8; MSG_LEN] {
-        let text = format!(
-            "{:04x}:{:06x}:{:06x}:{}",
-            self.lid,
-            self.qpn,
-            self.psn,
-            common::gid_to_hex(self.gid)
-        );
-        let mut msg = [0u8; MSG_LEN];
-        msg[..text.len()].copy_from_slice(text.as_bytes());
-        msg
-    }
-
-    /// Reads what `sscanf(msg, "%x:%x:%x:%s")` reads.
-    fn from_wire(msg: &[u8]) -> Result<Dest, Failure> {
-        let end = msg.iter().position(|&b| b == 0).unwrap_or(msg.len());
-        let text = std::str::from_utf8(&msg[..end]).unwrap_or("");
-        let bad = || Failure::Failed(format!("bad address message from the peer: {text:?}"));
-        let mut parts = text.splitn(4, ':');
-        let mut hex = || u32::from_str_radix(parts.next().unwrap_or(""), 16).map_err(|_| bad());
-        let (lid, qpn, psn) = (hex()?, hex()?, hex()?);
-        let gid = parts
-            .next()
-            .and_then(common::gid_from_hex)
-            .ok_or_else(bad)?;
-        Ok(Dest {
-            lid: u16::try_from(lid).map_err(|_| bad())?,
-            qpn,
-            psn,
-            gid,
-        })
-    }
-
-    fn print(&self, who: &str) {
-        println!(
-            "  {who} address:{} LID {:#06x}, QPN {:#08x}, PSN {:#08x}, GID {}",
-            if who == "local" { " " } else { "" },
-            self.lid,
-            self.qpn,
-            self.psn,
-            self.gid
-        );
-    }
-}
-
-struct Config {
-    tcp_port: u16,
-    size: usize,
-    rx_depth: u32,
-    iters: u64,
-    host: Option<String>,
-    opts: ConnectOptions,
-}
-
 fn main() -> ExitCode {
-    let cli = Cli::parse_with_device(
-        PROG,
-        USAGE,
-        &[
-            val('p', "port"),
-            val('s', "size"),
-            val('m', "mtu"),
-            val('r', "rx-depth"),
-            val('n', "iters"),
-            val('l', "sl"),
-        ],
-    );
+    let cli = Cli::parse_with_device(PROG, USAGE, &pingpong::options());
     exit(PROG, run(&cli))
 }
 
 fn run(cli: &Cli) -> Result<(), Failure> {
-    let ib_port: u8 = cli.num_or("ib-port", 1);
-    let size: usize = cli.num_or("size", 4096);
-    let rx_depth: u32 = cli.num_or("rx-depth", 500);
-    if size == 0 || rx_depth == 0 || ib_port == 0 {
-        common::usage_error(PROG, "--size, --rx-depth and --ib-port must be at least 1");
-    }
-    let host = cli.host().map(str::to_string);
-    // As the C tool: MTU 1024 unless -m, GID only with -g.
-    let mtu = cli.mtu().unwrap_or(Mtu::Mtu1024);
-    let (gid_index, sl) = (cli.num("gid-idx"), cli.num_or("sl", 0));
-    let (tcp_port, iters) = (cli.num_or("port", 18515), cli.num_or("iters", 1000));
-    let ctx = open_device(cli.text("ib-dev"))?;
-    let mut opts = connect_options(&ctx, ib_port, None, Some(mtu))?;
-    opts.gid_index = gid_index;
-    opts.sl = sl;
-    opts.access = AccessFlags::empty();
-    let cfg = Config {
-        tcp_port,
-        size,
-        rx_depth,
-        iters,
-        host,
-        opts,
-    };
+    let (ctx, cfg) = Config::open(PROG, cli, |_| Ok(()))?;
     pingpong(&ctx, &cfg)
 }
 
@@ -194,10 +92,7 @@ fn pingpong(ctx: &Context, cfg: &Config) -> Result<(), Failure> {
     // The memory: one send buffer, and one receive slot per posted receive.
     let mut send_mr = MemoryRegion::new(&pd, cfg.size, AccessFlags::LOCAL_WRITE)?;
     send_mr.as_mut_slice()?.fill(PAYLOAD);
-    let recv_len = cfg
-        .size
-        .checked_mul(cfg.rx_depth as usize)
-        .ok_or("--size × --rx-depth is too large".to_string())?;
+    let recv_len = cfg.recv_len()?;
     let recv_mr = MemoryRegion::new(&pd, recv_len, AccessFlags::LOCAL_WRITE)?;
     let mut cq = CompletionQueue::new(ctx, cfg.rx_depth + 2)?;
     // Declared after the memory, so dropped (destroyed) before it.
@@ -216,20 +111,15 @@ fn pingpong(ctx: &Context, cfg: &Config) -> Result<(), Failure> {
         post_recv(&mut qp, &recv_mr, slot, cfg.size)?;
     }
 
-    let me = {
-        let e = qp.endpoint(random_psn(), &cfg.opts)?;
-        Dest {
-            lid: e.lid,
-            qpn: e.qpn,
-            psn: e.psn,
-            gid: e.gid,
-        }
-    };
+    let me = Dest::of(&qp.endpoint(random_psn(), &cfg.opts)?);
     me.print("local");
-    let peer = match &cfg.host {
-        Some(host) => client_exchange(host, cfg.tcp_port, &me)?,
-        None => server_exchange(&qp, cfg, &me)?,
+    let peers = match &cfg.host {
+        Some(host) => pingpong::client_exchange(host, cfg.tcp_port, &[me])?,
+        None => pingpong::server_exchange(cfg.tcp_port, &[me], |peers| {
+            connect(&qp, cfg, &me, &peers[0])
+        })?,
     };
+    let peer = peers[0];
     peer.print("remote");
     if cfg.host.is_some() {
         connect(&qp, cfg, &me, &peer)?;
@@ -241,7 +131,7 @@ fn pingpong(ctx: &Context, cfg: &Config) -> Result<(), Failure> {
     const SEND: u8 = 2;
     let mut pending = RECV;
     if cfg.host.is_some() {
-        post_send(&mut qp, &send_mr, cfg.size)?;
+        pingpong::post_send(&mut qp, &send_mr, cfg.size, SEND_WRID)?;
         pending |= SEND;
     }
     let start = Instant::now();
@@ -271,28 +161,17 @@ fn pingpong(ctx: &Context, cfg: &Config) -> Result<(), Failure> {
             pending &= !SEND;
         } else {
             let slot = wc.wr_id as usize;
-            check_message(&recv_mr, slot, cfg.size, wc.byte_len, rcnt)?;
+            pingpong::check_message(&recv_mr, (slot, cfg.size), wc.byte_len, rcnt, PAYLOAD)?;
             post_recv(&mut qp, &recv_mr, slot, cfg.size)?;
             rcnt += 1;
             pending &= !RECV;
         }
         if scnt < cfg.iters && pending == 0 {
-            post_send(&mut qp, &send_mr, cfg.size)?;
+            pingpong::post_send(&mut qp, &send_mr, cfg.size, SEND_WRID)?;
             pending = RECV | SEND;
         }
     }
-    let secs = start.elapsed().as_secs_f64();
-    let usec = secs * 1e6;
-    let bytes = cfg.size as u64 * cfg.iters * 2;
-    println!(
-        "{bytes} bytes in {secs:.2} seconds = {:.2} Mbit/sec",
-        bytes as f64 * 8.0 / usec
-    );
-    println!(
-        "{} iters in {secs:.2} seconds = {:.2} usec/iter",
-        cfg.iters,
-        usec / cfg.iters as f64
-    );
+    pingpong::report(cfg.size, cfg.iters, start.elapsed());
     println!(
         "{rcnt} messages of {} bytes received and checked (every byte {PAYLOAD:#04x})",
         cfg.size
@@ -302,49 +181,9 @@ fn pingpong(ctx: &Context, cfg: &Config) -> Result<(), Failure> {
     Ok(())
 }
 
-/// The client's side of the exchange: sends its address, reads the
-/// server's, says "done".
-fn client_exchange(host: &str, port: u16, me: &Dest) -> Result<Dest, Failure> {
-    // As the C client: one attempt, no retry (`pp_client_exch_dest`).
-    let mut s = common::connect_to_server(host, port, common::Wait::Once)?;
-    s.write_all(&me.to_wire())?;
-    let mut msg = [0u8; MSG_LEN];
-    s.read_exact(&mut msg)
-        .map_err(|e| format!("couldn't read the remote address: {e}"))?;
-    s.write_all(b"done\0")?;
-    Dest::from_wire(&msg)
-}
-
-/// The server's side: reads the client's address, connects the QP (so it
-/// is ready before the client's first send), sends its own, reads "done".
-fn server_exchange(qp: &RcQp, cfg: &Config, me: &Dest) -> Result<Dest, Failure> {
-    let mut s: TcpStream = common::accept_one(cfg.tcp_port)?;
-    let mut msg = [0u8; MSG_LEN];
-    s.read_exact(&mut msg)
-        .map_err(|e| format!("couldn't read the remote address: {e}"))?;
-    let peer = Dest::from_wire(&msg)?;
-    connect(qp, cfg, me, &peer)?;
-    s.write_all(&me.to_wire())?;
-    // The client's "done"; the C client closes right after it.
-    let done = common::read_some(&mut s, MSG_LEN)?;
-    if !done.starts_with(b"done") {
-        return Err(Failure::Failed(format!(
-            "expected \"done\" from the client, got {:?}",
-            String::from_utf8_lossy(&done)
-        )));
-    }
-    Ok(peer)
-}
-
 /// INIT → RTR → RTS towards the peer.
 fn connect(qp: &RcQp, cfg: &Config, me: &Dest, peer: &Dest) -> Result<(), Failure> {
-    let remote = Endpoint {
-        qpn: peer.qpn,
-        psn: peer.psn,
-        lid: peer.lid,
-        gid: peer.gid,
-    };
-    qp.to_rtr(&remote, &cfg.opts)?;
+    qp.to_rtr(&peer.endpoint(), &cfg.opts)?;
     qp.to_rts(me.psn, &cfg.opts)?;
     Ok(())
 }
@@ -356,47 +195,5 @@ fn post_recv(qp: &mut RcQp, mr: &MemoryRegion, slot: usize, size: usize) -> Resu
     // before it); the slot is read only after this receive's completion and
     // before it is posted again.
     unsafe { qp.post_recv(slot as u64, &[sge])? };
-    Ok(())
-}
-
-/// Posts one signalled send of the send buffer, through a batch.
-fn post_send(qp: &mut RcQp, mr: &MemoryRegion, size: usize) -> Result<(), Failure> {
-    let mut batch = qp.batch();
-    batch
-        .wr(SEND_WRID)
-        .signaled()
-        .send()
-        .sge(mr.sge(0..size)?)?;
-    // SAFETY: the send buffer is never written after it was filled, and
-    // lives until after the QP is destroyed (declared before it).
-    unsafe { batch.complete()? };
-    Ok(())
-}
-
-/// Checks the message received into `slot`.
-fn check_message(
-    mr: &MemoryRegion,
-    slot: usize,
-    size: usize,
-    byte_len: u32,
-    n: u64,
-) -> Result<(), Failure> {
-    if byte_len as usize != size {
-        return Err(Failure::Failed(format!(
-            "message {n}: {byte_len} bytes received, {size} expected (use the same -s on both sides)"
-        )));
-    }
-    // SAFETY: the slot's receive has completed and it is not posted again
-    // until this check is done: the device does not write these bytes now
-    // (it may write other slots, which this slice does not cover).
-    let data = unsafe {
-        std::slice::from_raw_parts((mr.addr() as usize + slot * size) as *const u8, size)
-    };
-    if let Some(at) = data.iter().position(|&b| b != PAYLOAD) {
-        return Err(Failure::Failed(format!(
-            "message {n}: byte {at} is {:#04x}, expected {PAYLOAD:#04x}",
-            data[at]
-        )));
-    }
     Ok(())
 }

@@ -465,7 +465,7 @@ pub use qp::{
     RemoteDct, RemoteReadAtomic, RemoteWrite, SendOps, Transport,
 };
 pub use qp::{XrcIniQp, XrcInitiator, XrcSrqn};
-pub use srq::SharedReceiveQueue;
+pub use srq::{SharedReceiveQueue, SrqAttr};
 #[cfg(mlx5dv_ibv_wr_flush)]
 pub use wr::{FlushLevel, FlushPlacement};
 pub use wr::{MemcpyOp, MrInterleaved, ScopedBatch, SendFlags, WrBatch};

@@ -1,4 +1,9 @@
-//! Shared receive queues (`ibv_create_srq(3)`): the receive side of DCTs.
+//! Shared receive queues (`ibv_create_srq(3)`): the receive side of DCTs,
+//! and of RC QPs made with [`QpBuilder::srq`](crate::QpBuilder::srq).
+
+mod limit;
+
+pub use limit::SrqAttr;
 
 use crate::error::{check, Error, Result};
 use crate::ffi;
@@ -9,7 +14,9 @@ use std::ptr::NonNull;
 use std::sync::Arc;
 
 /// A shared receive queue, destroyed when its last handle goes. A cheap,
-/// cloneable handle; DCTs made on it keep it alive.
+/// cloneable handle; DCTs and QPs made on it keep it alive, so it is
+/// destroyed after the last of them (`ibv_destroy_srq` fails while a QP
+/// is on it).
 #[derive(Clone)]
 pub struct SharedReceiveQueue(Arc<SrqInner>);
 

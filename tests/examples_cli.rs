@@ -40,6 +40,7 @@ fn examples() -> Vec<&'static str> {
         "raw_wqe",
         "rc_pingpong",
         "rc_write",
+        "srq_pingpong",
         "xsrq_pingpong",
     ];
     if cfg!(feature = "tokio") {
@@ -158,7 +159,7 @@ fn numeric_option(name: &str) -> Option<&'static str> {
 fn takes_a_host(name: &str) -> bool {
     matches!(
         name,
-        "dc_write" | "rc_pingpong" | "rc_write" | "tokio_echo" | "xsrq_pingpong"
+        "dc_write" | "rc_pingpong" | "rc_write" | "srq_pingpong" | "tokio_echo" | "xsrq_pingpong"
     )
 }
 
@@ -250,6 +251,17 @@ fn every_example_refuses_bad_usage_with_status_2_before_the_device() {
             "--rx-depth: 0x100000000 is out of range",
         ),
         ("devinfo", &["-v=1"], "option '-v' takes no value"),
+        (
+            "srq_pingpong",
+            &["-q", "256"],
+            "--num-qp 256 must be less than 256",
+        ),
+        ("srq_pingpong", &["-q", "0"], "must be at least 1"),
+        (
+            "srq_pingpong",
+            &["--events=1"],
+            "option '--events' takes no value",
+        ),
     ] {
         assert_usage_error(name, &[&["-d", NODEV][..], args].concat(), want);
     }
@@ -350,6 +362,14 @@ fn getopt_forms_parse_and_go_on_to_the_device() {
         (
             "rc_pingpong",
             vec!["--mtu=2048", "--sl", "1", &ib_dev, "--", "host"],
+        ),
+        (
+            "srq_pingpong",
+            vec!["-ecq4", "-r8", "-n5", "-s64", &d, "host"],
+        ),
+        (
+            "srq_pingpong",
+            vec!["--num-qp=2", "--events", "--chk", &ib_dev],
         ),
         ("rc_write", vec![&ld]),
         (

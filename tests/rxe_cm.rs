@@ -20,10 +20,10 @@ use mlx5dv::cm::{CmId, ConnParam, EventChannel};
 use mlx5dv::*;
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::AsFd;
-use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
+use support::examples::example;
 use support::rig;
 
 const T: Duration = Duration::from_secs(20);
@@ -380,21 +380,6 @@ fn bad_input_is_refused_before_any_c_call() {
 }
 
 // ---- rdma-core's rping against the example ----
-
-fn example(name: &str) -> PathBuf {
-    let exe = std::env::current_exe().expect("current_exe");
-    let profile = exe
-        .parent()
-        .and_then(|deps| deps.parent())
-        .expect("test executable in target/<profile>/deps");
-    let path = profile.join("examples").join(name);
-    assert!(
-        path.exists(),
-        "{} is missing: build the examples first (cargo build --features rdma-cm --examples)",
-        path.display()
-    );
-    path
-}
 
 /// Runs `server` and, once it listens, `client`; returns both outputs.
 fn pair(server: &mut Command, client: &mut Command) -> (String, String) {

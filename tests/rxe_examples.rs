@@ -23,77 +23,10 @@
 mod support;
 
 use std::path::PathBuf;
-use std::process::{Child, Command, Output};
-use std::time::{Duration, Instant};
-use support::process::{self, spawn, text};
+use std::process::{Command, Output};
+use support::examples::*;
+use support::process::{spawn, text};
 use support::rig;
-
-/// How long one example run may take (soft-RoCE under emulation is slow).
-const LIMIT: Duration = Duration::from_secs(120);
-
-/// The built example `name`: `target/<profile>/examples/<name>`, beside
-/// this test's `deps/` folder.
-fn example(name: &str) -> PathBuf {
-    let exe = std::env::current_exe().expect("current_exe");
-    let profile = exe
-        .parent()
-        .and_then(|deps| deps.parent())
-        .expect("test executable in target/<profile>/deps");
-    let path = profile.join("examples").join(name);
-    assert!(
-        path.exists(),
-        "{} is missing: build the examples first (cargo build --examples)",
-        path.display()
-    );
-    path
-}
-
-/// The device and the GID index the tests use (`MLX5DV_TEST_GID_INDEX`,
-/// else the guest's RoCE v2 GID, else the rig's choice).
-fn device_and_gid() -> (String, String) {
-    let ctx = rig::open();
-    let gid = std::env::var("MLX5DV_TEST_GID_INDEX")
-        .or_else(|_| std::env::var("MLX5DV_VM_GID_INDEX"))
-        .ok()
-        .or_else(|| rig::connect_options(&ctx).gid_index.map(|i| i.to_string()));
-    (ctx.name().to_string(), gid.unwrap_or_else(|| "0".into()))
-}
-
-/// Waits for `child`, killing it after [`LIMIT`].
-fn finish(child: Child, what: &str) -> Output {
-    process::finish(child, what, LIMIT)
-}
-
-fn run(cmd: &mut Command) -> Output {
-    let what = format!("{cmd:?}");
-    finish(spawn(cmd), &what)
-}
-
-#[track_caller]
-fn assert_status(out: &Output, code: i32, what: &str) {
-    assert_eq!(out.status.code(), Some(code), "{what}: {}", text(out));
-    assert!(
-        !String::from_utf8_lossy(&out.stderr).contains("panicked"),
-        "{what} panicked: {}",
-        text(out)
-    );
-}
-
-/// Runs a client until it reaches its server: rdma-core's
-/// `ibv_rc_pingpong` and the `rc_pingpong` example give up at once when
-/// nothing listens yet ("Couldn't connect to", "cannot connect to").
-fn run_client(program: impl AsRef<std::ffi::OsStr>, args: &[&str]) -> Output {
-    let deadline = Instant::now() + LIMIT;
-    loop {
-        let out = run(Command::new(&program).args(args));
-        let err = String::from_utf8_lossy(&out.stderr);
-        let refused = err.contains("Couldn't connect to") || err.contains("cannot connect to");
-        if out.status.success() || !refused || Instant::now() > deadline {
-            return out;
-        }
-        std::thread::sleep(Duration::from_millis(300));
-    }
-}
 
 #[test]
 #[ignore = "needs an RDMA device: set MLX5DV_TEST_DEVICE"]
@@ -186,27 +119,12 @@ fn pingpong_both_ways_by_the_ipv4_roce_v2_gid_or_by_lid_alone() {
         );
     }
     let gid = gid.map(|i| i.to_string());
-    for (port, c_serves) in [("19108", true), ("19109", false)] {
-        let mut common = vec!["-d", &dev, "-n", "50", "-p", port];
-        if let Some(g) = &gid {
-            common.extend(["-g", g]);
-        }
-        let client_args = [&common[..], &["127.0.0.1"]].concat();
-        let (ours, theirs) = if c_serves {
-            let server = spawn(Command::new("ibv_rc_pingpong").args(&common));
-            let client = run_client(example("rc_pingpong"), &client_args);
-            (client, finish(server, "ibv_rc_pingpong server"))
-        } else {
-            let server = spawn(Command::new(example("rc_pingpong")).args(&common));
-            let client = run_client("ibv_rc_pingpong", &client_args);
-            (finish(server, "rc_pingpong server"), client)
-        };
-        let what = format!(
-            "rc_pingpong {} (ibv_rc_pingpong serves: {c_serves})",
-            common.join(" ")
-        );
-        assert_status(&ours, 0, &what);
-        assert_status(&theirs, 0, &format!("ibv_rc_pingpong, against {what}"));
+    let mut args = vec!["-d", &dev, "-n", "50"];
+    if let Some(g) = &gid {
+        args.extend(["-g", g]);
+    }
+    let runs = both_ways("rc_pingpong", "ibv_rc_pingpong", ["19108", "19109"], &args);
+    for (what, ours, theirs) in runs {
         let out = String::from_utf8_lossy(&ours.stdout);
         assert!(
             out.contains("50 messages of 4096 bytes received and checked"),

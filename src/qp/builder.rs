@@ -8,6 +8,7 @@ use crate::device::Context;
 use crate::error::{Error, Result};
 use crate::ffi;
 use crate::pd::ProtectionDomain;
+use crate::srq::SharedReceiveQueue;
 use std::marker::PhantomData;
 use std::ptr::NonNull;
 
@@ -25,6 +26,8 @@ pub struct QpBuilder<'a, T: Transport> {
     /// `mlx5dv_qp_init_attr.create_flags`.
     mlx5_create_flags: u32,
     sq_sig_all: bool,
+    /// The SRQ its receives come from ([`QpBuilder::srq`]).
+    srq: Option<&'a SharedReceiveQueue>,
     _t: PhantomData<T>,
 }
 
@@ -38,6 +41,7 @@ impl<T: Transport> std::fmt::Debug for QpBuilder<'_, T> {
             .field("dci_streams", &self.streams)
             .field("mlx5_create_flags", &self.mlx5_create_flags)
             .field("sq_sig_all", &self.sq_sig_all)
+            .field("srq", &self.srq)
             .finish()
     }
 }
@@ -59,6 +63,7 @@ impl<'a, T: Transport> QpBuilder<'a, T> {
             streams: None,
             mlx5_create_flags: 0,
             sq_sig_all: false,
+            srq: None,
             _t: PhantomData,
         }
     }
@@ -74,6 +79,30 @@ impl<'a> QpBuilder<'a, ReliableConnection> {
         recv_cq: &'a CompletionQueue,
     ) -> Self {
         Self::new(pd, send_cq, recv_cq, QpCaps::default())
+    }
+
+    /// Takes the QP's receives from `srq` (`ibv_qp_init_attr_ex.srq`,
+    /// `ibv_create_srq(3)`): the QP gets no receive queue of its own
+    /// (`max_recv_wr` and `max_recv_sge` 0, whatever [`caps`](Self::caps)
+    /// says), [`RcQp::post_recv`](crate::RcQp::post_recv) on it is refused,
+    /// and what its peer sends lands in the SRQ's receives, completing on
+    /// this builder's receive CQ with this QP's number
+    /// ([`PolledWc::qp_num`](crate::PolledWc::qp_num)), so one SRQ can feed
+    /// many QPs and each completion still says which one it came in on.
+    ///
+    /// The SRQ must be of the PD's device context (else
+    /// [`Error::InvalidArgument`], before any C call). The QP keeps the SRQ
+    /// alive: an SRQ is destroyed only after every QP on it
+    /// (`ibv_destroy_srq` fails with `EBUSY` while one is left).
+    ///
+    /// A QP on an SRQ that enters ERR takes no more of its receives; mlx5
+    /// devices then raise [`AsyncEvent::QpLastWqeReached`](crate::AsyncEvent::QpLastWqeReached)
+    /// for it (so does the software device), after which it may be
+    /// destroyed without losing a receive. Soft-RoCE of Linux 6.1 raises
+    /// no such event: do not wait for it there.
+    pub fn srq(&mut self, srq: &'a SharedReceiveQueue) -> &mut Self {
+        self.srq = Some(srq);
+        self
     }
 }
 
@@ -179,6 +208,9 @@ impl<T: Transport> QpBuilder<'_, T> {
         if self.mlx5_create_flags != 0 {
             s += &format!(", mlx5 create flags {:#x}", self.mlx5_create_flags);
         }
+        if self.srq.is_some() {
+            s += ", on an SRQ";
+        }
         s + &format!(", on {}", self.pd.context().name())
     }
 
@@ -192,6 +224,16 @@ impl<T: Transport> QpBuilder<'_, T> {
                 return Err(Error::InvalidArgument(format!(
                     "the {what} belongs to {}, the PD to {}",
                     cq.context().name(),
+                    ctx.name()
+                )));
+            }
+        }
+        if let Some(srq) = self.srq {
+            let other = srq.pd().context();
+            if other.as_ptr() != ctx.as_ptr() {
+                return Err(Error::InvalidArgument(format!(
+                    "the SRQ belongs to {}, the PD to {}",
+                    other.name(),
                     ctx.name()
                 )));
             }
@@ -250,7 +292,13 @@ impl<T: Transport> QpBuilder<'_, T> {
         } else {
             0
         };
-        let c = self.caps;
+        let mut c = self.caps;
+        if self.srq.is_some() {
+            // No receive queue of its own (ibv_create_qp(3): ignored with
+            // an SRQ); recorded as 0, so nothing sizes receives by it.
+            c.max_recv_wr = 0;
+            c.max_recv_sge = 0;
+        }
         let mut attr = ffi::ibv_qp_init_attr_ex {
             send_cq: ffi_cq(self.send_cq),
             recv_cq: ffi_cq(self.recv_cq),
@@ -266,6 +314,9 @@ impl<T: Transport> QpBuilder<'_, T> {
             comp_mask: ffi::IBV_QP_INIT_ATTR_PD | ffi::IBV_QP_INIT_ATTR_SEND_OPS_FLAGS,
             pd: self.pd.as_ptr(),
             send_ops_flags: self.send_ops.bits(),
+            srq: self
+                .srq
+                .map_or(std::ptr::null_mut(), SharedReceiveQueue::as_ptr),
             ..Default::default()
         };
         let mlx5_path = self.mlx5_path();
@@ -300,7 +351,11 @@ impl<T: Transport> QpBuilder<'_, T> {
                 what: format!("{call} gave no extended QP for {}", self.describe()),
             });
         };
-        QpEx::assemble(QpParts {
+        if self.srq.is_some() {
+            attr.cap.max_recv_wr = 0;
+            attr.cap.max_recv_sge = 0;
+        }
+        let mut qp = QpEx::assemble(QpParts {
             qp,
             qpx,
             mlx5: Mlx5Info {
@@ -323,7 +378,9 @@ impl<T: Transport> QpBuilder<'_, T> {
             pd: self.pd,
             send_cq: self.send_cq,
             recv_cq: self.recv_cq,
-        })
+        })?;
+        qp.srq = self.srq.cloned();
+        Ok(qp)
     }
 
     /// The `struct mlx5dv_qp_init_attr` for this QP.

@@ -213,6 +213,9 @@ pub struct QpEx<T: Transport> {
     /// lends the QP out (`AsyncQp::with_qp`) sees by it that the work
     /// requests it tracks were ended.
     pub(crate) resets: std::sync::atomic::AtomicU64,
+    /// The SRQ its receives come from ([`QpBuilder::srq`]); kept alive
+    /// until after the QP is destroyed.
+    pub(crate) srq: Option<crate::SharedReceiveQueue>,
     // Dropped after the QP is destroyed (fields drop after Drop::drop).
     pd: ProtectionDomain,
     send_cq: Arc<CqInner>,
@@ -237,6 +240,7 @@ impl<T: Transport> Drop for QpEx<T> {
                 self.pd.clone(),
                 Arc::clone(&self.send_cq),
                 Arc::clone(&self._recv_cq),
+                self.srq.clone(),
             );
             // Dropped inside a poll callback, the QP is destroyed when the
             // poll ends: mlx5's ibv_destroy_qp takes the locks of the QP's
@@ -244,8 +248,8 @@ impl<T: Transport> Drop for QpEx<T> {
             crate::cq::after_polls(Box::new(move || {
                 // SAFETY: created by the handle being dropped and destroyed
                 // once, here; no batch is alive (a batch borrows the QP
-                // mutably, and a leaked one was aborted above); its PD and
-                // CQs are kept alive until after the call.
+                // mutably, and a leaked one was aborted above); its PD,
+                // CQs and SRQ are kept alive until after the call.
                 let rc = unsafe { ffi::ibv_destroy_qp(qp.as_ptr()) };
                 crate::error::report_destroy_failure(
                     "ibv_destroy_qp",
@@ -305,6 +309,7 @@ impl<T: Transport> QpEx<T> {
             scope: Default::default(),
             local_psn: std::sync::atomic::AtomicU32::new(rc::NO_PSN),
             resets: std::sync::atomic::AtomicU64::new(0),
+            srq: None,
             pd: p.pd.clone(),
             send_cq: p.send_cq.share(),
             _recv_cq: p.recv_cq.share(),
@@ -355,6 +360,11 @@ impl<T: Transport> QpEx<T> {
     /// The sizes the QP got (at least what was asked).
     pub fn caps(&self) -> QpCaps {
         self.caps
+    }
+
+    /// The SRQ its receives come from ([`QpBuilder::srq`]), if any.
+    pub fn srq(&self) -> Option<&crate::SharedReceiveQueue> {
+        self.srq.as_ref()
     }
 
     /// The builders it was created with.

@@ -189,6 +189,10 @@ impl RcQp {
     /// with [`Error::QpNotReady`], and nothing is posted. (libmlx5 refuses
     /// them too; soft-RoCE would queue them.)
     ///
+    /// A QP made on a shared receive queue ([`QpBuilder::srq`](crate::QpBuilder::srq))
+    /// has no receive queue: its receives are refused with
+    /// [`Error::InvalidArgument`] (post them to the SRQ).
+    ///
     /// # Safety
     ///
     /// The device writes the received data into the SGEs' memory after this
@@ -206,6 +210,13 @@ impl RcQp {
     /// that CQ's lock to find the queue full, and the poll holds it on this
     /// thread, so a full queue would wait for ever instead of failing.
     pub unsafe fn post_recv(&mut self, wr_id: u64, sges: &[Sge<'_>]) -> Result<()> {
+        if self.srq.is_some() {
+            return Err(Error::InvalidArgument(format!(
+                "ibv_post_recv on {}: its receives come from its SRQ (ibv_create_qp(3)); \
+                 post them with SharedReceiveQueue::post_recv",
+                self.describe()
+            )));
+        }
         self.ready_to_receive("ibv_post_recv")?;
         let mut wr = recv_wr(wr_id, sges, self.caps.max_recv_sge, "the QP's max_recv_sge")?;
         let mut bad = std::ptr::null_mut();

@@ -1300,6 +1300,8 @@ fn a_qp_dropped_in_a_nested_poll_waits_for_the_outermost_and_a_panic_ends_it() {
     assert!(ran.get());
 }
 
+mod srq;
+
 #[test]
 fn a_dct_refuses_a_cq_or_srq_of_another_context_before_any_c_call() {
     let fx = Fx::new();

@@ -289,7 +289,7 @@ fn enter_error(dev: &mut Device, h: u32, stream: u16) {
         }
     }
     debug!("QP {:#x} -> ERR", q.qpn);
-    q.state = QpState::Err;
+    crate::kernel::enter_err(dev, h);
 }
 
 /// Flushes the posted receive WQEs of a QP in error.

@@ -5,7 +5,7 @@ use super::cq::{self, opcode, syndrome as syn, Cqe};
 use super::exec::Outcome;
 use super::mem::{self, Access};
 use crate::config::debug;
-use crate::kernel::state::{Device, MkeyKind, QpState};
+use crate::kernel::state::{Device, MkeyKind};
 
 /// `MLX5_INVALID_LKEY`: ends a receive WQE's scatter list early.
 const INVALID_LKEY: u32 = 0x100;
@@ -262,10 +262,9 @@ pub fn deliver(
         c.syndrome = s;
         consume(dev, peer, &slot);
         complete(dev, peer, &slot, c);
-        if let Some(q) = dev.qps.get_mut(&peer) {
-            if q.kind != crate::kernel::state::QpKind::Dct {
-                q.state = QpState::Err;
-            }
+        let dct = crate::kernel::state::QpKind::Dct;
+        if dev.qps.get(&peer).is_some_and(|q| q.kind != dct) {
+            crate::kernel::enter_err(dev, peer);
         }
         Err(Outcome::Error(req, why))
     };

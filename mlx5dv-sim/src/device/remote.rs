@@ -369,6 +369,24 @@ fn transmit(host: &Host, to: u16, p: &Packet) -> bool {
     }
 }
 
+/// How long a responder waits for room in a requester's full queue.
+const ANSWER_PATIENCE: Duration = Duration::from_millis(200);
+
+/// Sends an answer. A full queue at the requester (its device thread is
+/// behind) is waited for, up to [`ANSWER_PATIENCE`], rather than the answer
+/// dropped: a requester resends an unanswered request, but once this
+/// process has ended (a pingpong's last message received, its QPs
+/// destroyed) nothing answers it, and the requester's work request would
+/// fail with retry exceeded for a message that arrived, which an RDMA
+/// fabric, lossless, does not do.
+fn answer(host: &Host, to: u16, resp: Response) {
+    match host.send_patiently(to, &Packet::Response(resp).encode(), ANSWER_PATIENCE) {
+        Ok(true) => {}
+        Ok(false) => debug!("answer to host {to}: its queue stayed full; lost"),
+        Err(e) => debug!("answer to host {to} lost: {e}"),
+    }
+}
+
 /// How long a requester waits for an answer before it sends again:
 /// `4.096 µs × 2^timeout`, at least `MLX5DV_SIM_MIN_ACK_TIMEOUT_MS` (an
 /// answer crosses two processes' schedulers), `None` for ever.
@@ -499,7 +517,7 @@ pub fn receive(dev: &mut Device, budget: usize) -> usize {
             Some(Packet::Request(r)) => {
                 let to = r.src_host;
                 if let Some(resp) = super::respond::respond(dev, r) {
-                    transmit(host, to, &Packet::Response(resp));
+                    answer(host, to, resp);
                 }
             }
             None => debug!("a datagram of {len} bytes that is not a packet: dropped"),

@@ -108,7 +108,6 @@ pub fn serve(
         if let (Some(event), Some(q)) = (event, dev.qps.get_mut(&peer)) {
             if matches!(q.kind, QpKind::Rc | QpKind::Uc) && q.state != QpState::Err {
                 debug!("QP {:#x} -> ERR (responder of a NAK: {why})", q.qpn);
-                q.state = QpState::Err;
                 let (ctx, handle) = (q.ctx, q.user_handle);
                 let w = dev.contexts.get(&ctx).and_then(|c| c.async_fd);
                 if w.is_some_and(|(_, w)| recv::async_event(w, handle, event)) {
@@ -116,6 +115,7 @@ pub fn serve(
                         q.events += 1;
                     }
                 }
+                crate::kernel::enter_err(dev, peer);
             }
         }
     }

@@ -221,6 +221,30 @@ impl Host {
         }
     }
 
+    /// Sends one datagram to host `to`, waiting up to `patience` while its
+    /// queue is full (the host's device thread drains it): for answers,
+    /// which a requester waits for and a lossless fabric delivers, where a
+    /// requester may retry a request but nothing sends an answer again once
+    /// the responder's process is gone. `Ok(false)`: still full after
+    /// `patience`, the datagram is not sent.
+    pub fn send_patiently(
+        &self,
+        to: u16,
+        bytes: &[u8],
+        patience: std::time::Duration,
+    ) -> std::io::Result<bool> {
+        let deadline = std::time::Instant::now() + patience;
+        loop {
+            if self.send(to, bytes)? {
+                return Ok(true);
+            }
+            if std::time::Instant::now() >= deadline {
+                return Ok(false);
+            }
+            std::thread::sleep(std::time::Duration::from_micros(50));
+        }
+    }
+
     /// Receives one datagram if one is waiting.
     pub fn recv(&self, buf: &mut Vec<u8>) -> Option<usize> {
         buf.resize(wire::MAX_DATAGRAM, 0);
@@ -361,6 +385,58 @@ mod tests {
         assert_eq!(host_of_lid(0), None);
         assert_eq!(host_of_lid(0xc000), None);
         assert_eq!(host_of_lid(7), Some(7));
+    }
+
+    /// A host of fabric `fabric` bound to `id`, as `Host::join` binds one.
+    fn test_host(fabric: &str, id: u16) -> Host {
+        // SAFETY: plain socket(2) call; the result is checked.
+        let fd = unsafe { libc::socket(libc::AF_UNIX, libc::SOCK_DGRAM | libc::SOCK_NONBLOCK, 0) };
+        assert!(fd >= 0);
+        let (a, len) = abstract_addr(fabric, id);
+        // SAFETY: `a` is a valid sockaddr_un of `len` bytes.
+        let r = unsafe { libc::bind(fd, (&a as *const libc::sockaddr_un).cast(), len) };
+        assert_eq!(r, 0, "bind {id}: {}", std::io::Error::last_os_error());
+        Host {
+            id,
+            roce: false,
+            fabric: fabric.into(),
+            // SAFETY: a fresh descriptor this test owns.
+            sock: unsafe { OwnedFd::from_raw_fd(fd) },
+            pid: 0,
+        }
+    }
+
+    #[test]
+    fn an_answer_to_a_full_queue_waits_for_room_and_gives_up_after_its_patience() {
+        let fabric = format!("patience-{}", std::process::id());
+        let (a, b) = (test_host(&fabric, 1), test_host(&fabric, 2));
+        // Fill B's queue (net.unix.max_dgram_qlen datagrams).
+        let mut queued = 0;
+        while a.send(2, b"request").unwrap() {
+            queued += 1;
+            assert!(queued < 100_000, "the queue never fills");
+        }
+        let short = std::time::Duration::from_millis(5);
+        assert!(
+            !a.send_patiently(2, b"answer", short).unwrap(),
+            "no room, no send"
+        );
+        // B drains one datagram a little later: the answer goes in then.
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+                let mut buf = Vec::new();
+                assert!(b.recv(&mut buf).is_some());
+            });
+            let long = std::time::Duration::from_secs(5);
+            assert!(a.send_patiently(2, b"answer", long).unwrap());
+        });
+        let mut buf = Vec::new();
+        let mut last = Vec::new();
+        while let Some(n) = b.recv(&mut buf) {
+            last = buf[..n].to_vec();
+        }
+        assert_eq!(last, b"answer");
     }
 
     #[test]

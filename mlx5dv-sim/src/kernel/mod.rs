@@ -15,6 +15,8 @@ mod mw_cmds;
 mod qp_cmds;
 pub use qp_cmds::SRQ_LIMIT_REACHED;
 mod qp_modify;
+mod srq_events;
+pub use srq_events::{enter_err, QP_LAST_WQE_REACHED};
 pub mod state;
 #[cfg(test)]
 mod tests;

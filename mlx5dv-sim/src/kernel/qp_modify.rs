@@ -210,8 +210,13 @@ pub fn modify_qp(cmd: &mut Cmd, ex: bool) -> Res<()> {
         "MODIFY_QP qpn {:#x} {cur:?} -> {to:?} mask {mask:#x}",
         qp.qpn
     );
-    qp.state = to;
     let (kind, qpn) = (qp.kind, qp.qpn);
+    if to == QpState::Err {
+        // On an SRQ, with its last-WQE-reached event.
+        super::enter_err(&mut dev, h);
+    } else {
+        qp.state = to;
+    }
     if ex {
         let len = cmd.out.0.len() as u32;
         cmd.out.u32(4, len);

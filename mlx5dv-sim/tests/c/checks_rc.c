@@ -252,6 +252,17 @@ void check_srq(void)
 	      "the limit disarms");
 	int slot = (int)((l1.wr_id >= 300 && l1.wr_id < 304 ? l1 : l2).wr_id - 300);
 	post_srq_recv(300 + slot, mem[1] + 256 * slot, 256, mr[1]->lkey);
+	/* A QP on an SRQ moved to ERR: IBV_EVENT_QP_LAST_WQE_REACHED, once. */
+	struct ibv_qp_attr ea = {.qp_state = IBV_QPS_ERR};
+	CHECK(ibv_modify_qp(b.qp, &ea, IBV_QP_STATE) == 0, "modify_qp to ERR");
+	CHECK(poll(&p, 1, 10000) == 1, "no last WQE reached event");
+	CHECK(ibv_get_async_event(ctx, &ev) == 0 &&
+		      ev.event_type == IBV_EVENT_QP_LAST_WQE_REACHED &&
+		      ev.element.qp == b.qp,
+	      "last WQE reached event %d", ev.event_type);
+	ibv_ack_async_event(&ev);
+	CHECK(ibv_modify_qp(b.qp, &ea, IBV_QP_STATE) == 0, "ERR to ERR");
+	CHECK(poll(&p, 1, 0) == 0, "a second last WQE reached event");
 	CHECK(ibv_destroy_qp(a.qp) == 0 && ibv_destroy_qp(b.qp) == 0,
 	      "destroy_qp");
 }
