@@ -460,6 +460,7 @@ pub use qp::{
     Mlx5SendOps, QpBuilder, QpCaps, QpEx, QpState, RawMlx5, RawQp, RcQp, ReliableConnection,
     RemoteDct, RemoteReadAtomic, RemoteWrite, SendOps, Transport,
 };
+pub use qp::{Connected, UcQp, UnreliableConnection};
 pub use srq::SharedReceiveQueue;
 pub use wr::{MemcpyOp, MrInterleaved, ScopedBatch, SendFlags, WrBatch};
 

@@ -43,7 +43,7 @@ impl<T: Transport> std::fmt::Debug for QpBuilder<'_, T> {
 }
 
 impl<'a, T: Transport> QpBuilder<'a, T> {
-    fn new(
+    pub(super) fn new(
         pd: &'a ProtectionDomain,
         send_cq: &'a CompletionQueue,
         recv_cq: &'a CompletionQueue,
@@ -193,6 +193,7 @@ impl<T: Transport> QpBuilder<'_, T> {
                 )));
             }
         }
+        check_transport_ops::<T>(self.send_ops, self.mlx5_ops)?;
         let rc_only = Mlx5SendOps::MR_LIST | Mlx5SendOps::MR_INTERLEAVED;
         if T::DC && self.mlx5_ops.intersects(rc_only) {
             return Err(Error::InvalidArgument(format!(
@@ -344,4 +345,27 @@ impl<T: Transport> QpBuilder<'_, T> {
         }
         dv
     }
+}
+
+/// Refuses the builders that a QP of transport `T` cannot have
+/// ([`Transport::SEND_OPS`], [`Transport::MLX5_SEND_OPS`]).
+pub(super) fn check_transport_ops<T: Transport>(ops: SendOps, mlx5: Mlx5SendOps) -> Result<()> {
+    let extra = ops - T::SEND_OPS;
+    let extra_mlx5 = mlx5 - T::MLX5_SEND_OPS;
+    if extra.is_empty() && extra_mlx5.is_empty() {
+        return Ok(());
+    }
+    Err(Error::Unsupported {
+        what: format!(
+            "{} on a {} QP: it takes only {:?} and mlx5 {:?}",
+            if extra.is_empty() {
+                format!("mlx5 send ops {extra_mlx5:?}")
+            } else {
+                format!("send ops {extra:?}")
+            },
+            T::NAME,
+            T::SEND_OPS,
+            T::MLX5_SEND_OPS,
+        ),
+    })
 }

@@ -10,6 +10,7 @@ mod raw;
 mod rc;
 mod ready;
 mod types;
+mod uc;
 
 pub use builder::QpBuilder;
 pub(crate) use dci::MAX_DCTN;
@@ -17,6 +18,7 @@ pub use dci::{DcAddr, RemoteDct};
 pub use dct::{Dct, DctEndpoint};
 pub use raw::{RawMlx5, RawQp};
 pub use types::{ConnectOptions, DciStreams, Endpoint, Mlx5SendOps, QpCaps, QpState, SendOps};
+pub use uc::{UcQp, UnreliableConnection};
 
 use crate::cq::{CompletionQueue, CqInner};
 use crate::error::{check, Error, Result};
@@ -46,6 +48,24 @@ pub trait Transport: sealed::Sealed + 'static {
     /// The `ibv_qp_type` it is created with.
     #[doc(hidden)]
     const QP_TYPE: ffi::ibv_qp_type;
+    /// The generic builders a QP of this transport may be created with;
+    /// [`QpBuilder::build`] refuses others before any C call.
+    #[doc(hidden)]
+    const SEND_OPS: SendOps = SendOps::all();
+    /// The mlx5 builders a QP of this transport may be created with.
+    #[doc(hidden)]
+    const MLX5_SEND_OPS: Mlx5SendOps = Mlx5SendOps::all();
+}
+
+/// A connected transport (RC, UC): the QP is joined to one peer QP
+/// ([`QpEx::connect_to`]) and has its own receive queue
+/// ([`QpEx::post_recv`]).
+pub trait Connected: Transport {
+    /// Whether the transport is reliable (RC: acknowledged, retried, with
+    /// RDMA read and atomics), which adds the responder's and requester's
+    /// reliability attributes to RTR and RTS.
+    #[doc(hidden)]
+    const RELIABLE: bool;
 }
 
 /// A transport whose work requests may write the peer's memory
@@ -81,6 +101,9 @@ impl Transport for ReliableConnection {
 }
 impl RemoteWrite for ReliableConnection {}
 impl RemoteReadAtomic for ReliableConnection {}
+impl Connected for ReliableConnection {
+    const RELIABLE: bool = true;
+}
 
 /// mlx5 dynamically connected initiator (`MLX5DV_DCTYPE_DCI`): the
 /// transport of a [`DciQp`], one QP that reaches many DC targets, each work
