@@ -40,6 +40,7 @@ fn examples() -> Vec<&'static str> {
         "raw_wqe",
         "rc_pingpong",
         "rc_write",
+        "uc_pingpong",
     ];
     if cfg!(feature = "tokio") {
         v.push("tokio_echo");
@@ -155,7 +156,10 @@ fn numeric_option(name: &str) -> Option<&'static str> {
 }
 
 fn takes_a_host(name: &str) -> bool {
-    matches!(name, "dc_write" | "rc_pingpong" | "rc_write" | "tokio_echo")
+    matches!(
+        name,
+        "dc_write" | "rc_pingpong" | "rc_write" | "tokio_echo" | "uc_pingpong"
+    )
 }
 
 #[test]
@@ -239,6 +243,8 @@ fn every_example_refuses_bad_usage_with_status_2_before_the_device() {
         ("dc_write", &["--streams", "16"], "at most 15"),
         ("cq_events", &["-s", "4"], "--size 8 to 1 MiB"),
         ("rc_pingpong", &["-r", "0"], "must be at least 1"),
+        ("uc_pingpong", &["-s", "0"], "must be at least 1"),
+        ("uc_pingpong", &["-e=1"], "option '-e' takes no value"),
         ("rc_pingpong", &["-l", "256"], "--sl: 256 is out of range"),
         (
             "rc_pingpong",
@@ -346,6 +352,15 @@ fn getopt_forms_parse_and_go_on_to_the_device() {
         (
             "rc_pingpong",
             vec!["--mtu=2048", "--sl", "1", &ib_dev, "--", "host"],
+        ),
+        ("rc_pingpong", vec!["-ec", "-n5", &d, "host"]),
+        (
+            "uc_pingpong",
+            vec!["-ecs4096", "-m1024", "-r8", "-l0", "-p18515", &d, "host"],
+        ),
+        (
+            "uc_pingpong",
+            vec!["--events", "--chk", "--gid-idx=0", &ib_dev, "--", "host"],
         ),
         ("rc_write", vec![&ld]),
         (

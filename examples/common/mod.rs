@@ -9,6 +9,7 @@
 #![allow(dead_code)]
 
 mod cli;
+pub mod pingpong;
 
 #[allow(unused_imports)] // not every example uses every item
 pub use cli::{flag, prog, refuse_with, usage_error, val, Cli, Kind, Opt};
