@@ -189,6 +189,20 @@ pub enum Error {
         /// Whether a receive was refused (else a send).
         receive: bool,
     },
+
+    /// A memory region lacks an access flag what was asked needs (checked
+    /// before C is called): a memory window bind needs the region's
+    /// [`MW_BIND`](crate::AccessFlags::MW_BIND), and a window granting
+    /// remote write or atomic access its `LOCAL_WRITE` (`ibv_bind_mw(3)`).
+    #[error("{what} needs a memory region with {needed:?}; the region has {access:?}")]
+    MissingAccess {
+        /// What was refused.
+        what: &'static str,
+        /// The access it needs.
+        needed: crate::AccessFlags,
+        /// The access the region was registered with.
+        access: crate::AccessFlags,
+    },
 }
 
 /// `Result` with this crate's [`Error`].

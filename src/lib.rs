@@ -127,6 +127,7 @@
 //! | a destination (read, atomic, memcpy destination) | the local device writes it | as above | an [`SgeMut`] borrows the region exclusively for `'m`; nothing can read or write it meanwhile |
 //! | a region registered with `REMOTE_WRITE`, `REMOTE_ATOMIC` or `MW_BIND` | a peer may write it | at any time while it is registered | never a plain `&[u8]`: [`MemoryRegion::as_slice`] refuses ([`Error::PeerWritable`]); reads and writes are volatile copies ([`MemoryRegion::read_at`], [`to_vec`](MemoryRegion::to_vec), [`write_at`](MemoryRegion::write_at)), as `vm-memory` does for guest memory |
 //! | a region an mkey layout grants remote write or atomic access to | a peer, through the mkey | until the layout is invalidated | [`wr::Wr::mr_interleaved`] takes that access only over regions registered with it (so already peer-writable); [`wr::Wr::mr_list`], whose SGEs cannot say, refuses it |
+//! | a region a memory window is bound to ([`MemoryWindow`]) | a peer, through the window's rkey | until the window is unbound, invalidated or deallocated | a bind needs the region's `MW_BIND` ([`MwBind::new`]), so the region is already peer-writable (row above); the bind borrows it like an SGE; a window outliving its region reaches no freed memory (soft-RoCE refuses the deregistration and the buffer is leaked; on the software device the window then reaches nothing) |
 //! | any region | other threads | — | ordinary Rust borrows: `&mut MemoryRegion` to write through a slice |
 //!
 //! `'m` ends only when the device is done. The safe [`QpEx::post_and_wait`]
@@ -433,6 +434,7 @@ mod error;
 mod mkey;
 pub mod mlx5;
 mod mr;
+mod mw;
 mod pd;
 mod port;
 mod qp;
@@ -444,6 +446,7 @@ mod srq;
 mod wc;
 pub mod wqe;
 pub mod wr;
+mod xrc;
 
 pub use ah::{AddressHandle, AhAttr, Grh};
 pub use async_event::{AsyncEvent, AsyncEvents};
@@ -453,6 +456,7 @@ pub use device::{Context, Device, DeviceAttr, DeviceList};
 pub use error::{Error, Result};
 pub use mkey::{Mkey, MkeyLayout};
 pub use mr::{AccessFlags, MemoryRegion, RemoteBuf, Sge, SgeMut};
+pub use mw::{MemoryWindow, MwBind, MwType};
 pub use pd::ProtectionDomain;
 pub use port::{Gid, GidEntry, GidType, LinkLayer, Mtu, PortAttr, PortState};
 pub use qp::{
@@ -461,8 +465,12 @@ pub use qp::{
     RemoteDct, RemoteReadAtomic, RemoteWrite, SendOps, Transport,
 };
 pub use qp::{Connected, UcQp, UnreliableConnection};
+pub use qp::{XrcIniQp, XrcInitiator, XrcSrqn};
 pub use srq::SharedReceiveQueue;
+#[cfg(mlx5dv_ibv_wr_flush)]
+pub use wr::{FlushLevel, FlushPlacement};
 pub use wr::{MemcpyOp, MrInterleaved, ScopedBatch, SendFlags, WrBatch};
+pub use xrc::{XrcDomain, XrcTgtQp};
 
 /// How many destroy calls (`ibv_destroy_qp`, `ibv_dereg_mr`, ...) have
 /// failed in `Drop` in this process so far. Each failure is also printed on

@@ -10,6 +10,7 @@ use std::ptr::NonNull;
 
 mod contents;
 mod remote;
+mod rereg;
 mod sge;
 #[cfg(test)]
 mod tests;
@@ -141,9 +142,9 @@ pub struct MemoryRegion {
     mr: NonNull<ffi::ibv_mr>,
     addr: NonNull<u8>,
     len: usize,
-    /// The keys, read once from the `ibv_mr` (fixed for the registration's
-    /// life: the crate does not re-register), so that a loop making SGEs
-    /// keeps the lkey in a register, as C keeps `mr->lkey`.
+    /// The keys, read from the `ibv_mr` at registration and after each
+    /// re-registration (which takes `&mut self`), so that a loop making
+    /// SGEs keeps the lkey in a register, as C keeps `mr->lkey`.
     lkey: u32,
     rkey: u32,
     /// Allocated by this region (freed after deregistration).
@@ -332,12 +333,14 @@ impl MemoryRegion {
         self.len
     }
 
-    /// Always false: regions are at least one byte long.
+    /// False, but for a region whose re-registration failed in the
+    /// command ([`rereg_access`](Self::rereg_access)): it has length 0
+    /// and reaches no memory.
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
 
-    /// The access the region was registered with.
+    /// The access the region was registered (or last re-registered) with.
     pub fn access(&self) -> AccessFlags {
         self.access
     }

@@ -19,6 +19,8 @@ struct SrqInner {
     max_sge: u32,
     // Dropped after the SRQ is destroyed.
     pd: ProtectionDomain,
+    /// An XRC SRQ's domain and CQ, kept until it is destroyed.
+    _xrc: Option<crate::xrc::XrcParents>,
 }
 
 // SAFETY: SRQ calls (posting, destruction) are thread-safe in rdma-core's
@@ -63,12 +65,23 @@ impl SharedReceiveQueue {
                 format!("{max_wr} WRs × {max_sge} SGEs on {}", pd.context().name()),
             )
         })?;
-        Ok(SharedReceiveQueue(Arc::new(SrqInner {
+        Ok(Self::wrap(srq, attr.attr, pd, None))
+    }
+
+    /// The handle of an SRQ this crate created, with what it got.
+    pub(crate) fn wrap(
+        srq: NonNull<ffi::ibv_srq>,
+        got: ffi::ibv_srq_attr,
+        pd: &ProtectionDomain,
+        xrc: Option<crate::xrc::XrcParents>,
+    ) -> Self {
+        SharedReceiveQueue(Arc::new(SrqInner {
             srq,
-            max_wr: attr.attr.max_wr,
-            max_sge: attr.attr.max_sge,
+            max_wr: got.max_wr,
+            max_sge: got.max_sge,
             pd: pd.clone(),
-        })))
+            _xrc: xrc,
+        }))
     }
 
     /// The raw SRQ, valid while this handle lives.

@@ -41,6 +41,7 @@ fn examples() -> Vec<&'static str> {
         "rc_pingpong",
         "rc_write",
         "uc_pingpong",
+        "xsrq_pingpong",
     ];
     if cfg!(feature = "tokio") {
         v.push("tokio_echo");
@@ -158,7 +159,7 @@ fn numeric_option(name: &str) -> Option<&'static str> {
 fn takes_a_host(name: &str) -> bool {
     matches!(
         name,
-        "dc_write" | "rc_pingpong" | "rc_write" | "tokio_echo" | "uc_pingpong"
+        "dc_write" | "rc_pingpong" | "rc_write" | "tokio_echo" | "uc_pingpong" | "xsrq_pingpong"
     )
 }
 

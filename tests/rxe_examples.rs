@@ -646,3 +646,65 @@ fn rc_write_perftest_refuses_connection_data_that_is_not_perftests() {
         text(&out)
     );
 }
+
+/// `xsrq_pingpong` against rdma-core's `ibv_xsrq_pingpong`, each as server
+/// and as client (one client, 50 messages each way, on port `port`; with
+/// the GID index on RoCE). On a device without XRC (soft-RoCE) the
+/// example exits 3 before any TCP, naming XRC, and so does the C tool
+/// fail there (exit 1, "Couldn't Open the XRC Domain").
+fn xsrq_pingpong_against_ibv_xsrq_pingpong(c_serves: bool, port: &str) {
+    let (dev, gid) = device_and_gid();
+    let ctx = rig::open();
+    let roce = ctx.query_port(1).expect("port 1").link_layer == mlx5dv::LinkLayer::Ethernet;
+    let mut args = vec!["-d", &dev, "-n", "50", "-s", "1024", "-p", port];
+    if roce {
+        args.extend(["-g", &gid]);
+    }
+    let client_args = [&args[..], &["127.0.0.1"]].concat();
+    if !ctx.is_mlx5() {
+        for a in [&args, &client_args] {
+            let what = format!("xsrq_pingpong {}", a.join(" "));
+            let out = run(Command::new(example("xsrq_pingpong")).args(a));
+            assert_status(&out, 3, &what);
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(
+                err.starts_with("xsrq_pingpong: ") && err.contains("XRC"),
+                "{what}: {}",
+                text(&out)
+            );
+            assert!(out.stdout.is_empty(), "{what}: {}", text(&out));
+        }
+        return;
+    }
+    let (server, client) = if c_serves {
+        let server = spawn(Command::new("ibv_xsrq_pingpong").args(&args));
+        let client = run_client(example("xsrq_pingpong"), &client_args);
+        (finish(server, "ibv_xsrq_pingpong server"), client)
+    } else {
+        let server = spawn(Command::new(example("xsrq_pingpong")).args(&args));
+        let client = run_client("ibv_xsrq_pingpong", &client_args);
+        (finish(server, "xsrq_pingpong server"), client)
+    };
+    assert_status(&server, 0, "server");
+    assert_status(&client, 0, "client");
+    for (out, what) in [(&server, "server"), (&client, "client")] {
+        let o = String::from_utf8_lossy(&out.stdout);
+        assert!(o.trim_end().ends_with("success"), "{what}: {}", text(out));
+        // Each printed its own and the peer's address, in the C format.
+        assert_eq!(o.matches(", SRQN ").count(), 2, "{what}: {}", text(out));
+        assert!(o.contains("   local: LID "), "{what}: {}", text(out));
+        assert!(o.contains("  remote: LID "), "{what}: {}", text(out));
+    }
+}
+
+#[test]
+#[ignore = "needs an RDMA device: set MLX5DV_TEST_DEVICE"]
+fn xsrq_pingpong_client_passes_against_ibv_xsrq_pingpong_server() {
+    xsrq_pingpong_against_ibv_xsrq_pingpong(true, "18531");
+}
+
+#[test]
+#[ignore = "needs an RDMA device: set MLX5DV_TEST_DEVICE"]
+fn ibv_xsrq_pingpong_client_passes_against_xsrq_pingpong_server() {
+    xsrq_pingpong_against_ibv_xsrq_pingpong(false, "18532");
+}

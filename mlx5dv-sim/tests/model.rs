@@ -39,6 +39,7 @@ fn model() -> &'static Path {
                 "checks_errors.c",
                 "checks_ops.c",
                 "checks_verbs.c",
+                "checks_xrc.c",
             ],
         )
     })
@@ -180,6 +181,11 @@ fn unmapped_registered_memory_does_not_fault_the_device() {
 }
 
 #[test]
+fn xrc_domains_srqs_and_qps() {
+    assert_check("xrc");
+}
+
+#[test]
 fn classic_post_send() {
     assert_check("post_send");
 }
@@ -190,7 +196,7 @@ fn step_mode_without_the_device_thread() {
     assert!(o.status.success(), "{}", text(&o));
     let out = String::from_utf8_lossy(&o.stdout);
     // Every check but the ones run by name only ("overrun").
-    assert_eq!(out.lines().count(), 16, "{}", text(&o));
+    assert_eq!(out.lines().count(), 17, "{}", text(&o));
 }
 
 #[test]

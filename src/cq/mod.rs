@@ -15,7 +15,7 @@
 //! (`polled_wc`), owned completions (`work_completion`),
 //! polling (`polling`) and the completions a scoped post kept for it
 //! (`backlog`), waiting (`wait`), and the soft-RoCE workaround
-//! (`one_per_start`, `soft_roce_probe`). This file: the handle, its
+//! (`one_per_start`, `soft_roce_probe`), resizing (`resize`). This file: the handle, its
 //! creation and its drop.
 
 use crate::channel::{cq_of, CompletionChannel};
@@ -46,6 +46,7 @@ mod backlog;
 mod one_per_start;
 mod polled_wc;
 mod polling;
+mod resize;
 mod soft_roce_probe;
 #[cfg(test)]
 mod tests;
@@ -102,6 +103,9 @@ pub struct CompletionQueue {
     /// What the last [`wait`](CompletionQueue::wait) (or scoped post)
     /// returned: its room is reused by the next.
     completions: Vec<WorkCompletion>,
+    /// How many completions the CQ holds (`ibv_cq.cqe`, as created or
+    /// last resized: [`resize`](CompletionQueue::resize) takes `&mut self`).
+    capacity: u32,
     inner: Arc<CqInner>,
 }
 
@@ -109,7 +113,6 @@ pub struct CompletionQueue {
 pub(crate) struct CqInner {
     pub(crate) cq: NonNull<ffi::ibv_cq_ex>,
     owned: bool,
-    capacity: u32,
     // Dropped after the CQ is destroyed.
     one_per_start: Option<OnePerStartPtr>,
     /// The channel the CQ's events go to: dropped after the CQ is
@@ -234,10 +237,10 @@ impl CompletionQueue {
         })?;
         // SAFETY: `cq` is a live CQ; `cqe` is the capacity it got.
         let capacity = unsafe { (*ffi::ibv_cq_ex_to_cq(cq.as_ptr())).cqe };
+        let capacity = u32::try_from(capacity).unwrap_or(cqe);
         let mut inner = CqInner {
             cq,
             owned: true,
-            capacity: u32::try_from(capacity).unwrap_or(cqe),
             one_per_start: None,
             channel: channel.cloned(),
             ctx: ctx.clone(),
@@ -267,6 +270,7 @@ impl CompletionQueue {
             attr: ffi::ibv_poll_cq_attr::default(),
             backlog: VecDeque::new(),
             completions: Vec::new(),
+            capacity,
             inner: Arc::new(inner),
         })
     }
@@ -294,10 +298,10 @@ impl CompletionQueue {
             attr: ffi::ibv_poll_cq_attr::default(),
             backlog: VecDeque::new(),
             completions: Vec::new(),
+            capacity: u32::try_from(capacity).unwrap_or(0),
             inner: Arc::new(CqInner {
                 cq,
                 owned: false,
-                capacity: u32::try_from(capacity).unwrap_or(0),
                 one_per_start: None,
                 channel: None,
                 ctx: ctx.clone(),
@@ -322,7 +326,7 @@ impl CompletionQueue {
 
     /// How many completions the CQ holds (at least what was asked).
     pub fn capacity(&self) -> u32 {
-        self.inner.capacity
+        self.capacity
     }
 
     /// The context.
@@ -347,7 +351,7 @@ impl fmt::Debug for CompletionQueue {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("CompletionQueue")
             .field("device", &self.inner.ctx.name())
-            .field("capacity", &self.inner.capacity)
+            .field("capacity", &self.capacity)
             .field("channel", &self.inner.channel.is_some())
             .finish()
     }

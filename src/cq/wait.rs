@@ -24,7 +24,7 @@ impl CompletionQueue {
         // At most the backlog and what the CQ holds come out of one poll;
         // reserved up to a bound, whatever `max` says.
         out.reserve(
-            max.min(self.backlog.len() + self.inner.capacity as usize)
+            max.min(self.backlog.len() + self.capacity as usize)
                 .min(POLL_INTO_RESERVE),
         );
         self.poll_each(max, |wc| {

@@ -9,8 +9,10 @@ mod ops;
 mod raw;
 mod rc;
 mod ready;
+pub(crate) mod transitions;
 mod types;
 mod uc;
+mod xrc;
 
 pub use builder::QpBuilder;
 pub(crate) use dci::MAX_DCTN;
@@ -19,6 +21,8 @@ pub use dct::{Dct, DctEndpoint};
 pub use raw::{RawMlx5, RawQp};
 pub use types::{ConnectOptions, DciStreams, Endpoint, Mlx5SendOps, QpCaps, QpState, SendOps};
 pub use uc::{UcQp, UnreliableConnection};
+pub(crate) use xrc::require_xrc;
+pub use xrc::{XrcIniQp, XrcInitiator, XrcSrqn};
 
 use crate::cq::{CompletionQueue, CqInner};
 use crate::error::{check, Error, Result};
@@ -345,6 +349,7 @@ impl<T: Transport> QpEx<T> {
             mlx5_ops: mlx5.ops,
             dc: T::DC,
             streams: mlx5.streams.is_some(),
+            xrc: T::QP_TYPE == ffi::IBV_QPT_XRC_SEND,
         };
         // SAFETY: `qpx` is the live extended QP and `mqpx` its mlx5
         // extension, made with the flags `want` describes.

@@ -68,6 +68,9 @@ entries! {
     atomic_cmp_swp: fn(Q, u32, u64, u64, u64);
     atomic_fetch_add: fn(Q, u32, u64, u64);
     local_inv: fn(Q, u32);
+    atomic_write: fn(Q, u32, u64, *const c_void);
+    set_xrc_srqn: fn(Q, u32);
+    bind_mw: fn(Q, *mut ffi::ibv_mw, u32, *const ffi::ibv_mw_bind_info);
     set_dc_addr: fn(M, *mut ffi::ibv_ah, u32, u64);
     set_dc_addr_stream: fn(M, *mut ffi::ibv_ah, u32, u64, u16);
     memcpy: fn(M, u32, u64, u32, u64, usize);
@@ -82,6 +85,8 @@ pub(crate) struct Wanted {
     pub(crate) mlx5_ops: super::Mlx5SendOps,
     pub(crate) dc: bool,
     pub(crate) streams: bool,
+    /// An XRC initiator: every work request names the remote SRQ.
+    pub(crate) xrc: bool,
 }
 
 /// The entry when it is needed (noting it missing when NULL), else the
@@ -181,6 +186,9 @@ impl WrOps {
                 atomic_fetch_add
             ),
             local_inv: generic!(s.contains(S::LOCAL_INV), wr_local_inv, local_inv),
+            atomic_write: generic!(s.contains(S::ATOMIC_WRITE), wr_atomic_write, atomic_write),
+            set_xrc_srqn: generic!(want.xrc, wr_set_xrc_srqn, set_xrc_srqn),
+            bind_mw: generic!(s.contains(S::BIND_MW), wr_bind_mw, bind_mw),
             set_dc_addr: mlx5!(want.dc, wr_set_dc_addr, set_dc_addr),
             set_dc_addr_stream: mlx5!(
                 want.dc && want.streams,

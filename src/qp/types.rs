@@ -32,6 +32,12 @@ bitflags::bitflags! {
         const BIND_MW = ffi::IBV_QP_EX_WITH_BIND_MW as u64;
         /// `ibv_wr_send_inv`.
         const SEND_WITH_INV = ffi::IBV_QP_EX_WITH_SEND_WITH_INV as u64;
+        /// `ibv_wr_atomic_write` (rdma-core's soft-RoCE provider; not
+        /// libmlx5 44, whose QP creation refuses it).
+        const ATOMIC_WRITE = ffi::IBV_QP_EX_WITH_ATOMIC_WRITE as u64;
+        /// `ibv_wr_flush` (built with rdma-core 45 or later only).
+        #[cfg(mlx5dv_ibv_wr_flush)]
+        const FLUSH = ffi::IBV_QP_EX_WITH_FLUSH as u64;
     }
 }
 

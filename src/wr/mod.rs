@@ -166,13 +166,21 @@ use crate::mr::SgeMut;
 use crate::qp::Connected;
 use crate::qp::{DcAddr, DcInitiator, Mlx5Info, Post, QpCaps, QpEx, SendOps, Transport, WrOps};
 
+mod atomic_write;
+mod bind;
+#[cfg(mlx5dv_ibv_wr_flush)]
+mod flush;
 mod mlx5;
 mod op;
+mod xrc;
 pub(crate) use mlx5::wqe_blocks;
 mod scoped;
 #[cfg(test)]
 mod tests;
 
+pub(crate) use atomic_write::{check_atomic_write, name_refused_ops};
+#[cfg(mlx5dv_ibv_wr_flush)]
+pub use flush::{FlushLevel, FlushPlacement};
 pub use mlx5::{MemcpyOp, MrInterleaved};
 pub(crate) use op::{Addressed, PeerReceive};
 pub use op::{Atomic, Destination, Op, Source, Wr};
@@ -601,6 +609,8 @@ impl<'m> WrBatch<'_, 'm, DcInitiator> {
 pub(crate) enum RawAddr {
     /// A DCI's `mlx5dv_wr_set_dc_addr` / `mlx5dv_wr_set_dc_addr_stream`.
     Dc(RawDc),
+    /// An XRC initiator's `ibv_wr_set_xrc_srqn`: the remote SRQ number.
+    Xrc(u32),
 }
 
 /// A DC address as handed to C.

@@ -409,6 +409,9 @@ impl<T: Transport> Wr<'_, '_, T> {
             // slot whose stale WQE the device would then run).
             self.addr = None;
         }
+        if let Some(RawAddr::Xrc(srqn)) = self.addr {
+            crate::qp::check_24_bits("XRC SRQ number", srqn)?;
+        }
         if let Some(RawAddr::Dc(dc)) = self.addr {
             if dc.ctx != self.state.ctx {
                 return Err(bad_dc_addr(dc.remote_dctn));
@@ -439,6 +442,11 @@ impl<T: Transport> Wr<'_, '_, T> {
         self.state.wr_flags = flags;
         let ops = self.state.ops();
         build(q, ops);
+        if let Some(RawAddr::Xrc(srqn)) = self.addr {
+            // SAFETY: an XRC initiator's entry, resolved non-NULL at
+            // creation; `q` is its live extended QP in an open batch.
+            unsafe { (ops.set_xrc_srqn)(q, srqn) };
+        }
         if let Some(RawAddr::Dc(dc)) = self.addr {
             // SAFETY: a DCI has its mlx5 extension (`ops.mqpx`: QP creation
             // refuses a DCI without it), whose DC setters were resolved

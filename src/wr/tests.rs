@@ -1436,3 +1436,180 @@ fn waits_return_the_completions_in_the_cqs_buffer_and_reuse_it() {
     assert!(matches!(err, Error::Timeout { .. }), "{err}");
     assert!(fx.fcq.violations.is_empty(), "{:?}", fx.fcq.violations);
 }
+
+#[test]
+fn atomic_write_hands_its_eight_bytes_over_and_needs_its_send_op() {
+    let mut fx = Fx::new();
+    let mut qp = fx.qp::<ReliableConnection>(
+        SendOps::RDMA_WRITE | SendOps::ATOMIC_WRITE,
+        Mlx5SendOps::empty(),
+        None,
+    );
+    let value = 0x0102_0304_0506_0708u64.to_le_bytes();
+    let target = RemoteBuf {
+        addr: 0x10_0000,
+        len: 8,
+        rkey: 0x4455,
+    };
+    let mut b = qp.batch();
+    b.wr(6).signaled().atomic_write(target, &value).unwrap();
+    // Refused before C: a short or unaligned remote buffer.
+    let short = RemoteBuf { len: 7, ..target };
+    let unaligned = RemoteBuf {
+        addr: 0x10_0004,
+        ..target
+    };
+    for bad in [short, unaligned] {
+        let err = b.wr(7).atomic_write(bad, &value).unwrap_err();
+        assert!(matches!(err, Error::InvalidArgument(_)), "{err}");
+    }
+    drop(b);
+    let calls = fx.qp_calls();
+    let writes = entries(&calls, "wr_atomic_write");
+    assert_eq!(writes.len(), 1, "{calls:?}");
+    assert_eq!(writes[0].args[..2], [Arg::U32(0x4455), Arg::U64(0x10_0000)]);
+    assert_eq!(writes[0].args[3], Arg::Bytes(value.to_vec()));
+    assert_eq!(writes[0].wr, Some((6, SIG)));
+    // A QP without the send op refuses it before C.
+    let mut qp = fx.qp::<ReliableConnection>(SendOps::RDMA_WRITE, Mlx5SendOps::empty(), None);
+    let mut b = qp.batch();
+    let err = b.wr(8).atomic_write(target, &value).unwrap_err();
+    assert!(matches!(err, Error::Unsupported { .. }), "{err}");
+}
+
+#[cfg(mlx5dv_ibv_wr_flush)]
+#[test]
+fn flush_hands_its_range_placement_and_level_to_the_provider() {
+    use std::cell::RefCell;
+    type Seen = ((u64, u32), u32, u64, usize, u8, u8);
+    thread_local! {
+        static SEEN: RefCell<Vec<Seen>> = const { RefCell::new(Vec::new()) };
+    }
+    unsafe extern "C" fn wr_flush(
+        qp: *mut ffi::ibv_qp_ex,
+        rkey: u32,
+        remote_addr: u64,
+        len: usize,
+        placement: u8,
+        level: u8,
+    ) {
+        // SAFETY: the fake QP the batch passes.
+        let wr = unsafe { ((*qp).wr_id, (*qp).wr_flags) };
+        SEEN.with(|s| {
+            s.borrow_mut()
+                .push((wr, rkey, remote_addr, len, placement, level))
+        });
+    }
+    let mut fx = Fx::new();
+    let target = RemoteBuf {
+        addr: 0x20_0000,
+        len: 0x1_0000_0010,
+        rkey: 0x99,
+    };
+    {
+        let mut qp = fx.qp::<ReliableConnection>(SendOps::RDMA_WRITE, Mlx5SendOps::empty(), None);
+        let mut b = qp.batch();
+        let err = b
+            .wr(4)
+            .flush(target, FlushPlacement::Global, FlushLevel::Region)
+            .unwrap_err();
+        assert!(matches!(err, Error::Unsupported { .. }), "{err}");
+    }
+    fx.fq.ibv.wr_flush = Some(wr_flush);
+    let mut qp = fx.qp::<ReliableConnection>(
+        SendOps::RDMA_WRITE | SendOps::FLUSH,
+        Mlx5SendOps::empty(),
+        None,
+    );
+    let mut b = qp.batch();
+    b.wr(3)
+        .signaled()
+        .flush(target, FlushPlacement::Persistent, FlushLevel::Range)
+        .unwrap();
+    drop(b);
+    assert_eq!(
+        SEEN.with(|s| s.take()),
+        [(
+            (3, SIG),
+            0x99,
+            0x20_0000,
+            0x1_0000_0010,
+            ffi::IBV_FLUSH_PERSISTENT as u8,
+            ffi::IBV_FLUSH_RANGE as u8
+        )]
+    );
+}
+
+#[test]
+fn a_type2_bind_hands_the_window_its_new_rkey_and_the_range_and_checks_first() {
+    let mut fx = Fx::new();
+    let mr = fx.mr();
+    let pd_ptr = fx.pd.as_ptr();
+    fx.fq.ibv.qp_base.pd = pd_ptr;
+    let mut raw = Box::new(ffi::ibv_mw {
+        pd: pd_ptr,
+        rkey: 0x4242_4201,
+        type_: ffi::IBV_MW_TYPE_2,
+        ..Default::default()
+    });
+    let raw_ptr = &mut *raw as *mut ffi::ibv_mw as usize;
+    let mut mw = unsafe { MemoryWindow::fake(&fx.pd, NonNull::from(&mut *raw), MwType::Type2) };
+    let bind = MwBind::new(&mr, 64..192, AccessFlags::REMOTE_WRITE).unwrap();
+    let mut qp = fx.qp::<ReliableConnection>(
+        SendOps::rc_default() | SendOps::BIND_MW,
+        Mlx5SendOps::empty(),
+        None,
+    );
+    let mut b = qp.batch();
+    let remote = b.wr(3).signaled().bind_mw(&mut mw, &bind).unwrap();
+    drop(b);
+    // ibv_inc_rkey: the low byte one more.
+    assert_eq!(remote.rkey, 0x4242_4202);
+    assert_eq!(mw.rkey(), 0x4242_4202);
+    assert_eq!((remote.addr, remote.len), (mr.addr() + 64, 128));
+    let calls = fx.qp_calls();
+    let call = &calls[1];
+    assert_eq!((call.entry, call.wr), ("wr_bind_mw", Some((3, SIG))));
+    assert_eq!(call.args[0], Arg::Ptr(raw_ptr));
+    assert_eq!(call.args[1], Arg::U32(0x4242_4202));
+    assert_eq!(
+        call.args[3..],
+        [
+            Arg::Ptr(mr.as_ptr() as usize),
+            Arg::U64(mr.addr() + 64),
+            Arg::U64(128),
+            Arg::U32(ffi::IBV_ACCESS_REMOTE_WRITE),
+        ]
+    );
+    // A chosen key replaces the low byte; zero-based starts at 0.
+    let zb = MwBind::new(
+        &mr,
+        0..64,
+        AccessFlags::REMOTE_READ | AccessFlags::ZERO_BASED,
+    )
+    .unwrap()
+    .key(0x77);
+    let mut b = qp.batch();
+    let remote = b.wr(4).bind_mw(&mut mw, &zb).unwrap();
+    drop(b);
+    assert_eq!((remote.addr, remote.len, remote.rkey), (0, 64, 0x4242_4277));
+
+    // Refused before any call: a type 1 window, a QP without BIND_MW.
+    let before = fx.qp_calls().len();
+    raw.type_ = ffi::IBV_MW_TYPE_1;
+    let mut one = unsafe { MemoryWindow::fake(&fx.pd, NonNull::from(&mut *raw), MwType::Type1) };
+    let mut b = qp.batch();
+    let err = b.wr(5).bind_mw(&mut one, &bind).unwrap_err();
+    assert!(matches!(err, Error::InvalidArgument(_)), "{err}");
+    drop(b);
+    let mut plain = fx.qp::<ReliableConnection>(SendOps::rc_default(), Mlx5SendOps::empty(), None);
+    let mut b = plain.batch();
+    let err = b.wr(6).bind_mw(&mut mw, &bind).unwrap_err();
+    assert!(matches!(err, Error::Unsupported { .. }), "{err}");
+    drop(b);
+    let calls = fx.qp_calls();
+    assert!(
+        calls[before..].iter().all(|c| c.entry != "wr_bind_mw"),
+        "{calls:?}"
+    );
+}

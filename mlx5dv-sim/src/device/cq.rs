@@ -36,6 +36,8 @@ pub mod syndrome {
     pub const LOCAL_PROT: u8 = 0x04;
     /// Work request flushed.
     pub const WR_FLUSH: u8 = 0x05;
+    /// Memory window bind error.
+    pub const MW_BIND_ERR: u8 = 0x06;
     /// Remote invalid request.
     pub const REMOTE_INVAL_REQ: u8 = 0x12;
     /// Remote access error.

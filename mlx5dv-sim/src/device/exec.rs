@@ -94,12 +94,12 @@ pub fn scatter_ranges(dev: &Device, pdn: u32, sges: &[Sge]) -> Result<Vec<(u64, 
 /// The responder of a remote operation: handle of the peer QP or DCT.
 fn responder(dev: &Device, rq: &Requester, wqe: &Wqe) -> Result<u32, Outcome> {
     match rq.kind {
-        QpKind::Rc | QpKind::Uc => {
+        QpKind::Rc | QpKind::Uc | QpKind::XrcIni => {
             let h = dev.qp_by_qpn(rq.dest_qpn).ok_or_else(|| {
                 Outcome::Error(syn::RETRY_EXC, format!("no QP {:#x} answers", rq.dest_qpn))
             })?;
             let p = &dev.qps[&h];
-            if !p.state.receives() || p.kind != rq.kind {
+            if !p.state.receives() || p.kind != super::xrc::responder_kind(rq.kind) {
                 return Err(Outcome::Error(
                     syn::RETRY_EXC,
                     format!(
@@ -120,7 +120,7 @@ fn responder(dev: &Device, rq: &Requester, wqe: &Wqe) -> Result<u32, Outcome> {
             serve::check_dc_key(dev, h, av.dc_key)?;
             Ok(h)
         }
-        QpKind::Ud | QpKind::Dct => Err(Outcome::Error(
+        QpKind::Ud | QpKind::Dct | QpKind::XrcTgt => Err(Outcome::Error(
             syn::LOCAL_QP_OP,
             format!("{:?} cannot send", rq.kind),
         )),
@@ -162,6 +162,9 @@ fn run(dev: &mut Device, rq: &Requester, wqe: &Wqe) -> Result<u32, Outcome> {
                 Err(_) if uc => return Ok(total),
                 p => p?,
             };
+            if let Some(srqn) = wqe.xrc_srqn {
+                super::xrc::bind(dev, peer, srqn)?;
+            }
             let src = Source {
                 host: fabric::joined().map_or(0, |h| h.id),
                 qpn: rq.qpn,
@@ -347,6 +350,10 @@ fn umr(dev: &mut Device, rq: &Requester, u: &Umr) -> Result<(), Outcome> {
                 u.mkey, m.pdn, rq.pdn
             ),
         ));
+    }
+    if let MkeyKind::Window { .. } = m.kind {
+        let access = u.access.map_or(0, mkey_access);
+        return super::window::umr(dev, rq, u, access);
     }
     let MkeyKind::Indirect {
         layout,

@@ -121,6 +121,32 @@ fn resolve_into(
             out.push((addr, len));
             Ok(())
         }
+        MkeyKind::Window { bound: None, .. } => {
+            Err(Fault(format!("memory window {key:#x} is not bound")))
+        }
+        MkeyKind::Window { bound: Some(b), .. } => {
+            // An rkey only: peers reach the region through it.
+            if matches!(access, Access::LocalRead | Access::LocalWrite) {
+                return Err(Fault(format!("memory window {key:#x} used as an lkey")));
+            }
+            let offset = addr.checked_sub(b.start);
+            match offset {
+                Some(o) if o.checked_add(len).is_some_and(|end| end <= m.len) => resolve_into(
+                    dev,
+                    b.key,
+                    b.addr + o,
+                    len,
+                    pdn,
+                    access.inner(),
+                    depth + 1,
+                    out,
+                ),
+                _ => Err(Fault(format!(
+                    "memory window {key:#x}: {addr:#x}+{len} outside {:#x}+{}",
+                    b.start, m.len
+                ))),
+            }
+        }
         MkeyKind::Indirect { layout: None, .. } => {
             Err(Fault(format!("mkey {key:#x} is free (not configured)")))
         }

@@ -15,6 +15,8 @@ pub mod respond;
 mod retry;
 pub mod serve;
 pub mod trace;
+pub mod window;
+pub mod xrc;
 
 use crate::config::{self, debug};
 use crate::kernel::{self, state::Device, state::QpKind, state::QpState};
@@ -121,8 +123,10 @@ fn view(q: &kernel::state::Qp, sq: &kernel::state::Sq) -> wqe::QpView {
         kind: match q.kind {
             QpKind::Rc | QpKind::Uc => wqe::QpKind::Rc,
             QpKind::Dci => wqe::QpKind::Dci,
-            QpKind::Dct => wqe::QpKind::Dct,
+            // An XRC target has no send queue either.
+            QpKind::Dct | QpKind::XrcTgt => wqe::QpKind::Dct,
             QpKind::Ud => wqe::QpKind::Ud,
+            QpKind::XrcIni => wqe::QpKind::XrcIni,
         },
         max_inline: q.max_inline,
         max_send_sge: q.max_send_sge,

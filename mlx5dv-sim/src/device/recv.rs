@@ -54,7 +54,8 @@ fn read_sges(addr: u64, max: usize) -> Vec<(u32, u64, u32)> {
 
 fn find_slot(dev: &Device, peer: u32) -> Option<Slot> {
     let p = &dev.qps[&peer];
-    if let Some(sh) = p.srq {
+    // An XRC target receives through the SRQ its packet names.
+    if let Some(sh) = p.srq.or(p.xrc_srq) {
         let s = &dev.srqs[&sh];
         // SAFETY: the SRQ doorbell record from CREATE_SRQ (the WQE counter).
         let posted = unsafe { mem::load_be32_acquire(s.db) } as u16;
@@ -131,8 +132,15 @@ pub fn async_event(w: i32, element: u64, event_type: u32) -> bool {
     n == 16
 }
 
-fn complete(dev: &mut Device, peer: u32, c: Cqe) {
-    let Some(h) = dev.qps[&peer].recv_cq else {
+/// Writes the responder completion `c` of a receive taken from `slot`: to
+/// the QP's receive CQ, or for an XRC SRQ to the SRQ's CQ.
+fn complete(dev: &mut Device, peer: u32, slot: &Slot, c: Cqe) {
+    let xrc_cq = slot
+        .srq
+        .and_then(|s| dev.srqs.get(&s))
+        .and_then(|s| s.xrc)
+        .map(|x| x.cq);
+    let Some(h) = xrc_cq.or(dev.qps[&peer].recv_cq) else {
         return;
     };
     if let Some(cq) = dev.cqs.get_mut(&h) {
@@ -158,6 +166,7 @@ fn check_invalidate(dev: &Device, pdn: u32, rkey: u32) -> Result<(), Outcome> {
         {
             Ok(())
         }
+        _ if super::window::remotely_invalidable(dev, pdn, rkey) => Ok(()),
         _ => Err(Outcome::Error(
             syn::REMOTE_INVAL_REQ,
             format!("send with invalidate of {rkey:#x}, which the responder cannot invalidate"),
@@ -168,10 +177,12 @@ fn check_invalidate(dev: &Device, pdn: u32, rkey: u32) -> Result<(), Outcome> {
 /// Invalidates the mkey `rkey` (it becomes free, mapping nothing).
 fn invalidate(dev: &mut Device, rkey: u32) {
     if let Some(m) = dev.mkeys.get_mut(&(rkey >> 8)) {
-        if let MkeyKind::Indirect { layout, .. } = &mut m.kind {
-            *layout = None;
-            debug!("mkey {rkey:#x} invalidated by a send with invalidate");
+        match &mut m.kind {
+            MkeyKind::Indirect { layout, .. } => *layout = None,
+            MkeyKind::Window { bound, .. } => *bound = None,
+            MkeyKind::Mr { .. } => return,
         }
+        debug!("mkey {rkey:#x} invalidated by a send with invalidate");
     }
 }
 
@@ -202,7 +213,13 @@ pub fn deliver(
         return Err(not_ready(dev, peer));
     };
     let p = &dev.qps[&peer];
-    let (pdn, qpn, uidx) = (p.pdn, p.qpn, p.uidx);
+    let (pdn, qpn, mut uidx) = (p.pdn, p.qpn, p.uidx);
+    // libmlx5 finds an XRC SRQ's completions by the SRQ's user index.
+    if let Some(s) = slot.srq.and_then(|s| dev.srqs.get(&s)) {
+        if s.xrc.is_some() {
+            uidx = s.uidx;
+        }
+    }
     let mut c = Cqe {
         sop_qpn: qpn,
         wqe_counter: slot.index,
@@ -231,7 +248,7 @@ pub fn deliver(
             c.imm = imm;
             c.byte_cnt = len;
             consume(dev, peer, &slot);
-            complete(dev, peer, c);
+            complete(dev, peer, &slot, c);
             return Ok(());
         }
     };
@@ -244,7 +261,7 @@ pub fn deliver(
         c.opcode = opcode::RESP_ERR;
         c.syndrome = s;
         consume(dev, peer, &slot);
-        complete(dev, peer, c);
+        complete(dev, peer, &slot, c);
         if let Some(q) = dev.qps.get_mut(&peer) {
             if q.kind != crate::kernel::state::QpKind::Dct {
                 q.state = QpState::Err;
@@ -288,6 +305,6 @@ pub fn deliver(
         invalidate(dev, u32::from_be_bytes(rkey));
     }
     consume(dev, peer, &slot);
-    complete(dev, peer, c);
+    complete(dev, peer, &slot, c);
     Ok(())
 }

@@ -90,10 +90,12 @@ pub fn destination(dev: &Device, rq: &Requester, wqe: &Wqe) -> Option<u16> {
         return None;
     }
     let to = match rq.kind {
-        QpKind::Rc | QpKind::Uc => connected_host(&dev.qps.get(&rq.handle)?.attrs.dest),
+        QpKind::Rc | QpKind::Uc | QpKind::XrcIni => {
+            connected_host(&dev.qps.get(&rq.handle)?.attrs.dest)
+        }
         QpKind::Dci => return datagram_destination(wqe.body.av()?),
         // UD sends are routed by `exec::ud_send` (per datagram).
-        QpKind::Ud | QpKind::Dct => return None,
+        QpKind::Ud | QpKind::Dct | QpKind::XrcTgt => return None,
     };
     elsewhere(to, me)
 }
@@ -293,7 +295,10 @@ pub fn start(dev: &mut Device, rq: &Requester, ci: u16, wqe: &Wqe, to: u16) -> O
         QpKind::Rc => Transport::Rc,
         QpKind::Uc => Transport::Uc,
         QpKind::Dci => Transport::Dc,
-        QpKind::Ud | QpKind::Dct => {
+        QpKind::XrcIni => Transport::Xrc {
+            srqn: wqe.xrc_srqn.unwrap_or(0),
+        },
+        QpKind::Ud | QpKind::Dct | QpKind::XrcTgt => {
             return Outcome::Error(syn::LOCAL_QP_OP, format!("{:?} here", rq.kind))
         }
     };
@@ -304,7 +309,7 @@ pub fn start(dev: &mut Device, rq: &Requester, ci: u16, wqe: &Wqe, to: u16) -> O
         src_host: host.id,
         src_qpn: rq.qpn,
         dst_qpn: match transport {
-            Transport::Rc | Transport::Uc => rq.dest_qpn,
+            Transport::Rc | Transport::Uc | Transport::Xrc { .. } => rq.dest_qpn,
             _ => av.map_or(0, |a| a.dctn),
         },
         psn: 0,

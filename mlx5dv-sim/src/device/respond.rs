@@ -49,6 +49,11 @@ fn serve_packet(dev: &mut Device, peer: u32, r: &Request) -> Reply {
         host: r.src_host,
         qpn: r.src_qpn,
     };
+    if let Transport::Xrc { srqn } = r.transport {
+        if let Err(o) = super::xrc::bind(dev, peer, srqn) {
+            return reply_of(Err(o));
+        }
+    }
     reply_of(serve::serve(dev, peer, src, &r.op, r.solicited))
 }
 
@@ -78,8 +83,12 @@ pub fn respond(dev: &mut Device, r: Request) -> Option<Response> {
             let _ = serve_packet(dev, h, &r);
             None
         }
-        Transport::Rc => {
-            let h = connected(dev, &r, QpKind::Rc)?;
+        Transport::Rc | Transport::Xrc { .. } => {
+            let kind = match r.transport {
+                Transport::Rc => QpKind::Rc,
+                _ => QpKind::XrcTgt,
+            };
+            let h = connected(dev, &r, kind)?;
             let w = &dev.qps[&h].wire;
             if r.psn != w.epsn {
                 // A duplicate of the last packet (its answer was lost or

@@ -29,6 +29,12 @@ pub enum Transport {
     Dc,
     /// Unreliable datagram (no answer).
     Ud,
+    /// XRC (initiator to target QP): answered as RC; the packet's XRC
+    /// header names the SRQ it lands in.
+    Xrc {
+        /// The XRC SRQ number (XRCETH).
+        srqn: u32,
+    },
 }
 
 /// The operation of a request packet.
@@ -225,6 +231,7 @@ fn transport_code(t: Transport) -> u8 {
         Transport::Uc => 1,
         Transport::Dc => 2,
         Transport::Ud => 3,
+        Transport::Xrc { .. } => 4,
     }
 }
 
@@ -240,10 +247,11 @@ impl Packet {
                     .u32(r.src_qpn)
                     .u32(r.dst_qpn)
                     .u32(r.psn)
-                    .u8(transport_code(r.transport))
-                    .u64(r.dc_key)
-                    .u32(r.qkey)
-                    .u8(u8::from(r.solicited));
+                    .u8(transport_code(r.transport));
+                if let Transport::Xrc { srqn } = r.transport {
+                    w.u32(srqn);
+                }
+                w.u64(r.dc_key).u32(r.qkey).u8(u8::from(r.solicited));
                 match &r.op {
                     Op::Write {
                         rkey,
@@ -323,6 +331,7 @@ impl Packet {
                     1 => Transport::Uc,
                     2 => Transport::Dc,
                     3 => Transport::Ud,
+                    4 => Transport::Xrc { srqn: r.u32()? },
                     _ => return None,
                 };
                 let dc_key = r.u64()?;
@@ -436,6 +445,19 @@ mod tests {
                 raddr: 8,
                 swap_add: u64::MAX,
                 compare: 7,
+            }),
+            Packet::Request(Request {
+                transport: Transport::Xrc { srqn: 0x41 },
+                ..match req(Op::Send {
+                    first: true,
+                    last: true,
+                    imm: Some([5, 6, 7, 8]),
+                    inv: None,
+                    data: vec![1, 2, 3],
+                }) {
+                    Packet::Request(r) => r,
+                    Packet::Response(_) => unreachable!("req builds a request"),
+                }
             }),
             Packet::Response(Response {
                 dst_qpn: 4,

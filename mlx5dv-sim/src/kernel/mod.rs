@@ -6,10 +6,12 @@
 //! with EPROTONOSUPPORT (never ENOTTY, which would turn off all ioctls).
 
 pub mod bytes;
+mod cq_cmds;
 mod devx;
 mod events;
 mod ioctl;
 mod mr_cmds;
+mod mw_cmds;
 mod qp_cmds;
 pub use qp_cmds::SRQ_LIMIT_REACHED;
 mod qp_modify;
@@ -17,6 +19,7 @@ pub mod state;
 #[cfg(test)]
 mod tests;
 mod write_cmds;
+mod xrc_cmds;
 
 use crate::config::{self, debug};
 use crate::interpose::{fds, real};

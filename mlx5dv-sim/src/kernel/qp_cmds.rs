@@ -1,7 +1,7 @@
-//! CQ, QP (RC, UC, UD, DCI, DCT) and SRQ commands.
+//! CQ, QP (RC, UC, UD, DCI, DCT, XRC) and SRQ commands.
 
 use super::bytes::In;
-use super::state::{Cq, Device, Qp, QpAttrs, QpKind, QpState, Rq, Sq, Srq};
+use super::state::{Cq, Device, Qp, QpAttrs, QpKind, QpState, Rq, Sq, Srq, XrcSrq};
 use super::write_cmds::{pdn_of, Cmd};
 use super::{lock, qp_modify, refuse, Res};
 use crate::config::{self, debug};
@@ -9,6 +9,8 @@ use crate::config::{self, debug};
 const QPT_RC: u8 = 2;
 const QPT_UC: u8 = 3;
 const QPT_UD: u8 = 4;
+const QPT_XRC_SEND: u8 = 9;
+const QPT_XRC_RECV: u8 = 10;
 const QPT_DRIVER: u8 = 0xff;
 const FLAG_TYPE_DCT: u32 = 1 << 4;
 const FLAG_TYPE_DCI: u32 = 1 << 5;
@@ -166,6 +168,7 @@ fn destroy_cq(cmd: &mut Cmd) -> Res<()> {
         .qps
         .values()
         .any(|q| q.send_cq == Some(h) || q.recv_cq == Some(h))
+        || dev.srqs.values().any(|s| s.xrc.is_some_and(|x| x.cq == h))
     {
         return Err(refuse(
             libc::EBUSY,
@@ -233,6 +236,8 @@ fn create_qp(cmd: &mut Cmd, ex: bool) -> Res<()> {
         QPT_RC => QpKind::Rc,
         QPT_UC => QpKind::Uc,
         QPT_UD => QpKind::Ud,
+        QPT_XRC_SEND => QpKind::XrcIni,
+        QPT_XRC_RECV => QpKind::XrcTgt,
         QPT_DRIVER if flags & FLAG_TYPE_DCI != 0 => QpKind::Dci,
         QPT_DRIVER if flags & FLAG_TYPE_DCT != 0 => QpKind::Dct,
         t => {
@@ -259,7 +264,22 @@ fn create_qp(cmd: &mut Cmd, ex: bool) -> Res<()> {
         ));
     }
     let mut dev = lock();
-    let pdn = pdn_of(&dev, cmd.fd, pd)?;
+    // An XRC target QP is created in an XRC domain (its handle where the
+    // PD's would be), with no CQs and no queues of its own.
+    let (pdn, xrcdn) = if kind == QpKind::XrcTgt {
+        (
+            0,
+            Some(super::xrc_cmds::xrcdn_of(&dev, cmd.fd, pd, "CREATE_QP")?),
+        )
+    } else {
+        (pdn_of(&dev, cmd.fd, pd)?, None)
+    };
+    if is_srq && matches!(kind, QpKind::XrcIni | QpKind::XrcTgt) {
+        return Err(refuse(
+            libc::EINVAL,
+            format_args!("CREATE_QP: an XRC QP takes no SRQ"),
+        ));
+    }
     let srq = if is_srq {
         match dev.srqs.get(&srq_h) {
             Some(s) if s.ctx == cmd.fd => Some(srq_h),
@@ -273,11 +293,13 @@ fn create_qp(cmd: &mut Cmd, ex: bool) -> Res<()> {
     } else {
         None
     };
-    let recv_cq = Some(cq_of(&dev, cmd.fd, rcq, "receive")?);
-    let send_cq = if kind == QpKind::Dct {
-        None
-    } else {
-        Some(cq_of(&dev, cmd.fd, scq, "send")?)
+    let recv_cq = match kind {
+        QpKind::XrcIni | QpKind::XrcTgt => None,
+        _ => Some(cq_of(&dev, cmd.fd, rcq, "receive")?),
+    };
+    let send_cq = match kind {
+        QpKind::Dct | QpKind::XrcTgt => None,
+        _ => Some(cq_of(&dev, cmd.fd, scq, "send")?),
     };
     let mut dci_streams = None;
     let (mut sq, mut rq, mut db, mut dc_key) = (None, None, 0, 0);
@@ -289,6 +311,9 @@ fn create_qp(cmd: &mut Cmd, ex: bool) -> Res<()> {
             ));
         }
         dc_key = u.u64(40);
+    } else if kind == QpKind::XrcTgt {
+        // No queues: whatever buffer libmlx5 allocated is never read.
+        db = u.u64(8);
     } else {
         let buf = u.u64(0);
         db = u.u64(8);
@@ -377,6 +402,8 @@ fn create_qp(cmd: &mut Cmd, ex: bool) -> Res<()> {
             signature: flags & 1 != 0,
             waiting: None,
             wire: Default::default(),
+            xrcdn,
+            xrc_srq: None,
         },
     );
     debug!("CREATE_QP {kind:?} qpn {qpn:#x} uidx {uidx} sq {sq:?} rq {rq:?}");
@@ -421,11 +448,41 @@ fn destroy_qp(cmd: &mut Cmd) -> Res<()> {
 
 fn create_srq(cmd: &mut Cmd) -> Res<()> {
     let c = &cmd.core;
-    let user_handle = c.u64(8);
-    let pd = c.u32(16);
-    let max_wr = c.u32(20);
-    let limit = c.u32(28);
-    let max_sge = c.u32(24);
+    let req = SrqRequest {
+        user_handle: c.u64(8),
+        pd: c.u32(16),
+        max_wr: c.u32(20),
+        max_sge: c.u32(24),
+        limit: c.u32(28),
+    };
+    new_srq(cmd, &req, |_| Ok(None))
+}
+
+/// The core fields of CREATE_SRQ and CREATE_XSRQ.
+#[derive(Clone, Copy)]
+pub(super) struct SrqRequest {
+    pub user_handle: u64,
+    pub pd: u32,
+    pub max_wr: u32,
+    pub max_sge: u32,
+    pub limit: u32,
+}
+
+/// Creates an SRQ from `req` and the mlx5 UHW (`mlx5_ib_create_srq`:
+/// buf_addr, db_addr, flags, uidx); `xrc` checks, under the device lock,
+/// what makes it an XRC SRQ (`None`: a basic one).
+pub(super) fn new_srq(
+    cmd: &mut Cmd,
+    req: &SrqRequest,
+    xrc: impl FnOnce(&Device) -> Res<Option<XrcSrq>>,
+) -> Res<()> {
+    let SrqRequest {
+        user_handle,
+        pd,
+        max_wr,
+        max_sge,
+        limit,
+    } = *req;
     let u: &In = &cmd.uhw;
     let (buf, db, uidx) = (u.u64(0), u.u64(8), u.u32(24) & 0xff_ffff);
     if buf == 0 || db == 0 || max_sge > 31 || max_wr > (1 << 15) - 1 {
@@ -438,6 +495,7 @@ fn create_srq(cmd: &mut Cmd) -> Res<()> {
     let desc = (16 + 16 * max_sge).max(32).next_power_of_two();
     let mut dev = lock();
     let pdn = pdn_of(&dev, cmd.fd, pd)?;
+    let xrc = xrc(&dev)?;
     let h = dev.handle();
     let srqn = dev.srqn();
     dev.srqs.insert(
@@ -457,9 +515,10 @@ fn create_srq(cmd: &mut Cmd) -> Res<()> {
             user_handle,
             limit,
             events: 0,
+            xrc,
         },
     );
-    debug!("CREATE_SRQ srqn {srqn:#x} wqes {wqe_cnt} stride {desc}");
+    debug!("CREATE_SRQ srqn {srqn:#x} wqes {wqe_cnt} stride {desc} xrc {xrc:?}");
     cmd.out.u32(0, h);
     cmd.out.u32(4, wqe_cnt - 1);
     cmd.out.u32(8, (desc - 16) / 16);
@@ -520,6 +579,11 @@ fn destroy_srq(cmd: &mut Cmd) -> Res<()> {
         ));
     }
     let s = dev.srqs.remove(&h).expect("checked above");
+    for q in dev.qps.values_mut() {
+        if q.xrc_srq == Some(h) {
+            q.xrc_srq = None;
+        }
+    }
     let handle = s.user_handle.to_ne_bytes();
     let unread = match dev.contexts.get(&s.ctx).and_then(|c| c.async_fd) {
         Some((r, w)) if s.events > 0 => super::events::take_unread(r, w, 16, |e| {

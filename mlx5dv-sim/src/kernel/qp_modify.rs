@@ -24,19 +24,21 @@ const ATTR_MAX_DEST_RD_ATOMIC: u32 = 0x20000;
 const ATTR_DEST_QPN: u32 = 0x100000;
 
 /// Attributes a transition must carry (IB spec 11.2.4.2, as the kernel's
-/// `ib_modify_qp_is_ok` table has them) for RC and DC.
+/// `ib_modify_qp_is_ok` table has them) for RC, UC, UD, DC and XRC.
 fn required(kind: QpKind, from: QpState, to: QpState) -> Option<u32> {
     use QpState::*;
     Some(match (from, to) {
         (_, Reset) | (_, Err) => 0,
         (Reset, Init) => match kind {
-            QpKind::Rc | QpKind::Uc | QpKind::Dct => ATTR_PKEY | ATTR_PORT | ATTR_ACCESS,
+            QpKind::Rc | QpKind::Uc | QpKind::Dct | QpKind::XrcIni | QpKind::XrcTgt => {
+                ATTR_PKEY | ATTR_PORT | ATTR_ACCESS
+            }
             QpKind::Ud => ATTR_PKEY | ATTR_PORT | ATTR_QKEY,
             QpKind::Dci => ATTR_PKEY | ATTR_PORT,
         },
         (Init, Init) => 0,
         (Init, Rtr) => match kind {
-            QpKind::Rc => {
+            QpKind::Rc | QpKind::XrcTgt => {
                 ATTR_AV
                     | ATTR_PATH_MTU
                     | ATTR_DEST_QPN
@@ -44,16 +46,17 @@ fn required(kind: QpKind, from: QpState, to: QpState) -> Option<u32> {
                     | ATTR_MAX_DEST_RD_ATOMIC
                     | ATTR_MIN_RNR
             }
-            QpKind::Uc => ATTR_AV | ATTR_PATH_MTU | ATTR_DEST_QPN | ATTR_RQ_PSN,
+            QpKind::Uc | QpKind::XrcIni => ATTR_AV | ATTR_PATH_MTU | ATTR_DEST_QPN | ATTR_RQ_PSN,
             QpKind::Dct => ATTR_PATH_MTU | ATTR_MIN_RNR,
             QpKind::Ud | QpKind::Dci => 0,
         },
         (Rtr, Rts) => match kind {
-            QpKind::Rc => {
+            QpKind::Rc | QpKind::XrcIni => {
                 ATTR_SQ_PSN | ATTR_TIMEOUT | ATTR_RETRY | ATTR_RNR_RETRY | ATTR_MAX_RD_ATOMIC
             }
             QpKind::Dci => ATTR_TIMEOUT | ATTR_RETRY | ATTR_RNR_RETRY | ATTR_MAX_RD_ATOMIC,
             QpKind::Uc | QpKind::Ud => ATTR_SQ_PSN,
+            QpKind::XrcTgt => ATTR_SQ_PSN | ATTR_TIMEOUT,
             QpKind::Dct => return None,
         },
         (Rts, Rts) | (Sqd, Rts) | (Sqe, Rts) | (Rts, Sqd) | (Sqd, Sqd) => 0,
@@ -268,6 +271,28 @@ pub fn query_qp(cmd: &mut Cmd) -> Res<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn xrc_transitions_need_the_spec_attributes() {
+        use QpState::*;
+        let init = ATTR_PKEY | ATTR_PORT | ATTR_ACCESS;
+        assert_eq!(required(QpKind::XrcIni, Reset, Init), Some(init));
+        assert_eq!(required(QpKind::XrcTgt, Reset, Init), Some(init));
+        // The initiator has no responder resources, the target no send
+        // queue to retry.
+        let ini_rtr = required(QpKind::XrcIni, Init, Rtr).unwrap();
+        assert_eq!(ini_rtr & (ATTR_MAX_DEST_RD_ATOMIC | ATTR_MIN_RNR), 0);
+        let tgt_rtr = required(QpKind::XrcTgt, Init, Rtr).unwrap();
+        assert_eq!(tgt_rtr, required(QpKind::Rc, Init, Rtr).unwrap());
+        assert_eq!(
+            required(QpKind::XrcTgt, Rtr, Rts),
+            Some(ATTR_SQ_PSN | ATTR_TIMEOUT)
+        );
+        assert_eq!(
+            required(QpKind::XrcIni, Rtr, Rts),
+            required(QpKind::Rc, Rtr, Rts)
+        );
+    }
 
     #[test]
     fn rc_transitions_need_the_spec_attributes() {

@@ -59,6 +59,12 @@ pub enum QpKind {
     Dci,
     /// DC target (no queues of its own; receives through its SRQ).
     Dct,
+    /// XRC initiator (`IBV_QPT_XRC_SEND`): sends only, each WQE names the
+    /// remote XRC SRQ.
+    XrcIni,
+    /// XRC target (`IBV_QPT_XRC_RECV`): created in an XRC domain, no
+    /// queues of its own; a packet lands in the XRC SRQ it names.
+    XrcTgt,
 }
 
 /// A protection domain.
@@ -89,6 +95,28 @@ pub enum MkeyKind {
         /// Created with remote invalidation enabled (`mkc.en_rinval`).
         remote_invalidate: bool,
     },
+    /// A memory window (ALLOC_MW); its `access` and `len` are those of its
+    /// last bind.
+    Window {
+        /// Type 2 (bound by the QP it serves; remotely invalidable), else 1.
+        type2: bool,
+        /// What it maps while bound; `None` while free.
+        bound: Option<WindowMap>,
+    },
+}
+
+/// What a bound memory window maps: `[start, start + len)` of its own
+/// addresses onto the region `key` from `addr`.
+#[derive(Debug, Clone, Copy)]
+pub struct WindowMap {
+    /// The window's first address (0 when zero-based).
+    pub start: u64,
+    /// The memory region's key.
+    pub key: u32,
+    /// The address in that region of the window's first byte.
+    pub addr: u64,
+    /// The QP a type 2 window is bound to (`0xffffff` for type 1).
+    pub qpn: u32,
 }
 
 /// A memory key (MR or indirect mkey).
@@ -116,6 +144,8 @@ pub const ACCESS_REMOTE_WRITE: u32 = 2;
 pub const ACCESS_REMOTE_READ: u32 = 4;
 /// `IBV_ACCESS_REMOTE_ATOMIC`.
 pub const ACCESS_REMOTE_ATOMIC: u32 = 8;
+/// `IBV_ACCESS_MW_BIND`.
+pub const ACCESS_MW_BIND: u32 = 0x10;
 
 /// A completion queue.
 #[derive(Debug)]
@@ -243,6 +273,11 @@ pub struct Qp {
     /// The QP's side of the fabric: PSNs, the request in flight, the
     /// answers kept for duplicates.
     pub wire: crate::device::remote::QpWire,
+    /// XRC: the QP's XRC domain number (a target QP's only container).
+    pub xrcdn: Option<u32>,
+    /// XRC target: the SRQ the packet being served names (set per packet;
+    /// it also lends its PD for the packet's memory checks).
+    pub xrc_srq: Option<u32>,
 }
 
 /// The attributes QUERY_QP reports back.
@@ -307,6 +342,30 @@ pub struct Srq {
     pub limit: u32,
     /// Async events (limit reached) written.
     pub events: u32,
+    /// An XRC SRQ: its XRC domain number and the handle of the CQ its
+    /// receives complete on.
+    pub xrc: Option<XrcSrq>,
+}
+
+/// What makes an SRQ an XRC SRQ (`IBV_SRQT_XRC`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct XrcSrq {
+    /// The XRC domain number.
+    pub xrcdn: u32,
+    /// The CQ handle its receives complete on.
+    pub cq: u32,
+}
+
+/// An XRC domain handle of one context (OPEN_XRCD). Handles opened
+/// through the same file (inode) share one domain number.
+#[derive(Debug, Clone, Copy)]
+pub struct Xrcd {
+    /// Owning command fd.
+    pub ctx: i32,
+    /// The XRC domain number.
+    pub xrcdn: u32,
+    /// The file's (device, inode) when opened through one.
+    pub inode: Option<(u64, u64)>,
 }
 
 /// A user access region page.
@@ -345,7 +404,7 @@ pub struct Device {
     pub pds: HashMap<u32, Pd>,
     /// Memory keys by key index (key >> 8).
     pub mkeys: HashMap<u32, Mkey>,
-    /// MR handles to key index.
+    /// MR and memory-window handles to key index.
     pub mr_handles: HashMap<u32, u32>,
     /// CQs by handle.
     pub cqs: HashMap<u32, Cq>,
@@ -361,6 +420,9 @@ pub struct Device {
     pub ahs: HashMap<u32, i32>,
     /// Completion channels: user's read end → (write end, owning fd).
     pub channels: HashMap<i32, (i32, i32)>,
+    /// XRC domain handles by handle.
+    pub xrcds: HashMap<u32, Xrcd>,
+    next_xrcdn: u32,
     next_handle: u32,
     next_qpn: u32,
     next_cqn: u32,
@@ -393,6 +455,11 @@ impl Device {
         self.next_srqn += 1;
         0x40 + self.next_srqn
     }
+    /// A fresh XRC domain number.
+    pub fn xrcdn(&mut self) -> u32 {
+        self.next_xrcdn += 1;
+        self.next_xrcdn
+    }
     /// A fresh PD number.
     pub fn pdn(&mut self) -> u32 {
         self.next_pdn += 1;
@@ -417,5 +484,31 @@ impl Device {
     /// The key record for `key`, checking the variant byte.
     pub fn key(&self, key: u32) -> Option<&Mkey> {
         self.mkeys.get(&(key >> 8)).filter(|m| m.key == key)
+    }
+
+    /// A new key under a new MR or window handle (REG_MR, ALLOC_MW), its
+    /// variant byte the index's low 7 bits: the handle and the key.
+    pub fn add_keyed(
+        &mut self,
+        ctx: i32,
+        pdn: u32,
+        access: u32,
+        len: u64,
+        kind: MkeyKind,
+    ) -> (u32, u32) {
+        let h = self.handle();
+        let idx = self.mkey_index();
+        let key = (idx << 8) | (idx & 0x7f);
+        let mkey = Mkey {
+            ctx,
+            key,
+            pdn,
+            access,
+            len,
+            kind,
+        };
+        self.mkeys.insert(idx, mkey);
+        self.mr_handles.insert(h, idx);
+        (h, key)
     }
 }

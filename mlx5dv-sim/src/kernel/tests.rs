@@ -74,10 +74,10 @@ fn malformed_and_unknown_writes_are_refused() {
     let mut cmd = legacy(4, &[0; 4], &[], None);
     cmd[4] = 9; // in_words disagrees with the length
     assert_eq!(send(fd, &cmd), Err(libc::EINVAL));
-    // Commands the device does not implement (QUERY_AH, OPEN_XRCD,
-    // ALLOC_MW, RESIZE_CQ) and one no kernel knows: EOPNOTSUPP, as uverbs
-    // answers, so that callers (rdma-core's tests) see "not supported".
-    for code in [7, 37, 14, 19, 200] {
+    // Commands the device does not implement (QUERY_AH, OPEN_QP) and
+    // one no kernel knows: EOPNOTSUPP, as uverbs answers, so that
+    // callers (rdma-core's tests) see "not supported".
+    for code in [7, 40, 200] {
         let cmd = legacy(code, &[0; 8], &[], None);
         assert_eq!(send(fd, &cmd), Err(libc::EOPNOTSUPP), "command {code}");
     }
@@ -135,5 +135,99 @@ fn ioctls_refuse_with_the_errnos_libibverbs_falls_back_on() {
     // SAFETY: as above.
     let r = unsafe { ioctl::dispatch(fd, ioctl::RDMA_VERBS_IOCTL, hdr.as_mut_ptr()) };
     assert_eq!(r.err(), Some(Errno(libc::EOPNOTSUPP)));
+    close_context(fd);
+}
+
+/// OPEN_XRCD of `file` (-1: none) with `oflags`: the handle.
+fn open_xrcd(fd: i32, file: i32, oflags: i32) -> Result<u32, i32> {
+    let mut resp = vec![0u8; 4];
+    let mut core = vec![0u8; 16];
+    core[8..12].copy_from_slice(&file.to_le_bytes());
+    core[12..16].copy_from_slice(&oflags.to_le_bytes());
+    send(fd, &legacy(37, &core, &[], Some(&mut resp)))?;
+    Ok(u32::from_le_bytes(resp[..4].try_into().unwrap()))
+}
+
+#[test]
+fn xrc_domains_are_shared_through_a_file() {
+    let (a, b) = (context(), context());
+    let path = std::env::temp_dir().join(format!("mlx5dv-sim-xrcd-{}", std::process::id()));
+    let file = std::fs::File::create(&path).expect("temporary file");
+    let raw = std::os::fd::AsRawFd::as_raw_fd(&file);
+    assert_eq!(open_xrcd(a, raw, 0), Err(libc::ENOENT), "no O_CREAT");
+    let ha = open_xrcd(a, raw, libc::O_CREAT).expect("OPEN_XRCD O_CREAT");
+    let hb = open_xrcd(b, raw, 0).expect("the file's domain, found again");
+    assert_eq!(
+        open_xrcd(b, raw, libc::O_CREAT | libc::O_EXCL),
+        Err(libc::EINVAL),
+        "O_EXCL and the domain exists"
+    );
+    let private = open_xrcd(a, -1, 0).expect("a private domain");
+    {
+        let dev = lock();
+        assert_eq!(dev.xrcds[&ha].xrcdn, dev.xrcds[&hb].xrcdn, "one domain");
+        assert_ne!(dev.xrcds[&ha].xrcdn, dev.xrcds[&private].xrcdn);
+    }
+    assert_eq!(open_xrcd(a, 9999, libc::O_CREAT), Err(libc::EBADF));
+    for (fd, h) in [(a, ha), (b, hb), (a, private)] {
+        assert_eq!(send(fd, &legacy(38, &h.to_le_bytes(), &[], None)), Ok(()));
+    }
+    assert_eq!(
+        send(a, &legacy(38, &ha.to_le_bytes(), &[], None)),
+        Err(libc::EINVAL),
+        "closed twice"
+    );
+    drop(file);
+    let _ = std::fs::remove_file(&path);
+    close_context(a);
+    close_context(b);
+}
+
+#[test]
+fn alloc_mw_answers_a_window_and_dealloc_mw_takes_only_windows() {
+    let fd = context();
+    let mut resp = vec![0u8; 4];
+    let cmd = legacy(3, &[0; 8], &[], Some(&mut resp));
+    send(fd, &cmd).expect("ALLOC_PD");
+    let pd = u32::from_le_bytes(resp[..4].try_into().unwrap());
+    let alloc = |pd: u32, kind: u8| {
+        let mut out = vec![0u8; 8];
+        let mut core = vec![0u8; 16];
+        core[8..12].copy_from_slice(&pd.to_le_bytes());
+        core[12] = kind;
+        let cmd = legacy(14, &core, &[], Some(&mut out));
+        send(fd, &cmd).map(|()| {
+            let r = bytes::In(out);
+            (r.u32(0), r.u32(4))
+        })
+    };
+    assert_eq!(alloc(pd, 3), Err(libc::EINVAL), "type 3");
+    assert_eq!(alloc(pd + 1000, 1), Err(libc::EINVAL), "unknown PD");
+    let (h1, k1) = alloc(pd, 1).expect("type 1");
+    let (h2, k2) = alloc(pd, 2).expect("type 2");
+    assert_ne!(h1, h2);
+    assert_ne!(k1 >> 8, k2 >> 8);
+    // A window's key reaches nothing until it is bound.
+    assert!(matches!(
+        lock().key(k2).map(|m| &m.kind),
+        Some(state::MkeyKind::Window {
+            type2: true,
+            bound: None
+        })
+    ));
+    let handle = |h: u32| h.to_le_bytes().to_vec();
+    assert_eq!(
+        send(fd, &legacy(13, &handle(h1), &[], None)),
+        Err(libc::EINVAL),
+        "DEREG_MR of a window"
+    );
+    assert_eq!(send(fd, &legacy(16, &handle(h1), &[], None)), Ok(()));
+    assert_eq!(
+        send(fd, &legacy(16, &handle(h1), &[], None)),
+        Err(libc::EINVAL),
+        "twice"
+    );
+    assert!(lock().key(k1).is_none());
+    assert_eq!(send(fd, &legacy(16, &handle(h2), &[], None)), Ok(()));
     close_context(fd);
 }

@@ -9,8 +9,8 @@
 
 use super::bytes::{In, Out};
 use super::mr_cmds::{check_mr_access, check_mr_range};
-use super::state::{Mkey, MkeyKind, Pd};
-use super::{injected, lock, mr_cmds, qp_cmds, refuse, Errno, Res};
+use super::state::{MkeyKind, Pd};
+use super::{cq_cmds, injected, lock, mr_cmds, mw_cmds, qp_cmds, refuse, xrc_cmds, Errno, Res};
 use crate::config::{self, debug};
 
 const EXTENDED: u32 = 0x8000_0000;
@@ -59,8 +59,11 @@ fn legacy_layout(cmd: u32) -> Option<(&'static str, usize, usize)> {
         9 => ("REG_MR", 40, 12),
         11 => ("REREG_MR", 48, 8),
         13 => ("DEREG_MR", 4, 0),
+        14 => ("ALLOC_MW", 16, 8),
+        16 => ("DEALLOC_MW", 4, 0),
         17 => ("CREATE_COMP_CHANNEL", 8, 4),
         18 => ("CREATE_CQ", 32, 8),
+        19 => ("RESIZE_CQ", 16, 8),
         20 => ("DESTROY_CQ", 16, 8),
         23 => ("REQ_NOTIFY_CQ", 8, 0),
         24 => ("CREATE_QP", 56, 32),
@@ -71,6 +74,9 @@ fn legacy_layout(cmd: u32) -> Option<(&'static str, usize, usize)> {
         33 => ("MODIFY_SRQ", 16, 0),
         34 => ("QUERY_SRQ", 16, 16),
         35 => ("DESTROY_SRQ", 16, 4),
+        37 => ("OPEN_XRCD", 16, 4),
+        38 => ("CLOSE_XRCD", 4, 0),
+        39 => ("CREATE_XSRQ", 48, 16),
         _ => return None,
     })
 }
@@ -200,7 +206,11 @@ pub unsafe fn dispatch(fd: i32, buf: *const u8, len: usize) -> Res<()> {
         (false, 9) => reg_mr(&mut cmd)?,
         (false, 11) => mr_cmds::rereg_mr(&mut cmd)?,
         (false, 13) => dereg_mr(&mut cmd)?,
+        (false, 14) => mw_cmds::alloc_mw(&mut cmd)?,
+        (false, 16) => mw_cmds::dealloc_mw(&mut cmd)?,
         (false, 17) => create_comp_channel(&mut cmd)?,
+        (false, 19) => cq_cmds::resize_cq(&mut cmd)?,
+        (false, 37..=39) => xrc_cmds::dispatch(&mut cmd, code)?,
         _ => qp_cmds::dispatch(&mut cmd, extended, code, name)?,
     }
     cmd.commit();
@@ -208,9 +218,11 @@ pub unsafe fn dispatch(fd: i32, buf: *const u8, len: usize) -> Res<()> {
 }
 
 /// `device_cap_flags`: BAD_PKEY_CNTR, BAD_QKEY_CNTR, SYS_IMAGE_GUID,
-/// RC_RNR_NAK_GEN, N_NOTIFY_CQ, MEM_MGT_EXTENSIONS. Not SRQ_RESIZE nor
-/// MEM_WINDOW: a ConnectX has both, the model neither.
-const DEVICE_CAP_FLAGS: u32 = 0x2 | 0x4 | 0x800 | 0x1000 | 0x4000 | (1 << 21);
+/// RC_RNR_NAK_GEN, N_NOTIFY_CQ, MEM_WINDOW, XRC, MEM_MGT_EXTENSIONS,
+/// MEM_WINDOW_TYPE_2B (as mlx5 reports). Not SRQ_RESIZE: a ConnectX has
+/// it, the model not.
+const DEVICE_CAP_FLAGS: u32 =
+    0x2 | 0x4 | 0x800 | 0x1000 | 0x4000 | (1 << 17) | (1 << 20) | (1 << 21) | (1 << 24);
 
 /// `num_comp_vectors` of GET_CONTEXT (CREATE_CQ refuses a vector beyond).
 pub const NUM_COMP_VECTORS: u32 = 4;
@@ -509,24 +521,11 @@ fn reg_mr(cmd: &mut Cmd) -> Res<()> {
     check_mr_access("REG_MR", access)?;
     let mut dev = lock();
     let pdn = pdn_of(&dev, cmd.fd, pd)?;
-    let h = dev.handle();
-    let idx = dev.mkey_index();
-    let key = (idx << 8) | (idx & 0x7f);
-    dev.mkeys.insert(
-        idx,
-        Mkey {
-            ctx: cmd.fd,
-            key,
-            pdn,
-            access,
-            len: length,
-            kind: MkeyKind::Mr {
-                addr: start,
-                len: length,
-            },
-        },
-    );
-    dev.mr_handles.insert(h, idx);
+    let kind = MkeyKind::Mr {
+        addr: start,
+        len: length,
+    };
+    let (h, key) = dev.add_keyed(cmd.fd, pdn, access, length, kind);
     debug!("REG_MR {start:#x}+{length} key {key:#x} pd {pdn} access {access:#x}");
     cmd.out.u32(0, h);
     cmd.out.u32(4, key);
@@ -537,8 +536,16 @@ fn reg_mr(cmd: &mut Cmd) -> Res<()> {
 fn dereg_mr(cmd: &mut Cmd) -> Res<()> {
     let h = cmd.core.u32(0);
     let mut dev = lock();
-    let Some(&idx) = dev.mr_handles.get(&h) else {
-        return Err(refuse(libc::EINVAL, format_args!("DEREG_MR: handle {h}")));
+    let idx = match dev.mr_handles.get(&h) {
+        Some(&idx)
+            if dev
+                .mkeys
+                .get(&idx)
+                .is_some_and(|m| matches!(m.kind, MkeyKind::Mr { .. })) =>
+        {
+            idx
+        }
+        _ => return Err(refuse(libc::EINVAL, format_args!("DEREG_MR: handle {h}"))),
     };
     dev.mr_handles.remove(&h);
     dev.mkeys.remove(&idx);

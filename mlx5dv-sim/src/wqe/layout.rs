@@ -114,6 +114,15 @@ pub mod av {
     pub const EXTENDED: u32 = 0x8000_0000;
 }
 
+/// `struct mlx5_wqe_xrc_seg` (16 bytes): follows the control segment of
+/// every XRC initiator WQE (`set_xrc_seg`, `mlx5_send_wr_set_xrc_srqn`).
+pub mod xrc {
+    /// Size.
+    pub const SIZE: usize = 16;
+    /// `xrc_srqn` (be32): the remote XRC SRQ number, 23:0.
+    pub const SRQN: usize = 0;
+}
+
 /// `struct mlx5_wqe_raddr_seg` (16 bytes).
 pub mod raddr {
     /// Size.

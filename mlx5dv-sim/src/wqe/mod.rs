@@ -32,15 +32,19 @@
 //!
 //! Opcodes per QP kind (opcode modifier 0, MMO 1):
 //!
-//! | opcode | RC | UC | DCI | UD |
-//! |---|---|---|---|---|
-//! | NOP | yes | yes | yes | yes |
-//! | SEND, SEND_IMM | yes | yes | AV | AV |
-//! | SEND_INVAL, RDMA_WRITE(_IMM) | yes | yes | AV | no |
-//! | RDMA_READ, ATOMIC_CS/FA | yes | no | AV | no |
-//! | UMR: mkey configure (list, interleaved) | yes | no | no | no |
-//! | UMR: local invalidate, window bind | yes | yes | yes, no AV | no |
-//! | MMO (DMA memcpy, DS 4) | yes | no | yes, no AV | no |
+//! | opcode | RC | UC | DCI | UD | XRC INI |
+//! |---|---|---|---|---|---|
+//! | NOP | yes | yes | yes | yes | yes |
+//! | SEND, SEND_IMM | yes | yes | AV | AV | XRC |
+//! | SEND_INVAL, RDMA_WRITE(_IMM) | yes | yes | AV | no | XRC |
+//! | RDMA_READ, ATOMIC_CS/FA | yes | no | AV | no | XRC |
+//! | UMR: mkey configure (list, interleaved) | yes | no | no | no | no |
+//! | UMR: local invalidate, window bind | yes | yes | yes, no AV | no | yes |
+//! | MMO (DMA memcpy, DS 4) | yes | no | yes, no AV | no | no |
+//!
+//! "XRC": after the control segment, the 16-byte XRC segment naming the
+//! remote SRQ ([`Wqe::xrc_srqn`]); its reserved bytes are not checked
+//! (libmlx5's `ibv_wr_*` path leaves them as they were).
 //!
 //! A DCT has no send queue. Masked atomics, TSO, SET_PSV and the other
 //! opcodes are refused. Segments must fill the DS exactly: AV (48 bytes,
@@ -65,7 +69,9 @@ pub use ctrl::{ctrl_ds, ctrl_opcode, wqebbs, Ctrl, Fence};
 pub use error::WqeError;
 pub use umr::Umr;
 
-use layout::{atomic as atomic_seg, av, ctrl as ctrl_seg, mmo as mmo_seg, opcode as op, raddr};
+use layout::{
+    atomic as atomic_seg, av, ctrl as ctrl_seg, mmo as mmo_seg, opcode as op, raddr, xrc,
+};
 use segments::{parse_atomic, parse_av, parse_data, parse_pointer, parse_raddr};
 
 /// The type of the QP whose send queue holds the WQE.
@@ -81,6 +87,9 @@ pub enum QpKind {
     Dct,
     /// Unreliable datagram.
     Ud,
+    /// XRC initiator (`IBV_QPT_XRC_SEND`): as RC, with an XRC segment
+    /// (the remote SRQ number) after the control segment.
+    XrcIni,
 }
 
 /// What the parser needs to know of the QP.
@@ -119,6 +128,8 @@ pub struct Wqe {
     pub ctrl: Ctrl,
     /// The operation.
     pub body: Body,
+    /// The remote XRC SRQ number (XRC initiator WQEs only).
+    pub xrc_srqn: Option<u32>,
 }
 
 /// Parses and validates the linearised WQE `wqe` (`ds * 16` bytes) posted
@@ -140,7 +151,7 @@ pub fn parse(wqe: &[u8], qp: &QpView) -> Result<Wqe, WqeError> {
         });
     }
     let kind = qp.kind;
-    let connected = matches!(kind, QpKind::Rc | QpKind::Dci);
+    let connected = matches!(kind, QpKind::Rc | QpKind::Dci | QpKind::XrcIni);
     let body = match ctrl.opcode {
         op::NOP => Body::Nop,
         op::SEND => Body::Send(message(wqe, qp)?),
@@ -158,7 +169,7 @@ pub fn parse(wqe: &[u8], qp: &QpView) -> Result<Wqe, WqeError> {
             }
             Body::Umr(u)
         }
-        op::MMO if connected => Body::Mmo(mmo(wqe)?),
+        op::MMO if matches!(kind, QpKind::Rc | QpKind::Dci) => Body::Mmo(mmo(wqe)?),
         op::ATOMIC_MASKED_CS | op::ATOMIC_MASKED_FA => {
             return Err(WqeError::Unsupported {
                 what: "masked atomics",
@@ -177,7 +188,14 @@ pub fn parse(wqe: &[u8], qp: &QpView) -> Result<Wqe, WqeError> {
         o if is_known(o) => return Err(not_for_qp(&ctrl, qp)),
         o => return Err(WqeError::BadOpcode { opcode: o }),
     };
-    Ok(Wqe { ctrl, body })
+    // Every data-bearing XRC WQE was checked to hold the segment (address).
+    let xrc_srqn = (kind == QpKind::XrcIni && wqe.len() >= ctrl_seg::SIZE + xrc::SIZE)
+        .then(|| layout::be32(wqe, ctrl_seg::SIZE + xrc::SRQN) & 0xff_ffff);
+    Ok(Wqe {
+        ctrl,
+        body,
+        xrc_srqn,
+    })
 }
 
 /// Whether `o` is one of the `MLX5_OPCODE_*` send opcodes.
@@ -221,6 +239,12 @@ fn address(wqe: &[u8], qp: &QpView) -> Result<(Option<Av>, usize), WqeError> {
             let av = parse_av(wqe, ctrl_seg::SIZE, qp.kind)?;
             Ok((Some(av), ctrl_seg::SIZE + av::SIZE))
         }
+        QpKind::XrcIni if wqe.len() < ctrl_seg::SIZE + xrc::SIZE => Err(WqeError::Layout {
+            what: "XRC WQE without its XRC segment",
+            at: ctrl_seg::SIZE,
+            size: wqe.len(),
+        }),
+        QpKind::XrcIni => Ok((None, ctrl_seg::SIZE + xrc::SIZE)),
         QpKind::Rc | QpKind::Uc | QpKind::Dct => Ok((None, ctrl_seg::SIZE)),
     }
 }

@@ -27,7 +27,7 @@ static const struct {
 	{"ud", check_ud}, {"unmapped", check_unmapped},
 	{"post_send", check_post_send},
 	{"raw_refusals", check_raw_refusals}, {"syndromes", check_syndromes},
-	{"ops", check_ops}, {"verbs", check_verbs},
+	{"ops", check_ops}, {"verbs", check_verbs}, {"xrc", check_xrc},
 	{"overrun", check_overrun, 1},
 };
 

@@ -98,5 +98,6 @@ void check_raw_refusals(void);
 void check_syndromes(void);
 void check_ops(void);
 void check_verbs(void);
+void check_xrc(void);
 
 #endif

@@ -31,6 +31,7 @@ use super::{
 use crate::cq::{write_wc_fields, CompletionQueue, RawWc, WorkCompletion};
 use crate::error::{Error, Result};
 use crate::qp::{Connected, DcAddr, DcInitiator, QpEx, Transport};
+use crate::qp::{XrcInitiator, XrcSrqn};
 use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hasher};
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
@@ -128,6 +129,17 @@ impl<'m, T: Connected> ScopedBatch<'_, 'm, T> {
     pub fn wr(&mut self, wr_id: u64) -> super::Wr<'_, 'm, T> {
         let id = self.next_id(wr_id);
         self.batch.start_wr(id, None)
+    }
+}
+
+impl<'m> ScopedBatch<'_, 'm, XrcInitiator> {
+    /// Adds a work request to the XRC SRQ `srqn` of the target, whose
+    /// completion carries `wr_id`, as [`WrBatch::wr`] on an XRC initiator.
+    /// It is signalled.
+    #[inline]
+    pub fn wr(&mut self, wr_id: u64, srqn: XrcSrqn) -> super::Wr<'_, 'm, XrcInitiator> {
+        let id = self.next_id(wr_id);
+        self.batch.start_wr(id, Some(RawAddr::Xrc(srqn.0)))
     }
 }
 

@@ -1,0 +1,444 @@
+//! Memory windows on a real RDMA device (soft-RoCE in the test guest) and
+//! on the software device: two RC QPs on one device connected to each
+//! other; B binds windows over its region, A reaches B's memory through
+//! them. Data is checked byte for byte, every completion's status and
+//! opcode too.
+//!
+//! Run by `scripts/test` with `MLX5DV_TEST_DEVICE` set; without it the
+//! tests are ignored, and fail if forced to run. A device that does not
+//! offer a window type (its `device_cap_flags` lack `MEM_WINDOW` or
+//! `MEM_WINDOW_TYPE_2A/2B`) must refuse to allocate one with the crate's
+//! `Error::Unsupported`, which the test then asserts instead; the software
+//! device offers both types, and the test requires them there.
+
+#![allow(clippy::undocumented_unsafe_blocks)]
+
+mod support;
+
+use mlx5dv::*;
+use support::rig::*;
+
+/// `IBV_DEVICE_MEM_WINDOW`, `_TYPE_2A`, `_TYPE_2B`.
+const MEM_WINDOW: u32 = 1 << 17;
+const MEM_WINDOW_TYPE_2: u32 = (1 << 23) | (1 << 24);
+
+fn on_sim() -> bool {
+    std::env::var("MLX5DV_SIM").as_deref() == Ok("1")
+}
+
+fn ops() -> SendOps {
+    SendOps::rc_default() | SendOps::BIND_MW | SendOps::LOCAL_INV | SendOps::SEND_WITH_INV
+}
+
+/// A window of type `kind` in `pd`, or `None` when the device does not
+/// offer that type, after asserting that it says so (its capability
+/// flags) and that the crate refuses with `Unsupported`.
+fn window(ctx: &Context, pd: &ProtectionDomain, kind: MwType) -> Option<MemoryWindow> {
+    let mut attr = ffi::ibv_device_attr::default();
+    assert_eq!(unsafe { ffi::ibv_query_device(ctx.as_ptr(), &mut attr) }, 0);
+    let flags = attr.device_cap_flags;
+    let offered =
+        flags & MEM_WINDOW != 0 && (kind == MwType::Type1 || flags & MEM_WINDOW_TYPE_2 != 0);
+    match MemoryWindow::new(pd, kind) {
+        Ok(mw) => {
+            assert_eq!(mw.mw_type(), kind);
+            Some(mw)
+        }
+        Err(e) => {
+            assert!(
+                !on_sim() && !offered,
+                "{kind:?} window refused on a device offering it (cap flags {flags:#x}): {e}"
+            );
+            assert!(matches!(e, Error::Unsupported { .. }), "{e:?}");
+            println!("{kind:?} windows not offered here (cap flags {flags:#x}): {e}");
+            None
+        }
+    }
+}
+
+/// B's region windows are bound to: local write and window binds, no
+/// remote access of its own.
+fn bindable(pd: &ProtectionDomain) -> MemoryRegion {
+    MemoryRegion::new(pd, MR_LEN, AccessFlags::LOCAL_WRITE | AccessFlags::MW_BIND).unwrap()
+}
+
+fn rw() -> AccessFlags {
+    AccessFlags::REMOTE_READ | AccessFlags::REMOTE_WRITE
+}
+
+/// A writes A's `0..len` to `to`; its one completion.
+fn write_from_a(p: &mut Pair, wr_id: u64, to: RemoteBuf, len: usize) -> WorkCompletion {
+    let wcs =
+        p.a.qp
+            .post_and_wait(&mut p.a.send_cq, WAIT, |b| {
+                b.wr(wr_id).rdma_write(to).sge(p.a.mr.sge(0..len)?)
+            })
+            .unwrap();
+    assert_eq!(wcs.len(), 1, "{wcs:?}");
+    wcs[0]
+}
+
+/// A reads `from` into A's `0..len`; its one completion.
+fn read_into_a(p: &mut Pair, wr_id: u64, from: RemoteBuf, len: usize) -> WorkCompletion {
+    let wcs =
+        p.a.qp
+            .post_and_wait(&mut p.a.send_cq, WAIT, |b| {
+                b.wr(wr_id).rdma_read(from).sge(p.a.mr.sge_mut(0..len)?)
+            })
+            .unwrap();
+    assert_eq!(wcs.len(), 1, "{wcs:?}");
+    wcs[0]
+}
+
+/// Waits for B's one send completion (a bind or an invalidate).
+fn b_completes(p: &mut Pair, wr_id: u64, opcode: WcOpcode) {
+    let wcs = p.b.send_cq.wait(1, WAIT).unwrap();
+    assert_eq!(wcs.len(), 1, "{wcs:?}");
+    assert_wc(&wcs[0], wr_id, opcode);
+}
+
+/// After a refused access A's QP is in ERR: both QPs back to RTS.
+fn reconnect(p: &mut Pair) {
+    p.a.qp.reset().unwrap();
+    p.b.qp.reset().unwrap();
+    p.connect();
+}
+
+#[test]
+#[ignore = "needs an RDMA device: set MLX5DV_TEST_DEVICE"]
+fn type1_window_is_written_and_read_through_and_unbound() {
+    let mut p = Pair::with(QpCaps::default(), ops());
+    let mut target = bindable(&p.pd);
+    let Some(mut mw) = window(&p.ctx, &p.pd, MwType::Type1) else {
+        return;
+    };
+    let allocated = mw.rkey();
+    let bind = MwBind::new(&target, 4096..8192, rw()).unwrap();
+    let remote = p.b.qp.bind_mw(11, &mut mw, &bind).unwrap();
+    b_completes(&mut p, 11, WcOpcode::BIND_MW);
+    assert_eq!(remote.rkey, mw.rkey());
+    assert_ne!(
+        remote.rkey, allocated,
+        "a bind gives a type 1 window a new rkey"
+    );
+    assert_ne!(remote.rkey, target.rkey());
+    assert_eq!((remote.addr, remote.len), (target.addr() + 4096, 4096));
+
+    // A peer's write through the window lands in the bound range only.
+    let data = pattern(4096, 5);
+    p.a.mr.write_at(0, &data).unwrap();
+    assert_wc(
+        &write_from_a(&mut p, 1, remote, 4096),
+        1,
+        WcOpcode::RDMA_WRITE,
+    );
+    let bytes = target.to_vec(..).unwrap();
+    assert_eq!(&bytes[4096..8192], &data[..]);
+    assert!(bytes[..4096].iter().chain(&bytes[8192..]).all(|&x| x == 0));
+
+    // And a read through it returns what B wrote there.
+    let back = pattern(4096, 77);
+    target.write_at(4096, &back).unwrap();
+    assert_wc(
+        &read_into_a(&mut p, 2, remote, 4096),
+        2,
+        WcOpcode::RDMA_READ,
+    );
+    assert_eq!(p.a.mr.to_vec(0..4096).unwrap(), back);
+
+    // Unbound, the rkey reaches nothing: a remote access error.
+    p.b.qp.unbind_mw(12, &mut mw, &target).unwrap();
+    b_completes(&mut p, 12, WcOpcode::BIND_MW);
+    p.a.mr.fill(0..4096, 0xee).unwrap();
+    let wc = write_from_a(&mut p, 3, remote, 64);
+    assert_eq!(
+        (wc.wr_id, wc.status),
+        (3, WcStatus::REM_ACCESS_ERR),
+        "{wc:?}"
+    );
+    assert_eq!(
+        target.to_vec(4096..8192).unwrap(),
+        back,
+        "unbound window wrote"
+    );
+}
+
+#[test]
+#[ignore = "needs an RDMA device: set MLX5DV_TEST_DEVICE"]
+fn access_outside_a_window_or_beyond_its_rights_fails() {
+    let mut p = Pair::with(QpCaps::default(), ops());
+    let target = bindable(&p.pd);
+    let Some(mut mw) = window(&p.ctx, &p.pd, MwType::Type1) else {
+        return;
+    };
+    let bind = MwBind::new(&target, 0..4096, AccessFlags::REMOTE_READ).unwrap();
+    let remote = p.b.qp.bind_mw(1, &mut mw, &bind).unwrap();
+    b_completes(&mut p, 1, WcOpcode::BIND_MW);
+    assert_wc(
+        &read_into_a(&mut p, 2, remote, 4096),
+        2,
+        WcOpcode::RDMA_READ,
+    );
+
+    // A write through a read-only window.
+    p.a.mr.fill(0..64, 0x5a).unwrap();
+    let wc = write_from_a(&mut p, 3, remote, 64);
+    assert_eq!(
+        (wc.wr_id, wc.status),
+        (3, WcStatus::REM_ACCESS_ERR),
+        "{wc:?}"
+    );
+    reconnect(&mut p);
+    // A read that runs past the window's end (the region goes on): a
+    // remote access error on the software device, as the IB spec has it.
+    // Soft-RoCE (seen with Linux 6.1's rxe) checks such a read against the
+    // region's range only, and serves it.
+    let past = RemoteBuf::unbounded(remote.addr + 4096 - 32, remote.rkey);
+    let wc = read_into_a(&mut p, 4, past, 64);
+    let expected = if on_sim() {
+        WcStatus::REM_ACCESS_ERR
+    } else {
+        WcStatus::SUCCESS
+    };
+    assert_eq!((wc.wr_id, wc.status), (4, expected), "{wc:?}");
+    assert!(target.to_vec(..).unwrap().iter().all(|&x| x == 0));
+}
+
+#[test]
+#[ignore = "needs an RDMA device: set MLX5DV_TEST_DEVICE"]
+fn type2_window_is_bound_in_a_batch_and_invalidated_locally_and_remotely() {
+    let mut p = Pair::with(QpCaps::default(), ops());
+    let target = bindable(&p.pd);
+    let Some(mut mw) = window(&p.ctx, &p.pd, MwType::Type2) else {
+        return;
+    };
+    let allocated = mw.rkey();
+
+    // Bound with a key of our choosing, in a batch.
+    let bind = MwBind::new(&target, 1024..3072, rw()).unwrap().key(0x42);
+    let mut remote = None;
+    let wcs =
+        p.b.qp
+            .post_and_wait(&mut p.b.send_cq, WAIT, |b| {
+                remote = Some(b.wr(21).signaled().bind_mw(&mut mw, &bind)?);
+                Ok(())
+            })
+            .unwrap();
+    assert_wc(&wcs[0], 21, WcOpcode::BIND_MW);
+    let remote = remote.unwrap();
+    assert_eq!(remote.rkey, (allocated & !0xff) | 0x42);
+    assert_eq!(mw.rkey(), remote.rkey);
+    let data = pattern(2048, 9);
+    p.a.mr.write_at(0, &data).unwrap();
+    assert_wc(
+        &write_from_a(&mut p, 1, remote, 2048),
+        1,
+        WcOpcode::RDMA_WRITE,
+    );
+    assert_eq!(target.to_vec(1024..3072).unwrap(), data);
+
+    // Local invalidation: the rkey then reaches nothing.
+    let wcs =
+        p.b.qp
+            .post_and_wait(&mut p.b.send_cq, WAIT, |b| {
+                b.wr(22).signaled().local_inv(remote.rkey)
+            })
+            .unwrap();
+    assert_wc(&wcs[0], 22, WcOpcode::LOCAL_INV);
+    let wc = read_into_a(&mut p, 2, remote, 64);
+    assert_eq!(
+        (wc.wr_id, wc.status),
+        (2, WcStatus::REM_ACCESS_ERR),
+        "{wc:?}"
+    );
+    reconnect(&mut p);
+
+    // Bound again (the next key), then invalidated by A's send.
+    let bind = MwBind::new(&target, 0..4096, rw()).unwrap();
+    let mut again = None;
+    let wcs =
+        p.b.qp
+            .post_and_wait(&mut p.b.send_cq, WAIT, |b| {
+                again = Some(b.wr(23).signaled().bind_mw(&mut mw, &bind)?);
+                Ok(())
+            })
+            .unwrap();
+    assert_wc(&wcs[0], 23, WcOpcode::BIND_MW);
+    let again = again.unwrap();
+    assert_eq!(again.rkey, unsafe { ffi::ibv_inc_rkey(remote.rkey) });
+    assert_wc(&read_into_a(&mut p, 3, again, 4096), 3, WcOpcode::RDMA_READ);
+    assert_eq!(
+        p.a.mr.to_vec(1024..3072).unwrap(),
+        data,
+        "the read returns what the first write left"
+    );
+    unsafe { p.b.qp.post_recv(31, &[]).unwrap() };
+    let wcs =
+        p.a.qp
+            .post_and_wait(&mut p.a.send_cq, WAIT, |b| {
+                b.wr(4).send_inv(again.rkey).inline(b"")
+            })
+            .unwrap();
+    assert_wc(&wcs[0], 4, WcOpcode::SEND);
+    let wcs = p.b.recv_cq.wait(1, WAIT).unwrap();
+    assert_wc(&wcs[0], 31, WcOpcode::RECV);
+    // Soft-RoCE (seen with Linux 6.1's rxe) does not report the
+    // invalidated rkey in the receive completion.
+    if on_sim() || wcs[0].invalidated_rkey.is_some() {
+        assert_eq!(wcs[0].invalidated_rkey, Some(again.rkey), "{:?}", wcs[0]);
+    }
+    let wc = write_from_a(&mut p, 5, again, 64);
+    println!("write after the send with invalidate: {wc:?}");
+    assert_eq!(
+        (wc.wr_id, wc.status),
+        (5, WcStatus::REM_ACCESS_ERR),
+        "{wc:?}"
+    );
+}
+
+#[test]
+#[ignore = "needs an RDMA device: set MLX5DV_TEST_DEVICE"]
+fn a_zero_based_type2_window_is_addressed_from_zero() {
+    let mut p = Pair::with(QpCaps::default(), ops());
+    let target = bindable(&p.pd);
+    let Some(mut mw) = window(&p.ctx, &p.pd, MwType::Type2) else {
+        return;
+    };
+    let access = rw() | AccessFlags::ZERO_BASED;
+    let bind = MwBind::new(&target, 8192..12288, access).unwrap();
+    let mut remote = None;
+    let wcs =
+        p.b.qp
+            .post_and_wait(&mut p.b.send_cq, WAIT, |b| {
+                remote = Some(b.wr(1).signaled().bind_mw(&mut mw, &bind)?);
+                Ok(())
+            })
+            .unwrap();
+    assert_wc(&wcs[0], 1, WcOpcode::BIND_MW);
+    let remote = remote.unwrap();
+    assert_eq!((remote.addr, remote.len), (0, 4096));
+    // Window address 100 is region offset 8192 + 100.
+    let data = pattern(256, 17);
+    p.a.mr.write_at(0, &data).unwrap();
+    let to = remote.slice(100, 256).unwrap();
+    assert_wc(&write_from_a(&mut p, 2, to, 256), 2, WcOpcode::RDMA_WRITE);
+    let bytes = target.to_vec(..).unwrap();
+    assert_eq!(&bytes[8292..8548], &data[..]);
+    assert_eq!(
+        bytes.iter().filter(|&&x| x != 0).count(),
+        data.iter().filter(|&&x| x != 0).count()
+    );
+}
+
+#[test]
+#[ignore = "needs an RDMA device: set MLX5DV_TEST_DEVICE"]
+fn binds_are_refused_before_c() {
+    let mut p = Pair::with(QpCaps::default(), ops());
+    let Some(mut one) = window(&p.ctx, &p.pd, MwType::Type1) else {
+        return;
+    };
+    let target = bindable(&p.pd);
+    // A window bound past its region.
+    let err = MwBind::new(&target, MR_LEN - 64..MR_LEN + 64, rw()).unwrap_err();
+    assert!(matches!(err, Error::OutOfRange { .. }), "{err:?}");
+    assert!(err.to_string().contains("past its region"), "{err}");
+    assert!(matches!(
+        MwBind::new(&target, 0..0, rw()),
+        Err(Error::OutOfRange { .. })
+    ));
+    // A region without MW_BIND.
+    let plain = MemoryRegion::new(&p.pd, 4096, access_all()).unwrap();
+    let err = MwBind::new(&plain, 0..64, rw()).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::MissingAccess {
+                needed: AccessFlags::MW_BIND,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    // Remote write over a region the device may not write.
+    let ro = MemoryRegion::new(&p.pd, 4096, AccessFlags::MW_BIND).unwrap();
+    assert!(MwBind::new(&ro, 0..64, AccessFlags::REMOTE_READ).is_ok());
+    let err = MwBind::new(&ro, 0..64, rw()).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::MissingAccess {
+                needed: AccessFlags::LOCAL_WRITE,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    // Access a window cannot grant.
+    let err = MwBind::new(&target, 0..64, AccessFlags::LOCAL_WRITE).unwrap_err();
+    assert!(matches!(err, Error::InvalidArgument(_)), "{err:?}");
+    // A type 1 window in a batch, a zero-based type 1 bind.
+    let bind = MwBind::new(&target, 0..64, rw()).unwrap();
+    let mut b = p.b.qp.batch();
+    let err = b.wr(1).bind_mw(&mut one, &bind).unwrap_err();
+    assert!(matches!(err, Error::InvalidArgument(_)), "{err:?}");
+    drop(b);
+    let err = p.b.qp.bind_mw(1 << 63, &mut one, &bind).unwrap_err();
+    assert!(matches!(err, Error::OutOfRange { .. }), "{err:?}");
+    let zero = MwBind::new(&target, 0..64, rw() | AccessFlags::ZERO_BASED).unwrap();
+    let err = p.b.qp.bind_mw(1, &mut one, &zero).unwrap_err();
+    assert!(matches!(err, Error::InvalidArgument(_)), "{err:?}");
+    // A QP created without BIND_MW.
+    if let Some(mut two) = window(&p.ctx, &p.pd, MwType::Type2) {
+        let mut plain_ops = Pair::new();
+        let mut b = plain_ops.a.qp.batch();
+        let err = b.wr(1).bind_mw(&mut two, &bind).unwrap_err();
+        assert!(matches!(err, Error::Unsupported { .. }), "{err:?}");
+    }
+    // Another PD's region.
+    let other_pd = ProtectionDomain::new(&p.ctx).unwrap();
+    let elsewhere = bindable(&other_pd);
+    let bind = MwBind::new(&elsewhere, 0..64, rw()).unwrap();
+    let err = p.b.qp.bind_mw(1, &mut one, &bind).unwrap_err();
+    assert!(matches!(err, Error::InvalidArgument(_)), "{err:?}");
+    // Nothing reached the send queue.
+    assert!(p
+        .b
+        .send_cq
+        .wait(1, std::time::Duration::from_millis(200))
+        .is_err());
+}
+
+/// On the software device, as the kernel's mlx5 driver does, a region
+/// deregistered under a bound window goes away, and the window reaches
+/// nothing; soft-RoCE refuses the deregistration, and the region's drop
+/// then keeps its buffer (leaked, reported) rather than free memory the
+/// window still reaches. Either way no access lands in freed memory.
+#[test]
+#[ignore = "needs an RDMA device: set MLX5DV_TEST_DEVICE"]
+fn a_window_outliving_its_region_reaches_no_freed_memory() {
+    let mut p = Pair::with(QpCaps::default(), ops());
+    let target = bindable(&p.pd);
+    let Some(mut mw) = window(&p.ctx, &p.pd, MwType::Type1) else {
+        return;
+    };
+    let bind = MwBind::new(&target, 0..4096, rw()).unwrap();
+    let remote = p.b.qp.bind_mw(1, &mut mw, &bind).unwrap();
+    b_completes(&mut p, 1, WcOpcode::BIND_MW);
+    drop(target);
+    p.a.mr.fill(0..64, 0x11).unwrap();
+    let wc = write_from_a(&mut p, 2, remote, 64);
+    if on_sim() {
+        assert_eq!(
+            (wc.wr_id, wc.status),
+            (2, WcStatus::REM_ACCESS_ERR),
+            "{wc:?}"
+        );
+    } else {
+        // The region is still registered (the buffer leaked): the write
+        // lands in memory nothing else owns.
+        assert!(
+            wc.status == WcStatus::SUCCESS || wc.status == WcStatus::REM_ACCESS_ERR,
+            "{wc:?}"
+        );
+    }
+}
