@@ -12,7 +12,8 @@ use std::marker::PhantomData;
 use std::ptr::NonNull;
 
 /// Creates a [`QpEx`]: choose the transport ([`QpBuilder::rc`],
-/// [`QpBuilder::dci`]), set sizes and send ops, then [`build`](Self::build).
+/// [`QpBuilder::uc`], [`QpBuilder::dci`], ...), set sizes and send ops,
+/// then [`build`](Self::build).
 #[must_use = "a builder does nothing until build() is called"]
 pub struct QpBuilder<'a, T: Transport> {
     pd: &'a ProtectionDomain,

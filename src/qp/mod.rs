@@ -73,7 +73,7 @@ pub trait Connected: Transport {
 }
 
 /// A transport whose work requests may write the peer's memory
-/// (`ibv_wr_rdma_write`, `ibv_wr_rdma_write_imm`): RC, DCI; not UD.
+/// (`ibv_wr_rdma_write`, `ibv_wr_rdma_write_imm`): RC, UC, DCI; not UD.
 pub trait RemoteWrite: Transport {}
 
 /// A transport whose work requests may read the peer's memory and run
@@ -213,7 +213,8 @@ pub(crate) struct Mlx5Info {
 }
 
 /// A queue pair with the extended work-request API. `T` is its transport
-/// ([`ReliableConnection`], [`DcInitiator`]); posting goes through [`QpEx::batch`].
+/// ([`ReliableConnection`], [`UnreliableConnection`], [`DcInitiator`],
+/// ...); posting goes through [`QpEx::batch`].
 ///
 /// Owned by one value (not cloneable): posting needs `&mut self`, so two
 /// threads cannot interleave batches on one QP. It keeps its PD and CQs
