@@ -40,7 +40,7 @@
 
 mod common;
 
-use common::pingpong::{self, Dest};
+use common::srq_pingpong::{self as pingpong, Dest};
 use common::{exit, flag, random_psn, val, Cli, Failure};
 use mlx5dv::*;
 use std::process::ExitCode;

@@ -464,6 +464,7 @@ pub use qp::{
     Mlx5SendOps, QpBuilder, QpCaps, QpEx, QpState, RawMlx5, RawQp, RcQp, ReliableConnection,
     RemoteDct, RemoteReadAtomic, RemoteWrite, SendOps, Transport,
 };
+pub use qp::{Connected, UcQp, UnreliableConnection};
 pub use qp::{XrcIniQp, XrcInitiator, XrcSrqn};
 pub use srq::{SharedReceiveQueue, SrqAttr};
 #[cfg(mlx5dv_ibv_wr_flush)]

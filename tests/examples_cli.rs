@@ -41,6 +41,7 @@ fn examples() -> Vec<&'static str> {
         "rc_pingpong",
         "rc_write",
         "srq_pingpong",
+        "uc_pingpong",
         "xsrq_pingpong",
     ];
     if cfg!(feature = "tokio") {
@@ -159,7 +160,13 @@ fn numeric_option(name: &str) -> Option<&'static str> {
 fn takes_a_host(name: &str) -> bool {
     matches!(
         name,
-        "dc_write" | "rc_pingpong" | "rc_write" | "srq_pingpong" | "tokio_echo" | "xsrq_pingpong"
+        "dc_write"
+            | "rc_pingpong"
+            | "rc_write"
+            | "srq_pingpong"
+            | "tokio_echo"
+            | "uc_pingpong"
+            | "xsrq_pingpong"
     )
 }
 
@@ -244,6 +251,8 @@ fn every_example_refuses_bad_usage_with_status_2_before_the_device() {
         ("dc_write", &["--streams", "16"], "at most 15"),
         ("cq_events", &["-s", "4"], "--size 8 to 1 MiB"),
         ("rc_pingpong", &["-r", "0"], "must be at least 1"),
+        ("uc_pingpong", &["-s", "0"], "must be at least 1"),
+        ("uc_pingpong", &["-e=1"], "option '-e' takes no value"),
         ("rc_pingpong", &["-l", "256"], "--sl: 256 is out of range"),
         (
             "rc_pingpong",
@@ -370,6 +379,15 @@ fn getopt_forms_parse_and_go_on_to_the_device() {
         (
             "srq_pingpong",
             vec!["--num-qp=2", "--events", "--chk", &ib_dev],
+        ),
+        ("rc_pingpong", vec!["-ec", "-n5", &d, "host"]),
+        (
+            "uc_pingpong",
+            vec!["-ecs4096", "-m1024", "-r8", "-l0", "-p18515", &d, "host"],
+        ),
+        (
+            "uc_pingpong",
+            vec!["--events", "--chk", "--gid-idx=0", &ib_dev, "--", "host"],
         ),
         ("rc_write", vec![&ld]),
         (

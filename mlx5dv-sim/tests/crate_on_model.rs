@@ -314,3 +314,68 @@ fn a_send_with_invalidate_invalidates_the_receivers_mkey() {
     );
     assert_eq!(p.mr.to_vec(1024..1040).unwrap(), b"0123456789abcdef");
 }
+
+/// UC is unanswered: a write to a bad rkey and a send that finds no
+/// receive both complete successfully at the sender and are dropped at the
+/// responder, which stays in RTS (no NAK, no RNR, no error state); the
+/// next message lands.
+#[test]
+fn uc_drops_a_bad_rkey_write_and_an_unreceived_send_silently() {
+    if rerun_under_the_runner("uc_drops_a_bad_rkey_write_and_an_unreceived_send_silently") {
+        return;
+    }
+    let ctx = Context::open("mlx5_0").expect("open mlx5_0");
+    let pd = ProtectionDomain::new(&ctx).unwrap();
+    let mut cq = CompletionQueue::new(&ctx, 64).unwrap();
+    let opts = ConnectOptions::default().mtu(ctx.query_port(1).unwrap().active_mtu);
+    let qp = || QpBuilder::uc(&pd, &cq, &cq).build().unwrap();
+    let (mut a, mut b) = (qp(), qp());
+    let (ea, eb) = (a.endpoint(1, &opts).unwrap(), b.endpoint(2, &opts).unwrap());
+    a.connect_to(&eb, &opts).unwrap();
+    b.connect_to(&ea, &opts).unwrap();
+    let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
+    let mut mr = MemoryRegion::new(&pd, 4096, access).unwrap();
+    mr.write_at(0, b"uc bytes").unwrap();
+    let good = mr.remote(1024..1032).unwrap();
+    let bad = RemoteBuf {
+        rkey: good.rkey.wrapping_add(0x100),
+        ..good
+    };
+    let src = mr.sge(0..8).unwrap();
+    let wcs = a
+        .post_and_wait(&mut cq, WAIT, |w| {
+            w.wr(1).rdma_write(bad).sge(src)?;
+            w.wr(2).send().sge(src)
+        })
+        .unwrap();
+    for (wc, id, op) in [
+        (&wcs[0], 1, WcOpcode::RDMA_WRITE),
+        (&wcs[1], 2, WcOpcode::SEND),
+    ] {
+        assert_eq!(
+            (wc.wr_id, wc.status, wc.opcode),
+            (id, WcStatus::SUCCESS, op)
+        );
+    }
+    assert_eq!(b.state().unwrap(), QpState::Rts);
+    assert_eq!(mr.to_vec(1024..1032).unwrap(), [0; 8]);
+    // The next write with immediate takes the first receive posted now:
+    // nothing of the dropped messages was kept.
+    // SAFETY: the region outlives the receive, completed below.
+    unsafe { b.post_recv(3, &[mr.sge(2048..2056).unwrap()]) }.unwrap();
+    let wcs = a
+        .post_and_wait(&mut cq, WAIT, |w| w.wr(4).rdma_write_imm(good, 5).sge(src))
+        .unwrap()
+        .to_vec();
+    let mut all = wcs.clone();
+    if all.iter().all(|c| c.wr_id != 3) {
+        all.extend(cq.wait(1, WAIT).unwrap());
+    }
+    let recv = all.iter().find(|c| c.wr_id == 3).expect("the receive");
+    assert_eq!(
+        (recv.status, recv.opcode, recv.imm, recv.byte_len),
+        (WcStatus::SUCCESS, WcOpcode::RECV_RDMA_WITH_IMM, Some(5), 8)
+    );
+    assert_eq!(mr.to_vec(1024..1032).unwrap(), b"uc bytes");
+    assert_eq!(mr.to_vec(2048..2056).unwrap(), [0; 8]);
+}

@@ -1,6 +1,6 @@
 //! The software device as a fabric: a server and a client process of one C
 //! program (`tests/c/fabric*.c`, rdma-core's API only) under one `mlx5-sim`
-//! runner, each a host with its own LID, GUID and GIDs, talk RC, UD and DC
+//! runner, each a host with its own LID, GUID and GIDs, talk RC, UC, UD and DC
 //! to each other, on the InfiniBand port and on a RoCE port (`--roce`).
 //! Each side checks every byte and every completion's status and opcode;
 //! the two step each other through a check over an abstract Unix socket.
@@ -47,6 +47,7 @@ fn fabric() -> &'static Path {
                 "fabric_rc.c",
                 "fabric_faults.c",
                 "fabric_dgram.c",
+                "fabric_uc.c",
                 "helpers.c",
             ],
         )
@@ -198,6 +199,11 @@ on_both_ports! {
     /// streams (one errored stream, the others go on; reset).
     "dc": dc_between_processes_keys_and_streams,
         dc_between_processes_keys_and_streams_on_roce;
+    /// UC: a 64 KiB write with immediate and sends land; a write to a bad
+    /// rkey and a send without a receive complete at the sender, are
+    /// dropped at the responder, which stays in RTS and takes what follows.
+    "uc": uc_between_processes_and_silent_drops,
+        uc_between_processes_and_silent_drops_on_roce;
 }
 
 /// The server is killed (SIGKILL) while the client streams 256 KiB writes to

@@ -13,7 +13,8 @@ use std::marker::PhantomData;
 use std::ptr::NonNull;
 
 /// Creates a [`QpEx`]: choose the transport ([`QpBuilder::rc`],
-/// [`QpBuilder::dci`]), set sizes and send ops, then [`build`](Self::build).
+/// [`QpBuilder::uc`], [`QpBuilder::dci`], ...), set sizes and send ops,
+/// then [`build`](Self::build).
 #[must_use = "a builder does nothing until build() is called"]
 pub struct QpBuilder<'a, T: Transport> {
     pd: &'a ProtectionDomain,
@@ -238,6 +239,7 @@ impl<T: Transport> QpBuilder<'_, T> {
                 )));
             }
         }
+        check_transport_ops::<T>(self.send_ops, self.mlx5_ops)?;
         let rc_only = Mlx5SendOps::MR_LIST | Mlx5SendOps::MR_INTERLEAVED;
         if T::DC && self.mlx5_ops.intersects(rc_only) {
             return Err(Error::InvalidArgument(format!(
@@ -407,4 +409,27 @@ impl<T: Transport> QpBuilder<'_, T> {
         }
         dv
     }
+}
+
+/// Refuses the builders that a QP of transport `T` cannot have
+/// ([`Transport::SEND_OPS`], [`Transport::MLX5_SEND_OPS`]).
+pub(super) fn check_transport_ops<T: Transport>(ops: SendOps, mlx5: Mlx5SendOps) -> Result<()> {
+    let extra = ops - T::SEND_OPS;
+    let extra_mlx5 = mlx5 - T::MLX5_SEND_OPS;
+    if extra.is_empty() && extra_mlx5.is_empty() {
+        return Ok(());
+    }
+    Err(Error::Unsupported {
+        what: format!(
+            "{} on a {} QP: it takes only {:?} and mlx5 {:?}",
+            if extra.is_empty() {
+                format!("mlx5 send ops {extra_mlx5:?}")
+            } else {
+                format!("send ops {extra:?}")
+            },
+            T::NAME,
+            T::SEND_OPS,
+            T::MLX5_SEND_OPS,
+        ),
+    })
 }

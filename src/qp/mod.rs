@@ -11,6 +11,7 @@ mod rc;
 mod ready;
 pub(crate) mod transitions;
 mod types;
+mod uc;
 mod xrc;
 
 pub use builder::QpBuilder;
@@ -19,6 +20,7 @@ pub use dci::{DcAddr, RemoteDct};
 pub use dct::{Dct, DctEndpoint};
 pub use raw::{RawMlx5, RawQp};
 pub use types::{ConnectOptions, DciStreams, Endpoint, Mlx5SendOps, QpCaps, QpState, SendOps};
+pub use uc::{UcQp, UnreliableConnection};
 pub(crate) use xrc::require_xrc;
 pub use xrc::{XrcIniQp, XrcInitiator, XrcSrqn};
 
@@ -50,10 +52,28 @@ pub trait Transport: sealed::Sealed + 'static {
     /// The `ibv_qp_type` it is created with.
     #[doc(hidden)]
     const QP_TYPE: ffi::ibv_qp_type;
+    /// The generic builders a QP of this transport may be created with;
+    /// [`QpBuilder::build`] refuses others before any C call.
+    #[doc(hidden)]
+    const SEND_OPS: SendOps = SendOps::all();
+    /// The mlx5 builders a QP of this transport may be created with.
+    #[doc(hidden)]
+    const MLX5_SEND_OPS: Mlx5SendOps = Mlx5SendOps::all();
+}
+
+/// A connected transport (RC, UC): the QP is joined to one peer QP
+/// ([`QpEx::connect_to`]) and has its own receive queue
+/// ([`QpEx::post_recv`]).
+pub trait Connected: Transport {
+    /// Whether the transport is reliable (RC: acknowledged, retried, with
+    /// RDMA read and atomics), which adds the responder's and requester's
+    /// reliability attributes to RTR and RTS.
+    #[doc(hidden)]
+    const RELIABLE: bool;
 }
 
 /// A transport whose work requests may write the peer's memory
-/// (`ibv_wr_rdma_write`, `ibv_wr_rdma_write_imm`): RC, DCI; not UD.
+/// (`ibv_wr_rdma_write`, `ibv_wr_rdma_write_imm`): RC, UC, DCI; not UD.
 pub trait RemoteWrite: Transport {}
 
 /// A transport whose work requests may read the peer's memory and run
@@ -85,6 +105,9 @@ impl Transport for ReliableConnection {
 }
 impl RemoteWrite for ReliableConnection {}
 impl RemoteReadAtomic for ReliableConnection {}
+impl Connected for ReliableConnection {
+    const RELIABLE: bool = true;
+}
 
 /// mlx5 dynamically connected initiator (`MLX5DV_DCTYPE_DCI`): the
 /// transport of a [`DciQp`], one QP that reaches many DC targets, each work
@@ -190,7 +213,8 @@ pub(crate) struct Mlx5Info {
 }
 
 /// A queue pair with the extended work-request API. `T` is its transport
-/// ([`ReliableConnection`], [`DcInitiator`]); posting goes through [`QpEx::batch`].
+/// ([`ReliableConnection`], [`UnreliableConnection`], [`DcInitiator`],
+/// ...); posting goes through [`QpEx::batch`].
 ///
 /// Owned by one value (not cloneable): posting needs `&mut self`, so two
 /// threads cannot interleave batches on one QP. It keeps its PD and CQs

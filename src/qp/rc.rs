@@ -1,6 +1,7 @@
-//! RC QPs: interop, the RESET → INIT → RTR → RTS path, receives.
+//! RC QPs: interop; and for the connected transports (RC, UC) the
+//! RESET → INIT → RTR → RTS path and receives.
 
-use super::{ConnectOptions, Endpoint, Mlx5Info, QpCaps, QpEx, QpParts, RcQp, SendOps};
+use super::{ConnectOptions, Connected, Endpoint, Mlx5Info, QpCaps, QpEx, QpParts, RcQp, SendOps};
 use crate::ah::AhAttr;
 use crate::cq::CompletionQueue;
 use crate::error::{check, Error, Result};
@@ -51,7 +52,11 @@ impl RcQp {
             recv_cq,
         })
     }
+}
 
+/// The connection of an RC or UC QP ([`Connected`]); a UC QP takes the same
+/// calls, with fewer attributes (see [`UcQp`](crate::UcQp)).
+impl<T: Connected> QpEx<T> {
     /// RESET → INIT on `port`, allowing `access` from remote peers.
     pub fn to_init(&self, port: u8, access: AccessFlags) -> Result<()> {
         let mut a = ffi::ibv_qp_attr {
@@ -70,7 +75,9 @@ impl RcQp {
 
     /// INIT → RTR towards `remote`. On a RoCE port, `opts` must name a
     /// source GID ([`ConnectOptions::gid_index`]): without one this is
-    /// refused with an error that says how to choose it.
+    /// refused with an error that says how to choose it. A UC QP is given
+    /// neither `max_dest_rd_atomic` nor `min_rnr_timer` (it has no reads
+    /// and sends no RNR NAK).
     pub fn to_rtr(&self, remote: &Endpoint, opts: &ConnectOptions) -> Result<()> {
         check_psn(remote.psn)?;
         crate::roce::require_gid(self.pd.context(), opts)?;
@@ -85,19 +92,26 @@ impl RcQp {
             ah_attr: av.to_raw(),
             ..Default::default()
         };
-        let mask = ffi::IBV_QP_STATE
+        let mut mask = ffi::IBV_QP_STATE
             | ffi::IBV_QP_AV
             | ffi::IBV_QP_PATH_MTU
             | ffi::IBV_QP_DEST_QPN
-            | ffi::IBV_QP_RQ_PSN
-            | ffi::IBV_QP_MAX_DEST_RD_ATOMIC
-            | ffi::IBV_QP_MIN_RNR_TIMER;
+            | ffi::IBV_QP_RQ_PSN;
+        if T::RELIABLE {
+            mask |= ffi::IBV_QP_MAX_DEST_RD_ATOMIC | ffi::IBV_QP_MIN_RNR_TIMER;
+        }
         self.modify(&mut a, mask, "RTR")
     }
 
-    /// RTR → RTS, sending from packet sequence number `sq_psn`.
+    /// RTR → RTS, sending from packet sequence number `sq_psn`. A UC QP is
+    /// given the PSN only (no timeout, retry counts or `max_rd_atomic`:
+    /// nothing is acknowledged or retried).
     pub fn to_rts(&self, sq_psn: u32, opts: &ConnectOptions) -> Result<()> {
-        self.rts_from_rtr(sq_psn, opts)
+        if T::RELIABLE {
+            self.rts_from_rtr(sq_psn, opts)
+        } else {
+            super::uc::unreliable_rts(self, sq_psn)
+        }
     }
 
     /// RESET → INIT → RTR → RTS: connects to `remote`, sending from the

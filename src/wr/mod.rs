@@ -163,10 +163,8 @@ use crate::error::{Error, Result};
 use crate::ffi;
 #[cfg(doc)]
 use crate::mr::SgeMut;
-use crate::qp::{
-    DcAddr, DcInitiator, Mlx5Info, Post, QpCaps, QpEx, ReliableConnection, SendOps, Transport,
-    WrOps,
-};
+use crate::qp::Connected;
+use crate::qp::{DcAddr, DcInitiator, Mlx5Info, Post, QpCaps, QpEx, SendOps, Transport, WrOps};
 
 mod atomic_write;
 mod bind;
@@ -567,11 +565,11 @@ impl<'q, 'm, T: Transport> WrBatch<'q, 'm, T> {
     }
 }
 
-impl<'m> WrBatch<'_, 'm, ReliableConnection> {
+impl<'m, T: Connected> WrBatch<'_, 'm, T> {
     /// Adds a work request whose completion carries `wr_id`. Choose its
     /// flags, then one builder, then its data.
     #[inline]
-    pub fn wr(&mut self, wr_id: u64) -> Wr<'_, 'm, ReliableConnection> {
+    pub fn wr(&mut self, wr_id: u64) -> Wr<'_, 'm, T> {
         self.start_wr(wr_id, None)
     }
 }

@@ -153,7 +153,15 @@ fn run(dev: &mut Device, rq: &Requester, wqe: &Wqe) -> Result<u32, Outcome> {
                 };
                 return ud_send(dev, rq, wqe, *imm, data);
             }
-            let peer = responder(dev, rq, wqe)?;
+            // UC is unanswered: whatever becomes of the message at the
+            // responder (nobody there, no receive posted, a bad rkey, an
+            // error there), the sender is not told, and its work request
+            // completes; the rest of a dropped message is lost with it.
+            let uc = rq.kind == QpKind::Uc;
+            let peer = match responder(dev, rq, wqe) {
+                Err(_) if uc => return Ok(total),
+                p => p?,
+            };
             if let Some(srqn) = wqe.xrc_srqn {
                 super::xrc::bind(dev, peer, srqn)?;
             }
@@ -163,7 +171,10 @@ fn run(dev: &mut Device, rq: &Requester, wqe: &Wqe) -> Result<u32, Outcome> {
             };
             let mut got = Vec::new();
             for op in &ops {
-                got.extend(serve::serve(dev, peer, src, op, wqe.ctrl.solicited)?);
+                match serve::serve(dev, peer, src, op, wqe.ctrl.solicited) {
+                    Err(_) if uc => return Ok(total),
+                    r => got.extend(r?),
+                }
             }
             if let Some(dst) = dst {
                 mem::scatter(&dst, &got);

@@ -90,7 +90,9 @@ pub fn remote_ranges(
 /// access error goes to the error state, as the IB spec's class C errors
 /// do (its posted receives are flushed), and its context gets the
 /// affiliated async event (`IBV_EVENT_QP_REQ_ERR`, `IBV_EVENT_QP_ACCESS_ERR`);
-/// a DCT serves on.
+/// a DCT serves on. A UC responder drops a request with a remote access
+/// error silently and stays as it was (class E without an SRQ: UC has no
+/// NAK to send, and the message is lost, as soft-RoCE drops it).
 pub fn serve(
     dev: &mut Device,
     peer: u32,
@@ -106,7 +108,8 @@ pub fn serve(
             _ => None,
         };
         if let (Some(event), Some(q)) = (event, dev.qps.get_mut(&peer)) {
-            if matches!(q.kind, QpKind::Rc | QpKind::Uc) && q.state != QpState::Err {
+            let dropped = q.kind == QpKind::Uc && *s == syn::REMOTE_ACCESS;
+            if matches!(q.kind, QpKind::Rc | QpKind::Uc) && !dropped && q.state != QpState::Err {
                 debug!("QP {:#x} -> ERR (responder of a NAK: {why})", q.qpn);
                 let (ctx, handle) = (q.ctx, q.user_handle);
                 let w = dev.contexts.get(&ctx).and_then(|c| c.async_fd);

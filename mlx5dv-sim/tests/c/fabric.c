@@ -409,6 +409,7 @@ static const struct {
 	{"killed", killed_server, killed_client},
 	{"ud", ud_server, ud_client},
 	{"dc", dc_server, dc_client},
+	{"uc", uc_server, uc_client},
 };
 
 int main(int argc, char **argv)

@@ -94,5 +94,7 @@ void ud_server(void);
 void ud_client(void);
 void dc_server(void);
 void dc_client(void);
+void uc_server(void);
+void uc_client(void);
 
 #endif

@@ -30,7 +30,7 @@ use super::{
 };
 use crate::cq::{write_wc_fields, CompletionQueue, RawWc, WorkCompletion};
 use crate::error::{Error, Result};
-use crate::qp::{DcAddr, DcInitiator, QpEx, ReliableConnection, Transport};
+use crate::qp::{Connected, DcAddr, DcInitiator, QpEx, Transport};
 use crate::qp::{XrcInitiator, XrcSrqn};
 use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hasher};
@@ -122,11 +122,11 @@ impl<'q, 'm, T: Transport> ScopedBatch<'q, 'm, T> {
     }
 }
 
-impl<'m> ScopedBatch<'_, 'm, ReliableConnection> {
+impl<'m, T: Connected> ScopedBatch<'_, 'm, T> {
     /// Adds a work request whose completion carries `wr_id`, as
     /// [`WrBatch::wr`]. It is signalled.
     #[inline]
-    pub fn wr(&mut self, wr_id: u64) -> super::Wr<'_, 'm, ReliableConnection> {
+    pub fn wr(&mut self, wr_id: u64) -> super::Wr<'_, 'm, T> {
         let id = self.next_id(wr_id);
         self.batch.start_wr(id, None)
     }
