@@ -430,6 +430,7 @@ pub mod cm;
 mod cq;
 mod device;
 mod error;
+mod grh;
 mod mkey;
 pub mod mlx5;
 mod mr;
@@ -451,6 +452,7 @@ pub use channel::{CompletionChannel, CqEvent, CqId};
 pub use cq::{CompletionQueue, PolledWc, WcFlags, WcOpcode, WcStatus, WorkCompletion};
 pub use device::{Context, Device, DeviceAttr, DeviceList};
 pub use error::{Error, Result};
+pub use grh::{ud_received, ReceivedGrh};
 pub use mkey::{Mkey, MkeyLayout};
 pub use mr::{AccessFlags, MemoryRegion, RemoteBuf, Sge, SgeMut};
 pub use pd::ProtectionDomain;
@@ -460,6 +462,7 @@ pub use qp::{
     Mlx5SendOps, QpBuilder, QpCaps, QpEx, QpState, RawMlx5, RawQp, RcQp, ReliableConnection,
     RemoteDct, RemoteReadAtomic, RemoteWrite, SendOps, Transport,
 };
+pub use qp::{UdAddr, UdQp, UnreliableDatagram, UD_GRH_BYTES};
 pub use srq::SharedReceiveQueue;
 pub use wr::{MemcpyOp, MrInterleaved, ScopedBatch, SendFlags, WrBatch};
 

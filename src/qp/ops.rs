@@ -68,6 +68,7 @@ entries! {
     atomic_cmp_swp: fn(Q, u32, u64, u64, u64);
     atomic_fetch_add: fn(Q, u32, u64, u64);
     local_inv: fn(Q, u32);
+    set_ud_addr: fn(Q, *mut ffi::ibv_ah, u32, u32);
     set_dc_addr: fn(M, *mut ffi::ibv_ah, u32, u64);
     set_dc_addr_stream: fn(M, *mut ffi::ibv_ah, u32, u64, u16);
     memcpy: fn(M, u32, u64, u32, u64, usize);
@@ -81,6 +82,8 @@ pub(crate) struct Wanted {
     pub(crate) send_ops: super::SendOps,
     pub(crate) mlx5_ops: super::Mlx5SendOps,
     pub(crate) dc: bool,
+    /// A UD QP: every work request takes `wr_set_ud_addr`.
+    pub(crate) ud: bool,
     pub(crate) streams: bool,
 }
 
@@ -181,6 +184,7 @@ impl WrOps {
                 atomic_fetch_add
             ),
             local_inv: generic!(s.contains(S::LOCAL_INV), wr_local_inv, local_inv),
+            set_ud_addr: generic!(want.ud, wr_set_ud_addr, set_ud_addr),
             set_dc_addr: mlx5!(want.dc, wr_set_dc_addr, set_dc_addr),
             set_dc_addr_stream: mlx5!(
                 want.dc && want.streams,
