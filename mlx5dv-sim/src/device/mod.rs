@@ -15,6 +15,7 @@ pub mod respond;
 mod retry;
 pub mod serve;
 pub mod trace;
+pub mod ud_grh;
 
 use crate::config::{self, debug};
 use crate::kernel::{self, state::Device, state::QpKind, state::QpState};
