@@ -1436,3 +1436,5 @@ fn waits_return_the_completions_in_the_cqs_buffer_and_reuse_it() {
     assert!(matches!(err, Error::Timeout { .. }), "{err}");
     assert!(fx.fcq.violations.is_empty(), "{:?}", fx.fcq.violations);
 }
+
+mod ud;
