@@ -52,9 +52,10 @@ pub(crate) fn check_builder(send_ops: SendOps, mlx5_ops: Mlx5SendOps, flags: u32
 /// [`Error::OutOfRange`](crate::Error::OutOfRange). It borrows the
 /// address handle for as long as the work request is being built.
 ///
-/// A `remote_qkey` with its high bit set (0x8000_0000 and above) tells
-/// the device to send the QP's own Q_Key instead (the InfiniBand rule for
-/// controlled Q_Keys).
+/// A `remote_qkey` with its high bit set (0x8000_0000 and above) asks the
+/// device to send the QP's own Q_Key instead (the InfiniBand rule for
+/// controlled Q_Keys): the software device applies it; soft-RoCE does not
+/// (it sends the work request's Q_Key as it is).
 ///
 /// ```no_run
 /// # use mlx5dv::*;
