@@ -1,7 +1,10 @@
 //! What a UD receive holds: the 40-byte GRH area the device writes at the
 //! start of every UD receive buffer, and the message after it.
 
+use crate::ah::{AhAttr, Grh};
+use crate::device::Context;
 use crate::error::{Error, Result};
+use crate::ffi;
 use crate::port::Gid;
 use crate::qp::UD_GRH_BYTES;
 use crate::wc::WcFlags;
@@ -102,6 +105,70 @@ impl ReceivedGrh {
             hop_limit: b[7],
             sgid: gid(8),
             dgid: gid(24),
+        })
+    }
+}
+
+impl AhAttr {
+    /// The path back to the sender of a UD message received on `port` of
+    /// `ctx` (`ibv_init_ah_from_wc(3)`): from the receive buffer's GRH
+    /// area, the completion's flags (a GRH is read only with
+    /// [`WcFlags::GRH`]) and the sender's LID
+    /// ([`PolledWc::slid`](crate::PolledWc::slid)). On RoCE the message
+    /// must have come with its GRH; the local GID index is the one whose
+    /// GID the message was sent to. Make the reply's address handle of it
+    /// with [`AddressHandle::new`](crate::AddressHandle::new), and address
+    /// the reply to the completion's
+    /// [`src_qp`](crate::PolledWc::src_qp).
+    pub fn from_received(
+        ctx: &Context,
+        port: u8,
+        grh_area: &[u8; UD_GRH_BYTES],
+        flags: WcFlags,
+        slid: u16,
+    ) -> Result<Self> {
+        let mut wc = ffi::ibv_wc {
+            wc_flags: (flags & WcFlags::GRH).bits(),
+            slid,
+            ..Default::default()
+        };
+        let mut grh = ffi::ibv_grh::default();
+        // SAFETY: `ibv_grh` is 40 bytes of plain data (the layout checks
+        // say so), as many as the area has.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                grh_area.as_ptr(),
+                std::ptr::addr_of_mut!(grh).cast::<u8>(),
+                UD_GRH_BYTES,
+            )
+        };
+        let mut raw = ffi::ibv_ah_attr::default();
+        // SAFETY: the context is open; the three structs are initialised
+        // and writable for the call.
+        let rc =
+            unsafe { ffi::ibv_init_ah_from_wc(ctx.as_ptr(), port, &mut wc, &mut grh, &mut raw) };
+        if rc != 0 {
+            return Err(Error::last_os(
+                "ibv_init_ah_from_wc",
+                format!(
+                    "port {port} of {}, wc_flags {flags:?}, slid {slid}",
+                    ctx.name()
+                ),
+            ));
+        }
+        Ok(AhAttr {
+            port: raw.port_num,
+            dlid: raw.dlid,
+            sl: raw.sl,
+            grh: (raw.is_global != 0).then_some(Grh {
+                // SAFETY: every bit pattern of the union is a valid
+                // `raw` array.
+                dgid: Gid(unsafe { raw.grh.dgid.raw }),
+                sgid_index: raw.grh.sgid_index,
+                hop_limit: raw.grh.hop_limit,
+                traffic_class: raw.grh.traffic_class,
+                flow_label: raw.grh.flow_label,
+            }),
         })
     }
 }

@@ -355,3 +355,56 @@ fn what_a_ud_qp_cannot_do_is_refused_before_c() {
     assert!(matches!(e, Error::OutOfRange { .. }), "{e:?}");
     assert_eq!(a.qp.state().unwrap(), QpState::Rts);
 }
+
+/// B answers A through an address handle made from A's message
+/// (`AhAttr::from_received`: its GRH area, flags and source LID), to the
+/// completion's source QP; A receives the answer from B's QP.
+#[test]
+#[ignore = "needs an RDMA device: set MLX5DV_TEST_DEVICE"]
+fn a_reply_goes_back_through_an_ah_made_from_the_received_message() {
+    let mut p = UdPair::new(QKEY, QKEY);
+    p.recv(0, 256);
+    let data = pattern(100, 3);
+    p.send(1, &data, None, QKEY);
+    let got = receives(&mut p.b.recv_cq, 1, WAIT);
+    assert_eq!(got.len(), 1, "{got:?}");
+    check_received(&p, &got[0], &data, None);
+    let area: [u8; UD_GRH_BYTES] = p.b.mr.to_vec(0..UD_GRH_BYTES).unwrap().try_into().unwrap();
+    let attr = AhAttr::from_received(&p.ctx, 1, &area, got[0].flags, got[0].slid.unwrap())
+        .expect("ibv_init_ah_from_wc");
+    assert_eq!(
+        attr.grh.is_some(),
+        got[0].flags.contains(WcFlags::GRH),
+        "{attr:?}"
+    );
+    if let Some(g) = attr.grh {
+        assert_eq!(g.dgid, p.local_gid(), "{attr:?}");
+    }
+    let back = AddressHandle::new(&p.pd, &attr).expect("the reply's AH");
+    // A's receive, at slot 0 of its region.
+    let sge = p.a.mr.sge_mut(0..UD_GRH_BYTES + 256).unwrap();
+    unsafe { p.a.qp.post_recv(7, &[sge.into()]).unwrap() };
+    let reply = pattern(50, 4);
+    p.b.mr.write_at(SLOT, &reply).unwrap();
+    let to = UdAddr::new(&back, got[0].src_qp.unwrap(), QKEY);
+    let mr = &p.b.mr;
+    let wcs =
+        p.b.qp
+            .post_and_wait(&mut p.b.send_cq, WAIT, |b| {
+                b.wr(2, to).send().sge(mr.sge(SLOT..SLOT + 50)?)
+            })
+            .unwrap();
+    assert_wc(&wcs[0], 2, WcOpcode::SEND);
+    let at_a = receives(&mut p.a.recv_cq, 1, WAIT);
+    assert_eq!(at_a.len(), 1, "{at_a:?}");
+    let r = &at_a[0];
+    assert_eq!(
+        (r.wr_id, r.status, r.opcode),
+        (7, WcStatus::SUCCESS, WcOpcode::RECV),
+        "{r:?}"
+    );
+    assert_eq!(r.src_qp, Some(p.b.qp.qp_num()), "{r:?}");
+    let buf = p.a.mr.to_vec(0..UD_GRH_BYTES + 50).unwrap();
+    let (_, msg) = ud_received(&buf, r.byte_len, r.flags).unwrap();
+    assert_eq!(msg, &reply[..]);
+}
