@@ -431,6 +431,7 @@ pub mod cm;
 mod cq;
 mod device;
 mod error;
+mod grh;
 mod mkey;
 pub mod mlx5;
 mod mr;
@@ -454,6 +455,7 @@ pub use channel::{CompletionChannel, CqEvent, CqId};
 pub use cq::{CompletionQueue, PolledWc, WcFlags, WcOpcode, WcStatus, WorkCompletion};
 pub use device::{Context, Device, DeviceAttr, DeviceList};
 pub use error::{Error, Result};
+pub use grh::{ud_received, ReceivedGrh};
 pub use mkey::{Mkey, MkeyLayout};
 pub use mr::{AccessFlags, MemoryRegion, RemoteBuf, Sge, SgeMut};
 pub use mw::{MemoryWindow, MwBind, MwType};
@@ -465,6 +467,7 @@ pub use qp::{
     RemoteDct, RemoteReadAtomic, RemoteWrite, SendOps, Transport,
 };
 pub use qp::{Connected, UcQp, UnreliableConnection};
+pub use qp::{UdAddr, UdQp, UnreliableDatagram, UD_GRH_BYTES};
 pub use qp::{XrcIniQp, XrcInitiator, XrcSrqn};
 pub use srq::{SharedReceiveQueue, SrqAttr};
 #[cfg(mlx5dv_ibv_wr_flush)]

@@ -193,10 +193,13 @@ unsafe fn check_poll_entries(cq: NonNull<ffi::ibv_cq_ex>, device: &str) -> Resul
     }
 }
 
-/// What the CQ reports for each completion.
+/// What the CQ reports for each completion (the sender's QP and LID for
+/// UD receives: [`PolledWc::src_qp`], [`PolledWc::slid`]).
 const WC_FLAGS: u64 = ffi::IBV_WC_EX_WITH_BYTE_LEN as u64
     | ffi::IBV_WC_EX_WITH_IMM as u64
-    | ffi::IBV_WC_EX_WITH_QP_NUM as u64;
+    | ffi::IBV_WC_EX_WITH_QP_NUM as u64
+    | ffi::IBV_WC_EX_WITH_SRC_QP as u64
+    | ffi::IBV_WC_EX_WITH_SLID as u64;
 
 impl CompletionQueue {
     /// Creates a CQ with room for at least `cqe` completions. Its waits

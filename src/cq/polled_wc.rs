@@ -128,6 +128,32 @@ impl PolledWc<'_> {
         unsafe { entry!(self.cq, read_qp_num) }
     }
 
+    /// The QP number of the sender of a received message
+    /// (`ibv_wc_read_src_qp`): on a UD (or XRC) receive, the remote QP.
+    /// `None` where the CQ has no reader for it: one made elsewhere
+    /// without `IBV_WC_EX_WITH_SRC_QP` ([`CompletionQueue::from_raw`]), or
+    /// a completion handed out from the backlog of a scoped post.
+    /// Undefined unless the status is success.
+    #[inline]
+    pub fn src_qp(&self) -> Option<u32> {
+        // SAFETY: the CQ is live and positioned on a completion (see
+        // `byte_len`); the reader is the provider's, read from the CQ.
+        unsafe { (*self.cq.as_ptr()).read_src_qp.map(|f| f(self.cq.as_ptr())) }
+    }
+
+    /// The LID of the sender's port (`ibv_wc_read_slid`; 0 on RoCE);
+    /// `None` as for [`src_qp`](Self::src_qp).
+    #[inline]
+    pub fn slid(&self) -> Option<u16> {
+        // SAFETY: as in `src_qp`. A LID has 16 bits (the reader returns
+        // them in a u32).
+        unsafe {
+            (*self.cq.as_ptr())
+                .read_slid
+                .map(|f| f(self.cq.as_ptr()) as u16)
+        }
+    }
+
     /// The provider's vendor error code, 0 on success
     /// (`ibv_wc_read_vendor_err`).
     #[inline]

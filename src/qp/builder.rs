@@ -2,7 +2,7 @@
 //! `mlx5dv_create_qp(3)` for DCIs and for RC QPs with mlx5 send ops.
 
 use super::{ffi_cq, DciStreams, Mlx5Info, Mlx5SendOps, QpCaps, QpEx, QpParts, SendOps, Transport};
-use super::{DcInitiator, ReliableConnection};
+use super::{DcInitiator, ReliableConnection, UnreliableDatagram};
 use crate::cq::CompletionQueue;
 use crate::device::Context;
 use crate::error::{Error, Result};
@@ -104,6 +104,25 @@ impl<'a> QpBuilder<'a, ReliableConnection> {
     pub fn srq(&mut self, srq: &'a SharedReceiveQueue) -> &mut Self {
         self.srq = Some(srq);
         self
+    }
+}
+
+impl<'a> QpBuilder<'a, UnreliableDatagram> {
+    /// A UD QP (`IBV_QPT_UD`) in `pd` whose sends complete on `send_cq`
+    /// and receives on `recv_cq` (which may be the same CQ), with
+    /// [`QpCaps::default`] and the send ops a UD QP has:
+    /// [`SendOps::SEND`] and [`SendOps::SEND_WITH_IMM`] (any other is
+    /// refused by [`build`](Self::build) with
+    /// [`Error::InvalidArgument`], before any C call). After `build`,
+    /// [`UdQp::ready`](crate::UdQp::ready) moves it to RTS.
+    pub fn ud(
+        pd: &'a ProtectionDomain,
+        send_cq: &'a CompletionQueue,
+        recv_cq: &'a CompletionQueue,
+    ) -> Self {
+        let mut b = Self::new(pd, send_cq, recv_cq, QpCaps::default());
+        b.send_ops = super::ud::UD_SEND_OPS;
+        b
     }
 }
 
@@ -247,6 +266,9 @@ impl<T: Transport> QpBuilder<'_, T> {
                 self.mlx5_ops & rc_only,
                 T::NAME
             )));
+        }
+        if T::QP_TYPE == ffi::IBV_QPT_UD {
+            super::ud::check_builder(self.send_ops, self.mlx5_ops, self.mlx5_create_flags)?;
         }
         if let Some(st) = self.streams {
             // Stream ids are 16 bits: 2^16 streams at most. (The device's

@@ -12,6 +12,7 @@ mod ready;
 pub(crate) mod transitions;
 mod types;
 mod uc;
+mod ud;
 mod xrc;
 
 pub use builder::QpBuilder;
@@ -21,6 +22,7 @@ pub use dct::{Dct, DctEndpoint};
 pub use raw::{RawMlx5, RawQp};
 pub use types::{ConnectOptions, DciStreams, Endpoint, Mlx5SendOps, QpCaps, QpState, SendOps};
 pub use uc::{UcQp, UnreliableConnection};
+pub use ud::{UdAddr, UD_GRH_BYTES};
 pub(crate) use xrc::require_xrc;
 pub use xrc::{XrcIniQp, XrcInitiator, XrcSrqn};
 
@@ -124,11 +126,27 @@ impl Transport for DcInitiator {
 impl RemoteWrite for DcInitiator {}
 impl RemoteReadAtomic for DcInitiator {}
 
+/// Unreliable datagram (`IBV_QPT_UD`): the transport of a [`UdQp`], one QP
+/// that sends messages of at most one MTU to any UD QP, each work request
+/// addressed with `ibv_wr_set_ud_addr` (a [`UdAddr`]). Sends only: no RDMA
+/// write, read or atomics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UnreliableDatagram {}
+impl sealed::Sealed for UnreliableDatagram {}
+impl Transport for UnreliableDatagram {
+    const NAME: &'static str = "UD";
+    const DC: bool = false;
+    const QP_TYPE: ffi::ibv_qp_type = ffi::IBV_QPT_UD;
+}
+
 /// An RC queue pair ([`QpBuilder::rc`]): `QpEx<ReliableConnection>`.
 pub type RcQp = QpEx<ReliableConnection>;
 
 /// An mlx5 DC initiator ([`QpBuilder::dci`]): `QpEx<DcInitiator>`.
 pub type DciQp = QpEx<DcInitiator>;
+
+/// A UD queue pair ([`QpBuilder::ud`]): `QpEx<UnreliableDatagram>`.
+pub type UdQp = QpEx<UnreliableDatagram>;
 
 /// The state of a QP (`ibv_query_qp` of `IBV_QP_STATE`), or the errno.
 ///
@@ -240,6 +258,10 @@ pub struct QpEx<T: Transport> {
     /// The SRQ its receives come from ([`QpBuilder::srq`]); kept alive
     /// until after the QP is destroyed.
     pub(crate) srq: Option<crate::SharedReceiveQueue>,
+    /// The largest message a send may carry: on a UD QP the port's active
+    /// MTU, set when it is made ready ([`UdQp::ready`]); `u32::MAX` (no
+    /// limit of the crate's) otherwise.
+    pub(crate) max_message: std::sync::atomic::AtomicU32,
     // Dropped after the QP is destroyed (fields drop after Drop::drop).
     pd: ProtectionDomain,
     send_cq: Arc<CqInner>,
@@ -334,6 +356,7 @@ impl<T: Transport> QpEx<T> {
             local_psn: std::sync::atomic::AtomicU32::new(rc::NO_PSN),
             resets: std::sync::atomic::AtomicU64::new(0),
             srq: None,
+            max_message: std::sync::atomic::AtomicU32::new(u32::MAX),
             pd: p.pd.clone(),
             send_cq: p.send_cq.share(),
             _recv_cq: p.recv_cq.share(),
@@ -354,6 +377,7 @@ impl<T: Transport> QpEx<T> {
             send_ops,
             mlx5_ops: mlx5.ops,
             dc: T::DC,
+            ud: T::QP_TYPE == ffi::IBV_QPT_UD,
             streams: mlx5.streams.is_some(),
             xrc: T::QP_TYPE == ffi::IBV_QPT_XRC_SEND,
         };

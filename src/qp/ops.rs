@@ -71,6 +71,7 @@ entries! {
     atomic_write: fn(Q, u32, u64, *const c_void);
     set_xrc_srqn: fn(Q, u32);
     bind_mw: fn(Q, *mut ffi::ibv_mw, u32, *const ffi::ibv_mw_bind_info);
+    set_ud_addr: fn(Q, *mut ffi::ibv_ah, u32, u32);
     set_dc_addr: fn(M, *mut ffi::ibv_ah, u32, u64);
     set_dc_addr_stream: fn(M, *mut ffi::ibv_ah, u32, u64, u16);
     memcpy: fn(M, u32, u64, u32, u64, usize);
@@ -84,6 +85,8 @@ pub(crate) struct Wanted {
     pub(crate) send_ops: super::SendOps,
     pub(crate) mlx5_ops: super::Mlx5SendOps,
     pub(crate) dc: bool,
+    /// A UD QP: every work request takes `wr_set_ud_addr`.
+    pub(crate) ud: bool,
     pub(crate) streams: bool,
     /// An XRC initiator: every work request names the remote SRQ.
     pub(crate) xrc: bool,
@@ -189,6 +192,7 @@ impl WrOps {
             atomic_write: generic!(s.contains(S::ATOMIC_WRITE), wr_atomic_write, atomic_write),
             set_xrc_srqn: generic!(want.xrc, wr_set_xrc_srqn, set_xrc_srqn),
             bind_mw: generic!(s.contains(S::BIND_MW), wr_bind_mw, bind_mw),
+            set_ud_addr: generic!(want.ud, wr_set_ud_addr, set_ud_addr),
             set_dc_addr: mlx5!(want.dc, wr_set_dc_addr, set_dc_addr),
             set_dc_addr_stream: mlx5!(
                 want.dc && want.streams,

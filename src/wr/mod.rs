@@ -164,7 +164,10 @@ use crate::ffi;
 #[cfg(doc)]
 use crate::mr::SgeMut;
 use crate::qp::Connected;
-use crate::qp::{DcAddr, DcInitiator, Mlx5Info, Post, QpCaps, QpEx, SendOps, Transport, WrOps};
+use crate::qp::{
+    DcAddr, DcInitiator, Mlx5Info, Post, QpCaps, QpEx, SendOps, Transport, UdAddr,
+    UnreliableDatagram, WrOps,
+};
 
 mod atomic_write;
 mod bind;
@@ -267,8 +270,11 @@ struct BatchState {
     /// The send queue's depth, as `room` has it at first (so that, in a
     /// batch that is not limited, the compiler knows the two equal).
     depth: u32,
-    /// The QP's context: a DC address must come from it.
+    /// The QP's context: a DC or UD address must come from it.
     ctx: *mut ffi::ibv_context,
+    /// The largest message a send may carry (a UD QP's MTU; `u32::MAX`
+    /// on the others).
+    max_message: u32,
 }
 
 impl BatchState {
@@ -412,6 +418,7 @@ impl<T: Transport> QpEx<T> {
                 peer_receive_mark: 0,
                 room: self.ops.depth as usize,
                 depth: self.ops.depth,
+                max_message: self.max_message.load(Relaxed),
             },
             _qp: PhantomData,
             _mem: PhantomData,
@@ -602,6 +609,16 @@ impl<'m> WrBatch<'_, 'm, DcInitiator> {
     }
 }
 
+impl<'m> WrBatch<'_, 'm, UnreliableDatagram> {
+    /// Adds a work request whose completion carries `wr_id`, going to the
+    /// UD QP at `addr` (`ibv_wr_set_ud_addr`, called after the builder and
+    /// its data). A UD work request cannot be built without an address.
+    #[inline]
+    pub fn wr<'s>(&'s mut self, wr_id: u64, addr: UdAddr<'s>) -> Wr<'s, 'm, UnreliableDatagram> {
+        self.start_wr(wr_id, Some(RawAddr::Ud(RawUd::new(addr))))
+    }
+}
+
 /// The address a work request's builder is followed by, as handed to C;
 /// the borrow of what it names (an address handle) lives in the `Wr`'s
 /// lifetime.
@@ -611,6 +628,29 @@ pub(crate) enum RawAddr {
     Dc(RawDc),
     /// An XRC initiator's `ibv_wr_set_xrc_srqn`: the remote SRQ number.
     Xrc(u32),
+    /// A UD QP's `ibv_wr_set_ud_addr`.
+    Ud(RawUd),
+}
+
+/// A UD address as handed to C.
+#[derive(Clone, Copy)]
+pub(crate) struct RawUd {
+    ah: *mut ffi::ibv_ah,
+    ctx: *mut ffi::ibv_context,
+    remote_qpn: u32,
+    remote_qkey: u32,
+}
+
+impl RawUd {
+    #[inline(always)]
+    fn new(addr: UdAddr<'_>) -> Self {
+        RawUd {
+            ah: addr.ah_ptr(),
+            ctx: addr.context_ptr(),
+            remote_qpn: addr.remote_qpn(),
+            remote_qkey: addr.remote_qkey(),
+        }
+    }
 }
 
 /// A DC address as handed to C.

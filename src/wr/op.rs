@@ -313,6 +313,17 @@ impl<'m, T: Transport, K> Op<'_, 'm, T, K> {
         // The data's length is read only where a check needs it: for a
         // remote buffer of unknown length the compare folds away, and with
         // it the read (the provider's setter reads the SGE itself).
+        if let Some(RawAddr::Ud(_)) = wr.addr {
+            // A UD message is one packet: at most the port's MTU.
+            let len = data.len();
+            if len > u64::from(wr.state.max_message) {
+                return Err(Error::OutOfRange {
+                    what: "UD message length",
+                    value: len,
+                    limit: longer_than_mtu(wr.state.max_message),
+                });
+            }
+        }
         if let (OpKind::CmpSwp { .. } | OpKind::FetchAdd { .. }, Some(r)) = (kind, remote) {
             let len = data.len();
             if len != 8 || r.addr % 8 != 0 {
@@ -412,6 +423,11 @@ impl<T: Transport> Wr<'_, '_, T> {
         if let Some(RawAddr::Xrc(srqn)) = self.addr {
             crate::qp::check_24_bits("XRC SRQ number", srqn)?;
         }
+        if let Some(RawAddr::Ud(ud)) = self.addr {
+            if ud.ctx != self.state.ctx {
+                return Err(bad_ud_addr(ud.remote_qpn));
+            }
+        }
         if let Some(RawAddr::Dc(dc)) = self.addr {
             if dc.ctx != self.state.ctx {
                 return Err(bad_dc_addr(dc.remote_dctn));
@@ -446,6 +462,12 @@ impl<T: Transport> Wr<'_, '_, T> {
             // SAFETY: an XRC initiator's entry, resolved non-NULL at
             // creation; `q` is its live extended QP in an open batch.
             unsafe { (ops.set_xrc_srqn)(q, srqn) };
+        }
+        if let Some(RawAddr::Ud(ud)) = self.addr {
+            // SAFETY: a UD QP's wr_set_ud_addr entry was resolved non-NULL
+            // at creation; the address handle is borrowed for the Wr's
+            // lifetime and belongs to the QP's context (checked above).
+            unsafe { (ops.set_ud_addr)(q, ud.ah, ud.remote_qpn, ud.remote_qkey) }
         }
         if let Some(RawAddr::Dc(dc)) = self.addr {
             // SAFETY: a DCI has its mlx5 extension (`ops.mqpx`: QP creation
@@ -551,6 +573,25 @@ fn bad_dc_addr(remote_dctn: u32) -> Error {
     Error::InvalidArgument(
         "mlx5dv_wr_set_dc_addr: the DC address's address handle belongs to another \
          device context than the DCI's"
+            .into(),
+    )
+}
+
+#[cold]
+#[inline(never)]
+fn longer_than_mtu(mtu: u32) -> String {
+    format!("at most {mtu} (the port's active MTU: a UD message is one packet)")
+}
+
+#[cold]
+#[inline(never)]
+fn bad_ud_addr(remote_qpn: u32) -> Error {
+    if remote_qpn > crate::qp::MAX_24_BITS {
+        return crate::qp::past_24_bits("remote QP number", remote_qpn);
+    }
+    Error::InvalidArgument(
+        "ibv_wr_set_ud_addr: the UD address's address handle belongs to another \
+         device context than the QP's"
             .into(),
     )
 }

@@ -1615,3 +1615,4 @@ fn a_type2_bind_hands_the_window_its_new_rkey_and_the_range_and_checks_first() {
         "{calls:?}"
     );
 }
+mod ud;

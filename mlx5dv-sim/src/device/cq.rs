@@ -71,6 +71,10 @@ pub struct Cqe {
     pub vendor_syndrome: u8,
     /// Solicited event requested (responder).
     pub solicited: bool,
+    /// A GRH is in the receive buffer (UD responder).
+    pub grh: bool,
+    /// The sender's LID (UD responder); 1 where not given.
+    pub slid: Option<u16>,
 }
 
 impl Cqe {
@@ -112,7 +116,8 @@ impl Cqe {
                 byte_cnt: self.byte_cnt,
                 imm_inval_pkey: u32::from_be_bytes(self.imm),
                 src_qpn: self.rqpn,
-                slid: 1,
+                slid: self.slid.unwrap_or(1),
+                grh: self.grh,
                 solicited: self.solicited,
                 ..Default::default()
             }

@@ -6,6 +6,7 @@ use super::mem::{self, Access, Fault};
 use super::recv;
 use super::remote;
 use super::serve::{self, Source};
+use super::ud_grh::{ud_recv, Route};
 use crate::config::debug;
 use crate::fabric::{self, wire::Op};
 use crate::kernel::state::{Device, MkeyKind, QpKind};
@@ -269,27 +270,50 @@ fn ud_send(
     } else {
         av.qkey()
     };
+    let me = fabric::host();
+    let route = Route::of(av, crate::config::get().roce);
+    let from = Datagram {
+        src_host: me.map_or(1, |h| h.id),
+        src_qpn: rq.qpn,
+        route,
+        solicited: wqe.ctrl.solicited,
+    };
     if let Some(to) = remote::datagram_destination(av) {
-        remote::send_datagram(rq, av.dctn, qkey, wqe.ctrl.solicited, imm, data, to);
+        remote::send_datagram(av.dctn, qkey, &from, imm, data, to);
         return Ok(len as u32);
     }
-    ud_deliver(dev, av.dctn, qkey, rq.qpn, imm, data, wqe.ctrl.solicited);
+    ud_deliver(dev, av.dctn, qkey, &from, imm, data);
     Ok(len as u32)
+}
+
+/// Where a datagram comes from: the sending host and QP, its route (GRH
+/// or not), and whether it asks for a solicited event.
+#[derive(Debug, Clone, Copy)]
+pub struct Datagram {
+    /// The sending host.
+    pub src_host: u16,
+    /// The sending QP.
+    pub src_qpn: u32,
+    /// Its route ([`Route`]).
+    pub route: Route,
+    /// Solicited event requested.
+    pub solicited: bool,
 }
 
 /// Delivers a datagram to the UD QP `dst_qpn` of this host if it is ready,
 /// its qkey matches and it has a receive posted; otherwise drops it, as
-/// datagrams are. The data lands after 40 bytes of GRH room.
+/// datagrams are. The data lands after 40 bytes of GRH area, which holds
+/// the GRH when the datagram has one ([`ud_grh`](super::ud_grh)).
 pub fn ud_deliver(
     dev: &mut Device,
     dst_qpn: u32,
     qkey: u32,
-    src_qpn: u32,
+    from: &Datagram,
     imm: Option<[u8; 4]>,
     data: &[u8],
-    solicited: bool,
 ) {
-    const GRH: u64 = 40;
+    let ud = ud_recv(from.src_host, from.route, data.len(), imm.is_some());
+    let (src_qpn, solicited) = (from.src_qpn, from.solicited);
     let msg = match imm {
         Some(i) => recv::Msg::SendImm(data, i),
         None => recv::Msg::Send(data),
@@ -301,7 +325,7 @@ pub fn ud_deliver(
         .map(|(h, q)| (*h, q.attrs.qkey));
     match peer {
         Some((h, peer_qkey)) if peer_qkey == qkey => {
-            match recv::deliver(dev, h, src_qpn, msg, solicited, GRH) {
+            match recv::deliver(dev, h, src_qpn, msg, solicited, Some(&ud)) {
                 Ok(()) => {}
                 Err(o) => debug!("UD datagram to {dst_qpn:#x} dropped: {o:?}"),
             }

@@ -15,6 +15,7 @@ pub mod respond;
 mod retry;
 pub mod serve;
 pub mod trace;
+pub mod ud_grh;
 pub mod window;
 pub mod xrc;
 

@@ -4,6 +4,7 @@
 use super::cq::{self, opcode, syndrome as syn, Cqe};
 use super::exec::Outcome;
 use super::mem::{self, Access};
+use super::ud_grh::{UdRecv, GRH_BYTES};
 use crate::config::debug;
 use crate::kernel::state::{Device, MkeyKind};
 
@@ -200,15 +201,18 @@ fn not_ready(dev: &Device, peer: u32) -> Outcome {
     Outcome::Stall(dev.qps[&peer].attrs.min_rnr_timer)
 }
 
-/// Delivers `msg` from QP `src_qpn` to the responder QP/DCT `peer`.
+/// Delivers `msg` from QP `src_qpn` to the responder QP/DCT `peer`; a UD
+/// receive (`ud`) starts with the 40-byte GRH area, written when the
+/// datagram had a GRH, and reports it and the sender's LID.
 pub fn deliver(
     dev: &mut Device,
     peer: u32,
     src_qpn: u32,
     msg: Msg<'_>,
     solicited: bool,
-    grh: u64,
+    ud: Option<&UdRecv>,
 ) -> Result<(), Outcome> {
+    let grh = if ud.is_some() { GRH_BYTES as u64 } else { 0 };
     let Some(slot) = find_slot(dev, peer) else {
         return Err(not_ready(dev, peer));
     };
@@ -226,6 +230,8 @@ pub fn deliver(
         uidx,
         rqpn: src_qpn,
         solicited,
+        grh: ud.is_some_and(|u| u.grh.is_some()),
+        slid: ud.map(|u| u.slid),
         ..Cqe::default()
     };
     let data: &[u8] = match msg {
@@ -275,11 +281,19 @@ pub fn deliver(
         );
         return fail(dev, syn::LOCAL_LENGTH, why, syn::REMOTE_INVAL_REQ);
     }
+    // UD: the first 40 bytes of the scatter list are the GRH area: the
+    // GRH goes there when the datagram has one; without, the device
+    // leaves them as they are.
+    let with_grh;
+    let (data, mut skip) = match ud.and_then(|u| u.grh) {
+        Some(g) => {
+            with_grh = [&g[..], data].concat();
+            (&with_grh[..], 0)
+        }
+        None => (data, grh),
+    };
     let mut ranges = Vec::new();
     let mut left = data.len() as u64;
-    // UD: the first 40 bytes of the scatter list are the GRH's room; no
-    // GRH is written (IB link layer, none sent), as the HCA leaves them.
-    let mut skip = grh;
     for &(lkey, addr, len) in &slot.sges {
         if left == 0 {
             break;

@@ -132,13 +132,12 @@ pub fn datagram_destination(av: &crate::wqe::Av) -> Option<u16> {
     elsewhere(to, me)
 }
 
-/// Sends a UD datagram to QP `dst_qpn` of host `to` (unanswered; lost if
-/// nothing is there).
+/// Sends a UD datagram `from` this host to QP `dst_qpn` of host `to`
+/// (unanswered; lost if nothing is there).
 pub fn send_datagram(
-    rq: &Requester,
     dst_qpn: u32,
     qkey: u32,
-    solicited: bool,
+    from: &super::exec::Datagram,
     imm: Option<[u8; 4]>,
     data: &[u8],
     to: u16,
@@ -148,13 +147,14 @@ pub fn send_datagram(
     };
     let p = Request {
         src_host: host.id,
-        src_qpn: rq.qpn,
+        src_qpn: from.src_qpn,
         dst_qpn,
         psn: 0,
         transport: Transport::Ud,
-        dc_key: 0,
+        // UD has no DC key: the field carries the datagram's route.
+        dc_key: from.route.pack(),
         qkey,
-        solicited,
+        solicited: from.solicited,
         op: Op::Send {
             first: true,
             last: true,

@@ -75,7 +75,13 @@ pub fn respond(dev: &mut Device, r: Request) -> Option<Response> {
             let Op::Send { imm, data, .. } = &r.op else {
                 return None;
             };
-            exec::ud_deliver(dev, r.dst_qpn, r.qkey, r.src_qpn, *imm, data, r.solicited);
+            let from = exec::Datagram {
+                src_host: r.src_host,
+                src_qpn: r.src_qpn,
+                route: super::ud_grh::Route::unpack(r.dc_key),
+                solicited: r.solicited,
+            };
+            exec::ud_deliver(dev, r.dst_qpn, r.qkey, &from, *imm, data);
             None
         }
         Transport::Uc => {

@@ -161,7 +161,7 @@ fn run(
                     len: *total,
                     imm: *imm,
                 };
-                recv::deliver(dev, peer, src.qpn, msg, solicited, 0)?;
+                recv::deliver(dev, peer, src.qpn, msg, solicited, None)?;
             }
             Ok(Vec::new())
         }
@@ -256,7 +256,7 @@ fn send(
         (Some(imm), None) => recv::Msg::SendImm(&whole, imm),
         (None, None) => recv::Msg::Send(&whole),
     };
-    match recv::deliver(dev, peer, src.qpn, msg, solicited, 0) {
+    match recv::deliver(dev, peer, src.qpn, msg, solicited, None) {
         Ok(()) => Ok(Vec::new()),
         Err(o) => {
             if matches!(o, Outcome::Stall(_)) {

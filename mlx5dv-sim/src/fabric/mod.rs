@@ -148,52 +148,12 @@ impl Host {
 
     /// The RoCE port's IPv4 address.
     pub fn ipv4(&self) -> [u8; 4] {
-        let [hi, lo] = self.id.to_be_bytes();
-        [ROCE_NET[0], ROCE_NET[1], hi, lo]
+        ipv4_of(self.id)
     }
 
     /// The port's GID table (8 entries; unused ones are zero).
     pub fn gids(&self) -> [GidEntry; 8] {
-        let zero = GidEntry {
-            gid: [0; 16],
-            kind: "IB/RoCE v1",
-        };
-        let mut t = [zero; 8];
-        let id = self.id.to_be_bytes();
-        if self.roce {
-            let mut ll = [0u8; 16];
-            ll[0] = 0xfe;
-            ll[1] = 0x80;
-            ll[8..14].copy_from_slice(&ROCE_EUI64);
-            ll[14..].copy_from_slice(&id);
-            let mut v4 = [0u8; 16];
-            v4[10] = 0xff;
-            v4[11] = 0xff;
-            v4[12..].copy_from_slice(&self.ipv4());
-            t[0] = GidEntry {
-                gid: ll,
-                kind: "IB/RoCE v1",
-            };
-            t[1] = GidEntry {
-                gid: ll,
-                kind: "RoCE v2",
-            };
-            t[2] = GidEntry {
-                gid: v4,
-                kind: "IB/RoCE v1",
-            };
-            t[3] = GidEntry {
-                gid: v4,
-                kind: "RoCE v2",
-            };
-        } else {
-            let mut g = [0u8; 16];
-            g[0] = 0xfe;
-            g[1] = 0x80;
-            g[8..].copy_from_slice(&self.node_guid().to_be_bytes());
-            t[0].gid = g;
-        }
-        t
+        gids_of(self.id, self.roce)
     }
 
     /// Sends one datagram to host `to`. `Ok(false)`: not now (its queue is
@@ -264,6 +224,58 @@ impl Host {
     pub fn fd(&self) -> RawFd {
         self.sock.as_raw_fd()
     }
+}
+
+/// The GID table (8 entries; unused ones are zero) of host `id`'s port,
+/// RoCE or InfiniBand: every host's is made the same way, so a receiver
+/// knows its sender's.
+pub fn gids_of(id: u16, roce: bool) -> [GidEntry; 8] {
+    let zero = GidEntry {
+        gid: [0; 16],
+        kind: "IB/RoCE v1",
+    };
+    let mut t = [zero; 8];
+    let id_bytes = id.to_be_bytes();
+    if roce {
+        let mut ll = [0u8; 16];
+        ll[0] = 0xfe;
+        ll[1] = 0x80;
+        ll[8..14].copy_from_slice(&ROCE_EUI64);
+        ll[14..].copy_from_slice(&id_bytes);
+        let mut v4 = [0u8; 16];
+        v4[10] = 0xff;
+        v4[11] = 0xff;
+        v4[12..].copy_from_slice(&ipv4_of(id));
+        t[0] = GidEntry {
+            gid: ll,
+            kind: "IB/RoCE v1",
+        };
+        t[1] = GidEntry {
+            gid: ll,
+            kind: "RoCE v2",
+        };
+        t[2] = GidEntry {
+            gid: v4,
+            kind: "IB/RoCE v1",
+        };
+        t[3] = GidEntry {
+            gid: v4,
+            kind: "RoCE v2",
+        };
+    } else {
+        let mut g = [0u8; 16];
+        g[0] = 0xfe;
+        g[1] = 0x80;
+        g[8..].copy_from_slice(&(GUID_BASE | u64::from(id)).to_be_bytes());
+        t[0].gid = g;
+    }
+    t
+}
+
+/// The RoCE port's IPv4 address of host `id`.
+pub fn ipv4_of(id: u16) -> [u8; 4] {
+    let [hi, lo] = id.to_be_bytes();
+    [ROCE_NET[0], ROCE_NET[1], hi, lo]
 }
 
 /// The MAC address of host `id`.

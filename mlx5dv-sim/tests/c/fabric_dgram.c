@@ -18,11 +18,24 @@ void ud_server(void)
 	wc = expect_msg(u, 500, IBV_WC_RECV, GRH + 200, peer.qpn[0], 0, 0);
 	check_pattern(big[2] + GRH, 200, 21, "UD send");
 	/* No GRH on an InfiniBand port without one: the room stays as it
-	 * was. (On RoCE a ConnectX writes the IP header there; the model
-	 * writes nothing, so it is not checked.) */
+	 * was. On RoCE every packet has one, its IP header, written there:
+	 * for an IPv4-mapped source GID an IPv4 header in bytes 20 to 39,
+	 * else an IPv6 header; its source address is the sender's GID. */
 	if (!roce) {
 		CHECK(!(wc.wc_flags & IBV_WC_GRH), "a GRH on IB");
 		check_zero(big[2], GRH, "the GRH room");
+	} else {
+		static const uint8_t v4_prefix[12] = {0, 0, 0, 0, 0, 0, 0, 0,
+						      0, 0, 0xff, 0xff};
+		CHECK(wc.wc_flags & IBV_WC_GRH, "no GRH on RoCE");
+		if (!memcmp(peer.gid, v4_prefix, 12)) {
+			CHECK(big[2][20] == 0x45, "IPv4 header %#x", big[2][20]);
+			CHECK(!memcmp(big[2] + 32, peer.gid + 12, 4),
+			      "the IPv4 source address");
+		} else {
+			CHECK(big[2][0] >> 4 == 6, "GRH version %d", big[2][0] >> 4);
+			CHECK(!memcmp(big[2] + 8, peer.gid, 16), "the source GID");
+		}
 	}
 	expect_msg(u, 501, IBV_WC_RECV, GRH + 100, peer.qpn[0], 1,
 		   0xabcdef01);

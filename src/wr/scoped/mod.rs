@@ -26,11 +26,13 @@
 //!   it has no `complete`, and dropping it (an error, a panic) aborts it.
 
 use super::{
-    PeerReceive, RawAddr, RawDc, SendFlags, WrBatch, BATCH_ABORTING, BATCH_CLOSED, BATCH_OPEN,
+    PeerReceive, RawAddr, RawDc, RawUd, SendFlags, WrBatch, BATCH_ABORTING, BATCH_CLOSED,
+    BATCH_OPEN,
 };
 use crate::cq::{write_wc_fields, CompletionQueue, RawWc, WorkCompletion};
 use crate::error::{Error, Result};
 use crate::qp::{Connected, DcAddr, DcInitiator, QpEx, Transport};
+use crate::qp::{UdAddr, UnreliableDatagram};
 use crate::qp::{XrcInitiator, XrcSrqn};
 use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hasher};
@@ -165,6 +167,20 @@ impl<'m> ScopedBatch<'_, 'm, DcInitiator> {
         let id = self.next_id(wr_id);
         self.batch
             .start_wr(id, Some(RawAddr::Dc(RawDc::new(addr, Some(stream_id)))))
+    }
+}
+
+impl<'m> ScopedBatch<'_, 'm, UnreliableDatagram> {
+    /// Adds a work request to the UD QP at `addr`, whose completion
+    /// carries `wr_id`, as [`WrBatch::wr`] on a UD QP. It is signalled.
+    #[inline]
+    pub fn wr<'s>(
+        &'s mut self,
+        wr_id: u64,
+        addr: UdAddr<'s>,
+    ) -> super::Wr<'s, 'm, UnreliableDatagram> {
+        let id = self.next_id(wr_id);
+        self.batch.start_wr(id, Some(RawAddr::Ud(RawUd::new(addr))))
     }
 }
 
