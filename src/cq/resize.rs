@@ -40,11 +40,11 @@ impl CompletionQueue {
     ///
     /// Not from inside a poll of the same CQ:
     ///
-    /// ```compile_fail,E0499
+    /// ```compile_fail,E0501
     /// # use mlx5dv::*;
     /// # fn f(cq: &mut CompletionQueue) -> Result<()> {
-    /// cq.poll_each(16, |_wc| {
-    ///     let _ = cq.resize(64); // ERROR: the poll borrows `cq` mutably
+    /// cq.poll_each(16, |_wc| { // ERROR: the poll borrows `cq`, which the callback needs mutably
+    ///     let _ = cq.resize(64);
     /// })?;
     /// # Ok(()) }
     /// ```
