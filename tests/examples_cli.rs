@@ -42,6 +42,7 @@ fn examples() -> Vec<&'static str> {
         "rc_write",
         "srq_pingpong",
         "uc_pingpong",
+        "ud_pingpong",
         "xsrq_pingpong",
     ];
     if cfg!(feature = "tokio") {
@@ -166,6 +167,7 @@ fn takes_a_host(name: &str) -> bool {
             | "srq_pingpong"
             | "tokio_echo"
             | "uc_pingpong"
+            | "ud_pingpong"
             | "xsrq_pingpong"
     )
 }
