@@ -152,6 +152,16 @@ pub struct MemoryRegion {
     /// Registered by this value (deregistered on drop).
     owned: bool,
     access: AccessFlags,
+    /// Whether a peer was ever granted write access (remote write or
+    /// atomic, or a window bind): kept for the region's life, since an
+    /// mkey layout or a window made while it was granted may still reach
+    /// the memory after a re-registration takes the access away.
+    peer_granted: bool,
+    /// Held (cloned) by every memory window ever bound to the region, until
+    /// that window is deallocated: while a clone lives, a window may reach
+    /// the memory, so the region's buffer is not freed, moved or handed to
+    /// another PD.
+    pub(crate) windows: std::sync::Arc<()>,
     // Dropped after the region is deregistered.
     pd: ProtectionDomain,
 }
@@ -210,7 +220,9 @@ impl MemoryRegion {
     /// with the region's accessors ([`as_slice`](Self::as_slice),
     /// [`as_mut_slice`](Self::as_mut_slice), [`read_at`](Self::read_at),
     /// [`write_at`](Self::write_at), ...) or with the device, until the
-    /// region is dropped.
+    /// region is dropped and every [`MemoryWindow`](crate::MemoryWindow)
+    /// ever bound to it is deallocated (a window may reach the memory
+    /// until then).
     pub unsafe fn register_raw(
         pd: &ProtectionDomain,
         addr: NonNull<u8>,
@@ -259,6 +271,8 @@ impl MemoryRegion {
             owned_buf,
             owned: true,
             access,
+            peer_granted: access.intersects(PEER_WRITES),
+            windows: Default::default(),
             pd: pd.clone(),
         })
     }
@@ -305,6 +319,8 @@ impl MemoryRegion {
             owned_buf: None,
             owned: false,
             access,
+            peer_granted: access.intersects(PEER_WRITES),
+            windows: Default::default(),
             pd: pd.clone(),
         })
     }
@@ -493,6 +509,24 @@ fn at_most_range_end(end: usize) -> String {
     format!("at most the range end {end}")
 }
 
+/// The access bits that let a peer write a region's memory.
+pub(crate) const PEER_WRITES: AccessFlags = AccessFlags::REMOTE_WRITE
+    .union(AccessFlags::REMOTE_ATOMIC)
+    .union(AccessFlags::MW_BIND);
+
+impl MemoryRegion {
+    /// Whether a memory window bound to the region (at any time) is still
+    /// allocated, and so may reach its memory.
+    pub(crate) fn windows_may_reach(&self) -> bool {
+        std::sync::Arc::strong_count(&self.windows) > 1
+    }
+
+    /// Records that a peer may write the memory from now on.
+    pub(crate) fn grant_peer(&mut self, access: AccessFlags) {
+        self.peer_granted |= access.intersects(PEER_WRITES);
+    }
+}
+
 impl Drop for MemoryRegion {
     fn drop(&mut self) {
         if !self.owned {
@@ -502,12 +536,13 @@ impl Drop for MemoryRegion {
         let rc = unsafe { ffi::ibv_dereg_mr(self.mr.as_ptr()) };
         crate::error::report_destroy_failure("ibv_dereg_mr", rc, self.pd.context().name());
         if let Some(layout) = self.owned_buf {
-            if rc == 0 {
+            if rc == 0 && !self.windows_may_reach() {
                 // SAFETY: allocated in `new` with `layout`; the device can no
                 // longer reach it.
                 unsafe { alloc::dealloc(self.addr.as_ptr(), layout) };
             }
-            // When deregistration failed the device may still reach the
+            // When deregistration failed, or a memory window bound to the
+            // region is still allocated, the device may still reach the
             // buffer: it is leaked rather than freed under the device.
         }
     }

@@ -60,9 +60,15 @@ impl MwType {
 /// ([`MemoryRegion::is_peer_writable`](crate::MemoryRegion::is_peer_writable)):
 /// no plain slice of it is handed out, whether or not a window is bound.
 /// A bind borrows its region (shared) for as long as the work request may
-/// be running, as an SGE does. A window does not keep its region
-/// registered after that, and need not: a window translates through its
-/// region's key, so no freed memory is reachable through it. Soft-RoCE
+/// be running, as an SGE does. After that the window does not keep its
+/// region registered, but it keeps its memory: a region that a window
+/// still allocated was ever bound to (even by a bind that failed or was
+/// never completed) does not free its buffer when dropped (it is leaked),
+/// and refuses to move to other memory or another PD
+/// ([`MemoryRegion::rereg_new_buffer`](crate::MemoryRegion::rereg_new_buffer),
+/// [`rereg_pd`](crate::MemoryRegion::rereg_pd): [`Error::InvalidArgument`]),
+/// so no freed memory is reachable through a window whatever the device
+/// does with a stale translation. Drop the window first. Soft-RoCE
 /// refuses to deregister a region while a window is bound to it
 /// (`rxe_dereg_mr`, IBA 10.6.7.2.6), and
 /// [`MemoryRegion`](crate::MemoryRegion)'s drop then leaks the buffer (and
@@ -101,6 +107,11 @@ impl MwType {
 pub struct MemoryWindow {
     mw: NonNull<ffi::ibv_mw>,
     kind: MwType,
+    /// A token of every region the window was ever bound to (a bind that
+    /// may have been posted): while the window is allocated it may reach
+    /// their memory, which they then neither free nor move
+    /// ([`MemoryRegion`]'s `windows`).
+    regions: Vec<std::sync::Arc<()>>,
     // Dropped after the window is deallocated.
     pd: ProtectionDomain,
 }
@@ -128,6 +139,7 @@ impl MemoryWindow {
         Ok(MemoryWindow {
             mw,
             kind,
+            regions: Vec::new(),
             pd: pd.clone(),
         })
     }
@@ -137,8 +149,10 @@ impl MemoryWindow {
         self.kind
     }
 
-    /// The window's rkey: the one its last bind gives it (once that bind
-    /// has completed), else the one it was allocated with.
+    /// The window's rkey: the one its last bind gives it, else the one it
+    /// was allocated with. Recorded when the bind is added (a type 2 bind
+    /// in a batch that is then dropped, and so never posted, leaves it
+    /// recorded); the window answers to it once the bind has completed.
     pub fn rkey(&self) -> u32 {
         // SAFETY: the window is live; the rkey is written only through
         // `&mut self`.
@@ -169,6 +183,7 @@ impl MemoryWindow {
         std::mem::ManuallyDrop::new(MemoryWindow {
             mw,
             kind,
+            regions: Vec::new(),
             pd: pd.clone(),
         })
     }
@@ -212,11 +227,30 @@ impl MemoryWindow {
     }
 }
 
+impl MemoryWindow {
+    /// Records that the window may be bound to `mr` from now on (before
+    /// the bind is posted: a bind that may have been posted counts).
+    pub(crate) fn hold(&mut self, mr: &MemoryRegion) {
+        if !self
+            .regions
+            .iter()
+            .any(|r| std::sync::Arc::ptr_eq(r, &mr.windows))
+        {
+            self.regions.push(std::sync::Arc::clone(&mr.windows));
+        }
+    }
+}
+
 impl Drop for MemoryWindow {
     fn drop(&mut self) {
         // SAFETY: allocated by this value and deallocated once.
         let rc = unsafe { ffi::ibv_dealloc_mw(self.mw.as_ptr()) };
         crate::error::report_destroy_failure("ibv_dealloc_mw", rc, self.pd.context().name());
+        if rc != 0 {
+            // Still allocated: it may still reach the regions it was bound
+            // to, whose memory then stays (leaked) rather than freed.
+            std::mem::forget(std::mem::take(&mut self.regions));
+        }
     }
 }
 
@@ -377,8 +411,8 @@ impl QpEx<ReliableConnection> {
     /// ([`Error::QpNotReady`]), and a call inside a
     /// [`poll_each`](crate::CompletionQueue::poll_each) callback (the
     /// provider takes the send CQ's lock to find the queue full). The
-    /// region's borrow ends here: the window does not keep the region
-    /// registered (see [`MemoryWindow`]). A `wr_id`
+    /// region's borrow ends here; its memory stays until the window is
+    /// deallocated (see [`MemoryWindow`]). A `wr_id`
     /// of 2^63 or more is refused ([`Error::OutOfRange`]): the ids with bit
     /// 63 are the scoped post's, which could take the bind's completion
     /// for one of its own.
@@ -389,6 +423,7 @@ impl QpEx<ReliableConnection> {
         bind: &MwBind<'_>,
     ) -> Result<RemoteBuf> {
         mw.check_bind(MwType::Type1, bind, self.pd().as_ptr())?;
+        mw.hold(bind.mr);
         let info = bind.info();
         self.post_bind(wr_id, mw, info)?;
         Ok(bind.remote(mw.rkey()))

@@ -91,6 +91,12 @@ impl SharedReceiveQueue {
         }))
     }
 
+    /// Whether it is an XRC SRQ ([`new_xrc`](Self::new_xrc)): it feeds XRC
+    /// target QPs only, not an RC QP or a DCT.
+    pub fn is_xrc(&self) -> bool {
+        self.0._xrc.is_some()
+    }
+
     /// The raw SRQ, valid while this handle lives.
     pub fn as_ptr(&self) -> *mut ffi::ibv_srq {
         self.0.srq.as_ptr()

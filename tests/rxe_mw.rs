@@ -442,3 +442,36 @@ fn a_window_outliving_its_region_reaches_no_freed_memory() {
         );
     }
 }
+
+#[test]
+#[ignore = "needs an RDMA device: set MLX5DV_TEST_DEVICE"]
+fn a_region_keeps_its_memory_while_a_window_bound_to_it_is_allocated() {
+    let mut p = Pair::with(QpCaps::default(), ops());
+    let mut target = bindable(&p.pd);
+    let Some(mut mw) = window(&p.ctx, &p.pd, MwType::Type1) else {
+        return;
+    };
+    let bind = MwBind::new(&target, 0..4096, rw()).unwrap();
+    p.b.qp.bind_mw(1, &mut mw, &bind).unwrap();
+    b_completes(&mut p, 1, WcOpcode::BIND_MW);
+    // The window may reach the buffer: it is neither moved nor handed to
+    // another PD (refused before C) ...
+    let other = ProtectionDomain::new(&p.ctx).unwrap();
+    for result in [target.rereg_new_buffer(4096), target.rereg_pd(&other)] {
+        match result {
+            Err(Error::InvalidArgument(why)) => assert!(why.contains("window"), "{why}"),
+            other => panic!("expected a refusal naming the window, got {other:?}"),
+        }
+    }
+    assert_eq!(target.len(), MR_LEN, "the region is untouched");
+    // ... until the window is gone.
+    drop(mw);
+    match target.rereg_new_buffer(4096) {
+        Ok(()) => assert_eq!(target.len(), 4096),
+        Err(Error::Unsupported { what }) if !on_sim() => {
+            // Soft-RoCE on Linux 6.1 re-registers no region.
+            assert!(what.contains("IBV_REREG_MR_ERR_CMD"), "{what}")
+        }
+        Err(e) => panic!("rereg after the window is gone: {e}"),
+    }
+}

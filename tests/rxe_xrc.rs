@@ -214,6 +214,16 @@ fn an_srq_of_another_domain_or_past_24_bits_is_refused() {
     );
     let mut none = Vec::new();
     assert_eq!(srq_cq.poll_into(&mut none, 4).unwrap(), 0, "{none:?}");
+    // An XRC SRQ feeds XRC targets only: an RC QP on it is refused before C.
+    assert!(elsewhere.is_xrc());
+    let e = QpBuilder::rc(&pd, &send_cq, &send_cq)
+        .srq(&elsewhere)
+        .build()
+        .unwrap_err();
+    assert!(
+        matches!(&e, Error::InvalidArgument(why) if why.contains("XRC SRQ")),
+        "{e}"
+    );
 }
 
 #[test]

@@ -2,7 +2,9 @@
 //! where no peer may write it, volatile copies everywhere (see "Who may
 //! touch the memory, and when" on [`MemoryRegion`]).
 
-use super::{range_within, volatile, AccessFlags, MemoryRegion};
+#[cfg(doc)]
+use super::AccessFlags;
+use super::{range_within, volatile, MemoryRegion};
 use crate::error::{Error, Result};
 use std::ops::RangeBounds;
 
@@ -11,12 +13,13 @@ impl MemoryRegion {
     /// with [`REMOTE_WRITE`](AccessFlags::REMOTE_WRITE),
     /// [`REMOTE_ATOMIC`](AccessFlags::REMOTE_ATOMIC) or
     /// [`MW_BIND`](AccessFlags::MW_BIND) (a memory window bound to it may
-    /// grant either). Such memory is reached only by copying
+    /// grant either), now or at any time since it was registered (a
+    /// re-registration that takes the access away does not end it: an mkey
+    /// layout or a window made while it was granted may still reach the
+    /// memory). Such memory is reached only by copying
     /// ([`read_at`](Self::read_at), [`write_at`](Self::write_at), ...).
     pub fn is_peer_writable(&self) -> bool {
-        self.access.intersects(
-            AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_ATOMIC | AccessFlags::MW_BIND,
-        )
+        self.peer_granted || self.access.intersects(super::PEER_WRITES)
     }
 
     /// Refuses `what` (a plain slice of the memory) when a peer may write it.

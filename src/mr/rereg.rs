@@ -188,6 +188,12 @@ impl MemoryRegion {
         if self.len == 0 {
             return refused("an earlier re-registration failed: the region is unusable");
         }
+        if (change.memory.is_some() || change.pd.is_some()) && self.windows_may_reach() {
+            return refused(
+                "a memory window bound to the region is still allocated and may reach its \
+                 memory: drop the window first",
+            );
+        }
         let mut flags = 0;
         if change.pd.is_some() {
             flags |= ffi::IBV_REREG_MR_CHANGE_PD;
@@ -266,6 +272,7 @@ impl MemoryRegion {
         }
         if let Some(access) = change.access {
             self.access = access;
+            self.grant_peer(access);
         }
         if let Some((addr, len, layout)) = change.memory {
             if let Some(old) = self.owned_buf {

@@ -249,6 +249,12 @@ impl<T: Transport> QpBuilder<'_, T> {
             }
         }
         if let Some(srq) = self.srq {
+            if srq.is_xrc() {
+                return Err(Error::InvalidArgument(format!(
+                    "an XRC SRQ feeds XRC target QPs only, not a {} QP (SharedReceiveQueue::new)",
+                    T::NAME
+                )));
+            }
             let other = srq.pd().context();
             if other.as_ptr() != ctx.as_ptr() {
                 return Err(Error::InvalidArgument(format!(

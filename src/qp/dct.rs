@@ -71,6 +71,11 @@ impl Dct {
                 ),
             });
         }
+        if srq.is_xrc() {
+            return Err(Error::InvalidArgument(
+                "DCT: an XRC SRQ feeds XRC target QPs only (SharedReceiveQueue::new)".into(),
+            ));
+        }
         for (what, other) in [("CQ", cq.context()), ("SRQ", srq.pd().context())] {
             if other.as_ptr() != ctx.as_ptr() {
                 return Err(Error::InvalidArgument(format!(

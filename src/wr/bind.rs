@@ -64,6 +64,7 @@ impl<'m> Wr<'_, 'm, ReliableConnection> {
         // SAFETY: the batch's QP is live; its PD is read, not changed.
         let qp_pd = unsafe { (*self.state.qpx.as_ptr()).qp_base.pd };
         mw.check_bind(MwType::Type2, bind, qp_pd)?;
+        mw.hold(bind.mr);
         let rkey = bind.new_rkey(mw.rkey());
         let info = bind.info();
         let raw = mw.as_ptr();
