@@ -1,10 +1,11 @@
 //! The ping-pong of rdma-core's `ibv_rc_pingpong` and `ibv_uc_pingpong`,
-//! for any connected transport (RC, UC): the command line, the TCP
-//! exchange of addresses, the QP's connection and the message loop that
-//! `examples/rc_pingpong.rs` and `examples/uc_pingpong.rs` share. What
+//! for any connected transport (RC, UC): the command line, the QP's
+//! connection and the message loop that `examples/rc_pingpong.rs` and
+//! `examples/uc_pingpong.rs` share (the address message and its TCP
+//! exchange are `pp`'s, shared with the other pingpong ports). What
 //! differs, the QP, each passes in.
 
-use super::pp::{self, line, Dest};
+use super::pp::{self, line, Dest, SEND_WRID, STALL};
 use super::{flag, random_psn, Cli, Failure};
 use mlx5dv::*;
 use std::time::Instant;
@@ -46,7 +47,6 @@ const CHK_LINE: &str = concat!(
 
 /// The payload byte of rdma-core's tools.
 const PAYLOAD: u8 = 0x7b;
-use pp::{SEND_WRID, STALL};
 
 /// What the command line asked for.
 pub struct Config {
