@@ -40,54 +40,48 @@
 
 mod common;
 
-use common::srq_pingpong::{self as pingpong, Dest};
+use common::pp::{self, line, Dest, SEND_WRID, STALL};
 use common::{exit, flag, random_psn, val, Cli, Failure};
 use mlx5dv::*;
 use std::process::ExitCode;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 const PROG: &str = "srq_pingpong";
-const USAGE: &str = "\
-Usage:
-  srq_pingpong [OPTIONS]          start a server and wait for connection
-  srq_pingpong [OPTIONS] HOST     connect to the server at HOST (start the
-                                  server first: no retry, as ibv_srq_pingpong)
 
-Wire-compatible with rdma-core's ibv_srq_pingpong.
-
-Options:
-  -p, --port=PORT        listen on/connect to TCP port PORT (default 18515)
-  -d, --ib-dev=DEV       use RDMA device DEV (default: the first found)
-  -i, --ib-port=PORT     use port PORT of the device (default 1)
-  -s, --size=SIZE        size of the messages to exchange (default 4096)
-  -m, --mtu=SIZE         path MTU (default 1024)
-  -q, --num-qp=NUM       number of QPs to use (default 16, at most 255)
-  -r, --rx-depth=DEPTH   number of receives to post at a time (default 500)
-  -n, --iters=ITERS      number of exchanges, over all QPs (default 1000)
-  -l, --sl=SL            service level (default 0)
-  -e, --events           sleep on CQ events (default poll)
-  -g, --gid-idx=INDEX    local port GID index (needed on RoCE)
-  -c, --chk              validate received buffers (always done)
-  -h, --help             this text
-
-Exit status: 0 success, 1 failure, 2 bad usage.
-";
+/// The usage text.
+fn usage() -> String {
+    pp::usage(
+        PROG,
+        "ibv_srq_pingpong",
+        &[
+            line::PORT,
+            line::IB_DEV,
+            line::IB_PORT,
+            line::SIZE,
+            line::MTU,
+            "  -q, --num-qp=NUM       number of QPs to use (default 16, at most 255)\n",
+            line::RX_DEPTH,
+            "  -n, --iters=ITERS      number of exchanges, over all QPs (default 1000)\n",
+            line::SL,
+            line::EVENTS,
+            line::GID_IDX,
+            "  -c, --chk              validate received buffers (always done)\n",
+            line::HELP,
+        ],
+    )
+}
 
 /// The QPs the C tool's exchange always carries (`MAX_QP`).
 const MAX_QP: usize = 256;
 /// The payload byte of rdma-core's tool (its buffer is zeroed).
 const PAYLOAD: u8 = 0;
-/// The sends' work-request id; a receive's is its buffer slot.
-const SEND_WRID: u64 = 1 << 32;
-/// How long the loop waits without any completion before it gives up.
-const STALL: Duration = Duration::from_secs(60);
 /// A QP's outstanding work, as the C tool's `pending[]`.
 const RECV: u8 = 1;
 const SEND: u8 = 2;
 
 /// The shared options', and this tool's own: QPs, and CQ events.
 struct Config {
-    pp: pingpong::Config,
+    pp: pp::Config,
     num_qp: usize,
     events: bool,
 }
@@ -95,9 +89,9 @@ struct Config {
 fn main() -> ExitCode {
     let cli = Cli::parse_with_device(
         PROG,
-        USAGE,
+        &usage(),
         &[
-            &pingpong::options()[..],
+            &pp::options()[..],
             &[val('q', "num-qp"), flag('e', "events"), flag('c', "chk")],
         ]
         .concat(),
@@ -116,7 +110,7 @@ fn run(cli: &Cli) -> Result<(), Failure> {
             &format!("--num-qp {num_qp} must be less than {MAX_QP}"),
         );
     }
-    let (ctx, pp) = pingpong::Config::open(PROG, cli, |rx_depth| {
+    let (ctx, pp) = pp::Config::open(PROG, cli, |rx_depth| {
         if num_qp > rx_depth as usize {
             return Err(Failure::Failed(format!(
                 "rx_depth {rx_depth} is too small for {num_qp} QPs -- must have at least \
@@ -215,7 +209,7 @@ fn pingpong(ctx: &Context, cfg: &Config) -> Result<(), Failure> {
         })
         .collect::<Result<Vec<RcQp>, Failure>>()?;
     for slot in 0..cfg.pp.rx_depth as usize {
-        post_recv(&srq, &recv_mr, slot, cfg.pp.size)?;
+        pp::post_srq_recv(&srq, &recv_mr, slot, cfg.pp.size)?;
     }
 
     // This side's addresses, then the all-zero ones the C tool sends for
@@ -226,8 +220,8 @@ fn pingpong(ctx: &Context, cfg: &Config) -> Result<(), Failure> {
         d.print("local");
     }
     let peers = match &cfg.pp.host {
-        Some(host) => pingpong::client_exchange(host, cfg.pp.tcp_port, &mine)?,
-        None => pingpong::server_exchange(cfg.pp.tcp_port, &mine, |peers| {
+        Some(host) => pp::client_exchange(host, cfg.pp.tcp_port, &mine)?,
+        None => pp::server_exchange(cfg.pp.tcp_port, &mine, |peers| {
             connect(&qps, cfg, &mine, peers)
         })?,
     };
@@ -243,7 +237,7 @@ fn pingpong(ctx: &Context, cfg: &Config) -> Result<(), Failure> {
     let mut pending = vec![RECV; cfg.num_qp];
     if cfg.pp.host.is_some() {
         for (qp, p) in qps.iter_mut().zip(&mut pending) {
-            pingpong::post_send(qp, &send_mr, cfg.pp.size, SEND_WRID)?;
+            post_send(qp, &send_mr, cfg.pp.size, SEND_WRID)?;
             *p |= SEND;
         }
     }
@@ -266,17 +260,17 @@ fn pingpong(ctx: &Context, cfg: &Config) -> Result<(), Failure> {
             pending[i] &= !SEND;
         } else {
             let slot = wc.wr_id as usize;
-            pingpong::check_message(&recv_mr, (slot, cfg.pp.size), wc.byte_len, rcnt, PAYLOAD)?;
-            post_recv(&srq, &recv_mr, slot, cfg.pp.size)?;
+            check_message(&recv_mr, (slot, cfg.pp.size), wc.byte_len, rcnt, PAYLOAD)?;
+            pp::post_srq_recv(&srq, &recv_mr, slot, cfg.pp.size)?;
             rcnt += 1;
             pending[i] &= !RECV;
         }
         if scnt < cfg.pp.iters && pending[i] == 0 {
-            pingpong::post_send(&mut qps[i], &send_mr, cfg.pp.size, SEND_WRID)?;
+            post_send(&mut qps[i], &send_mr, cfg.pp.size, SEND_WRID)?;
             pending[i] = RECV | SEND;
         }
     }
-    pingpong::report(cfg.pp.size, cfg.pp.iters, start.elapsed());
+    pp::report(cfg.pp.size, cfg.pp.iters, start.elapsed());
     println!(
         "{rcnt} messages of {} bytes received on {} QPs of one SRQ and checked (every byte \
          {PAYLOAD:#04x})",
@@ -296,17 +290,42 @@ fn connect(qps: &[RcQp], cfg: &Config, mine: &[Dest], peers: &[Dest]) -> Result<
     Ok(())
 }
 
-/// Posts the SRQ receive of buffer slot `slot`.
-fn post_recv(
-    srq: &SharedReceiveQueue,
+/// Posts one signalled send of `mr[..size]`, with id `wr_id`, through a
+/// batch.
+fn post_send(qp: &mut RcQp, mr: &MemoryRegion, size: usize, wr_id: u64) -> Result<(), Failure> {
+    let mut batch = qp.batch();
+    batch.wr(wr_id).signaled().send().sge(mr.sge(0..size)?)?;
+    // SAFETY: the send buffer is never written after it was filled, and
+    // lives until after the QP is destroyed (declared before it).
+    unsafe { batch.complete()? };
+    Ok(())
+}
+
+/// Checks message `n`, received into slot `slot` of `mr` (slots of `size`
+/// bytes): `byte_len` bytes, each `payload`.
+fn check_message(
     mr: &MemoryRegion,
-    slot: usize,
-    size: usize,
+    (slot, size): (usize, usize),
+    byte_len: u32,
+    n: u64,
+    payload: u8,
 ) -> Result<(), Failure> {
-    let sge = mr.sge(slot * size..(slot + 1) * size)?;
-    // SAFETY: the region lives until after the SRQ is destroyed (declared
-    // before it); the slot is read only after this receive's completion
-    // and before it is posted again.
-    unsafe { srq.post_recv(slot as u64, &[sge])? };
+    if byte_len as usize != size {
+        return Err(Failure::Failed(format!(
+            "message {n}: {byte_len} bytes received, {size} expected (use the same -s on both sides)"
+        )));
+    }
+    // SAFETY: the slot's receive has completed and it is not posted again
+    // until this check is done: the device does not write these bytes now
+    // (it may write other slots, which this slice does not cover).
+    let data = unsafe {
+        std::slice::from_raw_parts((mr.addr() as usize + slot * size) as *const u8, size)
+    };
+    if let Some(at) = data.iter().position(|&b| b != payload) {
+        return Err(Failure::Failed(format!(
+            "message {n}: byte {at} is {:#04x}, expected {payload:#04x}",
+            data[at]
+        )));
+    }
     Ok(())
 }

@@ -55,7 +55,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse_with_device(
         PROG,
         &pingpong::usage(PROG, "ibv_uc_pingpong"),
-        pingpong::OPTIONS,
+        &pingpong::options(),
     );
     exit(PROG, run(&cli))
 }

@@ -41,94 +41,52 @@
 
 mod common;
 
+use common::pp::{self, line, Dest, SEND_WRID, STALL};
 use common::{exit, flag, open_device, random_psn, val, Cli, Failure};
 use mlx5dv::*;
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 const PROG: &str = "ud_pingpong";
-const USAGE: &str = "\
-Usage:
-  ud_pingpong [OPTIONS]          start a server and wait for connection
-  ud_pingpong [OPTIONS] HOST     connect to the server at HOST (start the
-                                 server first: no retry, as ibv_ud_pingpong)
 
-Wire-compatible with rdma-core's ibv_ud_pingpong.
-
-Options:
-  -p, --port=PORT        listen on/connect to TCP port PORT (default 18515)
-  -d, --ib-dev=DEV       use RDMA device DEV (default: the first found)
-  -i, --ib-port=PORT     use port PORT of the device (default 1)
-  -s, --size=SIZE        size of the messages to exchange (default 1024;
-                         at most the port's active MTU)
-  -r, --rx-depth=DEPTH   number of receives to post at a time (default 500)
-  -n, --iters=ITERS      number of exchanges (default 1000)
-  -l, --sl=SL            service level (default 0)
-  -e, --events           sleep on CQ events (default poll)
-  -g, --gid-idx=INDEX    local port GID index (needed on RoCE)
-  -c, --chk              validate received buffer (client: the pages its
-                         message started with)
-  -h, --help             this text
-
-Exit status: 0 success, 1 failure, 2 bad usage.
-";
+/// The usage text.
+fn usage() -> String {
+    pp::usage(
+        PROG,
+        "ibv_ud_pingpong",
+        &[
+            line::PORT,
+            line::IB_DEV,
+            line::IB_PORT,
+            concat!(
+                "  -s, --size=SIZE        size of the messages to exchange (default 1024;\n",
+                "                         at most the port's active MTU)\n",
+            ),
+            line::RX_DEPTH,
+            line::ITERS,
+            line::SL,
+            line::EVENTS,
+            line::GID_IDX,
+            concat!(
+                "  -c, --chk              validate received buffer (client: the pages its\n",
+                "                         message started with)\n",
+            ),
+            line::HELP,
+        ],
+    )
+}
 
 /// The Q_Key of rdma-core's tool.
 const QKEY: u32 = 0x1111_1111;
-/// The size of the exchange message, with its NUL.
-const MSG_LEN: usize = 52;
 /// The payload byte of rdma-core's tool.
 const PAYLOAD: u8 = 0x7b;
-/// The send's work-request id; a receive's is its buffer slot.
-const SEND_WRID: u64 = 1 << 32;
-/// How long the loop waits without any completion before it gives up.
-const STALL: Duration = Duration::from_secs(60);
 /// The page size `-c` marks pages of (the C tool's `sysconf`).
 const PAGE: usize = 4096;
 
-/// What the two sides exchange (`struct pingpong_dest`).
-struct Dest {
-    lid: u16,
-    qpn: u32,
-    psn: u32,
-    gid: Gid,
-}
-
-impl Dest {
-    /// The 52 bytes rdma-core sends: `"%04x:%06x:%06x:%s"` and a NUL.
-    fn to_wire(&self) -> [u8; MSG_LEN] {
-        let gid = common::gid_to_hex(self.gid);
-        let text = format!("{:04x}:{:06x}:{:06x}:{gid}", self.lid, self.qpn, self.psn);
-        let mut msg = [0u8; MSG_LEN];
-        msg[..text.len()].copy_from_slice(text.as_bytes());
-        msg
-    }
-
-    /// Reads what `sscanf(msg, "%x:%x:%x:%s")` reads.
-    fn from_wire(msg: &[u8]) -> Result<Dest, Failure> {
-        let end = msg.iter().position(|&b| b == 0).unwrap_or(msg.len());
-        let text = std::str::from_utf8(&msg[..end]).unwrap_or("");
-        let bad = || Failure::Failed(format!("bad address message from the peer: {text:?}"));
-        let fields: Vec<&str> = text.splitn(4, ':').collect();
-        let [lid, qpn, psn, gid] = fields[..] else {
-            return Err(bad());
-        };
-        let hex = |s: &str| u32::from_str_radix(s, 16).map_err(|_| bad());
-        Ok(Dest {
-            lid: u16::try_from(hex(lid)?).map_err(|_| bad())?,
-            qpn: hex(qpn)?,
-            psn: hex(psn)?,
-            gid: common::gid_from_hex(gid).ok_or_else(bad)?,
-        })
-    }
-
-    /// Whether the GID has a non-zero interface id (its last 8 bytes): the
-    /// C tool's test for "address it with a GRH".
-    fn global(&self) -> bool {
-        self.gid.0[8..] != [0; 8]
-    }
+/// Whether the peer's GID has a non-zero interface id (its last 8 bytes):
+/// the C tool's test for "address it with a GRH".
+fn global(peer: &Dest) -> bool {
+    peer.gid.0[8..] != [0; 8]
 }
 
 struct Config {
@@ -147,7 +105,7 @@ struct Config {
 fn main() -> ExitCode {
     let cli = Cli::parse_with_device(
         PROG,
-        USAGE,
+        &usage(),
         &[
             val('p', "port"),
             val('s', "size"),
@@ -250,18 +208,18 @@ fn pingpong(ctx: &Context, cfg: &Config) -> Result<(), Failure> {
         "  local address:  LID {:#06x}, QPN {:#08x}, PSN {:#08x}: GID {}",
         me.lid, me.qpn, me.psn, me.gid
     );
-    let (peer, ah) = match &cfg.host {
-        Some(host) => {
-            let peer = client_exchange(host, cfg.tcp_port, &me)?;
-            let ah = address_handle(&pd, cfg, &peer)?;
-            (peer, ah)
-        }
-        None => server_exchange(&pd, cfg, &me)?,
+    // The server makes its address handle before it answers, so that it
+    // is ready before the client's first send.
+    let mut ah = None;
+    let peer = pp::exchange_one(cfg.host.as_deref(), cfg.tcp_port, me, |peer| {
+        ah = Some(address_handle(&pd, cfg, peer)?);
+        Ok(())
+    })?;
+    let ah = match ah {
+        Some(ah) => ah,
+        None => address_handle(&pd, cfg, &peer)?,
     };
-    println!(
-        "  remote address: LID {:#06x}, QPN {:#08x}, PSN {:#08x}, GID {}",
-        peer.lid, peer.qpn, peer.psn, peer.gid
-    );
+    peer.print("remote");
     let to = UdAddr::new(&ah, peer.qpn, QKEY);
 
     // The loop of ibv_ud_pingpong: a send goes out when the previous send
@@ -312,18 +270,7 @@ fn pingpong(ctx: &Context, cfg: &Config) -> Result<(), Failure> {
             pending = RECV | SEND;
         }
     }
-    let secs = start.elapsed().as_secs_f64();
-    let usec = secs * 1e6;
-    let bytes = cfg.size as u64 * cfg.iters * 2;
-    println!(
-        "{bytes} bytes in {secs:.2} seconds = {:.2} Mbit/sec",
-        bytes as f64 * 8.0 / usec
-    );
-    println!(
-        "{} iters in {secs:.2} seconds = {:.2} usec/iter",
-        cfg.iters,
-        usec / cfg.iters as f64
-    );
+    pp::report(cfg.size, cfg.iters, start.elapsed());
     if cfg.chk && cfg.host.is_some() {
         let bad: Vec<usize> = (0..cfg.size)
             .step_by(PAGE)
@@ -357,7 +304,7 @@ fn address_handle(
         port: cfg.ib_port,
         dlid: peer.lid,
         sl: cfg.sl,
-        grh: peer.global().then_some(Grh {
+        grh: global(peer).then_some(Grh {
             dgid: peer.gid,
             sgid_index: cfg.gid_index.unwrap_or(0),
             hop_limit: 1,
@@ -366,44 +313,6 @@ fn address_handle(
         }),
     };
     Ok(AddressHandle::new(pd, &attr)?)
-}
-
-/// The client's side of the exchange: sends its address, reads the
-/// server's, says "done".
-fn client_exchange(host: &str, port: u16, me: &Dest) -> Result<Dest, Failure> {
-    // As the C client: one attempt, no retry.
-    let mut s = common::connect_to_server(host, port, common::Wait::Once)?;
-    s.write_all(&me.to_wire())?;
-    let mut msg = [0u8; MSG_LEN];
-    s.read_exact(&mut msg)
-        .map_err(|e| format!("couldn't read the remote address: {e}"))?;
-    s.write_all(b"done\0")?;
-    Dest::from_wire(&msg)
-}
-
-/// The server's side: reads the client's address, makes the address
-/// handle (so it is ready before the client's first send), sends its own,
-/// reads "done".
-fn server_exchange(
-    pd: &ProtectionDomain,
-    cfg: &Config,
-    me: &Dest,
-) -> Result<(Dest, AddressHandle), Failure> {
-    let mut s: TcpStream = common::accept_one(cfg.tcp_port)?;
-    let mut msg = [0u8; MSG_LEN];
-    s.read_exact(&mut msg)
-        .map_err(|e| format!("couldn't read the remote address: {e}"))?;
-    let peer = Dest::from_wire(&msg)?;
-    let ah = address_handle(pd, cfg, &peer)?;
-    s.write_all(&me.to_wire())?;
-    let done = common::read_some(&mut s, MSG_LEN)?;
-    if !done.starts_with(b"done") {
-        return Err(Failure::Failed(format!(
-            "expected \"done\" from the client, got {:?}",
-            String::from_utf8_lossy(&done)
-        )));
-    }
-    Ok((peer, ah))
 }
 
 /// Polls one completion (one per call: see `common::poll_one`); with a
@@ -492,7 +401,7 @@ fn check_message(
     }
     let (grh, msg) = ud_received(buf, wc.byte_len, wc.flags)?;
     if let Some(g) = grh {
-        if peer.global() && g.sgid != peer.gid {
+        if global(peer) && g.sgid != peer.gid {
             return fail(format!(
                 "its GRH's source GID {} is not the peer's {}",
                 g.sgid, peer.gid

@@ -45,15 +45,20 @@
 
 mod common;
 
+use common::pp::{self, line, STALL};
 use common::{exit, open_device, random_psn, val, Cli, Failure};
 use mlx5dv::*;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::process::ExitCode;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 const PROG: &str = "xsrq_pingpong";
-const USAGE: &str = "\
+
+/// The usage text.
+fn usage() -> String {
+    format!(
+        "\
 Usage:
   xsrq_pingpong [OPTIONS]          start a server and wait for connection
   xsrq_pingpong [OPTIONS] HOST     connect to the server at HOST
@@ -61,19 +66,24 @@ Usage:
 Wire-compatible with rdma-core's ibv_xsrq_pingpong.
 
 Options:
-  -p, --port=PORT        listen on/connect to TCP port PORT (default 18515)
-  -d, --ib-dev=DEV       use RDMA device DEV (default: the first found)
-  -i, --ib-port=PORT     use port PORT of the device (default 1)
-  -s, --size=SIZE        size of the messages to exchange (default 4096)
-  -m, --mtu=SIZE         path MTU (default 1024)
-  -c, --clients=N        number of clients (on the server only, default 1)
-  -n, --num_tests=N      messages each way per client (default 5)
-  -l, --sl=SL            service level (default 0)
-  -g, --gid-idx=INDEX    local port GID index (needed on RoCE)
-  -h, --help             this text
-
+{}
 Exit status: 0 success, 1 failure, 2 bad usage, 3 no XRC on the device.
-";
+",
+        [
+            line::PORT,
+            line::IB_DEV,
+            line::IB_PORT,
+            line::SIZE,
+            line::MTU,
+            "  -c, --clients=N        number of clients (on the server only, default 1)\n",
+            "  -n, --num_tests=N      messages each way per client (default 5)\n",
+            line::SL,
+            line::GID_IDX,
+            line::HELP,
+        ]
+        .concat()
+    )
+}
 
 /// `sizeof` the exchange message with its NUL.
 const MSG_LEN: usize = 66;
@@ -81,8 +91,6 @@ const MSG_LEN: usize = 66;
 const END: &[u8; 4] = b"END\0";
 /// The file whose XRC domain both tools open.
 const DOMAIN_FILE: &str = "/tmp/xrc_domain";
-/// How long the loop waits without any completion before it gives up.
-const STALL: Duration = Duration::from_secs(60);
 
 /// What the two sides exchange (`struct pingpong_dest`).
 #[derive(Clone, Copy)]
@@ -96,8 +104,9 @@ struct Dest {
 }
 
 impl Dest {
+    /// `"%04x:%06x:%06x:%06x:%06x:%s"` and NULs.
     fn to_wire(self) -> [u8; MSG_LEN] {
-        let text = format!(
+        pp::to_wire(&format!(
             "{:04x}:{:06x}:{:06x}:{:06x}:{:06x}:{}",
             self.lid,
             self.recv_qpn,
@@ -105,26 +114,14 @@ impl Dest {
             self.psn,
             self.srqn,
             common::gid_to_hex(self.gid)
-        );
-        let mut msg = [0u8; MSG_LEN];
-        msg[..text.len()].copy_from_slice(text.as_bytes());
-        msg
+        ))
     }
 
     /// Reads what `sscanf(msg, "%x:%x:%x:%x:%x:%s")` reads.
     fn from_wire(msg: &[u8]) -> Result<Dest, Failure> {
-        let end = msg.iter().position(|&b| b == 0).unwrap_or(msg.len());
-        let text = std::str::from_utf8(&msg[..end]).unwrap_or("");
-        let bad = || Failure::Failed(format!("bad address message from the peer: {text:?}"));
-        let mut parts = text.splitn(6, ':');
-        let mut hex = || u32::from_str_radix(parts.next().unwrap_or(""), 16).map_err(|_| bad());
-        let (lid, recv_qpn, send_qpn, psn, srqn) = (hex()?, hex()?, hex()?, hex()?, hex()?);
-        let gid = parts
-            .next()
-            .and_then(common::gid_from_hex)
-            .ok_or_else(bad)?;
+        let (lid, [recv_qpn, send_qpn, psn, srqn], gid) = pp::from_wire(msg)?;
         Ok(Dest {
-            lid: u16::try_from(lid).map_err(|_| bad())?,
+            lid,
             recv_qpn,
             send_qpn,
             psn,
@@ -172,7 +169,7 @@ struct Config {
 fn main() -> ExitCode {
     let cli = Cli::parse_with_device(
         PROG,
-        USAGE,
+        &usage(),
         &[
             val('p', "port"),
             val('s', "size"),
@@ -262,16 +259,14 @@ fn pingpong(ctx: &Context, cfg: &Config) -> Result<(), Failure> {
         });
     }
     for slot in 0..cfg.clients {
-        post_recv(&srq, &recv_mr, slot, cfg.size)?;
+        pp::post_srq_recv(&srq, &recv_mr, slot, cfg.size)?;
     }
 
     match &cfg.host {
         Some(host) => {
             let mut s = common::connect_to_server(host, cfg.tcp_port, common::Wait::Once)?;
             s.write_all(&local(&peers[0], srqn, cfg)?.to_wire())?;
-            let mut msg = [0u8; MSG_LEN];
-            s.read_exact(&mut msg)
-                .map_err(|e| format!("couldn't read the remote address: {e}"))?;
+            let msg = pp::read_wire::<MSG_LEN>(&mut s, None)?;
             connect(&mut peers[0], Dest::from_wire(&msg)?, cfg)?;
             peers[0].stream = Some(s);
         }
@@ -280,10 +275,7 @@ fn pingpong(ctx: &Context, cfg: &Config) -> Result<(), Failure> {
                 .map_err(|e| format!("cannot listen on TCP port {}: {e}", cfg.tcp_port))?;
             for p in peers.iter_mut() {
                 let (mut s, _) = listener.accept()?;
-                let mut msg = [0u8; MSG_LEN];
-                s.read_exact(&mut msg)
-                    .map_err(|e| format!("couldn't read the remote address: {e}"))?;
-                let remote = Dest::from_wire(&msg)?;
+                let remote = Dest::from_wire(&pp::read_wire::<MSG_LEN>(&mut s, None)?)?;
                 s.write_all(&local(p, srqn, cfg)?.to_wire())?;
                 connect(p, remote, cfg)?;
                 p.stream = Some(s);
@@ -315,7 +307,7 @@ fn pingpong(ctx: &Context, cfg: &Config) -> Result<(), Failure> {
                 wc.byte_len, cfg.size
             )));
         }
-        post_recv(&srq, &recv_mr, wc.wr_id as usize, cfg.size)?;
+        pp::post_srq_recv(&srq, &recv_mr, wc.wr_id as usize, cfg.size)?;
         // `find_qp`: the peer whose target carried it (with one client,
         // the only one).
         let i = match peers.iter().position(|p| p.tgt.qp_num() == wc.qp_num) {
@@ -379,21 +371,6 @@ fn connect(p: &mut Peer, remote: Dest, cfg: &Config) -> Result<(), Failure> {
     p.tgt.connect(&at(remote.send_qpn), mine, &cfg.opts)?;
     p.ini.connect(&at(remote.recv_qpn), mine, &cfg.opts)?;
     p.remote = Some(remote);
-    Ok(())
-}
-
-/// Posts the receive of slot `slot` on the SRQ.
-fn post_recv(
-    srq: &SharedReceiveQueue,
-    mr: &MemoryRegion,
-    slot: usize,
-    size: usize,
-) -> Result<(), Failure> {
-    let sge = mr.sge(slot * size..(slot + 1) * size)?;
-    // SAFETY: the region lives until after the SRQ is destroyed (declared
-    // before it); the slot is not read, and is posted again only after
-    // this receive's completion.
-    unsafe { srq.post_recv(slot as u64, &[sge])? };
     Ok(())
 }
 

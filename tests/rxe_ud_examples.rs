@@ -15,24 +15,9 @@
 mod support;
 
 use std::process::{Command, Output};
-use std::time::Duration;
-use support::example::{assert_status, example, run, run_client};
-use support::process::{finish, spawn, text};
+use support::examples::{assert_status, device_and_gid, example, finish, run, run_client};
+use support::process::{spawn, text};
 use support::rig;
-
-/// How long one example run may take (soft-RoCE under emulation is slow).
-const LIMIT: Duration = Duration::from_secs(120);
-
-/// The device and the GID index the tests use (`MLX5DV_TEST_GID_INDEX`,
-/// else the guest's RoCE v2 GID, else the rig's choice, else 0).
-fn device_and_gid() -> (String, String) {
-    let ctx = rig::open();
-    let gid = std::env::var("MLX5DV_TEST_GID_INDEX")
-        .or_else(|_| std::env::var("MLX5DV_VM_GID_INDEX"))
-        .ok()
-        .or_else(|| rig::connect_options(&ctx).gid_index.map(|i| i.to_string()));
-    (ctx.name().to_string(), gid.unwrap_or_else(|| "0".into()))
-}
 
 /// Runs a server (`ud_pingpong` when `c_serves` is false, else the C
 /// tool) and the other as its client, with `common` arguments (and
@@ -41,12 +26,12 @@ fn pair(common: &[&str], client_extra: &[&str], c_serves: bool) -> (Output, Outp
     let client_args = [common, client_extra, &["127.0.0.1"]].concat();
     if c_serves {
         let server = spawn(Command::new("ibv_ud_pingpong").args(common));
-        let client = run_client(example("ud_pingpong"), &client_args, LIMIT);
-        (client, finish(server, "ibv_ud_pingpong server", LIMIT))
+        let client = run_client(example("ud_pingpong"), &client_args);
+        (client, finish(server, "ibv_ud_pingpong server"))
     } else {
         let server = spawn(Command::new(example("ud_pingpong")).args(common));
-        let client = run_client("ibv_ud_pingpong", &client_args, LIMIT);
-        (finish(server, "ud_pingpong server", LIMIT), client)
+        let client = run_client("ibv_ud_pingpong", &client_args);
+        (finish(server, "ud_pingpong server"), client)
     }
 }
 
@@ -135,9 +120,8 @@ fn ud_pingpong_against_itself_sleeping_on_cq_events() {
     let client = run_client(
         example("ud_pingpong"),
         &[&common[..], &["-c", "127.0.0.1"]].concat(),
-        LIMIT,
     );
-    let server = finish(server, "ud_pingpong -e server", LIMIT);
+    let server = finish(server, "ud_pingpong -e server");
     for (out, who) in [(&client, "client"), (&server, "server")] {
         assert_status(out, 0, &format!("ud_pingpong -e {who}"));
         assert!(
@@ -153,22 +137,19 @@ fn ud_pingpong_against_itself_sleeping_on_cq_events() {
 #[ignore = "needs an RDMA device: set MLX5DV_TEST_DEVICE"]
 fn ud_pingpong_refuses_bad_usage_and_a_message_past_the_mtu() {
     let (dev, _) = device_and_gid();
-    let help = run(Command::new(example("ud_pingpong")).arg("-h"), LIMIT);
+    let help = run(Command::new(example("ud_pingpong")).arg("-h"));
     assert_status(&help, 0, "ud_pingpong -h");
     assert!(
         String::from_utf8_lossy(&help.stdout).starts_with("Usage"),
         "{}",
         text(&help)
     );
-    let bad = run(
-        Command::new(example("ud_pingpong")).arg("--no-such-option"),
-        LIMIT,
-    );
+    let bad = run(Command::new(example("ud_pingpong")).arg("--no-such-option"));
     assert_status(&bad, 2, "ud_pingpong --no-such-option");
     let mtu = rig::open().query_port(1).unwrap().active_mtu.bytes();
     let too_big = (mtu + 1).to_string();
     let args = ["-d", &dev, "-s", &too_big, "-p", "19306", "127.0.0.1"];
-    let out = run(Command::new(example("ud_pingpong")).args(args), LIMIT);
+    let out = run(Command::new(example("ud_pingpong")).args(args));
     assert_status(&out, 1, "ud_pingpong -s MTU+1");
     assert!(
         String::from_utf8_lossy(&out.stderr)

@@ -10,7 +10,7 @@
 
 mod cli;
 pub mod pingpong;
-pub mod srq_pingpong;
+pub mod pp;
 
 #[allow(unused_imports)] // not every example uses every item
 pub use cli::{flag, prog, refuse_with, usage_error, val, Cli, Kind, Opt};

@@ -1,165 +1,68 @@
 //! The ping-pong of rdma-core's `ibv_rc_pingpong` and `ibv_uc_pingpong`,
-//! for any connected transport (RC, UC): the command line, the TCP
-//! exchange of addresses, the QP's connection and the message loop that
-//! `examples/rc_pingpong.rs` and `examples/uc_pingpong.rs` share. What
+//! for any connected transport (RC, UC): the command line, the QP's
+//! connection and the message loop that `examples/rc_pingpong.rs` and
+//! `examples/uc_pingpong.rs` share (the address message and its TCP
+//! exchange are `pp`'s, shared with the other pingpong ports). What
 //! differs, the QP, each passes in.
 
-use super::{connect_options, flag, open_device, random_psn, val, Cli, Failure};
+use super::pp::{self, line, Dest, SEND_WRID, STALL};
+use super::{flag, random_psn, Cli, Failure};
 use mlx5dv::*;
-use std::io::{Read, Write};
-use std::net::TcpStream;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// The options both tools take besides `-d`, `-i`, `-g`.
-pub const OPTIONS: &[super::Opt] = &[
-    val('p', "port"),
-    val('s', "size"),
-    val('m', "mtu"),
-    val('r', "rx-depth"),
-    val('n', "iters"),
-    val('l', "sl"),
-    flag('e', "events"),
-    flag('c', "chk"),
-];
+pub fn options() -> Vec<super::Opt> {
+    [&pp::options()[..], &[flag('e', "events"), flag('c', "chk")]].concat()
+}
 
 /// The usage text of `prog`, the port of rdma-core's `tool`.
 pub fn usage(prog: &str, tool: &str) -> String {
-    format!(
-        "\
-Usage:
-  {prog} [OPTIONS]          start a server and wait for connection
-  {prog} [OPTIONS] HOST     connect to the server at HOST (start the
-                                 server first: no retry, as {tool})
-
-Wire-compatible with rdma-core's {tool}.
-
-{OPTION_LINES}
-Exit status: 0 success, 1 failure, 2 bad usage.
-"
+    pp::usage(
+        prog,
+        tool,
+        &[
+            line::PORT,
+            line::IB_DEV,
+            line::IB_PORT,
+            line::SIZE,
+            line::MTU,
+            line::RX_DEPTH,
+            line::ITERS,
+            line::SL,
+            "  -e, --events           sleep on CQ events (default: poll)\n",
+            line::GID_IDX,
+            CHK_LINE,
+            line::HELP,
+        ],
     )
 }
 
-/// The option lines of the usage text.
-const OPTION_LINES: &str = "\
-Options:
-  -p, --port=PORT        listen on/connect to TCP port PORT (default 18515)
-  -d, --ib-dev=DEV       use RDMA device DEV (default: the first found)
-  -i, --ib-port=PORT     use port PORT of the device (default 1)
-  -s, --size=SIZE        size of the messages to exchange (default 4096)
-  -m, --mtu=SIZE         path MTU (default 1024)
-  -r, --rx-depth=DEPTH   number of receives to post at a time (default 500)
-  -n, --iters=ITERS      number of exchanges (default 1000)
-  -l, --sl=SL            service level (default 0)
-  -e, --events           sleep on CQ events (default: poll)
-  -g, --gid-idx=INDEX    local port GID index (needed on RoCE)
-  -c, --chk              the C tools' data validation: the client zeroes
-                         the first byte of each page of its buffer; each
-                         side takes 0 or 0x7b there (with a C peer that
-                         gives -c, give it here too)
-  -h, --help             this text
-";
+/// The usage line of `-c`.
+const CHK_LINE: &str = concat!(
+    "  -c, --chk              the C tools' data validation: the client zeroes\n",
+    "                         the first byte of each page of its buffer; each\n",
+    "                         side takes 0 or 0x7b there (with a C peer that\n",
+    "                         gives -c, give it here too)\n",
+);
 
-/// The size of the exchange message, with its NUL:
-/// `sizeof "0000:000000:000000:00000000000000000000000000000000"`.
-const MSG_LEN: usize = 52;
 /// The payload byte of rdma-core's tools.
 const PAYLOAD: u8 = 0x7b;
-/// The send's work-request id; a receive's is its buffer slot.
-const SEND_WRID: u64 = 1 << 32;
-/// How long the loop waits without any completion before it gives up.
-const STALL: Duration = Duration::from_secs(60);
-
-/// What the two sides exchange (`struct pingpong_dest`).
-struct Dest {
-    lid: u16,
-    qpn: u32,
-    psn: u32,
-    gid: Gid,
-}
-
-impl Dest {
-    /// The 52 bytes rdma-core sends: `"%04x:%06x:%06x:%s"` and a NUL.
-    fn to_wire(&self) -> [u8; MSG_LEN] {
-        let text = format!(
-            "{:04x}:{:06x}:{:06x}:{}",
-            self.lid,
-            self.qpn,
-            self.psn,
-            super::gid_to_hex(self.gid)
-        );
-        let mut msg = [0u8; MSG_LEN];
-        msg[..text.len()].copy_from_slice(text.as_bytes());
-        msg
-    }
-
-    /// Reads what `sscanf(msg, "%x:%x:%x:%s")` reads.
-    fn from_wire(msg: &[u8]) -> Result<Dest, Failure> {
-        let end = msg.iter().position(|&b| b == 0).unwrap_or(msg.len());
-        let text = std::str::from_utf8(&msg[..end]).unwrap_or("");
-        let bad = || Failure::Failed(format!("bad address message from the peer: {text:?}"));
-        let mut parts = text.splitn(4, ':');
-        let mut hex = || u32::from_str_radix(parts.next().unwrap_or(""), 16).map_err(|_| bad());
-        let (lid, qpn, psn) = (hex()?, hex()?, hex()?);
-        let gid = parts.next().and_then(super::gid_from_hex).ok_or_else(bad)?;
-        Ok(Dest {
-            lid: u16::try_from(lid).map_err(|_| bad())?,
-            qpn,
-            psn,
-            gid,
-        })
-    }
-
-    fn print(&self, who: &str) {
-        println!(
-            "  {who} address:{} LID {:#06x}, QPN {:#08x}, PSN {:#08x}, GID {}",
-            if who == "local" { " " } else { "" },
-            self.lid,
-            self.qpn,
-            self.psn,
-            self.gid
-        );
-    }
-}
 
 /// What the command line asked for.
 pub struct Config {
-    tcp_port: u16,
-    size: usize,
-    rx_depth: u32,
-    iters: u64,
-    host: Option<String>,
-    opts: ConnectOptions,
+    /// What the options every pingpong tool takes say.
+    pp: pp::Config,
     /// `-e`: sleep on a completion channel rather than poll.
     events: bool,
-    /// `-c`: the C tools' page-start bytes (see [`OPTION_LINES`]).
+    /// `-c`: the C tools' page-start bytes (see [`CHK_LINE`]).
     chk: bool,
 }
 
 /// Reads the command line and opens the device.
 pub fn config(prog: &str, cli: &Cli) -> Result<(Context, Config), Failure> {
-    let ib_port: u8 = cli.num_or("ib-port", 1);
-    let size: usize = cli.num_or("size", 4096);
-    let rx_depth: u32 = cli.num_or("rx-depth", 500);
-    if size == 0 || rx_depth == 0 || ib_port == 0 {
-        super::usage_error(prog, "--size, --rx-depth and --ib-port must be at least 1");
-    }
-    let host = cli.host().map(str::to_string);
-    // As the C tools: MTU 1024 unless -m, GID only with -g.
-    let mtu = cli.mtu().unwrap_or(Mtu::Mtu1024);
-    let (gid_index, sl) = (cli.num("gid-idx"), cli.num_or("sl", 0));
-    let (tcp_port, iters) = (cli.num_or("port", 18515), cli.num_or("iters", 1000));
-    let ctx = open_device(cli.text("ib-dev"))?;
-    let mut opts = connect_options(&ctx, ib_port, None, Some(mtu))?;
-    opts.gid_index = gid_index;
-    opts.sl = sl;
-    opts.access = AccessFlags::empty();
+    let (ctx, pp) = pp::Config::open(prog, cli, |_| Ok(()))?;
     let cfg = Config {
-        tcp_port,
-        size,
-        rx_depth,
-        iters,
-        host,
-        opts,
+        pp,
         events: cli.flag("events"),
         chk: cli.flag("chk"),
     };
@@ -170,7 +73,7 @@ pub fn config(prog: &str, cli: &Cli) -> Result<(Context, Config), Failure> {
 pub fn caps(cfg: &Config) -> QpCaps {
     QpCaps {
         max_send_wr: 1,
-        max_recv_wr: cfg.rx_depth,
+        max_recv_wr: cfg.pp.rx_depth,
         max_send_sge: 1,
         max_recv_sge: 1,
         max_inline_data: 0,
@@ -186,19 +89,16 @@ pub fn run<T: Connected>(
 ) -> Result<(), Failure> {
     let pd = ProtectionDomain::new(ctx)?;
     // The memory: one send buffer, and one receive slot per posted receive.
-    let mut send_mr = MemoryRegion::new(&pd, cfg.size, AccessFlags::LOCAL_WRITE)?;
+    let mut send_mr = MemoryRegion::new(&pd, cfg.pp.size, AccessFlags::LOCAL_WRITE)?;
     send_mr.as_mut_slice()?.fill(PAYLOAD);
-    if cfg.chk && cfg.host.is_some() {
+    if cfg.chk && cfg.pp.host.is_some() {
         // What the C client does with -c: byte i / page_size % 1, a zero,
         // at the start of each page.
         for b in send_mr.as_mut_slice()?.iter_mut().step_by(page_size()) {
             *b = 0;
         }
     }
-    let recv_len = cfg
-        .size
-        .checked_mul(cfg.rx_depth as usize)
-        .ok_or("--size × --rx-depth is too large".to_string())?;
+    let recv_len = cfg.pp.recv_len()?;
     let recv_mr = MemoryRegion::new(&pd, recv_len, AccessFlags::LOCAL_WRITE)?;
     let channel = if cfg.events {
         Some(CompletionChannel::new(ctx)?)
@@ -206,32 +106,25 @@ pub fn run<T: Connected>(
         None
     };
     let mut cq = match &channel {
-        Some(ch) => CompletionQueue::with_channel(ctx, cfg.rx_depth + 2, ch)?,
-        None => CompletionQueue::new(ctx, cfg.rx_depth + 2)?,
+        Some(ch) => CompletionQueue::with_channel(ctx, cfg.pp.rx_depth + 2, ch)?,
+        None => CompletionQueue::new(ctx, cfg.pp.rx_depth + 2)?,
     };
     // Declared after the memory, so dropped (destroyed) before it.
     let mut qp = make_qp(&pd, &cq)?;
-    qp.to_init(cfg.opts.port, cfg.opts.access)?;
-    for slot in 0..cfg.rx_depth as usize {
-        post_recv(&mut qp, &recv_mr, slot, cfg.size)?;
+    qp.to_init(cfg.pp.opts.port, cfg.pp.opts.access)?;
+    for slot in 0..cfg.pp.rx_depth as usize {
+        post_recv(&mut qp, &recv_mr, slot, cfg.pp.size)?;
     }
 
-    let me = {
-        let e = qp.endpoint(random_psn(), &cfg.opts)?;
-        Dest {
-            lid: e.lid,
-            qpn: e.qpn,
-            psn: e.psn,
-            gid: e.gid,
-        }
-    };
+    let me = Dest::of(&qp.endpoint(random_psn(), &cfg.pp.opts)?);
     me.print("local");
-    let peer = match &cfg.host {
-        Some(host) => client_exchange(host, cfg.tcp_port, &me)?,
-        None => server_exchange(&qp, cfg, &me)?,
-    };
+    // The server connects its QP before it answers, so that it is ready
+    // before the client's first send.
+    let peer = pp::exchange_one(cfg.pp.host.as_deref(), cfg.pp.tcp_port, me, |peer| {
+        connect(&qp, cfg, &me, peer)
+    })?;
     peer.print("remote");
-    if cfg.host.is_some() {
+    if cfg.pp.host.is_some() {
         connect(&qp, cfg, &me, &peer)?;
     }
 
@@ -240,8 +133,8 @@ pub fn run<T: Connected>(
     const RECV: u8 = 1;
     const SEND: u8 = 2;
     let mut pending = RECV;
-    if cfg.host.is_some() {
-        post_send(&mut qp, &send_mr, cfg.size)?;
+    if cfg.pp.host.is_some() {
+        post_send(&mut qp, &send_mr, cfg.pp.size)?;
         pending |= SEND;
     }
     // What arrives with -c: the C client zeroes the first byte of each
@@ -257,7 +150,7 @@ pub fn run<T: Connected>(
     let start = Instant::now();
     let (mut rcnt, mut scnt) = (0u64, 0u64);
     let mut last_progress = Instant::now();
-    while rcnt < cfg.iters || scnt < cfg.iters {
+    while rcnt < cfg.pp.iters || scnt < cfg.pp.iters {
         let wc = if cfg.events {
             // Sleeps on the channel while the CQ is empty.
             cq.wait(1, STALL)
@@ -286,36 +179,25 @@ pub fn run<T: Connected>(
             let slot = wc.wr_id as usize;
             let m = Message {
                 slot,
-                size: cfg.size,
+                size: cfg.pp.size,
                 byte_len: wc.byte_len,
                 n: rcnt,
                 page_starts,
             };
             check_message(&recv_mr, &m)?;
-            post_recv(&mut qp, &recv_mr, slot, cfg.size)?;
+            post_recv(&mut qp, &recv_mr, slot, cfg.pp.size)?;
             rcnt += 1;
             pending &= !RECV;
         }
-        if scnt < cfg.iters && pending == 0 {
-            post_send(&mut qp, &send_mr, cfg.size)?;
+        if scnt < cfg.pp.iters && pending == 0 {
+            post_send(&mut qp, &send_mr, cfg.pp.size)?;
             pending = RECV | SEND;
         }
     }
-    let secs = start.elapsed().as_secs_f64();
-    let usec = secs * 1e6;
-    let bytes = cfg.size as u64 * cfg.iters * 2;
-    println!(
-        "{bytes} bytes in {secs:.2} seconds = {:.2} Mbit/sec",
-        bytes as f64 * 8.0 / usec
-    );
-    println!(
-        "{} iters in {secs:.2} seconds = {:.2} usec/iter",
-        cfg.iters,
-        usec / cfg.iters as f64
-    );
+    pp::report(cfg.pp.size, cfg.pp.iters, start.elapsed());
     println!(
         "{rcnt} messages of {} bytes received and checked (every byte {PAYLOAD:#04x}{})",
-        cfg.size,
+        cfg.pp.size,
         match page_starts {
             PageStarts::Payload => "",
             PageStarts::ZeroOrPayload => " but the first of each page, 0 or that",
@@ -331,7 +213,7 @@ fn stalled(why: String, scnt: u64, rcnt: u64, cfg: &Config) -> Failure {
     Failure::Failed(format!(
         "{why} for {} s (sent {scnt}, received {rcnt} of {})",
         STALL.as_secs(),
-        cfg.iters
+        cfg.pp.iters
     ))
 }
 
@@ -342,40 +224,6 @@ fn page_size() -> usize {
     usize::try_from(n).unwrap_or(4096).max(1)
 }
 
-/// The client's side of the exchange: sends its address, reads the
-/// server's, says "done".
-fn client_exchange(host: &str, port: u16, me: &Dest) -> Result<Dest, Failure> {
-    // As the C client: one attempt, no retry (`pp_client_exch_dest`).
-    let mut s = super::connect_to_server(host, port, super::Wait::Once)?;
-    s.write_all(&me.to_wire())?;
-    let mut msg = [0u8; MSG_LEN];
-    s.read_exact(&mut msg)
-        .map_err(|e| format!("couldn't read the remote address: {e}"))?;
-    s.write_all(b"done\0")?;
-    Dest::from_wire(&msg)
-}
-
-/// The server's side: reads the client's address, connects the QP (so it
-/// is ready before the client's first send), sends its own, reads "done".
-fn server_exchange<T: Connected>(qp: &QpEx<T>, cfg: &Config, me: &Dest) -> Result<Dest, Failure> {
-    let mut s: TcpStream = super::accept_one(cfg.tcp_port)?;
-    let mut msg = [0u8; MSG_LEN];
-    s.read_exact(&mut msg)
-        .map_err(|e| format!("couldn't read the remote address: {e}"))?;
-    let peer = Dest::from_wire(&msg)?;
-    connect(qp, cfg, me, &peer)?;
-    s.write_all(&me.to_wire())?;
-    // The client's "done"; the C client closes right after it.
-    let done = super::read_some(&mut s, MSG_LEN)?;
-    if !done.starts_with(b"done") {
-        return Err(Failure::Failed(format!(
-            "expected \"done\" from the client, got {:?}",
-            String::from_utf8_lossy(&done)
-        )));
-    }
-    Ok(peer)
-}
-
 /// INIT → RTR → RTS towards the peer (RTR and RTS with the transport's
 /// attributes: for UC, no RNR timer, timeout or retries).
 fn connect<T: Connected>(
@@ -384,14 +232,8 @@ fn connect<T: Connected>(
     me: &Dest,
     peer: &Dest,
 ) -> Result<(), Failure> {
-    let remote = Endpoint {
-        qpn: peer.qpn,
-        psn: peer.psn,
-        lid: peer.lid,
-        gid: peer.gid,
-    };
-    qp.to_rtr(&remote, &cfg.opts)?;
-    qp.to_rts(me.psn, &cfg.opts)?;
+    qp.to_rtr(&peer.endpoint(), &cfg.pp.opts)?;
+    qp.to_rts(me.psn, &cfg.pp.opts)?;
     Ok(())
 }
 

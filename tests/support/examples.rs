@@ -47,11 +47,13 @@ pub fn finish(child: Child, what: &str) -> Output {
     process::finish(child, what, LIMIT)
 }
 
+/// Runs `cmd` to its end, killing it after [`LIMIT`].
 pub fn run(cmd: &mut Command) -> Output {
     let what = format!("{cmd:?}");
     finish(spawn(cmd), &what)
 }
 
+/// Asserts the exit status `code`, and no panic.
 #[track_caller]
 pub fn assert_status(out: &Output, code: i32, what: &str) {
     assert_eq!(out.status.code(), Some(code), "{what}: {}", text(out));
@@ -62,9 +64,9 @@ pub fn assert_status(out: &Output, code: i32, what: &str) {
     );
 }
 
-/// Runs a client until it reaches its server: rdma-core's
-/// `ibv_rc_pingpong` and the `rc_pingpong` example give up at once when
-/// nothing listens yet ("Couldn't connect to", "cannot connect to").
+/// Runs a client until it reaches its server, for at most [`LIMIT`]:
+/// rdma-core's pingpong tools and the pingpong examples give up at once
+/// when nothing listens yet ("Couldn't connect to", "cannot connect to").
 pub fn run_client(program: impl AsRef<std::ffi::OsStr>, args: &[&str]) -> Output {
     let deadline = Instant::now() + LIMIT;
     loop {

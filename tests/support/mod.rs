@@ -1,6 +1,5 @@
 //! Test support shared by the integration tests.
 
-pub mod example;
 pub mod examples;
 pub mod fakes;
 pub mod hw;

@@ -1,12 +1,61 @@
-//! What rdma-core's pingpong tools (`ibv_rc_pingpong`, `ibv_srq_pingpong`)
-//! share and the examples that speak their protocol share with them: the
-//! 52-byte address message, the TCP exchange of one or more of them, one
-//! signalled send, the check of a received message and the closing report.
+//! What rdma-core's pingpong tools (`ibv_rc_pingpong`, `ibv_uc_pingpong`,
+//! `ibv_srq_pingpong`, `ibv_ud_pingpong`, `ibv_xsrq_pingpong`) have in
+//! common, and so the examples that speak their protocol: the usage text
+//! and the option lines that read the same, the shared options and what
+//! they say, the address message (`struct pingpong_dest`) and the TCP
+//! exchange of one or more of them, and the closing report.
 
 use super::{connect_options, open_device, val, Cli, Failure, Opt};
 use mlx5dv::*;
 use std::io::{Read, Write};
 use std::time::Duration;
+
+/// The sends' work-request id; a receive's is its buffer slot.
+pub const SEND_WRID: u64 = 1 << 32;
+/// How long a loop waits without any completion before it gives up.
+pub const STALL: Duration = Duration::from_secs(60);
+
+/// The usage text of `prog`, the port of rdma-core's `tool`: how to start
+/// a server and a client (which tries its server once), then `options`,
+/// the option lines.
+pub fn usage(prog: &str, tool: &str, options: &[&str]) -> String {
+    // The client's second line lines up under "connect".
+    let indent = " ".repeat(prog.len() + 22);
+    format!(
+        "\
+Usage:
+  {prog} [OPTIONS]          start a server and wait for connection
+  {prog} [OPTIONS] HOST     connect to the server at HOST (start the
+{indent}server first: no retry, as {tool})
+
+Wire-compatible with rdma-core's {tool}.
+
+Options:
+{}
+Exit status: 0 success, 1 failure, 2 bad usage.
+",
+        options.concat()
+    )
+}
+
+/// The option lines that read the same in each tool's usage text.
+pub mod line {
+    pub const PORT: &str =
+        "  -p, --port=PORT        listen on/connect to TCP port PORT (default 18515)\n";
+    pub const IB_DEV: &str =
+        "  -d, --ib-dev=DEV       use RDMA device DEV (default: the first found)\n";
+    pub const IB_PORT: &str = "  -i, --ib-port=PORT     use port PORT of the device (default 1)\n";
+    pub const SIZE: &str =
+        "  -s, --size=SIZE        size of the messages to exchange (default 4096)\n";
+    pub const MTU: &str = "  -m, --mtu=SIZE         path MTU (default 1024)\n";
+    pub const RX_DEPTH: &str =
+        "  -r, --rx-depth=DEPTH   number of receives to post at a time (default 500)\n";
+    pub const ITERS: &str = "  -n, --iters=ITERS      number of exchanges (default 1000)\n";
+    pub const SL: &str = "  -l, --sl=SL            service level (default 0)\n";
+    pub const EVENTS: &str = "  -e, --events           sleep on CQ events (default poll)\n";
+    pub const GID_IDX: &str = "  -g, --gid-idx=INDEX    local port GID index (needed on RoCE)\n";
+    pub const HELP: &str = "  -h, --help             this text\n";
+}
 
 /// The options the C tools share besides `-d`, `-i` and `-g`
 /// ([`Cli::parse_with_device`]): `-p -s -m -r -n -l`.
@@ -116,33 +165,19 @@ impl Dest {
 
     /// The 52 bytes rdma-core sends: `"%04x:%06x:%06x:%s"` and a NUL.
     pub fn to_wire(self) -> [u8; MSG_LEN] {
-        let text = format!(
+        to_wire(&format!(
             "{:04x}:{:06x}:{:06x}:{}",
             self.lid,
             self.qpn,
             self.psn,
             super::gid_to_hex(self.gid)
-        );
-        let mut msg = [0u8; MSG_LEN];
-        msg[..text.len()].copy_from_slice(text.as_bytes());
-        msg
+        ))
     }
 
     /// Reads what `sscanf(msg, "%x:%x:%x:%s")` reads.
     pub fn from_wire(msg: &[u8]) -> Result<Dest, Failure> {
-        let end = msg.iter().position(|&b| b == 0).unwrap_or(msg.len());
-        let text = std::str::from_utf8(&msg[..end]).unwrap_or("");
-        let bad = || Failure::Failed(format!("bad address message from the peer: {text:?}"));
-        let mut parts = text.splitn(4, ':');
-        let mut hex = || u32::from_str_radix(parts.next().unwrap_or(""), 16).map_err(|_| bad());
-        let (lid, qpn, psn) = (hex()?, hex()?, hex()?);
-        let gid = parts.next().and_then(super::gid_from_hex).ok_or_else(bad)?;
-        Ok(Dest {
-            lid: u16::try_from(lid).map_err(|_| bad())?,
-            qpn,
-            psn,
-            gid,
-        })
+        let (lid, [qpn, psn], gid) = from_wire(msg)?;
+        Ok(Dest { lid, qpn, psn, gid })
     }
 
     /// The C tools' line: `"  local address:  LID 0x%04x, QPN 0x%06x,
@@ -159,15 +194,46 @@ impl Dest {
     }
 }
 
-/// Reads `n` address messages.
+/// An address message of `N` bytes: `text` and NULs.
+pub fn to_wire<const N: usize>(text: &str) -> [u8; N] {
+    let mut msg = [0u8; N];
+    msg[..text.len()].copy_from_slice(text.as_bytes());
+    msg
+}
+
+/// Reads what `sscanf(msg, "%x:...:%x:%s")` reads from an address message
+/// (up to its NUL): the LID, the `H` hex numbers after it, and the GID as
+/// 32 hex digits.
+pub fn from_wire<const H: usize>(msg: &[u8]) -> Result<(u16, [u32; H], Gid), Failure> {
+    let end = msg.iter().position(|&b| b == 0).unwrap_or(msg.len());
+    let text = std::str::from_utf8(&msg[..end]).unwrap_or("");
+    let bad = || Failure::Failed(format!("bad address message from the peer: {text:?}"));
+    let mut parts = text.splitn(H + 2, ':');
+    let mut hex = || u32::from_str_radix(parts.next().unwrap_or(""), 16).map_err(|_| bad());
+    let lid = u16::try_from(hex()?).map_err(|_| bad())?;
+    let mut fields = [0u32; H];
+    for f in &mut fields {
+        *f = hex()?;
+    }
+    let gid = parts.next().and_then(super::gid_from_hex).ok_or_else(bad)?;
+    Ok((lid, fields, gid))
+}
+
+/// Reads one address message of `N` bytes: the `i`th of several, or with
+/// `None` the only one.
+pub fn read_wire<const N: usize>(s: &mut impl Read, i: Option<usize>) -> Result<[u8; N], Failure> {
+    let mut msg = [0u8; N];
+    s.read_exact(&mut msg).map_err(|e| match i {
+        Some(i) => format!("couldn't read remote address [{i}]: {e}"),
+        None => format!("couldn't read the remote address: {e}"),
+    })?;
+    Ok(msg)
+}
+
+/// Reads `n` address messages (numbered in errors when more than one).
 fn read_dests(s: &mut impl Read, n: usize) -> Result<Vec<Dest>, Failure> {
-    let mut msg = [0u8; MSG_LEN];
     (0..n)
-        .map(|i| {
-            s.read_exact(&mut msg)
-                .map_err(|e| format!("couldn't read remote address [{i}]: {e}"))?;
-            Dest::from_wire(&msg)
-        })
+        .map(|i| Dest::from_wire(&read_wire::<MSG_LEN>(s, (n > 1).then_some(i))?))
         .collect()
 }
 
@@ -191,9 +257,9 @@ pub fn client_exchange(host: &str, port: u16, mine: &[Dest]) -> Result<Vec<Dest>
 }
 
 /// The server's side (`pp_server_exch_dest`): reads as many address
-/// messages as `mine` has, connects its QPs to them with `connect` (so
-/// that they are ready before the client's first send), sends `mine`,
-/// reads the client's "done".
+/// messages as `mine` has, connects its QPs to them (or makes its address
+/// handle) with `connect` (so that they are ready before the client's
+/// first send), sends `mine`, reads the client's "done".
 pub fn server_exchange(
     port: u16,
     mine: &[Dest],
@@ -214,43 +280,36 @@ pub fn server_exchange(
     Ok(peers)
 }
 
-/// Posts one signalled send of `mr[..size]`, with id `wr_id`, through a
-/// batch.
-pub fn post_send(qp: &mut RcQp, mr: &MemoryRegion, size: usize, wr_id: u64) -> Result<(), Failure> {
-    let mut batch = qp.batch();
-    batch.wr(wr_id).signaled().send().sge(mr.sge(0..size)?)?;
-    // SAFETY: the send buffer is never written after it was filled, and
-    // lives until after the QP is destroyed (declared before it).
-    unsafe { batch.complete()? };
-    Ok(())
+/// The exchange of one address message each way: as the client when
+/// `host` is given, else as the server, which first runs `connect` on the
+/// peer's. Returns the peer's.
+pub fn exchange_one(
+    host: Option<&str>,
+    port: u16,
+    me: Dest,
+    connect: impl FnOnce(&Dest) -> Result<(), Failure>,
+) -> Result<Dest, Failure> {
+    let peers = match host {
+        Some(host) => client_exchange(host, port, &[me])?,
+        None => server_exchange(port, &[me], |peers| connect(&peers[0]))?,
+    };
+    Ok(peers[0])
 }
 
-/// Checks message `n`, received into slot `slot` of `mr` (slots of `size`
-/// bytes): `byte_len` bytes, each `payload`.
-pub fn check_message(
+/// Posts the receive of buffer slot `slot` (slots of `size` bytes of
+/// `mr`) on the SRQ. The callers declare the region before the SRQ, so
+/// that it lives until after the SRQ is destroyed, and read a slot, if at
+/// all, only after its receive's completion and before it is posted again.
+pub fn post_srq_recv(
+    srq: &SharedReceiveQueue,
     mr: &MemoryRegion,
-    (slot, size): (usize, usize),
-    byte_len: u32,
-    n: u64,
-    payload: u8,
+    slot: usize,
+    size: usize,
 ) -> Result<(), Failure> {
-    if byte_len as usize != size {
-        return Err(Failure::Failed(format!(
-            "message {n}: {byte_len} bytes received, {size} expected (use the same -s on both sides)"
-        )));
-    }
-    // SAFETY: the slot's receive has completed and it is not posted again
-    // until this check is done: the device does not write these bytes now
-    // (it may write other slots, which this slice does not cover).
-    let data = unsafe {
-        std::slice::from_raw_parts((mr.addr() as usize + slot * size) as *const u8, size)
-    };
-    if let Some(at) = data.iter().position(|&b| b != payload) {
-        return Err(Failure::Failed(format!(
-            "message {n}: byte {at} is {:#04x}, expected {payload:#04x}",
-            data[at]
-        )));
-    }
+    let sge = mr.sge(slot * size..(slot + 1) * size)?;
+    // SAFETY: as the callers keep it (above): the region outlives the SRQ,
+    // and the device writes the slot only while no one reads it.
+    unsafe { srq.post_recv(slot as u64, &[sge])? };
     Ok(())
 }
 
