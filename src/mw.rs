@@ -112,6 +112,9 @@ pub struct MemoryWindow {
     /// their memory, which they then neither free nor move
     /// ([`MemoryRegion`]'s `windows`).
     regions: Vec<std::sync::Arc<()>>,
+    /// Allocated by this value (deallocated on drop); false for a test's
+    /// fake window.
+    owned: bool,
     // Dropped after the window is deallocated.
     pd: ProtectionDomain,
 }
@@ -140,6 +143,7 @@ impl MemoryWindow {
             mw,
             kind,
             regions: Vec::new(),
+            owned: true,
             pd: pd.clone(),
         })
     }
@@ -179,13 +183,14 @@ impl MemoryWindow {
         pd: &ProtectionDomain,
         mw: NonNull<ffi::ibv_mw>,
         kind: MwType,
-    ) -> std::mem::ManuallyDrop<Self> {
-        std::mem::ManuallyDrop::new(MemoryWindow {
+    ) -> Self {
+        MemoryWindow {
             mw,
             kind,
             regions: Vec::new(),
+            owned: false,
             pd: pd.clone(),
-        })
+        }
     }
 
     /// Records the rkey a bind gives the window (libmlx5 reads it as the
@@ -243,6 +248,9 @@ impl MemoryWindow {
 
 impl Drop for MemoryWindow {
     fn drop(&mut self) {
+        if !self.owned {
+            return;
+        }
         // SAFETY: allocated by this value and deallocated once.
         let rc = unsafe { ffi::ibv_dealloc_mw(self.mw.as_ptr()) };
         crate::error::report_destroy_failure("ibv_dealloc_mw", rc, self.pd.context().name());
@@ -423,9 +431,8 @@ impl QpEx<ReliableConnection> {
         bind: &MwBind<'_>,
     ) -> Result<RemoteBuf> {
         mw.check_bind(MwType::Type1, bind, self.pd().as_ptr())?;
-        mw.hold(bind.mr);
         let info = bind.info();
-        self.post_bind(wr_id, mw, info)?;
+        self.post_bind(wr_id, mw, info, Some(bind.mr))?;
         Ok(bind.remote(mw.rkey()))
     }
 
@@ -459,7 +466,7 @@ impl QpEx<ReliableConnection> {
             length: 0,
             mw_access_flags: 0,
         };
-        self.post_bind(wr_id, mw, info)
+        self.post_bind(wr_id, mw, info, None)
     }
 
     fn post_bind(
@@ -467,6 +474,7 @@ impl QpEx<ReliableConnection> {
         wr_id: u64,
         mw: &mut MemoryWindow,
         info: ffi::ibv_mw_bind_info,
+        region: Option<&MemoryRegion>,
     ) -> Result<()> {
         if crate::cq::in_provider_poll() {
             return Err(crate::qp::in_poll_callback("ibv_bind_mw", &self.describe()));
@@ -483,6 +491,11 @@ impl QpEx<ReliableConnection> {
         self.ready_to_send("ibv_bind_mw")?;
         // A leaked batch holds the send queue's lock: end it first.
         self.abort_if_leaked();
+        // From here the bind may be posted: the window may reach the
+        // region's memory until it is deallocated.
+        if let Some(mr) = region {
+            mw.hold(mr);
+        }
         let mut wr = ffi::ibv_mw_bind {
             wr_id,
             send_flags: ffi::IBV_SEND_SIGNALED,

@@ -466,8 +466,8 @@ fn a_region_keeps_its_memory_while_a_window_bound_to_it_is_allocated() {
     assert_eq!(target.len(), MR_LEN, "the region is untouched");
     // ... until the window is gone.
     drop(mw);
-    match target.rereg_new_buffer(4096) {
-        Ok(()) => assert_eq!(target.len(), 4096),
+    match target.rereg_pd(&other) {
+        Ok(()) => assert_eq!(target.len(), MR_LEN),
         Err(Error::Unsupported { what }) if !on_sim() => {
             // Soft-RoCE on Linux 6.1 re-registers no region.
             assert!(what.contains("IBV_REREG_MR_ERR_CMD"), "{what}")

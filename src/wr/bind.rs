@@ -64,7 +64,6 @@ impl<'m> Wr<'_, 'm, ReliableConnection> {
         // SAFETY: the batch's QP is live; its PD is read, not changed.
         let qp_pd = unsafe { (*self.state.qpx.as_ptr()).qp_base.pd };
         mw.check_bind(MwType::Type2, bind, qp_pd)?;
-        mw.hold(bind.mr);
         let rkey = bind.new_rkey(mw.rkey());
         let info = bind.info();
         let raw = mw.as_ptr();
@@ -80,6 +79,9 @@ impl<'m> Wr<'_, 'm, ReliableConnection> {
                 unsafe { (ops.bind_mw)(q, raw, rkey, &info) }
             },
         )?;
+        // In the batch: the window may reach the region's memory from when
+        // it is posted until it is deallocated.
+        mw.hold(bind.mr);
         // The window's rkey from now on (libmlx5 names the window by it at
         // the next bind; soft-RoCE checks it).
         mw.set_rkey(rkey);
