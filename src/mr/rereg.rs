@@ -243,8 +243,17 @@ impl MemoryRegion {
         } else {
             // The region must not be used: nothing of it reaches memory
             // any more. Memory allocated for the change may be the
-            // device's: leaked rather than freed under it. The old memory
-            // is freed on drop, after deregistration.
+            // device's: leaked rather than freed under it, unless the
+            // kernel has no re-registration at all (EOPNOTSUPP: it changed
+            // nothing, as Linux 6.1's soft-RoCE). The old memory is freed
+            // on drop, after deregistration.
+            let untouched =
+                rc == ffi::IBV_REREG_MR_ERR_CMD && matches!(err, Error::Unsupported { .. });
+            if let (true, Some((addr, _, Some(layout)))) = (untouched, change.memory) {
+                // SAFETY: allocated with `layout`; the kernel refused the
+                // command as a whole, so it was never registered.
+                unsafe { alloc::dealloc(addr.as_ptr(), layout) };
+            }
             self.len = 0;
             self.lkey = 0;
             self.rkey = 0;
