@@ -19,7 +19,7 @@ impl MemoryRegion {
     /// memory). Such memory is reached only by copying
     /// ([`read_at`](Self::read_at), [`write_at`](Self::write_at), ...).
     pub fn is_peer_writable(&self) -> bool {
-        self.peer_granted || self.access.intersects(super::PEER_WRITES)
+        self.peer_granted
     }
 
     /// Refuses `what` (a plain slice of the memory) when a peer may write it.

@@ -527,12 +527,10 @@ fn not_in_mlx5_ops(name: &str, op: Mlx5SendOps) -> String {
     format!("{name}: the QP was not created with {op:?} in its mlx5 send ops")
 }
 
-/// The access that lets a peer write through an mkey: remote write and
-/// atomic access, and `MW_BIND` (a memory window bound through the mkey
-/// may grant either), as [`MemoryRegion::is_peer_writable`](crate::MemoryRegion::is_peer_writable) counts them.
-const PEER_WRITES: AccessFlags = AccessFlags::REMOTE_WRITE
-    .union(AccessFlags::REMOTE_ATOMIC)
-    .union(AccessFlags::MW_BIND);
+// The access that lets a peer write through an mkey (remote write and
+// atomic access, and MW_BIND: a window bound through the mkey may grant
+// either), the same bits MemoryRegion::is_peer_writable counts.
+use crate::mr::PEER_WRITES;
 
 /// An mkey layout is at most 2^31 - 1 bytes: rdma-core sums its entries in
 /// an `int`.
