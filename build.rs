@@ -100,6 +100,7 @@ fn main() {
 
     if docs_rs {
         copy_pregenerated(&out_dir);
+        bound_function_cfgs(&out_dir);
         if rdma_cm {
             copy_pregenerated_cm(&out_dir);
         }
