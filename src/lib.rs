@@ -436,6 +436,8 @@ mod channel;
 pub mod cm;
 mod cq;
 mod device;
+#[cfg(target_pointer_width = "64")]
+pub mod direct;
 mod error;
 mod grh;
 mod mkey;

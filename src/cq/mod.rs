@@ -348,6 +348,16 @@ impl CompletionQueue {
     pub(crate) fn share(&self) -> Arc<CqInner> {
         Arc::clone(&self.inner)
     }
+
+    /// How many hold the CQ: this handle and each QP's share.
+    pub(crate) fn shares(&self) -> usize {
+        Arc::strong_count(&self.inner)
+    }
+
+    /// Whether completions a scoped post kept wait to be handed out.
+    pub(crate) fn has_backlog(&self) -> bool {
+        !self.backlog.is_empty()
+    }
 }
 
 impl fmt::Debug for CompletionQueue {

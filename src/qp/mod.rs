@@ -435,6 +435,11 @@ impl<T: Transport> QpEx<T> {
         &self.pd
     }
 
+    /// Whether `cq` is the CQ this QP's receives complete on.
+    pub(crate) fn recv_cq_is(&self, cq: &CompletionQueue) -> bool {
+        self._recv_cq.cq.as_ptr() == cq.as_ptr()
+    }
+
     /// Whether `cq` is the CQ this QP's sends complete on.
     pub fn completes_on(&self, cq: &CompletionQueue) -> bool {
         self.send_cq.cq.as_ptr() == cq.as_ptr()

@@ -187,6 +187,7 @@ pub use flush::{FlushLevel, FlushPlacement};
 pub use mlx5::{MemcpyOp, MrInterleaved};
 pub(crate) use op::{Addressed, PeerReceive};
 pub use op::{Atomic, Destination, Op, Source, Wr};
+pub(crate) use scoped::{abort_with, said_with};
 pub(crate) use scoped::ScopeIds;
 pub use scoped::ScopedBatch;
 use std::marker::PhantomData;

@@ -41,6 +41,7 @@ use std::time::Duration;
 
 mod wait;
 use wait::AbortOnUnwind;
+pub(crate) use wait::{abort_with, said_with};
 
 /// The bit every scoped post's work request id has (see
 /// [`WrBatch::complete`]'s rule on ids).

@@ -185,13 +185,13 @@ impl Drop for AbortOnUnwind {
 /// Says why on stderr, without a panic should stderr be closed (nothing
 /// may unwind where this is called), and aborts the process.
 #[cold]
-fn abort_with(why: std::fmt::Arguments<'_>) -> ! {
+pub(crate) fn abort_with(why: std::fmt::Arguments<'_>) -> ! {
     let _ = writeln!(std::io::stderr(), "mlx5dv: {why}");
     std::process::abort();
 }
 
 /// `cause`, with what the scoped post did after it added to its text.
-fn said_with(cause: Error, how: &str) -> Error {
+pub(crate) fn said_with(cause: Error, how: &str) -> Error {
     match cause {
         Error::Timeout { what, waited_ms } => Error::Timeout {
             what: format!("{what}; {how}"),

@@ -1,0 +1,252 @@
+//! The completion queue taken from libmlx5: CQEs parsed in place.
+
+use super::arch;
+use super::sq::{self, Sq};
+use crate::error::{Error, Result};
+use crate::ffi;
+use crate::wc::{WcOpcode, WcStatus};
+use std::ptr::NonNull;
+
+/// Byte offsets in a 64-byte CQE (`struct mlx5_cqe64`, `struct
+/// mlx5_err_cqe` of mlx5dv.h).
+mod off {
+    pub(super) const BYTE_CNT: usize = 44;
+    pub(super) const VENDOR_SYND: usize = 54;
+    pub(super) const SYNDROME: usize = 55;
+    pub(super) const SOP_DROP_QPN: usize = 56;
+    pub(super) const WQE_COUNTER: usize = 60;
+    pub(super) const OP_OWN: usize = 63;
+}
+
+/// A completion read from a direct CQ: every field of the CQE a send
+/// completion has, with the work requests it retires.
+///
+/// A send queue's CQE names the WQE it completes by its index (the WQE
+/// counter); the device completes a QP's WQEs in order, so one CQE also
+/// retires every earlier WQE not yet retired (those posted without
+/// [`SendFlags::SIGNALED`](crate::SendFlags::SIGNALED)):
+/// [`covers`](Self::covers) counts them, this one included.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DirectWc {
+    /// The id of the work request the CQE names.
+    pub wr_id: u64,
+    /// Its status: the error CQE's syndrome mapped as libmlx5 maps it
+    /// (`mlx5_handle_error_cqe`).
+    pub status: WcStatus,
+    /// The operation of the WQE.
+    pub opcode: WcOpcode,
+    /// Bytes the operation transferred, for an RDMA read (and 8 for an
+    /// atomic); for a write or a send the device reports 0.
+    pub byte_len: u32,
+    /// The QP number the CQE carries.
+    pub qp_num: u32,
+    /// The error CQE's vendor syndrome (0 on success).
+    pub vendor_err: u8,
+    /// The error CQE's syndrome (`MLX5_CQE_SYNDROME_*`, 0 on success).
+    pub syndrome: u8,
+    /// The WQE's index in the send queue (16 bits).
+    pub wqe_index: u16,
+    /// How many work requests the CQE retires: this one and the unsignalled
+    /// ones before it.
+    pub covers: u32,
+}
+
+impl DirectWc {
+    /// Whether it succeeded.
+    pub fn is_success(&self) -> bool {
+        self.status.is_success()
+    }
+
+    /// `Ok` for a successful completion, else the typed error
+    /// ([`Error::WorkCompletion`]).
+    pub fn ok(&self) -> Result<()> {
+        if self.status.is_success() {
+            Ok(())
+        } else {
+            Err(Error::WorkCompletion {
+                wr_id: self.wr_id,
+                qp_num: self.qp_num,
+                status: self.status,
+                vendor_err: u32::from(self.vendor_err),
+            })
+        }
+    }
+}
+
+/// The status of an error CQE's syndrome (`mlx5_handle_error_cqe`).
+pub(crate) fn status_of(syndrome: u8) -> WcStatus {
+    match u32::from(syndrome) {
+        ffi::MLX5_CQE_SYNDROME_LOCAL_LENGTH_ERR => WcStatus::LOC_LEN_ERR,
+        ffi::MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR => WcStatus::LOC_QP_OP_ERR,
+        ffi::MLX5_CQE_SYNDROME_LOCAL_PROT_ERR => WcStatus::LOC_PROT_ERR,
+        ffi::MLX5_CQE_SYNDROME_WR_FLUSH_ERR => WcStatus::WR_FLUSH_ERR,
+        ffi::MLX5_CQE_SYNDROME_MW_BIND_ERR => WcStatus::MW_BIND_ERR,
+        ffi::MLX5_CQE_SYNDROME_BAD_RESP_ERR => WcStatus::BAD_RESP_ERR,
+        ffi::MLX5_CQE_SYNDROME_LOCAL_ACCESS_ERR => WcStatus::LOC_ACCESS_ERR,
+        ffi::MLX5_CQE_SYNDROME_REMOTE_INVAL_REQ_ERR => WcStatus::REM_INV_REQ_ERR,
+        ffi::MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR => WcStatus::REM_ACCESS_ERR,
+        ffi::MLX5_CQE_SYNDROME_REMOTE_OP_ERR => WcStatus::REM_OP_ERR,
+        ffi::MLX5_CQE_SYNDROME_TRANSPORT_RETRY_EXC_ERR => WcStatus::RETRY_EXC_ERR,
+        ffi::MLX5_CQE_SYNDROME_RNR_RETRY_EXC_ERR => WcStatus::RNR_RETRY_EXC_ERR,
+        ffi::MLX5_CQE_SYNDROME_REMOTE_ABORTED_ERR => WcStatus::REM_ABORT_ERR,
+        _ => WcStatus::GENERAL_ERR,
+    }
+}
+
+/// The CQ ring: libmlx5's buffer and consumer-index record, with the
+/// crate's consumer index.
+pub(crate) struct Cqr {
+    /// `cqe_cnt` entries of `cqe_size` bytes.
+    pub(crate) buf: NonNull<u8>,
+    /// `cqe_cnt - 1`.
+    pub(crate) mask: u32,
+    /// `cqe_cnt` (a power of two): the owner bit of pass `n` is `n & 1`.
+    pub(crate) cqe_cnt: u32,
+    /// log2 of the entry size (6 or 7).
+    pub(crate) size_shift: u32,
+    /// Where the 64-byte CQE starts in an entry: 0, or 64 in a 128-byte
+    /// entry (its second half, as libmlx5 reads it).
+    pub(crate) cqe64_at: usize,
+    /// The consumer index (24 bits are reported to the device).
+    pub(crate) ci: u32,
+    /// `dbrec[MLX5_CQ_SET_CI]`.
+    pub(crate) dbrec: NonNull<u32>,
+}
+
+/// What one poll step found.
+pub(crate) enum Step {
+    /// No CQE the device handed over.
+    Empty,
+    /// A completion.
+    Wc(DirectWc),
+}
+
+impl Cqr {
+    /// The 64-byte CQE at consumer index `ci`.
+    #[inline(always)]
+    fn cqe(&self, ci: u32) -> *const u8 {
+        let at = ((ci & self.mask) as usize) << self.size_shift;
+        // SAFETY: the entry `ci & mask` lies inside the ring.
+        unsafe { self.buf.as_ptr().add(at + self.cqe64_at) }
+    }
+
+    /// Reads the next CQE if the device has handed it over, and retires
+    /// the WQEs it covers from `sq`.
+    ///
+    /// A CQE is the software's when its opcode is not `MLX5_CQE_INVALID`
+    /// and its owner bit equals the pass over the ring (`ci / cqe_cnt`,
+    /// odd or even): libmlx5's `get_sw_cqe`, the PRM's ownership rule.
+    #[inline(always)]
+    pub(crate) fn step(&mut self, sq: &mut Sq) -> Result<Step> {
+        let cqe = self.cqe(self.ci);
+        // SAFETY: a byte of the ring; the device writes it (volatile).
+        let op_own = unsafe { cqe.add(off::OP_OWN).read_volatile() };
+        let opcode = op_own >> 4;
+        let pass = u8::from(self.ci & self.cqe_cnt != 0);
+        if opcode == ffi::MLX5_CQE_INVALID as u8 || (op_own & 1) != pass {
+            return Ok(Step::Empty);
+        }
+        arch::from_device();
+        // SAFETY: the CQE is the software's now (owner bit checked, fields
+        // read after the barrier); fixed offsets inside its 64 bytes.
+        let (qpn_word, counter, byte_cnt, syndrome, vendor) = unsafe {
+            (
+                u32::from_be(cqe.add(off::SOP_DROP_QPN).cast::<u32>().read_volatile()),
+                u16::from_be(cqe.add(off::WQE_COUNTER).cast::<u16>().read_volatile()),
+                u32::from_be(cqe.add(off::BYTE_CNT).cast::<u32>().read_volatile()),
+                cqe.add(off::SYNDROME).read_volatile(),
+                cqe.add(off::VENDOR_SYND).read_volatile(),
+            )
+        };
+        let status = match u32::from(opcode) {
+            ffi::MLX5_CQE_REQ => {
+                if op_own & (ffi::MLX5_INLINE_SCATTER_32 | ffi::MLX5_INLINE_SCATTER_64) as u8 != 0 {
+                    // Requester scatter-to-CQE, which `into_direct` refuses
+                    // (it comes only with sq_sig_all): the read's data is
+                    // in the CQE, not its buffer. Never success.
+                    WcStatus::GENERAL_ERR
+                } else {
+                    WcStatus::SUCCESS
+                }
+            }
+            ffi::MLX5_CQE_REQ_ERR | ffi::MLX5_CQE_RESP_ERR => status_of(syndrome),
+            _ => {
+                // A responder or other CQE: this CQ completes the send
+                // queue of one QP only (`into_direct`).
+                self.ci = self.ci.wrapping_add(1);
+                return Err(Error::InvalidArgument(format!(
+                    "a direct CQ got a CQE of opcode {opcode:#x} (format {}), which only a \
+                     send completion may be here; it was skipped",
+                    (op_own >> 2) & 3
+                )));
+            }
+        };
+        self.ci = self.ci.wrapping_add(1);
+        // The WQE the counter names must be one posted and not retired:
+        // in [ci, pi) of the send queue, starting a WQE.
+        let from_ci = counter.wrapping_sub(sq.ci);
+        let slot = sq.slots[usize::from(counter & sq.mask)];
+        if from_ci >= sq.pi.wrapping_sub(sq.ci) {
+            return Err(Error::InvalidArgument(format!(
+                "a direct CQE names WQE {counter:#x}, which is not outstanding (consumer \
+                 index {:#x}, producer index {:#x}); it was skipped",
+                sq.ci, sq.pi
+            )));
+        }
+        let covers = slot.seq.wrapping_sub(sq.retired);
+        let ends_after = slot.end.wrapping_sub(counter);
+        if covers == 0
+            || covers > sq.outstanding()
+            || ends_after == 0
+            || ends_after > sq.pi.wrapping_sub(counter)
+        {
+            // The counter falls inside a WQE, not at its start: the slot
+            // holds nothing of it.
+            return Err(Error::InvalidArgument(format!(
+                "a direct CQE names WQE {counter:#x}, which starts no outstanding work                  request; it was skipped"
+            )));
+        }
+        sq.retired = slot.seq;
+        sq.ci = slot.end;
+        let opcode = sq::wc_opcode(slot.opcode);
+        let byte_len = if status.is_success() {
+            match opcode {
+                WcOpcode::RDMA_READ => byte_cnt,
+                WcOpcode::COMP_SWAP | WcOpcode::FETCH_ADD => 8,
+                _ => 0,
+            }
+        } else {
+            0
+        };
+        let (syndrome, vendor) = if status.is_success() {
+            (0, 0)
+        } else {
+            (syndrome, vendor)
+        };
+        Ok(Step::Wc(DirectWc {
+            wr_id: slot.wr_id,
+            status,
+            opcode,
+            byte_len,
+            qp_num: qpn_word & 0x00ff_ffff,
+            vendor_err: vendor,
+            syndrome,
+            wqe_index: counter,
+            covers,
+        }))
+    }
+
+    /// Tells the device the consumer index (`update_cons_index`), so that
+    /// it may reuse the entries before it.
+    #[inline(always)]
+    pub(crate) fn publish(&self) {
+        arch::to_device();
+        // SAFETY: libmlx5's CQ doorbell record, live while the CQ is; only
+        // this ring writes its consumer half.
+        unsafe {
+            self.dbrec
+                .as_ptr()
+                .write_volatile((self.ci & 0x00ff_ffff).to_be())
+        };
+    }
+}

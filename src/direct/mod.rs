@@ -1,0 +1,514 @@
+//! The direct data path: the crate writes the WQEs of a QP's send queue
+//! and reads the CQEs of its CQ itself, as UCX's `rc_mlx5` transport and
+//! SPDK's mlx5 layer do, instead of calling libmlx5's `ibv_wr_*` builders
+//! and `ibv_start_poll` readers; safely.
+//!
+//! ```no_run
+//! use mlx5dv::*;
+//! use std::time::Duration;
+//!
+//! # fn demo(ctx: &Context, peer: &Endpoint, remote: RemoteBuf) -> Result<()> {
+//! let pd = ctx.alloc_pd()?;
+//! let cq = ctx.create_cq(256)?; // this QP's send completions only
+//! let rq = ctx.create_cq(16)?;
+//! let qp = QpBuilder::rc(&pd, &cq, &rq).build()?; // in RESET, never posted
+//! let mut qp = qp.into_direct(cq)?;
+//! let opts = ConnectOptions::default();
+//! let _mine = qp.endpoint(0x1234, &opts)?; // sent to the peer
+//! qp.connect_to(peer, &opts)?;
+//!
+//! let src = pd.register(vec![7u8; 4096], AccessFlags::LOCAL_WRITE)?;
+//! let wcs = qp.post_and_wait(Duration::from_secs(5), |b| {
+//!     for i in 0..32u64 {
+//!         b.rdma_write(i, SendFlags::empty(), remote.slice(i * 128, 128)?, src.sge(0..128)?)?;
+//!     }
+//!     Ok(())
+//! })?;
+//! assert_eq!(wcs.last().map(|wc| wc.covers), Some(32));
+//! # Ok(()) }
+//! ```
+//!
+//! ## When to choose it
+//!
+//! Through libmlx5 a work request costs the provider's builders and
+//! setters (indirect calls, per-call checks, a lock if the QP has one) and
+//! a completion its readers: about 135 and 210 instructions on libmlx5 44.
+//! The direct path writes the same WQE bytes with a few stores and parses
+//! a CQE with a few loads (`scripts/bench-real`, the rows named `direct`).
+//! Choose it for message rate on RC QPs whose send completions nothing
+//! else reads; stay with [`WrBatch`](crate::WrBatch) for everything else
+//! (every transport, memory windows, mkeys, DMA memcpy, receive
+//! completions, CQs shared by several QPs, the crate's waits on a
+//! completion channel).
+//!
+//! ## What it takes, and what it assumes of the device
+//!
+//! [`QpEx::into_direct`] takes an RC QP that was never posted (in RESET)
+//! and the CQ its sends complete on, which must be its own: no other QP
+//! completes on it, its receives complete on another CQ, and nobody else
+//! holds the CQ's handle (it is moved in). It gets libmlx5's queues with
+//! `mlx5dv_init_obj(3)` (`MLX5DV_OBJ_QP | MLX5DV_OBJ_CQ`), which also
+//! marks the CQ as the application's (`MLX5_CQ_FLAGS_DV_OWNED` in
+//! rdma-core's `providers/mlx5/mlx5.c`): libmlx5 no longer cleans it when
+//! the QP is reset or destroyed (`__mlx5_cq_clean` returns early), so the
+//! crate does ([`DirectQp::reset`]).
+//!
+//! The facts of the ConnectX programming model (the PRM, as mlx5dv.h and
+//! libmlx5 encode it) it relies on:
+//!
+//! - A send WQE is a control segment (`struct mlx5_wqe_ctrl_seg`: opcode
+//!   and WQE index in `opmod_idx_opcode`, QP number and the count of
+//!   16-byte units in `qpn_ds`, the completion, solicited and fence bits in
+//!   `fm_ce_se`, the immediate) followed by the segments of its opcode,
+//!   and occupies `ceil(DS / 4)` 64-byte basic blocks of the ring
+//!   (`MLX5_SEND_WQE_BB`), wrapping at its end (libmlx5's `qp.c`,
+//!   `_mlx5_post_send`).
+//! - A data segment's byte count of 0 means 2^31 bytes, so an empty entry
+//!   is left out, as `mlx5_send_wr_set_sge` leaves it out; bit 31 of a
+//!   byte count marks an inline segment (`MLX5_INLINE_SEG`).
+//! - The device runs the WQEs up to the producer index in the send half of
+//!   the doorbell record (`dbrec[MLX5_SND_DBR]`, big-endian, 16 bits), told
+//!   by a 64-bit write of the first 8 bytes of the last control segment to
+//!   the UAR's doorbell register; the record is written after the WQEs and
+//!   before the register, with the barriers of `post_send_db`
+//!   ([`arch`]). The direct path never copies a WQE into the BlueFlame
+//!   buffer: a QP's register may be shared with other QPs (libmlx5 then
+//!   takes a lock, `bf->need_lock`), and an 8-byte doorbell needs none.
+//! - A CQE is the software's when its opcode (`op_own >> 4`) is not
+//!   `MLX5_CQE_INVALID` and its owner bit (`op_own & 1`) is the parity of
+//!   the pass over the ring (`get_sw_cqe` in `cq.c`); in a 128-byte entry
+//!   the CQE is the second half. A requester CQE carries the WQE's opcode
+//!   and QP number in `sop_drop_qpn` and the WQE's index in
+//!   `wqe_counter`; the device completes a send queue's WQEs in order, so
+//!   a CQE retires every WQE up to the one it names (libmlx5 sets
+//!   `sq.tail` from `wqe_head[idx]` the same way). An error CQE
+//!   (`MLX5_CQE_REQ_ERR`) carries a syndrome, mapped to
+//!   [`WcStatus`](crate::WcStatus) as `mlx5_handle_error_cqe` maps it.
+//! - The consumer index goes to the CQ's doorbell record
+//!   (`dbrec[MLX5_CQ_SET_CI]`, 24 bits) after the CQEs are read
+//!   (`update_cons_index`).
+//! - Small RDMA read and atomic responses are written into the requester's
+//!   CQE instead of its buffer (`MLX5_INLINE_SCATTER_32/64`) only on a QP
+//!   whose every WQE is signalled (the kernel's
+//!   `configure_requester_scat_cqe`): `into_direct` refuses a QP made
+//!   with `sq_sig_all`.
+//!
+//! ## Safety
+//!
+//! Building a batch is safe: every WQE is written whole by a typed
+//! method, in room the crate knows is free (the send queue's consumer
+//! index moves only when a CQE retires WQEs: nothing the device writes is
+//! read for it), and nothing reaches the device before the doorbell.
+//! [`DirectQp::post_and_wait`] posts safely: it returns only when the
+//! device is done with every work request of its batch (their completion,
+//! or the QP moved to ERR and flushed, or to RESET), so the borrows of the
+//! batch's memory end only then. [`DirectBatch::ring`] posts without
+//! waiting and is `unsafe`, with the contract of
+//! [`WrBatch::complete`](crate::WrBatch::complete).
+//!
+//! Nothing a peer sends reaches the parser: a send queue's CQEs are the
+//! local device's. The fields it reads are at fixed offsets inside the
+//! 64-byte CQE, and a WQE counter is used only after it is checked to name
+//! an outstanding WQE.
+
+mod arch;
+mod batch;
+mod cq;
+mod scoped;
+mod sq;
+#[cfg(test)]
+mod tests;
+
+pub use batch::DirectBatch;
+pub use cq::DirectWc;
+
+use crate::cq::CompletionQueue;
+use crate::error::{Error, Result};
+use crate::ffi;
+use crate::mr::Sge;
+use crate::qp::{ConnectOptions, Endpoint, QpCaps, QpEx, QpState, ReliableConnection};
+use cq::{Cqr, Step};
+use sq::{Slot, Sq, BB};
+use std::collections::VecDeque;
+use std::fmt;
+use std::ptr::NonNull;
+
+mod sealed {
+    pub trait Sealed {}
+}
+
+/// A transport the direct path writes WQEs for: RC.
+pub trait DirectTransport: crate::qp::Connected + sealed::Sealed {}
+/// A direct transport with RDMA read and atomics: RC.
+pub trait DirectReadAtomic: DirectTransport {}
+
+impl sealed::Sealed for ReliableConnection {}
+impl DirectTransport for ReliableConnection {}
+impl DirectReadAtomic for ReliableConnection {}
+
+/// An RC QP on the direct path.
+pub type DirectRc = DirectQp<ReliableConnection>;
+
+/// A QP whose send queue and send CQ the crate drives itself
+/// ([`QpEx::into_direct`]): posts through [`DirectQp::batch`] or
+/// [`DirectQp::post_and_wait`], completions through [`DirectQp::poll`].
+/// See the [module documentation](crate::direct).
+pub struct DirectQp<T: DirectTransport> {
+    pub(crate) sq: Sq,
+    cq: Cqr,
+    /// Completions a scoped post read that were not its own: handed out
+    /// first by the next poll.
+    backlog: VecDeque<DirectWc>,
+    /// What the last scoped post returned.
+    done: Vec<DirectWc>,
+    // Dropped in this order: the QP, then its CQ.
+    qp: QpEx<T>,
+    _cq: CompletionQueue,
+}
+
+// SAFETY: the rings are reached only through `&mut self`; `&self` methods
+// read the indices or make verbs calls, which are thread-safe.
+unsafe impl<T: DirectTransport> Send for DirectQp<T> {}
+// SAFETY: as above.
+unsafe impl<T: DirectTransport> Sync for DirectQp<T> {}
+
+fn refused(what: impl Into<String>) -> Error {
+    Error::InvalidArgument(what.into())
+}
+
+impl<T: DirectTransport> QpEx<T> {
+    /// Takes this QP's send queue and `cq`, its send CQ, for the direct
+    /// path ([module documentation](crate::direct)).
+    ///
+    /// Refused ([`Error::InvalidArgument`]), and both dropped, when: the
+    /// QP is not in RESET (it may have been posted through libmlx5, whose
+    /// send-queue indices the crate cannot read); `cq` is not its send CQ,
+    /// or is also its receive CQ, or another QP completes on it; `cq`
+    /// holds completions a scoped post kept; the QP was made with
+    /// `sq_sig_all`. [`Error::Unsupported`] when the provider is not mlx5
+    /// (`mlx5dv_init_obj` fails) or its queues have a shape the crate does
+    /// not write (a stride other than 64 bytes, more than 2^15 basic
+    /// blocks, CQEs other than 64 or 128 bytes).
+    pub fn into_direct(self, cq: CompletionQueue) -> Result<DirectQp<T>> {
+        let what = self.describe();
+        if !self.completes_on(&cq) {
+            return Err(refused(format!(
+                "into_direct on {what}: the CQ given is not the QP's send CQ"
+            )));
+        }
+        if self.recv_cq_is(&cq) {
+            return Err(refused(format!(
+                "into_direct on {what}: its receives complete on the same CQ; the direct \
+                 CQ reads send completions only (create the QP with a receive CQ of its own)"
+            )));
+        }
+        // The handle's share and this QP's send share: no other QP.
+        if cq.shares() != 2 {
+            return Err(refused(format!(
+                "into_direct on {what}: other QPs complete on its CQ (or hold it); the \
+                 direct CQ must be this QP's alone"
+            )));
+        }
+        if cq.has_backlog() {
+            return Err(refused(format!(
+                "into_direct on {what}: the CQ holds completions not yet handed out"
+            )));
+        }
+        let mut attr = ffi::ibv_qp_attr::default();
+        let mut init = ffi::ibv_qp_init_attr::default();
+        // SAFETY: the QP is live; both out-structs are writable.
+        let rc = unsafe {
+            ffi::ibv_query_qp(
+                self.as_ptr(),
+                &mut attr,
+                ffi::IBV_QP_STATE as i32,
+                &mut init,
+            )
+        };
+        if rc != 0 {
+            return Err(Error::verbs("ibv_query_qp", rc, what));
+        }
+        if attr.qp_state != ffi::IBV_QPS_RESET {
+            return Err(refused(format!(
+                "into_direct on {what}: the QP is in {:?}, not RESET; take it before \
+                 connecting it (or reset() it first)",
+                QpState::from_raw(attr.qp_state)
+            )));
+        }
+        if init.sq_sig_all != 0 {
+            return Err(refused(format!(
+                "into_direct on {what}: the QP was made with sq_sig_all, with which the \
+                 device may write small read responses into the CQE"
+            )));
+        }
+        let mut dvqp = ffi::mlx5dv_qp::default();
+        let mut dvcq = ffi::mlx5dv_cq::default();
+        let mut obj = ffi::mlx5dv_obj::default();
+        obj.qp.in_ = self.as_ptr();
+        obj.qp.out = &mut dvqp;
+        obj.cq.in_ = crate::qp::ffi_cq(&cq);
+        obj.cq.out = &mut dvcq;
+        // SAFETY: live QP and CQ; the out-structs are writable and outlive
+        // the call.
+        let rc = unsafe {
+            ffi::mlx5dv_init_obj(
+                &mut obj,
+                u64::from(ffi::MLX5DV_OBJ_QP | ffi::MLX5DV_OBJ_CQ),
+            )
+        };
+        if rc != 0 {
+            return Err(Error::Unsupported {
+                what: format!(
+                    "mlx5dv_init_obj on {what} failed ({}): the direct path needs an mlx5 \
+                     device",
+                    std::io::Error::from_raw_os_error(rc.abs())
+                ),
+            });
+        }
+        let sq = Self::take_sq(&dvqp, self.qp_num(), self.caps(), &what)?;
+        let cqr = take_cq(&dvcq, &what)?;
+        Ok(DirectQp {
+            sq,
+            cq: cqr,
+            backlog: VecDeque::new(),
+            done: Vec::new(),
+            qp: self,
+            _cq: cq,
+        })
+    }
+
+    fn take_sq(dv: &ffi::mlx5dv_qp, qpn: u32, caps: QpCaps, what: &str) -> Result<Sq> {
+        let cnt = dv.sq.wqe_cnt;
+        let unsupported = |why: String| Error::Unsupported {
+            what: format!("the direct path on {what}: {why}"),
+        };
+        if dv.sq.stride as usize != BB {
+            return Err(unsupported(format!(
+                "a send-queue stride of {} bytes (64 expected)",
+                dv.sq.stride
+            )));
+        }
+        if !cnt.is_power_of_two() || cnt > 1 << 15 {
+            return Err(unsupported(format!(
+                "a send queue of {cnt} basic blocks (a power of two up to 2^15 expected)"
+            )));
+        }
+        let (Some(buf), Some(dbrec), Some(reg)) = (
+            NonNull::new(dv.sq.buf.cast::<u8>()),
+            NonNull::new(dv.dbrec),
+            NonNull::new(dv.bf.reg.cast::<u8>()),
+        ) else {
+            return Err(unsupported("libmlx5 gave a null queue pointer".into()));
+        };
+        Ok(Sq {
+            buf,
+            mask: (cnt - 1) as u16,
+            wqe_cnt: cnt,
+            pi: 0,
+            ci: 0,
+            posted: 0,
+            retired: 0,
+            // SAFETY: the record is two 32-bit words: receive, then send
+            // (`MLX5_SND_DBR`).
+            dbrec: unsafe { dbrec.add(ffi::MLX5_SND_DBR as usize) },
+            bf_reg: reg,
+            bf_size: dv.bf.size,
+            bf_offset: 0,
+            qpn8: qpn << 8,
+            // The QP's WQE as the crate counts it for raw WQEs (control and
+            // body), and one block more for a remote-address segment.
+            max_blocks: (crate::wr::wqe_blocks(&caps) + 1).clamp(1, cnt),
+            max_inline: caps.max_inline_data,
+            slots: vec![Slot::default(); cnt as usize].into_boxed_slice(),
+        })
+    }
+}
+
+fn take_cq(dv: &ffi::mlx5dv_cq, what: &str) -> Result<Cqr> {
+    let unsupported = |why: String| Error::Unsupported {
+        what: format!("the direct path on {what}: {why}"),
+    };
+    let size_shift = match dv.cqe_size {
+        64 => 6,
+        128 => 7,
+        n => return Err(unsupported(format!("CQEs of {n} bytes (64 or 128 expected)"))),
+    };
+    if !dv.cqe_cnt.is_power_of_two() || dv.cqe_cnt > 1 << 23 {
+        return Err(unsupported(format!("a CQ of {} entries", dv.cqe_cnt)));
+    }
+    let (Some(buf), Some(dbrec)) = (
+        NonNull::new(dv.buf.cast::<u8>()),
+        NonNull::new(dv.dbrec),
+    ) else {
+        return Err(unsupported("libmlx5 gave a null CQ pointer".into()));
+    };
+    // libmlx5's consumer index of a CQ never polled is 0; a CQ polled
+    // before continues from where the device's record says.
+    // SAFETY: the CQ's doorbell record (`MLX5_CQ_SET_CI` first), live.
+    let ci = u32::from_be(unsafe { dbrec.as_ptr().read_volatile() }) & 0x00ff_ffff;
+    Ok(Cqr {
+        buf,
+        mask: dv.cqe_cnt - 1,
+        cqe_cnt: dv.cqe_cnt,
+        size_shift,
+        cqe64_at: (dv.cqe_size as usize) - 64,
+        ci,
+        dbrec,
+    })
+}
+
+impl<T: DirectTransport> DirectQp<T> {
+    /// A batch of work requests written straight into the send queue; see
+    /// [`DirectBatch`].
+    pub fn batch<'m>(&mut self) -> DirectBatch<'_, 'm, T> {
+        DirectBatch::new(&mut self.sq)
+    }
+
+    /// Reads up to `max` completions, oldest first, handing each to `f`.
+    /// Returns how many it read. A CQE that is not a send completion of
+    /// this QP, which the device does not write here, is skipped with an
+    /// error ([`Error::InvalidArgument`]) after the completions before it.
+    #[inline]
+    pub fn poll(&mut self, max: usize, mut f: impl FnMut(DirectWc)) -> Result<usize> {
+        let mut n = 0;
+        while n < max {
+            let Some(wc) = self.backlog.pop_front() else {
+                break;
+            };
+            f(wc);
+            n += 1;
+        }
+        let start = n;
+        let mut r = Ok(());
+        while n < max {
+            match self.cq.step(&mut self.sq) {
+                Ok(Step::Wc(wc)) => {
+                    f(wc);
+                    n += 1;
+                }
+                Ok(Step::Empty) => break,
+                Err(e) => {
+                    r = Err(e);
+                    break;
+                }
+            }
+        }
+        if n > start || r.is_err() {
+            self.cq.publish();
+        }
+        r.map(|()| n)
+    }
+
+    /// Basic blocks (64 bytes) free in the send queue.
+    pub fn room(&self) -> u32 {
+        self.sq.room()
+    }
+
+    /// Work requests posted and not yet retired by a completion.
+    pub fn outstanding(&self) -> u32 {
+        self.sq.outstanding()
+    }
+
+    /// The send queue's size in basic blocks.
+    pub fn depth(&self) -> u32 {
+        self.sq.wqe_cnt
+    }
+
+    /// The QP number.
+    pub fn qp_num(&self) -> u32 {
+        self.qp.qp_num()
+    }
+
+    /// The sizes the QP got.
+    pub fn caps(&self) -> QpCaps {
+        self.qp.caps()
+    }
+
+    /// The current state (`ibv_query_qp(3)`).
+    pub fn state(&self) -> Result<QpState> {
+        self.qp.state()
+    }
+
+    /// Moves the QP to ERR: outstanding work requests complete with
+    /// [`WcStatus::WR_FLUSH_ERR`](crate::WcStatus::WR_FLUSH_ERR).
+    pub fn to_error(&self) -> Result<()> {
+        self.qp.to_error()
+    }
+
+    /// The protection domain.
+    pub fn pd(&self) -> &crate::ProtectionDomain {
+        self.qp.pd()
+    }
+
+    /// Moves the QP to RESET, after which the device runs nothing of it,
+    /// and starts its send queue again from index 0, as the device does:
+    /// CQEs still in the CQ from before are dropped (libmlx5 does not clean
+    /// a CQ the application owns; this does what its cleaning would), and
+    /// every outstanding work request counts as ended. Then the QP can be
+    /// connected again ([`connect_to`](Self::connect_to)).
+    pub fn reset(&mut self) -> Result<()> {
+        self.qp.reset()?;
+        self.resync();
+        Ok(())
+    }
+
+    /// After the QP reached RESET: drops the CQEs before it and restarts
+    /// the send queue's indices.
+    fn resync(&mut self) {
+        loop {
+            let cqe = self.cq.ci;
+            // Consume whatever the device handed over, without matching it
+            // to the send queue (its WQEs are gone).
+            let at = ((cqe & self.cq.mask) as usize) << self.cq.size_shift;
+            // SAFETY: an entry of the ring; its last byte is op_own.
+            let op_own = unsafe {
+                self.cq
+                    .buf
+                    .as_ptr()
+                    .add(at + self.cq.cqe64_at + 63)
+                    .read_volatile()
+            };
+            let pass = u8::from(cqe & self.cq.cqe_cnt != 0);
+            if op_own >> 4 == ffi::MLX5_CQE_INVALID as u8 || (op_own & 1) != pass {
+                break;
+            }
+            self.cq.ci = self.cq.ci.wrapping_add(1);
+        }
+        self.cq.publish();
+        self.sq.pi = 0;
+        self.sq.ci = 0;
+        self.sq.retired = self.sq.posted;
+        self.sq.bf_offset = 0;
+    }
+
+    /// This QP's side of the exchange ([`QpEx::endpoint`]).
+    pub fn endpoint(&self, psn: u32, opts: &ConnectOptions) -> Result<Endpoint> {
+        self.qp.endpoint(psn, opts)
+    }
+
+    /// RESET → INIT → RTR → RTS towards `remote` ([`QpEx::connect_to`]).
+    pub fn connect_to(&self, remote: &Endpoint, opts: &ConnectOptions) -> Result<()> {
+        self.qp.connect_to(remote, opts)
+    }
+
+    /// Posts a receive to the QP's own receive queue (through libmlx5:
+    /// receives complete on the QP's receive CQ, which libmlx5 polls).
+    ///
+    /// # Safety
+    /// As [`QpEx::post_recv`].
+    pub unsafe fn post_recv(&mut self, wr_id: u64, sges: &[Sge<'_>]) -> Result<()> {
+        // SAFETY: the caller's promise.
+        unsafe { self.qp.post_recv(wr_id, sges) }
+    }
+}
+
+impl<T: DirectTransport> fmt::Debug for DirectQp<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DirectQp")
+            .field("transport", &T::NAME)
+            .field("qp_num", &format_args!("{:#x}", self.qp_num()))
+            .field("depth", &self.sq.wqe_cnt)
+            .field("outstanding", &self.sq.outstanding())
+            .finish()
+    }
+}

@@ -1,0 +1,159 @@
+//! The scoped direct post: [`DirectQp::post_and_wait`].
+
+use super::{DirectBatch, DirectQp, DirectTransport, DirectWc, Step};
+use crate::error::{Error, Result};
+use std::time::{Duration, Instant};
+
+/// How long a scoped post waits for the flush after moving its QP to ERR.
+const FLUSH_WAIT: Duration = Duration::from_secs(5);
+
+impl<T: DirectTransport> DirectQp<T> {
+    /// Posts the work requests `build` adds to the batch it is given, with
+    /// one doorbell, and waits for their completions: when it returns (with
+    /// them, or with any error) the device no longer uses the memory of any
+    /// of them, so the borrows of that memory end only then.
+    ///
+    /// The batch's last work request is signalled whatever its flags; the
+    /// completions returned are those of the batch's signalled work
+    /// requests, and any error completion, in order, the last one covering
+    /// the end of the batch. Completions of work requests posted before
+    /// (with [`DirectBatch::ring`]) that arrive meanwhile are kept for the
+    /// next [`poll`](Self::poll).
+    ///
+    /// When its completions do not come within `timeout` (counted from
+    /// the first poll that finds none), it moves the QP to ERR and waits a
+    /// bounded time for the flush; failing that it moves the QP to RESET,
+    /// after which the device runs nothing of it, and returns
+    /// [`Error::Timeout`]. If even RESET is refused it aborts the process:
+    /// the memory could not be released safely.
+    ///
+    /// `build` returning an error (or panicking) posts nothing.
+    pub fn post_and_wait<'m, F>(&mut self, timeout: Duration, build: F) -> Result<&[DirectWc]>
+    where
+        F: for<'q> FnOnce(&mut DirectBatch<'q, 'm, T>) -> Result<()>,
+    {
+        let mut done = std::mem::take(&mut self.done);
+        done.clear();
+        let r = self.post_and_wait_into(timeout, &mut done, build);
+        self.done = done;
+        r?;
+        Ok(&self.done)
+    }
+
+    /// [`post_and_wait`](Self::post_and_wait), appending the completions
+    /// to `out`.
+    pub fn post_and_wait_into<'m, F>(
+        &mut self,
+        timeout: Duration,
+        out: &mut Vec<DirectWc>,
+        build: F,
+    ) -> Result<()>
+    where
+        F: for<'q> FnOnce(&mut DirectBatch<'q, 'm, T>) -> Result<()>,
+    {
+        let start = self.sq.posted;
+        let mut batch = DirectBatch::new(&mut self.sq);
+        build(&mut batch)?;
+        if batch.is_empty() {
+            return Ok(());
+        }
+        batch.signal_last();
+        // SAFETY: this function returns only when the device is done with
+        // every work request of the batch (below), and the batch's memory
+        // stays borrowed (`'m`) until it returns.
+        let n = unsafe { batch.ring() };
+        let end = start.wrapping_add(n);
+        let first = out.len();
+        let mut clock: Option<Instant> = None;
+        let mut idle = 0u32;
+        loop {
+            match self.wait_step(start, out) {
+                Ok(true) => {
+                    idle = 0;
+                    if self.sq.retired == end {
+                        return Ok(());
+                    }
+                    continue;
+                }
+                Ok(false) => {}
+                Err(e) => {
+                    out.truncate(first);
+                    return Err(self.stop(start, end, e));
+                }
+            }
+            let t0 = *clock.get_or_insert_with(Instant::now);
+            if t0.elapsed() >= timeout {
+                let e = Error::Timeout {
+                    what: format!(
+                        "{} of direct QP {:#x} ({} retired)",
+                        crate::error::count(u64::from(n), "work request"),
+                        self.qp_num(),
+                        self.sq.retired.wrapping_sub(start).min(n)
+                    ),
+                    waited_ms: t0.elapsed().as_millis() as u64,
+                };
+                out.truncate(first);
+                return Err(self.stop(start, end, e));
+            }
+            crate::cq::back_off(&mut idle);
+        }
+    }
+
+    /// Reads one CQE: a completion that retires work requests after
+    /// `start` goes to `out`, an earlier one to the backlog. Whether it
+    /// read one.
+    fn wait_step(&mut self, start: u32, out: &mut Vec<DirectWc>) -> Result<bool> {
+        let before = self.sq.retired;
+        let r = self.cq.step(&mut self.sq);
+        self.cq.publish();
+        match r? {
+            Step::Empty => Ok(false),
+            Step::Wc(wc) => {
+                // Its work requests are (before, retired]: the batch's when
+                // the last of them is after `start`.
+                let _ = before;
+                if self.sq.retired.wrapping_sub(start) as i32 > 0 {
+                    out.push(wc);
+                } else {
+                    self.backlog.push_back(wc);
+                }
+                Ok(true)
+            }
+        }
+    }
+
+    /// After a timeout or a failed poll: ERR and the flush, or RESET; then
+    /// the error, saying which.
+    #[cold]
+    #[inline(never)]
+    fn stop(&mut self, start: u32, end: u32, cause: Error) -> Error {
+        let to_err = self.qp.to_error();
+        let deadline = Instant::now()
+            + if to_err.is_ok() {
+                FLUSH_WAIT
+            } else {
+                Duration::ZERO
+            };
+        let mut idle = 0u32;
+        let mut sink = Vec::new();
+        while self.sq.retired != end && Instant::now() < deadline {
+            match self.wait_step(start, &mut sink) {
+                Ok(true) => idle = 0,
+                _ => crate::cq::back_off(&mut idle),
+            }
+        }
+        let how = if self.sq.retired == end {
+            "the QP was moved to ERR and the rest flushed".to_string()
+        } else {
+            match self.reset() {
+                Ok(()) => "the QP was moved to RESET: the device runs nothing more of it".into(),
+                Err(e) => crate::wr::abort_with(format_args!(
+                    "direct QP {:#x}: a scoped batch may still be running and the QP cannot \
+                     be reset ({e}); aborting, since its memory cannot be released safely",
+                    self.qp_num()
+                )),
+            }
+        };
+        crate::wr::said_with(cause, &how)
+    }
+}

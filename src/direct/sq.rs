@@ -1,0 +1,140 @@
+//! The send queue taken from libmlx5: its ring of 64-byte basic blocks,
+//! the indices the crate keeps for it, the segments of a WQE written in
+//! place, and the doorbell.
+
+use super::arch;
+use crate::ffi;
+use crate::wc::WcOpcode;
+use std::ptr::NonNull;
+
+/// `MLX5_SEND_WQE_BB`: the send queue's basic block.
+pub(crate) const BB: usize = 64;
+/// One data-segment unit (`MLX5_SEND_WQE_DS`): a WQE's DS count counts these.
+pub(crate) const DS: usize = 16;
+/// `MLX5_WQE_CTRL_CQ_UPDATE`: the WQE generates a CQE.
+pub(crate) const CE: u8 = ffi::MLX5_WQE_CTRL_CQ_UPDATE as u8;
+/// `MLX5_WQE_CTRL_SOLICITED`.
+pub(crate) const SE: u8 = ffi::MLX5_WQE_CTRL_SOLICITED as u8;
+/// `MLX5_WQE_CTRL_FENCE`: the fence libmlx5 sets for `IBV_SEND_FENCE`.
+pub(crate) const FENCE: u8 = ffi::MLX5_WQE_CTRL_FENCE as u8;
+/// `MLX5_INLINE_SEG`: bit 31 of an inline segment's byte count.
+pub(crate) const INLINE_SEG: u32 = ffi::MLX5_INLINE_SEG;
+
+/// What the crate remembers of each posted WQE, in the slot of its first
+/// basic block: what a CQE whose WQE counter names it stands for.
+#[derive(Clone, Copy, Default, Debug)]
+pub(crate) struct Slot {
+    /// The caller's id.
+    pub(crate) wr_id: u64,
+    /// The sequence number of the work request (counted from the QP's
+    /// first), so that a CQE knows how many it retires.
+    pub(crate) seq: u32,
+    /// The producer index just past the WQE.
+    pub(crate) end: u16,
+    /// The WQE's opcode (`MLX5_OPCODE_*`).
+    pub(crate) opcode: u8,
+}
+
+/// The send queue: libmlx5's buffer and doorbell, with the crate's own
+/// indices. Nothing here is read from memory the device writes: the
+/// consumer index moves only when a CQE retires WQEs.
+pub(crate) struct Sq {
+    /// `wqe_cnt` basic blocks.
+    pub(crate) buf: NonNull<u8>,
+    /// `wqe_cnt - 1` (a power of two less one).
+    pub(crate) mask: u16,
+    /// The basic blocks of the ring.
+    pub(crate) wqe_cnt: u32,
+    /// The producer index (16 bits, as the WQE counter of the control
+    /// segment and of CQEs): the next WQE's first basic block.
+    pub(crate) pi: u16,
+    /// The consumer index: the first basic block not yet retired.
+    pub(crate) ci: u16,
+    /// Work requests posted (rung) and retired, counted.
+    pub(crate) posted: u32,
+    pub(crate) retired: u32,
+    /// `dbrec[MLX5_SND_DBR]`.
+    pub(crate) dbrec: NonNull<u32>,
+    /// The doorbell (BlueFlame) register and its two halves' size.
+    pub(crate) bf_reg: NonNull<u8>,
+    pub(crate) bf_size: u32,
+    pub(crate) bf_offset: u32,
+    /// `qpn << 8`, the high 24 bits of every control segment's `qpn_ds`.
+    pub(crate) qpn8: u32,
+    /// The most basic blocks one WQE may take (from the QP's capabilities).
+    pub(crate) max_blocks: u32,
+    /// The most bytes of inline data a WQE may carry.
+    pub(crate) max_inline: u32,
+    /// One slot per basic block.
+    pub(crate) slots: Box<[Slot]>,
+}
+
+impl Sq {
+    /// Basic blocks free: the ring less what is posted and not retired.
+    #[inline]
+    pub(crate) fn room(&self) -> u32 {
+        self.wqe_cnt - u32::from(self.pi.wrapping_sub(self.ci))
+    }
+
+    /// Work requests posted and not yet retired by a CQE.
+    #[inline]
+    pub(crate) fn outstanding(&self) -> u32 {
+        self.posted.wrapping_sub(self.retired)
+    }
+
+    /// The address of the 16-byte unit `unit` of the ring (any index:
+    /// taken modulo the ring).
+    #[inline(always)]
+    pub(crate) fn unit(&self, unit: u32) -> *mut u8 {
+        let units = self.wqe_cnt * (BB / DS) as u32;
+        let at = (unit & (units - 1)) as usize * DS;
+        // SAFETY: `at` is inside the ring of `wqe_cnt * 64` bytes.
+        unsafe { self.buf.as_ptr().add(at) }
+    }
+
+    /// Rings the doorbell for the WQEs up to `pi`: the doorbell record,
+    /// then the first eight bytes of the last WQE's control segment to the
+    /// doorbell register, as libmlx5's `post_send_db` does (without its
+    /// BlueFlame copy: see the module's documentation).
+    ///
+    /// # Safety
+    /// Every WQE in `[self.pi, pi)` is written whole, and `last` is the
+    /// control segment of the last of them.
+    #[inline(always)]
+    pub(crate) unsafe fn ring(&mut self, pi: u16, last: *const u8) {
+        arch::to_device();
+        // SAFETY: the doorbell record is libmlx5's, live while the QP is;
+        // only this ring writes its send half.
+        unsafe { self.dbrec.as_ptr().write_volatile(u32::from(pi).to_be()) };
+        self.pi = pi;
+        arch::wc_start();
+        // SAFETY: `last` is 8-byte aligned (a control segment starts a
+        // basic block); the register is the QP's, mapped while it lives,
+        // and `bf_offset` is 0 or `bf_size`, inside its two halves.
+        unsafe {
+            let word = last.cast::<u64>().read();
+            self.bf_reg
+                .as_ptr()
+                .add(self.bf_offset as usize)
+                .cast::<u64>()
+                .write_volatile(word);
+        }
+        arch::flush_writes();
+        self.bf_offset ^= self.bf_size;
+    }
+}
+
+/// The work-completion opcode of a requester CQE, from the WQE's opcode
+/// (as libmlx5's `handle_good_req`).
+pub(crate) fn wc_opcode(wqe_opcode: u8) -> WcOpcode {
+    match u32::from(wqe_opcode) {
+        ffi::MLX5_OPCODE_RDMA_WRITE | ffi::MLX5_OPCODE_RDMA_WRITE_IMM => WcOpcode::RDMA_WRITE,
+        ffi::MLX5_OPCODE_SEND | ffi::MLX5_OPCODE_SEND_IMM | ffi::MLX5_OPCODE_SEND_INVAL => {
+            WcOpcode::SEND
+        }
+        ffi::MLX5_OPCODE_RDMA_READ => WcOpcode::RDMA_READ,
+        ffi::MLX5_OPCODE_ATOMIC_CS => WcOpcode::COMP_SWAP,
+        ffi::MLX5_OPCODE_ATOMIC_FA => WcOpcode::FETCH_ADD,
+        other => WcOpcode::from_raw(0x100 | other),
+    }
+}
