@@ -12,7 +12,7 @@ use std::marker::PhantomData;
 /// Makes `'m` invariant, as in [`WrBatch`](crate::WrBatch).
 type Invariant<'m> = fn(&'m ()) -> &'m ();
 
-/// Work requests written straight into the send queue of a [`DirectQp`]:
+/// Work requests written straight into the send queue of a [`DirectQp`](super::DirectQp):
 /// each method writes one WQE (control segment, then the segments its
 /// operation needs) in place, and [`ring`](DirectBatch::ring) posts them
 /// all with one doorbell-record update and one doorbell write.
@@ -28,6 +28,55 @@ type Invariant<'m> = fn(&'m ()) -> &'m ();
 /// as 2^31, so an empty entry is written as no segment, as libmlx5 does),
 /// and a WQE that does not fit the room left is refused before anything
 /// is written ([`Error::SendQueueFull`]).
+///
+/// What the typed writers make impossible, at compile time:
+///
+/// An RDMA read into memory borrowed shared (the device writes it):
+///
+/// ```compile_fail,E0308
+/// # use mlx5dv::*;
+/// # use mlx5dv::direct::DirectRc;
+/// # fn f(qp: &mut DirectRc, mr: &MemoryRegion, remote: RemoteBuf) -> Result<()> {
+/// let mut b = qp.batch();
+/// b.rdma_read(1, SendFlags::SIGNALED, remote, mr.sge(0..8)?)?; // ERROR: needs a SgeMut
+/// # Ok(()) }
+/// ```
+///
+/// Posting without waiting outside `unsafe` (its contract is the caller's):
+///
+/// ```compile_fail,E0133
+/// # use mlx5dv::*;
+/// # use mlx5dv::direct::DirectRc;
+/// # fn f(qp: &mut DirectRc, mr: &MemoryRegion, remote: RemoteBuf) -> Result<()> {
+/// let mut b = qp.batch();
+/// b.rdma_write(1, SendFlags::SIGNALED, remote, mr.sge(0..8)?)?;
+/// b.ring(); // ERROR: unsafe
+/// # Ok(()) }
+/// ```
+///
+/// Touching memory a scoped post's work request uses before it returns:
+///
+/// ```compile_fail,E0502
+/// # use mlx5dv::*;
+/// # use mlx5dv::direct::DirectRc;
+/// # use std::time::Duration;
+/// # fn f(qp: &mut DirectRc, mr: &mut MemoryRegion, remote: RemoteBuf) -> Result<()> {
+/// qp.post_and_wait(Duration::from_secs(1), |b| {
+///     b.rdma_read(1, SendFlags::empty(), remote, mr.sge_mut(0..8)?)?;
+///     mr.fill(.., 0)?; // ERROR: the read's destination is borrowed until the post returns
+///     Ok(())
+/// })?;
+/// # Ok(()) }
+/// ```
+///
+/// A transport the direct path does not write WQEs for:
+///
+/// ```compile_fail,E0599
+/// # use mlx5dv::*;
+/// # fn f(qp: UdQp, cq: CompletionQueue) -> Result<()> {
+/// let direct = qp.into_direct(cq)?; // ERROR: UD is not a DirectTransport
+/// # Ok(()) }
+/// ```
 #[must_use = "a direct batch posts nothing until it is rung"]
 pub struct DirectBatch<'q, 'm, T: DirectTransport> {
     pub(super) sq: &'q mut Sq,
@@ -392,7 +441,15 @@ impl<'q, 'm, T: super::DirectReadAtomic> DirectBatch<'q, 'm, T> {
         swap: u64,
         dst: SgeMut<'m>,
     ) -> Result<()> {
-        self.atomic(wr_id, ffi::MLX5_OPCODE_ATOMIC_CS, flags, &remote, swap, compare, &dst)
+        self.atomic(
+            wr_id,
+            ffi::MLX5_OPCODE_ATOMIC_CS,
+            flags,
+            &remote,
+            swap,
+            compare,
+            &dst,
+        )
     }
 
     /// Atomic fetch-and-add of `add` to the 8 bytes at `remote`
@@ -407,7 +464,15 @@ impl<'q, 'm, T: super::DirectReadAtomic> DirectBatch<'q, 'm, T> {
         add: u64,
         dst: SgeMut<'m>,
     ) -> Result<()> {
-        self.atomic(wr_id, ffi::MLX5_OPCODE_ATOMIC_FA, flags, &remote, add, 0, &dst)
+        self.atomic(
+            wr_id,
+            ffi::MLX5_OPCODE_ATOMIC_FA,
+            flags,
+            &remote,
+            add,
+            0,
+            &dst,
+        )
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -459,11 +524,11 @@ impl<T: DirectTransport> DirectBatch<'_, '_, T> {
     /// [`Sge`]s and [`SgeMut`]s name) must stay allocated, registered, and
     /// unused by this program in the way the device uses it (not written,
     /// for a source; not read or written, for a destination), until this
-    /// QP's [`poll`](DirectQp::poll) has returned a completion that covers
+    /// QP's [`poll`](super::DirectQp::poll) has returned a completion that covers
     /// the work request ([`DirectWc::covers`](super::DirectWc::covers)), or
-    /// the QP was [`reset`](DirectQp::reset) or dropped. The lifetime `'m`
+    /// the QP was [`reset`](super::DirectQp::reset) or dropped. The lifetime `'m`
     /// does not hold it: it ends when the batch does. The safe way is
-    /// [`DirectQp::post_and_wait`].
+    /// [`DirectQp::post_and_wait`](super::DirectQp::post_and_wait).
     pub unsafe fn ring(self) -> u32 {
         let n = self.n;
         if n != 0 {

@@ -8,16 +8,16 @@
 //! use std::time::Duration;
 //!
 //! # fn demo(ctx: &Context, peer: &Endpoint, remote: RemoteBuf) -> Result<()> {
-//! let pd = ctx.alloc_pd()?;
-//! let cq = ctx.create_cq(256)?; // this QP's send completions only
-//! let rq = ctx.create_cq(16)?;
+//! let pd = ProtectionDomain::new(ctx)?;
+//! let cq = CompletionQueue::new(ctx, 256)?; // this QP's send completions only
+//! let rq = CompletionQueue::new(ctx, 16)?;
 //! let qp = QpBuilder::rc(&pd, &cq, &rq).build()?; // in RESET, never posted
 //! let mut qp = qp.into_direct(cq)?;
 //! let opts = ConnectOptions::default();
 //! let _mine = qp.endpoint(0x1234, &opts)?; // sent to the peer
 //! qp.connect_to(peer, &opts)?;
 //!
-//! let src = pd.register(vec![7u8; 4096], AccessFlags::LOCAL_WRITE)?;
+//! let src = MemoryRegion::new(qp.pd(), 4096, AccessFlags::LOCAL_WRITE)?;
 //! let wcs = qp.post_and_wait(Duration::from_secs(5), |b| {
 //!     for i in 0..32u64 {
 //!         b.rdma_write(i, SendFlags::empty(), remote.slice(i * 128, 128)?, src.sge(0..128)?)?;
@@ -71,7 +71,7 @@
 //!   by a 64-bit write of the first 8 bytes of the last control segment to
 //!   the UAR's doorbell register; the record is written after the WQEs and
 //!   before the register, with the barriers of `post_send_db`
-//!   ([`arch`]). The direct path never copies a WQE into the BlueFlame
+//!   (listed below under "Barriers"). The direct path never copies a WQE into the BlueFlame
 //!   buffer: a QP's register may be shared with other QPs (libmlx5 then
 //!   takes a lock, `bf->need_lock`), and an 8-byte doorbell needs none.
 //! - A CQE is the software's when its opcode (`op_own >> 4`) is not
@@ -92,6 +92,18 @@
 //!   whose every WQE is signalled (the kernel's
 //!   `configure_requester_scat_cqe`): `into_direct` refuses a QP made
 //!   with `sq_sig_all`.
+//!
+//! ## Barriers
+//!
+//! As rdma-core's `util/udma_barrier.h` defines them for libmlx5:
+//! before the doorbell record, `udma_to_device_barrier` (x86-64: a
+//! compiler barrier; aarch64: `dsb st`); around the doorbell write,
+//! `mmio_wc_start` and `mmio_flush_writes` (x86-64: `sfence`; aarch64:
+//! `dsb st`); after a CQE's owner bit, before its fields, a load barrier
+//! (x86-64: a compiler barrier, as UCX's `ucs_memory_cpu_load_fence`,
+//! loads being ordered with loads there; aarch64: `dsb ld`). Elsewhere a
+//! full fence. The direct path is built for 64-bit targets only (the
+//! doorbell is one 64-bit store).
 //!
 //! ## Safety
 //!
@@ -251,10 +263,7 @@ impl<T: DirectTransport> QpEx<T> {
         // SAFETY: live QP and CQ; the out-structs are writable and outlive
         // the call.
         let rc = unsafe {
-            ffi::mlx5dv_init_obj(
-                &mut obj,
-                u64::from(ffi::MLX5DV_OBJ_QP | ffi::MLX5DV_OBJ_CQ),
-            )
+            ffi::mlx5dv_init_obj(&mut obj, u64::from(ffi::MLX5DV_OBJ_QP | ffi::MLX5DV_OBJ_CQ))
         };
         if rc != 0 {
             return Err(Error::Unsupported {
@@ -331,15 +340,17 @@ fn take_cq(dv: &ffi::mlx5dv_cq, what: &str) -> Result<Cqr> {
     let size_shift = match dv.cqe_size {
         64 => 6,
         128 => 7,
-        n => return Err(unsupported(format!("CQEs of {n} bytes (64 or 128 expected)"))),
+        n => {
+            return Err(unsupported(format!(
+                "CQEs of {n} bytes (64 or 128 expected)"
+            )))
+        }
     };
     if !dv.cqe_cnt.is_power_of_two() || dv.cqe_cnt > 1 << 23 {
         return Err(unsupported(format!("a CQ of {} entries", dv.cqe_cnt)));
     }
-    let (Some(buf), Some(dbrec)) = (
-        NonNull::new(dv.buf.cast::<u8>()),
-        NonNull::new(dv.dbrec),
-    ) else {
+    let (Some(buf), Some(dbrec)) = (NonNull::new(dv.buf.cast::<u8>()), NonNull::new(dv.dbrec))
+    else {
         return Err(unsupported("libmlx5 gave a null CQ pointer".into()));
     };
     // libmlx5's consumer index of a CQ never polled is 0; a CQ polled

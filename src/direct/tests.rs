@@ -1,1 +1,647 @@
+//! Host tests of the direct path's rings: the WQE bytes each writer
+//! produces, the room accounting, the doorbell, and the CQE parser, on
+//! rings in ordinary memory shaped as libmlx5's.
 
+use super::batch::DirectBatch;
+use super::cq::{status_of, Cqr, Step};
+use super::sq::{Slot, Sq};
+use crate::ffi;
+use crate::mr::{RemoteBuf, Sge, SgeMut};
+use crate::qp::ReliableConnection;
+use crate::{Error, SendFlags, WcOpcode, WcStatus};
+use std::ptr::NonNull;
+
+/// A send queue of `cnt` basic blocks over memory of the test's own.
+struct Ring {
+    buf: Vec<u128>,
+    db: Box<[u32; 2]>,
+    bf: Box<[u64; 64]>,
+}
+
+impl Ring {
+    fn new(cnt: u32) -> Self {
+        Ring {
+            buf: vec![0u128; cnt as usize * 4],
+            db: Box::new([0; 2]),
+            bf: Box::new([0; 64]),
+        }
+    }
+
+    fn sq(&mut self, qpn: u32, bf_size: u32) -> Sq {
+        let cnt = (self.buf.len() / 4) as u32;
+        Sq {
+            buf: NonNull::new(self.buf.as_mut_ptr().cast()).unwrap(),
+            mask: (cnt - 1) as u16,
+            wqe_cnt: cnt,
+            pi: 0,
+            ci: 0,
+            posted: 0,
+            retired: 0,
+            dbrec: NonNull::new(&mut self.db[1]).unwrap(),
+            bf_reg: NonNull::new(self.bf.as_mut_ptr().cast()).unwrap(),
+            bf_size,
+            bf_offset: 0,
+            qpn8: qpn << 8,
+            max_blocks: 4,
+            max_inline: 200,
+            slots: vec![Slot::default(); cnt as usize].into_boxed_slice(),
+        }
+    }
+
+    fn bytes(&self, block: usize) -> [u8; 64] {
+        let mut out = [0u8; 64];
+        for (i, w) in self.buf[block * 4..block * 4 + 4].iter().enumerate() {
+            out[i * 16..i * 16 + 16].copy_from_slice(&w.to_ne_bytes());
+        }
+        out
+    }
+}
+
+fn sge(addr: u64, len: u32, lkey: u32) -> Sge<'static> {
+    Sge::from_raw(ffi::ibv_sge {
+        addr,
+        length: len,
+        lkey,
+    })
+}
+
+fn sge_mut(addr: u64, len: u32, lkey: u32) -> SgeMut<'static> {
+    SgeMut::from_raw(ffi::ibv_sge {
+        addr,
+        length: len,
+        lkey,
+    })
+}
+
+fn remote(addr: u64, len: u64, rkey: u32) -> RemoteBuf {
+    RemoteBuf { addr, len, rkey }
+}
+
+type Batch<'q> = DirectBatch<'q, 'static, ReliableConnection>;
+
+/// The control segment libmlx5 writes (mlx5dv.h `struct mlx5_wqe_ctrl_seg`).
+fn ctrl(idx: u16, opcode: u32, qpn: u32, ds: u32, fm_ce_se: u8, imm: u32) -> Vec<u8> {
+    let mut v = Vec::new();
+    v.extend_from_slice(&((u32::from(idx) << 8) | opcode).to_be_bytes());
+    v.extend_from_slice(&((qpn << 8) | ds).to_be_bytes());
+    v.extend_from_slice(&[0, 0, 0, fm_ce_se]);
+    v.extend_from_slice(&imm.to_be_bytes());
+    v
+}
+
+fn raddr(addr: u64, rkey: u32) -> Vec<u8> {
+    let mut v = addr.to_be_bytes().to_vec();
+    v.extend_from_slice(&rkey.to_be_bytes());
+    v.extend_from_slice(&[0; 4]);
+    v
+}
+
+fn data(len: u32, lkey: u32, addr: u64) -> Vec<u8> {
+    let mut v = len.to_be_bytes().to_vec();
+    v.extend_from_slice(&lkey.to_be_bytes());
+    v.extend_from_slice(&addr.to_be_bytes());
+    v
+}
+
+#[test]
+fn an_rdma_write_is_the_wqe_libmlx5_writes() {
+    let mut ring = Ring::new(8);
+    let mut sq = ring.sq(0x1234, 256);
+    let mut b = Batch::new(&mut sq);
+    b.rdma_write(
+        7,
+        SendFlags::SIGNALED,
+        remote(0xdead_0000, 64, 0x55),
+        sge(0x1000, 64, 0x66),
+    )
+    .unwrap();
+    b.rdma_write(
+        8,
+        SendFlags::FENCE | SendFlags::SOLICITED,
+        remote(0xdead_0040, 64, 0x55),
+        sge(0x1040, 64, 0x66),
+    )
+    .unwrap();
+    assert_eq!(b.len(), 2);
+    assert_eq!(b.room(), 6);
+    // SAFETY: nothing reads the test's ring.
+    assert_eq!(unsafe { b.ring() }, 2);
+    let w0 = ring.bytes(0);
+    let want: Vec<u8> = [
+        ctrl(0, ffi::MLX5_OPCODE_RDMA_WRITE, 0x1234, 3, 8, 0),
+        raddr(0xdead_0000, 0x55),
+        data(64, 0x66, 0x1000),
+    ]
+    .concat();
+    assert_eq!(&w0[..48], &want[..]);
+    let w1 = ring.bytes(1);
+    let want: Vec<u8> = [
+        ctrl(1, ffi::MLX5_OPCODE_RDMA_WRITE, 0x1234, 3, 0x80 | 2, 0),
+        raddr(0xdead_0040, 0x55),
+        data(64, 0x66, 0x1040),
+    ]
+    .concat();
+    assert_eq!(&w1[..48], &want[..]);
+    // One doorbell: the record holds the producer index, the register the
+    // last WQE's first 8 bytes; the next doorbell goes to the other half.
+    assert_eq!(u32::from_be(ring.db[1]), 2);
+    assert_eq!(ring.bf[0].to_ne_bytes(), w1[..8]);
+    assert_eq!(sq.bf_offset, 256);
+    assert_eq!((sq.pi, sq.posted, sq.outstanding()), (2, 2, 2));
+}
+
+#[test]
+fn imm_sends_reads_and_atomics_have_their_segments() {
+    let mut ring = Ring::new(8);
+    let mut sq = ring.sq(0x7, 0);
+    let mut b = Batch::new(&mut sq);
+    b.rdma_write_imm(
+        1,
+        SendFlags::empty(),
+        remote(0x10, 8, 1),
+        0xA1B2_C3D4,
+        sge(0x20, 8, 2),
+    )
+    .unwrap();
+    b.send_imm(2, SendFlags::SIGNALED, 0x0102_0304, sge(0x30, 16, 3))
+        .unwrap();
+    b.rdma_read(
+        3,
+        SendFlags::empty(),
+        remote(0x40, 32, 4),
+        sge_mut(0x50, 32, 5),
+    )
+    .unwrap();
+    b.atomic_cmp_swp(
+        4,
+        SendFlags::empty(),
+        remote(0x60, 8, 6),
+        11,
+        22,
+        sge_mut(0x70, 8, 7),
+    )
+    .unwrap();
+    b.atomic_fetch_add(
+        5,
+        SendFlags::empty(),
+        remote(0x80, 8, 8),
+        33,
+        sge_mut(0x90, 8, 9),
+    )
+    .unwrap();
+    // A zero-length entry is no data segment (a byte count of 0 is 2^31).
+    b.send(6, SendFlags::empty(), sge(0xa0, 0, 10)).unwrap();
+    // SAFETY: nothing reads the test's ring.
+    unsafe { b.ring() };
+    let w = ring.bytes(0);
+    let want = [
+        ctrl(0, ffi::MLX5_OPCODE_RDMA_WRITE_IMM, 7, 3, 0, 0xA1B2_C3D4),
+        raddr(0x10, 1),
+        data(8, 2, 0x20),
+    ]
+    .concat();
+    assert_eq!(&w[..48], &want[..]);
+    let w = ring.bytes(1);
+    let want = [
+        ctrl(1, ffi::MLX5_OPCODE_SEND_IMM, 7, 2, 8, 0x0102_0304),
+        data(16, 3, 0x30),
+    ]
+    .concat();
+    assert_eq!(&w[..32], &want[..]);
+    let w = ring.bytes(2);
+    let want = [
+        ctrl(2, ffi::MLX5_OPCODE_RDMA_READ, 7, 3, 0, 0),
+        raddr(0x40, 4),
+        data(32, 5, 0x50),
+    ]
+    .concat();
+    assert_eq!(&w[..48], &want[..]);
+    let w = ring.bytes(3);
+    let want = [
+        ctrl(3, ffi::MLX5_OPCODE_ATOMIC_CS, 7, 4, 0, 0),
+        raddr(0x60, 6),
+        [22u64.to_be_bytes(), 11u64.to_be_bytes()].concat(),
+        data(8, 7, 0x70),
+    ]
+    .concat();
+    assert_eq!(&w[..], &want[..]);
+    let w = ring.bytes(4);
+    let want = [
+        ctrl(4, ffi::MLX5_OPCODE_ATOMIC_FA, 7, 4, 0, 0),
+        raddr(0x80, 8),
+        [33u64.to_be_bytes(), 0u64.to_be_bytes()].concat(),
+        data(8, 9, 0x90),
+    ]
+    .concat();
+    assert_eq!(&w[..], &want[..]);
+    let w = ring.bytes(5);
+    assert_eq!(&w[..16], &ctrl(5, ffi::MLX5_OPCODE_SEND, 7, 1, 0, 0)[..]);
+}
+
+#[test]
+fn inline_data_follows_its_count_and_wraps_at_the_ring_end() {
+    let mut ring = Ring::new(4);
+    let mut sq = ring.sq(0x9, 0);
+    // Three one-block WQEs, then a two-block inline send from block 3:
+    // its second block is block 0 of the ring.
+    for i in 0..3 {
+        let mut b = Batch::new(&mut sq);
+        b.send(i, SendFlags::empty(), sge(0x100, 4, 1)).unwrap();
+        // SAFETY: nothing reads the test's ring.
+        unsafe { b.ring() };
+    }
+    // Retire them (as a CQE would), freeing blocks 0..3.
+    sq.ci = 3;
+    sq.retired = 3;
+    let payload: Vec<u8> = (0..60u8).collect();
+    let mut b = Batch::new(&mut sq);
+    b.send_inline(9, SendFlags::SIGNALED, &payload).unwrap();
+    // SAFETY: nothing reads the test's ring.
+    unsafe { b.ring() };
+    // DS: control (1) + ceil((4 + 60) / 16) = 5, two blocks.
+    let w = ring.bytes(3);
+    assert_eq!(&w[..16], &ctrl(3, ffi::MLX5_OPCODE_SEND, 9, 5, 8, 0)[..]);
+    assert_eq!(&w[16..20], &(60u32 | ffi::MLX5_INLINE_SEG).to_be_bytes());
+    assert_eq!(&w[20..64], &payload[..44]);
+    assert_eq!(&ring.bytes(0)[..16], &payload[44..]);
+    assert_eq!((sq.pi, sq.slots[3].end), (5, 5));
+    // An inline write: control, remote address, inline.
+    let mut ring = Ring::new(4);
+    let mut sq = ring.sq(0x9, 0);
+    let mut b = Batch::new(&mut sq);
+    b.rdma_write_inline(1, SendFlags::empty(), remote(0x10, 8, 2), b"abcdefgh")
+        .unwrap();
+    // SAFETY: nothing reads the test's ring.
+    unsafe { b.ring() };
+    let w = ring.bytes(0);
+    assert_eq!(
+        &w[..16],
+        &ctrl(0, ffi::MLX5_OPCODE_RDMA_WRITE, 9, 3, 0, 0)[..]
+    );
+    assert_eq!(&w[16..32], &raddr(0x10, 2)[..]);
+    assert_eq!(&w[32..36], &(8u32 | ffi::MLX5_INLINE_SEG).to_be_bytes());
+    assert_eq!(&w[36..44], b"abcdefgh");
+}
+
+#[test]
+fn what_would_not_fit_or_is_malformed_is_refused_before_anything_is_written() {
+    let mut ring = Ring::new(4);
+    let mut sq = ring.sq(0x9, 0);
+    let mut b = Batch::new(&mut sq);
+    for i in 0..4 {
+        b.rdma_write(i, SendFlags::empty(), remote(0, 8, 1), sge(0, 8, 1))
+            .unwrap();
+    }
+    assert!(matches!(
+        b.rdma_write(4, SendFlags::empty(), remote(0, 8, 1), sge(0, 8, 1)),
+        Err(Error::SendQueueFull { batch: 5, depth: 4 })
+    ));
+    // Longer than the remote buffer; inline past max_inline_data; atomics
+    // with a wrong local length or a misaligned remote address.
+    assert!(matches!(
+        b.rdma_write(5, SendFlags::empty(), remote(0, 4, 1), sge(0, 8, 1)),
+        Err(Error::OutOfRange { .. })
+    ));
+    assert!(matches!(
+        b.send_inline(5, SendFlags::empty(), &[0; 201]),
+        Err(Error::OutOfRange {
+            what: "inline data",
+            ..
+        })
+    ));
+    assert!(matches!(
+        b.atomic_fetch_add(5, SendFlags::empty(), remote(0, 8, 1), 1, sge_mut(0, 4, 1)),
+        Err(Error::OutOfRange { .. })
+    ));
+    assert!(matches!(
+        b.atomic_fetch_add(5, SendFlags::empty(), remote(4, 8, 1), 1, sge_mut(0, 8, 1)),
+        Err(Error::InvalidArgument(_))
+    ));
+    assert_eq!(b.len(), 4);
+    // Dropped without ring: nothing posted, the doorbell untouched.
+    drop(b);
+    assert_eq!((sq.pi, sq.posted), (0, 0));
+    assert_eq!(ring.db[1], 0);
+    assert_eq!(ring.bf[0], 0);
+    // A WQE of more than 63 units cannot be described by its DS field.
+    let mut ring = Ring::new(64);
+    let mut sq = ring.sq(0x9, 0);
+    sq.max_inline = 4096;
+    sq.max_blocks = 64;
+    let mut b = Batch::new(&mut sq);
+    assert!(matches!(
+        b.send_inline(1, SendFlags::empty(), &[0; 1024]),
+        Err(Error::OutOfRange {
+            what: "the WQE's 16-byte units",
+            ..
+        })
+    ));
+}
+
+/// A CQ of `cnt` 64-byte (or 128-byte) entries over memory of the test's
+/// own, prepared as libmlx5 prepares it (every opcode invalid).
+struct CqMem {
+    buf: Vec<u128>,
+    db: Box<[u32; 2]>,
+    size: usize,
+}
+
+impl CqMem {
+    fn new(cnt: usize, size: usize) -> Self {
+        let mut m = CqMem {
+            buf: vec![0u128; cnt * size / 16],
+            db: Box::new([0; 2]),
+            size,
+        };
+        for i in 0..cnt {
+            m.cqe(i)[63] = (ffi::MLX5_CQE_INVALID as u8) << 4;
+        }
+        m
+    }
+
+    fn cqr(&mut self) -> Cqr {
+        let cnt = (self.buf.len() * 16 / self.size) as u32;
+        Cqr {
+            buf: NonNull::new(self.buf.as_mut_ptr().cast()).unwrap(),
+            mask: cnt - 1,
+            cqe_cnt: cnt,
+            size_shift: if self.size == 64 { 6 } else { 7 },
+            cqe64_at: self.size - 64,
+            ci: 0,
+            dbrec: NonNull::new(&mut self.db[0]).unwrap(),
+        }
+    }
+
+    fn cqe(&mut self, slot: usize) -> &mut [u8] {
+        let size = self.size;
+        // SAFETY: the vector's bytes, viewed as bytes.
+        let all = unsafe {
+            std::slice::from_raw_parts_mut(self.buf.as_mut_ptr().cast::<u8>(), self.buf.len() * 16)
+        };
+        &mut all[slot * size + size - 64..slot * size + size]
+    }
+
+    /// Writes the `n`-th CQE (counting from 0) as the device would.
+    #[allow(clippy::too_many_arguments)]
+    fn produce(
+        &mut self,
+        n: usize,
+        opcode: u8,
+        wqe_opcode: u8,
+        qpn: u32,
+        counter: u16,
+        byte_cnt: u32,
+        synd: u8,
+    ) {
+        let cnt = self.buf.len() * 16 / self.size;
+        let c = self.cqe(n % cnt);
+        c[44..48].copy_from_slice(&byte_cnt.to_be_bytes());
+        c[55] = synd;
+        c[54] = if synd != 0 { 0x42 } else { 0 };
+        c[56..60].copy_from_slice(&((u32::from(wqe_opcode) << 24) | qpn).to_be_bytes());
+        c[60..62].copy_from_slice(&counter.to_be_bytes());
+        c[63] = (opcode << 4) | ((n / cnt) & 1) as u8;
+    }
+}
+
+fn post_writes(sq: &mut Sq, n: u64, signal_every: u64) {
+    let mut b = Batch::new(sq);
+    for i in 0..n {
+        let f = if (i + 1) % signal_every == 0 {
+            SendFlags::SIGNALED
+        } else {
+            SendFlags::empty()
+        };
+        b.rdma_write(100 + i, f, remote(0, 8, 1), sge(0, 8, 1))
+            .unwrap();
+    }
+    // SAFETY: nothing reads the test's ring.
+    unsafe { b.ring() };
+}
+
+#[test]
+fn a_cqe_retires_every_work_request_up_to_the_one_it_names() {
+    let mut ring = Ring::new(64);
+    let mut sq = ring.sq(0x33, 0);
+    let mut mem = CqMem::new(8, 64);
+    let mut cq = mem.cqr();
+    post_writes(&mut sq, 32, 32);
+    assert!(matches!(cq.step(&mut sq), Ok(Step::Empty)));
+    mem.produce(
+        0,
+        ffi::MLX5_CQE_REQ as u8,
+        ffi::MLX5_OPCODE_RDMA_WRITE as u8,
+        0x33,
+        31,
+        0,
+        0,
+    );
+    let Ok(Step::Wc(wc)) = cq.step(&mut sq) else {
+        panic!("no completion")
+    };
+    assert_eq!(
+        (wc.wr_id, wc.covers, wc.qp_num, wc.wqe_index),
+        (131, 32, 0x33, 31)
+    );
+    assert_eq!(
+        (wc.status, wc.opcode, wc.byte_len),
+        (WcStatus::SUCCESS, WcOpcode::RDMA_WRITE, 0)
+    );
+    assert!(wc.ok().is_ok());
+    assert_eq!((sq.outstanding(), sq.room(), sq.ci), (0, 64, 32));
+    cq.publish();
+    assert_eq!(u32::from_be(mem.db[0]), 1);
+    assert!(matches!(cq.step(&mut sq), Ok(Step::Empty)));
+}
+
+#[test]
+fn owner_bits_follow_the_pass_over_the_ring_and_128_byte_entries_their_second_half() {
+    for size in [64, 128] {
+        let mut ring = Ring::new(16);
+        let mut sq = ring.sq(0x1, 0);
+        let mut mem = CqMem::new(4, size);
+        let mut cq = mem.cqr();
+        for n in 0..10usize {
+            post_writes(&mut sq, 1, 1);
+            // Last pass's CQE in this slot is not the software's.
+            if n >= 4 {
+                assert!(matches!(cq.step(&mut sq), Ok(Step::Empty)), "entry {n}");
+            }
+            let idx = (n % 16) as u16;
+            mem.produce(n, 0, ffi::MLX5_OPCODE_RDMA_WRITE as u8, 0x1, idx, 0, 0);
+            let Ok(Step::Wc(wc)) = cq.step(&mut sq) else {
+                panic!("entry {n}")
+            };
+            assert_eq!((wc.wr_id, wc.covers), (100, 1));
+        }
+        assert_eq!(cq.ci, 10);
+    }
+}
+
+#[test]
+fn error_cqes_name_their_work_request_with_the_mapped_status() {
+    let mut ring = Ring::new(16);
+    let mut sq = ring.sq(0x2, 0);
+    let mut mem = CqMem::new(8, 64);
+    let mut cq = mem.cqr();
+    // Four unsignalled writes: the second fails, the rest are flushed.
+    post_writes(&mut sq, 4, 100);
+    let err = ffi::MLX5_CQE_REQ_ERR as u8;
+    let w = ffi::MLX5_OPCODE_RDMA_WRITE as u8;
+    mem.produce(
+        0,
+        err,
+        w,
+        0x2,
+        1,
+        0,
+        ffi::MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR as u8,
+    );
+    mem.produce(
+        1,
+        err,
+        w,
+        0x2,
+        2,
+        0,
+        ffi::MLX5_CQE_SYNDROME_WR_FLUSH_ERR as u8,
+    );
+    mem.produce(
+        2,
+        err,
+        w,
+        0x2,
+        3,
+        0,
+        ffi::MLX5_CQE_SYNDROME_WR_FLUSH_ERR as u8,
+    );
+    let Ok(Step::Wc(wc)) = cq.step(&mut sq) else {
+        panic!()
+    };
+    assert_eq!(
+        (wc.wr_id, wc.covers, wc.status),
+        (101, 2, WcStatus::REM_ACCESS_ERR)
+    );
+    assert_eq!((wc.syndrome, wc.vendor_err), (0x13, 0x42));
+    assert!(matches!(
+        wc.ok(),
+        Err(Error::WorkCompletion {
+            wr_id: 101,
+            qp_num: 0x2,
+            status: WcStatus::REM_ACCESS_ERR,
+            vendor_err: 0x42
+        })
+    ));
+    for id in [102, 103] {
+        let Ok(Step::Wc(wc)) = cq.step(&mut sq) else {
+            panic!()
+        };
+        assert_eq!(
+            (wc.wr_id, wc.covers, wc.status),
+            (id, 1, WcStatus::WR_FLUSH_ERR)
+        );
+    }
+    assert_eq!(sq.outstanding(), 0);
+    // Every syndrome of mlx5dv.h maps as libmlx5's mlx5_handle_error_cqe.
+    for (s, want) in [
+        (
+            ffi::MLX5_CQE_SYNDROME_LOCAL_LENGTH_ERR,
+            WcStatus::LOC_LEN_ERR,
+        ),
+        (
+            ffi::MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR,
+            WcStatus::LOC_QP_OP_ERR,
+        ),
+        (
+            ffi::MLX5_CQE_SYNDROME_LOCAL_PROT_ERR,
+            WcStatus::LOC_PROT_ERR,
+        ),
+        (ffi::MLX5_CQE_SYNDROME_MW_BIND_ERR, WcStatus::MW_BIND_ERR),
+        (ffi::MLX5_CQE_SYNDROME_BAD_RESP_ERR, WcStatus::BAD_RESP_ERR),
+        (
+            ffi::MLX5_CQE_SYNDROME_LOCAL_ACCESS_ERR,
+            WcStatus::LOC_ACCESS_ERR,
+        ),
+        (
+            ffi::MLX5_CQE_SYNDROME_REMOTE_INVAL_REQ_ERR,
+            WcStatus::REM_INV_REQ_ERR,
+        ),
+        (ffi::MLX5_CQE_SYNDROME_REMOTE_OP_ERR, WcStatus::REM_OP_ERR),
+        (
+            ffi::MLX5_CQE_SYNDROME_TRANSPORT_RETRY_EXC_ERR,
+            WcStatus::RETRY_EXC_ERR,
+        ),
+        (
+            ffi::MLX5_CQE_SYNDROME_RNR_RETRY_EXC_ERR,
+            WcStatus::RNR_RETRY_EXC_ERR,
+        ),
+        (
+            ffi::MLX5_CQE_SYNDROME_REMOTE_ABORTED_ERR,
+            WcStatus::REM_ABORT_ERR,
+        ),
+        (0x7f, WcStatus::GENERAL_ERR),
+    ] {
+        assert_eq!(status_of(s as u8), want, "syndrome {s:#x}");
+    }
+}
+
+#[test]
+fn reads_and_atomics_report_their_byte_counts() {
+    let mut ring = Ring::new(8);
+    let mut sq = ring.sq(0x4, 0);
+    let mut mem = CqMem::new(4, 64);
+    let mut cq = mem.cqr();
+    let mut b = Batch::new(&mut sq);
+    b.rdma_read(1, SendFlags::SIGNALED, remote(0, 32, 1), sge_mut(0, 32, 1))
+        .unwrap();
+    b.atomic_fetch_add(2, SendFlags::SIGNALED, remote(0, 8, 1), 1, sge_mut(0, 8, 1))
+        .unwrap();
+    // SAFETY: nothing reads the test's ring.
+    unsafe { b.ring() };
+    mem.produce(0, 0, ffi::MLX5_OPCODE_RDMA_READ as u8, 0x4, 0, 32, 0);
+    mem.produce(1, 0, ffi::MLX5_OPCODE_ATOMIC_FA as u8, 0x4, 1, 8, 0);
+    let Ok(Step::Wc(wc)) = cq.step(&mut sq) else {
+        panic!()
+    };
+    assert_eq!(
+        (wc.wr_id, wc.opcode, wc.byte_len),
+        (1, WcOpcode::RDMA_READ, 32)
+    );
+    let Ok(Step::Wc(wc)) = cq.step(&mut sq) else {
+        panic!()
+    };
+    assert_eq!(
+        (wc.wr_id, wc.opcode, wc.byte_len),
+        (2, WcOpcode::FETCH_ADD, 8)
+    );
+}
+
+#[test]
+fn a_cqe_naming_no_outstanding_wqe_retires_nothing() {
+    let mut ring = Ring::new(16);
+    let mut sq = ring.sq(0x5, 0);
+    let mut mem = CqMem::new(8, 64);
+    let mut cq = mem.cqr();
+    // Two two-block inline sends: WQEs start at 0 and 2.
+    let mut b = Batch::new(&mut sq);
+    b.send_inline(1, SendFlags::empty(), &[1; 60]).unwrap();
+    b.send_inline(2, SendFlags::SIGNALED, &[2; 60]).unwrap();
+    // SAFETY: nothing reads the test's ring.
+    unsafe { b.ring() };
+    let s = ffi::MLX5_OPCODE_SEND as u8;
+    // Past the producer index; inside a WQE (block 1); neither retires.
+    mem.produce(0, 0, s, 0x5, 9, 0, 0);
+    mem.produce(1, 0, s, 0x5, 1, 0, 0);
+    mem.produce(2, 0, s, 0x5, 2, 0, 0);
+    assert!(matches!(cq.step(&mut sq), Err(Error::InvalidArgument(_))));
+    assert!(matches!(cq.step(&mut sq), Err(Error::InvalidArgument(_))));
+    assert_eq!((sq.outstanding(), sq.ci), (2, 0));
+    let Ok(Step::Wc(wc)) = cq.step(&mut sq) else {
+        panic!()
+    };
+    assert_eq!((wc.wr_id, wc.covers, sq.outstanding(), sq.ci), (2, 2, 0, 4));
+    // A responder CQE does not belong on a send CQ: skipped, an error.
+    mem.produce(3, ffi::MLX5_CQE_RESP_SEND as u8, 0, 0x5, 0, 4, 0);
+    assert!(matches!(cq.step(&mut sq), Err(Error::InvalidArgument(_))));
+    assert_eq!(cq.ci, 4);
+}

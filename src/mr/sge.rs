@@ -148,6 +148,15 @@ impl<'m> SgeMut<'m> {
         })
     }
 
+    /// An entry from raw parts, for the host tests of the rings.
+    #[cfg(test)]
+    pub(crate) fn from_raw(raw: ffi::ibv_sge) -> Self {
+        SgeMut {
+            raw,
+            _mr: PhantomData,
+        }
+    }
+
     /// A part of this entry: `length` bytes at `offset` of it, both inside it.
     #[inline]
     fn part(self, offset: u32, length: u32) -> SgeMut<'m> {
