@@ -5,6 +5,8 @@
 //! ```text
 //! rc_write [-d DEV] [-g GID] [-s SIZE] [-n ITERS] [-b BATCH]          # server (the target)
 //! rc_write [-d DEV] [-g GID] [-s SIZE] [-n ITERS] [-b BATCH] HOST     # client (writes)
+//! rc_write --direct [-d DEV] [-g GID] [-s SIZE] [-n ITERS] [-b BATCH] HOST
+//!                                                                     # client, mlx5's direct path
 //! rc_write --loopback [-d DEV] [-s SIZE] [-n ITERS] [-b BATCH]        # both, in one process
 //! rc_write -R [-d DEV] [-s SIZE] [-n ITERS] [-b BATCH] [HOST]         # perftest's rdma_cm protocol
 //! rc_write --perftest [-d DEV] [-i PORT] [-g|-x GID] [-s SIZE] [-n ITERS] [-p PORT] [HOST]
@@ -39,10 +41,27 @@
 //!    `complete()` (`ibv_wr_complete`) posts the batch. Up to 4 batches are
 //!    in flight; each signalled completion retires its batch (an RC send
 //!    queue completes in order).
-//! 3. The client reports bytes, iterations, MB/s (2^20 bytes) and Mpps, and
-//!    sends `done`; the server checks every byte of its memory against the
-//!    pattern and answers `ok` or where the first difference is; both print
-//!    the verdict.
+//! 3. The client reports bytes, iterations, MB/s (2^20 bytes) and Mpps,
+//!    and its message rate in writes per second, and sends `done`; the
+//!    server checks every byte of its memory against the pattern and
+//!    answers `ok` or where the first difference is; both print the
+//!    verdict.
+//!
+//! ## `--direct`: the client on mlx5's direct path
+//!
+//! With `--direct` (client or `--loopback`; an mlx5 device) the writer's
+//! QP is taken for [`mlx5dv::direct`] before it is connected
+//! (`QpEx::into_direct`, its send CQ its own, its receives on another
+//! CQ): the crate writes the WQEs into the send queue itself and reads
+//! the CQEs itself, instead of libmlx5's `ibv_wr_*` builders and CQ
+//! readers. Each batch goes through `DirectQp::post_and_wait`, the safe
+//! scoped post: the batch's writes, one doorbell, and the wait for the
+//! batch's completion, so one batch is in flight at a time (not
+//! [`IN_FLIGHT`]). Everything else is as without it: the same TCP
+//! exchange and the same slots, so a `--direct` client writes to a plain
+//! `rc_write` server, which checks every byte as before. Both kinds of
+//! client print their message rate (`writes/s`) and which path they took,
+//! so the two can be compared on the same device and shape.
 //!
 //! ## `-R`: perftest's rdma_cm protocol
 //!
@@ -105,7 +124,8 @@
 //! Exit status: 0 the writes completed and the data checked out (or, as
 //! client against perftest, the run completed); 1 a verbs call, a
 //! completion, the exchange (a peer's message that is not perftest's) or
-//! the data check failed; 2 bad usage.
+//! the data check failed; 2 bad usage; 3 `--direct` on a device that is
+//! not mlx5.
 
 mod common;
 #[path = "common/perftest/mod.rs"]
@@ -129,6 +149,9 @@ const USAGE: &str = "\
 Usage:
   rc_write [OPTIONS]               serve: be the target of the writes
   rc_write [OPTIONS] HOST          write to the server at HOST
+  rc_write --direct [OPTIONS] HOST
+                                   write to the server at HOST (a plain
+                                   rc_write) on mlx5's direct path
   rc_write --loopback [OPTIONS]    both, two QPs in this process
   rc_write -R [OPTIONS] [HOST]     serve or write through rdma_cm, speaking
                                    perftest's protocol (ib_write_bw -R)
@@ -136,7 +159,8 @@ Usage:
                                    serve or write speaking perftest's default
                                    TCP exchange (ib_write_bw without -R)
 
-Batched RDMA writes through mlx5dv's WrBatch, checked at the target.
+Batched RDMA writes through mlx5dv's WrBatch (with --direct, its direct
+path), checked at the target. The writer prints its rate in writes/s.
 
 With -R or --perftest, either side may be perftest's ib_write_bw (-R).
 perftest does not check the data, and writes random bytes: as client
@@ -164,11 +188,17 @@ Options:
   -n, --iters=ITERS      number of writes (default 5000)
   -b, --batch=N          writes per batch, only the last signalled (default 32)
       --loopback         run server and client in this process
+      --direct           the writer (client or --loopback) posts on mlx5's
+                         direct path (mlx5dv::direct: WQEs and CQEs handled
+                         by the crate), one scoped post_and_wait per batch,
+                         so one batch in flight (without it: up to 4); the
+                         server needs no option. Not with -R or --perftest
   -R, --rdma_cm          connect through rdma_cm, as perftest's -R
       --perftest         perftest's default exchange (TCP), as ib_write_bw
   -h, --help             this text
 
-Exit status: 0 success, 1 failure, 2 bad usage.
+Exit status: 0 success, 1 failure, 2 bad usage, 3 --direct on a device
+that is not mlx5.
 ";
 
 /// Batches in flight at once.
@@ -208,6 +238,7 @@ fn main() -> ExitCode {
             flag('L', "loopback"),
             flag('R', "rdma_cm"),
             flag('P', "perftest"),
+            flag('D', "direct"),
             // perftest's spelling of -g (--gid-index).
             val('x', "gid-idx"),
         ],
@@ -232,6 +263,24 @@ fn run(cli: &Cli) -> Result<(), Failure> {
             ],
         );
     }
+    let direct = cli.flag("direct");
+    if direct {
+        common::refuse_with(
+            PROG,
+            "--direct",
+            &[
+                (cli.flag("rdma_cm"), "-R"),
+                (cli.flag("perftest"), "--perftest"),
+            ],
+        );
+        if host.is_none() && !cli.flag("loopback") {
+            common::usage_error(
+                PROG,
+                "--direct is the writer's: give the server's HOST, or --loopback \
+                 (the server needs no option)",
+            );
+        }
+    }
     if cli.flag("rdma_cm") {
         common::refuse_with(
             PROG,
@@ -251,6 +300,10 @@ fn run(cli: &Cli) -> Result<(), Failure> {
         );
     }
     let ctx = open_device(cli.text("ib-dev"))?;
+    if direct {
+        // Before anything is printed, as the mlx5-only examples refuse.
+        common::require_mlx5(&ctx, "--direct writes mlx5 WQEs")?;
+    }
     let opts = connect_options(
         &ctx,
         cli.num_or("ib-port", 1),
@@ -268,21 +321,22 @@ fn run(cli: &Cli) -> Result<(), Failure> {
         },
     );
     println!(
-        "rc_write: {} port {}, GID index {}, MTU {}, {} writes of {} bytes in batches of {}",
+        "rc_write: {} port {}, GID index {}, MTU {}, {} writes of {} bytes in batches of {}{}",
         ctx.name(),
         opts.port,
         common::gid_name(&opts),
         opts.mtu.bytes(),
         shape.iters,
         shape.size,
-        shape.batch
+        shape.batch,
+        if direct { ", direct path" } else { "" }
     );
     if perftest {
         with_tcp::run(&pd, opts, shape, host, port)
     } else if cli.flag("loopback") {
-        loopback(&pd, &opts, shape)
+        loopback(&pd, &opts, shape, direct)
     } else if let Some(host) = host {
-        client(&pd, &opts, shape, host, port)
+        client(&pd, &opts, shape, host, port, direct)
     } else {
         server(&pd, &opts, shape, port)
     }
@@ -392,8 +446,9 @@ fn client(
     shape: Shape,
     host: &str,
     port: u16,
+    direct: bool,
 ) -> Result<(), Failure> {
-    let mut side = Side::new(pd, shape.slots_len(), shape)?;
+    let mut side = Writer::new(pd, shape, direct)?;
     let seed = (random_psn() % 251) as u8;
     // One attempt, as perftest's ib_write_bw makes (ethernet_client_connect).
     let mut stream = common::connect_to_server(host, port, common::Wait::Once)?;
@@ -408,35 +463,211 @@ fn client(
         rkey: reply.get("rkey")? as u32,
         len: reply.get("len")?,
     };
-    if remote.len < side.mr.len() as u64 {
+    let len = side.mr().len();
+    if remote.len < len as u64 {
         return Err(Failure::Failed(format!(
-            "the server offers {} bytes, this run needs {} (use the same -s and -b on both sides)",
+            "the server offers {} bytes, this run needs {len} (use the same -s and -b on both sides)",
             remote.len,
-            side.mr.len()
         )));
     }
-    side.mr.write_at(0, &pattern(side.mr.len(), seed))?;
-    let (iters, elapsed) = write_all(&mut side, remote, shape, |k| shape.slot(k))?;
+    side.mr_mut().write_at(0, &pattern(len, seed))?;
+    let (iters, elapsed) = side.write(remote, shape)?;
     report_bw(shape.size, iters, elapsed);
+    report_rate(iters, elapsed, &side.path());
     Msg::new("done").num("writes", iters).send(&mut stream)?;
-    common::await_check(PROG, &mut rd, side.mr.len() as u64)
+    common::await_check(PROG, &mut rd, len as u64)
 }
 
-fn loopback(pd: &ProtectionDomain, opts: &ConnectOptions, shape: Shape) -> Result<(), Failure> {
+fn loopback(
+    pd: &ProtectionDomain,
+    opts: &ConnectOptions,
+    shape: Shape,
+    direct: bool,
+) -> Result<(), Failure> {
     let target = Side::new(pd, shape.slots_len(), shape)?;
-    let mut writer = Side::new(pd, shape.slots_len(), shape)?;
+    let mut writer = Writer::new(pd, shape, direct)?;
     target.connect(&writer.endpoint(opts)?, opts)?;
     writer.connect(&target.endpoint(opts)?, opts)?;
     let seed = (random_psn() % 251) as u8;
-    writer.mr.write_at(0, &pattern(writer.mr.len(), seed))?;
-    let (iters, elapsed) = write_all(&mut writer, target.mr.remote(..)?, shape, |k| shape.slot(k))?;
+    let len = writer.mr().len();
+    writer.mr_mut().write_at(0, &pattern(len, seed))?;
+    let (iters, elapsed) = writer.write(target.mr.remote(..)?, shape)?;
     report_bw(shape.size, iters, elapsed);
+    report_rate(iters, elapsed, &writer.path());
     common::report_check(
         PROG,
         check_pattern(&target.mr.to_vec(..)?, seed),
         target.mr.len(),
         iters,
     )
+}
+
+/// The message rate of a run, and the path its writes took.
+fn report_rate(iters: u64, elapsed: std::time::Duration, path: &str) {
+    let secs = elapsed.as_secs_f64().max(1e-9);
+    println!(
+        "{PROG}: {iters} writes in {:.3} ms: {:.0} writes/s ({path})",
+        secs * 1e3,
+        iters as f64 / secs
+    );
+}
+
+/// The writer of a client or `--loopback` run: through libmlx5's
+/// builders ([`Side`]), or on the direct path ([`DirectSide`]).
+enum Writer {
+    Verbs(Side),
+    Direct(DirectSide),
+}
+
+impl Writer {
+    /// `shape.slots_len()` bytes of memory and a QP, on the direct path
+    /// when `direct`.
+    fn new(pd: &ProtectionDomain, shape: Shape, direct: bool) -> Result<Writer, Failure> {
+        Ok(if direct {
+            Writer::Direct(DirectSide::new(pd, shape)?)
+        } else {
+            Writer::Verbs(Side::new(pd, shape.slots_len(), shape)?)
+        })
+    }
+
+    fn endpoint(&self, opts: &ConnectOptions) -> Result<Endpoint, Failure> {
+        match self {
+            Writer::Verbs(s) => s.endpoint(opts),
+            Writer::Direct(d) => Ok(d.qp.endpoint(d.psn, opts)?),
+        }
+    }
+
+    /// Connects to `peer`; on the direct path with the PSN its
+    /// [`endpoint`](Self::endpoint) gave.
+    fn connect(&self, peer: &Endpoint, opts: &ConnectOptions) -> Result<(), Failure> {
+        match self {
+            Writer::Verbs(s) => s.connect(peer, opts),
+            Writer::Direct(d) => Ok(d.qp.connect_to(peer, opts)?),
+        }
+    }
+
+    fn mr(&self) -> &MemoryRegion {
+        match self {
+            Writer::Verbs(s) => &s.mr,
+            Writer::Direct(d) => &d.mr,
+        }
+    }
+
+    fn mr_mut(&mut self) -> &mut MemoryRegion {
+        match self {
+            Writer::Verbs(s) => &mut s.mr,
+            Writer::Direct(d) => &mut d.mr,
+        }
+    }
+
+    /// Writes `shape.iters` writes from the slots to the same slots of
+    /// `remote`; returns the writes done and their time.
+    fn write(
+        &mut self,
+        remote: RemoteBuf,
+        shape: Shape,
+    ) -> Result<(u64, std::time::Duration), Failure> {
+        match self {
+            Writer::Verbs(s) => write_all(s, remote, shape, |k| shape.slot(k)),
+            Writer::Direct(d) => d.write_all(remote, shape),
+        }
+    }
+
+    /// The path its writes take, for the rate line.
+    fn path(&self) -> String {
+        match self {
+            Writer::Verbs(_) => {
+                format!("libmlx5's ibv_wr_* builders, up to {IN_FLIGHT} batches in flight")
+            }
+            Writer::Direct(_) => "direct path, one scoped post_and_wait per batch".to_string(),
+        }
+    }
+}
+
+/// The writer on mlx5's direct path: an RC QP taken with
+/// `QpEx::into_direct` before it was connected, its send CQ its own (its
+/// receives, which this run never posts, complete on another), and the
+/// `batch` slots it writes from.
+struct DirectSide {
+    // Fields drop in order: the QP (and its CQs) before the memory its
+    // writes read.
+    qp: direct::DirectRc,
+    mr: MemoryRegion,
+    psn: u32,
+}
+
+impl DirectSide {
+    /// A send queue for one batch: `post_and_wait` has one in flight.
+    fn new(pd: &ProtectionDomain, shape: Shape) -> Result<DirectSide, Failure> {
+        let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
+        let mr = MemoryRegion::new(pd, shape.slots_len(), access)?;
+        let cq = CompletionQueue::new(pd.context(), shape.batch + 16)?;
+        let rq = CompletionQueue::new(pd.context(), 1)?;
+        let qp = QpBuilder::rc(pd, &cq, &rq)
+            .caps(QpCaps {
+                max_send_wr: shape.batch,
+                max_recv_wr: 1,
+                max_send_sge: 1,
+                max_recv_sge: 1,
+                max_inline_data: 0,
+            })
+            .send_ops(SendOps::RDMA_WRITE)
+            .build()?;
+        // In RESET, never posted: the direct path takes its send queue and
+        // `cq`.
+        let qp = qp.into_direct(cq)?;
+        Ok(DirectSide {
+            qp,
+            mr,
+            psn: random_psn(),
+        })
+    }
+
+    /// [`write_all`] on the direct path: each batch of `shape.batch`
+    /// writes (write `k` from slot `k mod batch` to the same slot of
+    /// `remote`, unsignalled but the last) is written into the send queue
+    /// by the crate and posted with one doorbell by `post_and_wait`, which
+    /// returns when the batch has completed: the borrow of the slots ends
+    /// only then, so no `unsafe` is needed. Every completion is checked,
+    /// and that the batch's completions retire all of its writes.
+    fn write_all(
+        &mut self,
+        remote: RemoteBuf,
+        shape: Shape,
+    ) -> Result<(u64, std::time::Duration), Failure> {
+        let size = shape.size;
+        let (qp, mr) = (&mut self.qp, &self.mr);
+        let mut done = 0u64;
+        let start = std::time::Instant::now();
+        while done < shape.iters {
+            let n = (shape.iters - done).min(u64::from(shape.batch));
+            let wcs = qp.post_and_wait(common::WAIT, |b| {
+                for k in done..done + n {
+                    let at = shape.slot(k);
+                    b.rdma_write(
+                        k,
+                        SendFlags::empty(),
+                        remote.slice(at as u64, size as u64)?,
+                        mr.sge(at..at + size)?,
+                    )?;
+                }
+                Ok(())
+            })?;
+            let mut covered = 0u64;
+            for wc in wcs {
+                wc.ok().map_err(|e| format!("{e} ({wc:?})"))?;
+                covered += u64::from(wc.covers);
+            }
+            if covered != n {
+                return Err(Failure::Failed(format!(
+                    "writes {done}..{}: the completions retired {covered} of {n} ({wcs:?})",
+                    done + n
+                )));
+            }
+            done += n;
+        }
+        Ok((done, start.elapsed()))
+    }
 }
 
 /// Posts `shape.iters` writes, write `k` from offset `offset(k)` of `side`

@@ -240,6 +240,17 @@ fn every_example_refuses_bad_usage_with_status_2_before_the_device() {
             &["--loopback=yes"],
             "option '--loopback' takes no value",
         ),
+        ("rc_write", &["--direct"], "--direct is the writer's"),
+        (
+            "rc_write",
+            &["--direct", "-R", "host"],
+            "-R does not go with --direct",
+        ),
+        (
+            "rc_write",
+            &["--direct", "--perftest", "host"],
+            "--perftest does not go with --direct",
+        ),
         (
             "dc_write",
             &["-s", "0"],

@@ -8,11 +8,11 @@
 //! `dc_write --perftest` against `ib_write_bw -c DC` in both directions
 //! (mlx5 only), a malformed perftest exchange refused, `devinfo`, and on a
 //! device that is not mlx5 the clean refusal (exit status 3, the missing
-//! capability named, no panic) of each mlx5-only example. On an mlx5
-//! device those run for real instead. On the software mlx5 device
-//! (`mlx5dv-sim`, InfiniBand or `--roce`) every process under one
-//! `scripts/mlx5-sim` is a host of one fabric, so the two-process runs
-//! run there too.
+//! capability named, no panic) of each mlx5-only example (and of
+//! `rc_write --direct`). On an mlx5 device those run for real instead.
+//! On the software mlx5 device (`mlx5dv-sim`, InfiniBand or `--roce`)
+//! every process under one `scripts/mlx5-sim` is a host of one fabric,
+//! so the two-process runs run there too.
 //!
 //! The examples must be built first (`cargo build --examples`; scripts/test
 //! does it). Run by `scripts/test` in the guest with
@@ -336,6 +336,10 @@ fn mlx5_examples(dev: &str, gid: &str) -> Vec<(&'static str, Vec<String>)> {
         ("dma_memcpy", base(&["-n", "200", "-s", "4096"])),
         ("mkey_layout", base(&[])),
         ("raw_wqe", base(&["-n", "5"])),
+        (
+            "rc_write",
+            base(&["--direct", "--loopback", "-n", "200", "-s", "4096"]),
+        ),
     ]
 }
 

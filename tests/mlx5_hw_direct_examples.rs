@@ -1,0 +1,121 @@
+//! `rc_write --direct` on an mlx5 device: the client's writes on the
+//! direct path (`QpEx::into_direct`, `DirectQp::post_and_wait`) to a
+//! plain `rc_write` server in another process, which checks every byte
+//! it received; and `--direct --loopback`, both sides in one process.
+//!
+//! The direct path needs mlx5 (`mlx5dv_init_obj`), so these tests run
+//! only where one is named: they are `#[ignore]`d; run them with
+//! `MLX5DV_TEST_MLX5_DEVICE=mlx5_0 cargo test --test mlx5_hw_direct_examples
+//! -- --ignored` (the examples built first: `cargo build --examples`).
+//! Without the variable, or on a device that is not mlx5, a test fails.
+//! On the software mlx5 device every process under one `scripts/mlx5-sim`
+//! is a host of one fabric, so the server and client run there too
+//! (scripts/test runs `tests/mlx5_hw*` so).
+
+mod support;
+
+use std::process::{Command, Output};
+use support::examples::*;
+use support::process::{spawn, text};
+use support::{hw, rig};
+
+/// The mlx5 device of `MLX5DV_TEST_MLX5_DEVICE` (checked to be mlx5) and
+/// the GID index to give the examples (on RoCE the first RoCE v2 GID, on
+/// InfiniBand 0, which the examples then do not use for the path).
+fn mlx5_device_and_gid() -> (String, String) {
+    let ctx = hw::open();
+    let gid = rig::connect_options(&ctx)
+        .gid_index
+        .map_or_else(|| "0".to_string(), |i| i.to_string());
+    (ctx.name().to_string(), gid)
+}
+
+/// The rate line a client or loopback run prints, which must be there.
+#[track_caller]
+fn rate_line(out: &Output) -> String {
+    let s = String::from_utf8_lossy(&out.stdout);
+    s.lines()
+        .find(|l| l.starts_with("rc_write: ") && l.contains(" writes/s ("))
+        .unwrap_or_else(|| panic!("no rate line: {}", text(out)))
+        .to_string()
+}
+
+/// A plain `rc_write` server and an `rc_write` client with `extra`
+/// options, on TCP port `port`: both must exit 0 and the server must have
+/// checked every byte. Returns the client's rate line.
+fn against_plain_server(dev: &str, gid: &str, port: &str, extra: &[&str]) -> String {
+    let common = [
+        "-d", dev, "-g", gid, "-n", "300", "-s", "8192", "-b", "16", "-p", port,
+    ];
+    let server = spawn(Command::new(example("rc_write")).args(common));
+    let client_args = [&common[..], extra, &["127.0.0.1"]].concat();
+    let client = run_client(example("rc_write"), &client_args);
+    let server = finish(server, "rc_write server");
+    let what = format!("rc_write client {}", client_args.join(" "));
+    assert_status(&client, 0, &what);
+    assert_status(&server, 0, &format!("rc_write server, against {what}"));
+    let c = String::from_utf8_lossy(&client.stdout);
+    assert!(c.contains("BW average[MB/sec]"), "{c}");
+    // 16 slots of 8192 bytes, each written and checked.
+    assert!(
+        c.contains("the server checked its 131072 bytes: all as written"),
+        "{c}"
+    );
+    let s = String::from_utf8_lossy(&server.stdout);
+    assert!(
+        s.contains("300 writes received; all 131072 bytes of the target checked"),
+        "{s}"
+    );
+    rate_line(&client)
+}
+
+/// The direct client writes to a plain server, which checks the data; a
+/// plain client then does the same run, and both rate lines are printed
+/// (visible with `--nocapture`; nothing is asserted of the rates).
+#[test]
+#[ignore = "needs an mlx5 device: set MLX5DV_TEST_MLX5_DEVICE"]
+fn rc_write_direct_client_writes_to_a_plain_server_which_checks_the_data() {
+    let (dev, gid) = mlx5_device_and_gid();
+    let direct = against_plain_server(&dev, &gid, "19140", &["--direct"]);
+    assert!(
+        direct.contains("300 writes in") && direct.contains("(direct path"),
+        "{direct}"
+    );
+    let plain = against_plain_server(&dev, &gid, "19141", &[]);
+    assert!(
+        plain.contains("300 writes in") && plain.contains("(libmlx5's ibv_wr_* builders"),
+        "{plain}"
+    );
+    println!("{direct}\n{plain}");
+}
+
+/// `--direct --loopback`: the direct writer and a plain target in one
+/// process, every byte of the target checked.
+#[test]
+#[ignore = "needs an mlx5 device: set MLX5DV_TEST_MLX5_DEVICE"]
+fn rc_write_direct_loopback_checks_the_data() {
+    let (dev, gid) = mlx5_device_and_gid();
+    let out = run(Command::new(example("rc_write")).args([
+        "--direct",
+        "--loopback",
+        "-d",
+        &dev,
+        "-g",
+        &gid,
+        "-n",
+        "1000",
+        "-s",
+        "4096",
+        "-b",
+        "32",
+    ]));
+    assert_status(&out, 0, "rc_write --direct --loopback");
+    let s = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        s.contains("1000 writes received; all 131072 bytes of the target checked"),
+        "{s}"
+    );
+    let rate = rate_line(&out);
+    assert!(rate.contains("(direct path"), "{rate}");
+    println!("{rate}");
+}
