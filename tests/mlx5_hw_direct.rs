@@ -1,0 +1,1215 @@
+//! The direct data path ([`mlx5dv::direct`]) on mlx5 hardware: a
+//! [`DirectQp`] talking to a normal RC QP of the crate on the same device.
+//!
+//! Every kind of WQE the direct path writes is posted and checked at the
+//! peer byte for byte (RDMA write, write with immediate, inline write of
+//! many lengths, send, send with immediate, inline send, RDMA read, atomic
+//! compare-and-swap and fetch-and-add), with every completion's status,
+//! opcode, `wr_id`, `byte_len` and `covers`. Then unsignalled work requests
+//! (one CQE retiring many), batches wrapping the send queue many times,
+//! error CQEs (remote access error, flush, retry exceeded) and the
+//! `reset` + reconnect that follows them, the refusals of `into_direct`,
+//! and the scoped post's empty, abandoned and timed-out batches.
+//!
+//! This test needs an mlx5 (ConnectX) device: it runs only where one is
+//! present, and what it checks counts as verified on hardware only from
+//! such a run. It is `#[ignore]`d; run it with
+//! `MLX5DV_TEST_MLX5_DEVICE=mlx5_0 cargo test --test mlx5_hw_direct -- --ignored`
+//! (or under `scripts/mlx5-sim`, which provides a software mlx5_0).
+//! Without the variable it fails.
+
+#![allow(clippy::undocumented_unsafe_blocks)]
+
+mod support;
+
+use mlx5dv::direct::{DirectRc, DirectWc};
+use mlx5dv::*;
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+use support::hw::open;
+use support::rig::{self, pattern, Side, MR_LEN, WAIT};
+
+/// The direct QP's send-queue size asked for (work requests).
+const SEND_WR: u32 = 64;
+/// Inline data asked for: enough for WQEs of several basic blocks.
+const INLINE: u32 = 128;
+
+/// A direct RC QP and its peer, a normal RC QP of the crate, on one device.
+struct Rig {
+    qp: DirectRc,
+    /// The direct QP's receive CQ.
+    _rq: CompletionQueue,
+    /// What the direct side writes and sends from.
+    src: MemoryRegion,
+    /// Where the direct side's reads and atomics land.
+    dst: MemoryRegion,
+    peer: Side,
+    /// The options the direct side connects with.
+    opts: ConnectOptions,
+    /// The options the peer connects with.
+    peer_opts: ConnectOptions,
+    _pd: ProtectionDomain,
+    _ctx: Context,
+    psn: u32,
+}
+
+fn direct_caps() -> QpCaps {
+    QpCaps {
+        max_send_wr: SEND_WR,
+        max_recv_wr: 16,
+        max_send_sge: 1,
+        max_recv_sge: 1,
+        max_inline_data: INLINE,
+    }
+}
+
+impl Rig {
+    fn new() -> Rig {
+        Self::with(|o| o)
+    }
+
+    /// A rig whose direct side connects with options `tweak` makes.
+    fn with(tweak: impl FnOnce(ConnectOptions) -> ConnectOptions) -> Rig {
+        let ctx = open();
+        let pd = ProtectionDomain::new(&ctx).expect("alloc PD");
+        let peer_opts = rig::connect_options(&ctx);
+        let opts = tweak(peer_opts);
+        let cq = CompletionQueue::new(&ctx, 256).expect("send CQ");
+        let rq = CompletionQueue::new(&ctx, 16).expect("recv CQ");
+        let qp = QpBuilder::rc(&pd, &cq, &rq)
+            .caps(direct_caps())
+            .build()
+            .expect("create RC QP");
+        let qp = qp.into_direct(cq).expect("into_direct");
+        assert_eq!(qp.outstanding(), 0);
+        assert_eq!(qp.room(), qp.depth());
+        assert!(qp.depth() >= SEND_WR, "{qp:?}");
+        let peer = rig::side(&ctx, &pd, QpCaps::default(), SendOps::rc_default());
+        let src = MemoryRegion::new(&pd, MR_LEN, rig::access_all()).expect("src MR");
+        let dst = MemoryRegion::new(&pd, MR_LEN, rig::access_all()).expect("dst MR");
+        let mut r = Rig {
+            qp,
+            _rq: rq,
+            src,
+            dst,
+            peer,
+            opts,
+            peer_opts,
+            _pd: pd,
+            _ctx: ctx,
+            psn: 0x10,
+        };
+        r.connect();
+        r
+    }
+
+    /// Connects both sides (from RESET), with endpoints exchanged anew.
+    fn connect(&mut self) {
+        self.psn = (self.psn + 0x100) & 0x00ff_ffff;
+        let mine = self
+            .qp
+            .endpoint(self.psn, &self.opts)
+            .expect("direct endpoint");
+        let theirs = self
+            .peer
+            .qp
+            .endpoint(self.psn + 0x55, &self.peer_opts)
+            .expect("peer endpoint");
+        self.qp
+            .connect_to(&theirs, &self.opts)
+            .expect("connect the direct QP");
+        self.peer
+            .qp
+            .connect_to(&mine, &self.peer_opts)
+            .expect("connect the peer");
+        assert_eq!(self.qp.state().unwrap(), QpState::Rts);
+        assert_eq!(self.peer.qp.state().unwrap(), QpState::Rts);
+    }
+
+    /// Resets both sides (dropping what their CQs hold of before) and
+    /// connects them again.
+    fn reconnect(&mut self) {
+        self.qp.reset().expect("reset the direct QP");
+        assert_eq!(self.qp.state().unwrap(), QpState::Reset);
+        assert_eq!(self.qp.outstanding(), 0);
+        assert_eq!(self.qp.room(), self.qp.depth());
+        self.peer.qp.reset().expect("reset the peer");
+        let mut sink = Vec::new();
+        while self.peer.recv_cq.poll_into(&mut sink, 64).unwrap() > 0 {}
+        while self.peer.send_cq.poll_into(&mut sink, 64).unwrap() > 0 {}
+        self.connect();
+    }
+
+    /// A write of `len` bytes of `src` (from `at`) to the peer at `to`,
+    /// checked there byte for byte: the data path works.
+    fn write_works(&mut self, wr_id: u64, at: usize, to: usize, len: usize) {
+        self.peer.mr.fill(.., 0).unwrap();
+        let data = pattern(len, wr_id as u8);
+        self.src.write_at(at, &data).unwrap();
+        let remote = self.peer.mr.remote(to..to + len).unwrap();
+        let sge = self.src.sge(at..at + len).unwrap();
+        let qpn = self.qp.qp_num();
+        let wcs = self
+            .qp
+            .post_and_wait(WAIT, |b| {
+                b.rdma_write(wr_id, SendFlags::SIGNALED, remote, sge)
+            })
+            .unwrap();
+        assert_eq!(wcs.len(), 1, "{wcs:?}");
+        check_wc(&wcs[0], wr_id, WcOpcode::RDMA_WRITE, 1, qpn);
+        self.peer_holds(to, &data);
+        assert_eq!(self.qp.outstanding(), 0);
+    }
+
+    /// The peer's region holds `data` at `at` and zeros elsewhere.
+    #[track_caller]
+    fn peer_holds(&self, at: usize, data: &[u8]) {
+        let got = self.peer.mr.to_vec(..).unwrap();
+        assert_eq!(
+            &got[at..at + data.len()],
+            data,
+            "at {at}, {} bytes",
+            data.len()
+        );
+        let stray = got[..at]
+            .iter()
+            .chain(&got[at + data.len()..])
+            .position(|&b| b != 0);
+        assert_eq!(
+            stray,
+            None,
+            "a byte outside {at}..+{} was written",
+            data.len()
+        );
+    }
+
+    fn peer_recv(&mut self, wr_id: u64, range: std::ops::Range<usize>) {
+        let sge = self.peer.mr.sge(range).unwrap();
+        unsafe { self.peer.qp.post_recv(wr_id, &[sge]) }.expect("post a receive at the peer");
+    }
+
+    fn peer_wait_recv(&mut self) -> WorkCompletion {
+        let wcs = self.peer.recv_cq.wait(1, WAIT).expect("the peer's receive");
+        assert_eq!(wcs.len(), 1, "{wcs:?}");
+        wcs[0]
+    }
+}
+
+/// A successful direct completion with these fields.
+#[track_caller]
+fn check_wc(wc: &DirectWc, wr_id: u64, opcode: WcOpcode, covers: u32, qpn: u32) {
+    assert_eq!(wc.status, WcStatus::SUCCESS, "{wc:?}");
+    assert!(wc.is_success(), "{wc:?}");
+    wc.ok().unwrap();
+    assert_eq!(wc.wr_id, wr_id, "{wc:?}");
+    assert_eq!(wc.opcode, opcode, "{wc:?}");
+    assert_eq!(wc.covers, covers, "{wc:?}");
+    assert_eq!(wc.qp_num, qpn, "{wc:?}");
+    assert_eq!((wc.syndrome, wc.vendor_err), (0, 0), "{wc:?}");
+}
+
+/// Polls the direct QP until `n` completions came, or fails at `WAIT`.
+fn poll_n(qp: &mut DirectRc, n: usize) -> Vec<DirectWc> {
+    let mut wcs = Vec::new();
+    let deadline = Instant::now() + WAIT;
+    while wcs.len() < n {
+        qp.poll(n - wcs.len(), |wc| wcs.push(wc)).expect("poll");
+        assert!(Instant::now() < deadline, "only {wcs:?} of {n} came");
+    }
+    wcs
+}
+
+#[test]
+#[ignore = "needs an mlx5 device: set MLX5DV_TEST_MLX5_DEVICE"]
+fn rdma_write_lands_byte_for_byte() {
+    let mut r = Rig::new();
+    for (i, &(at, to, len)) in [
+        (0usize, 0usize, 1usize),
+        (3, 100, 7),
+        (64, 1000, 64),
+        (100, 4096, 4096),
+        (7, 9000, 30_000),
+    ]
+    .iter()
+    .enumerate()
+    {
+        r.write_works(i as u64 + 1, at, to, len);
+    }
+}
+
+#[test]
+#[ignore = "needs an mlx5 device: set MLX5DV_TEST_MLX5_DEVICE"]
+fn rdma_write_imm_gives_the_peer_its_immediate() {
+    let mut r = Rig::new();
+    let qpn = r.qp.qp_num();
+    for (i, &(to, len, imm)) in [
+        (0usize, 1usize, 0u32),
+        (128, 256, 0xdead_beef),
+        (5000, 3000, 0x0102_0304),
+    ]
+    .iter()
+    .enumerate()
+    {
+        let wr_id = 40 + i as u64;
+        r.peer.mr.fill(.., 0).unwrap();
+        let data = pattern(len, i as u8 + 9);
+        r.src.write_at(0, &data).unwrap();
+        // The receive a write with immediate consumes; its memory is not
+        // written.
+        r.peer_recv(900 + i as u64, MR_LEN - 64..MR_LEN);
+        let remote = r.peer.mr.remote(to..to + len).unwrap();
+        let sge = r.src.sge(0..len).unwrap();
+        let wcs =
+            r.qp.post_and_wait(WAIT, |b| {
+                b.rdma_write_imm(wr_id, SendFlags::SIGNALED, remote, imm, sge)
+            })
+            .unwrap();
+        assert_eq!(wcs.len(), 1, "{wcs:?}");
+        check_wc(&wcs[0], wr_id, WcOpcode::RDMA_WRITE, 1, qpn);
+        assert_eq!(wcs[0].byte_len, 0, "{:?}", wcs[0]);
+        let rx = r.peer_wait_recv();
+        assert_eq!(rx.status, WcStatus::SUCCESS, "{rx:?}");
+        assert_eq!(rx.wr_id, 900 + i as u64, "{rx:?}");
+        assert_eq!(rx.opcode, WcOpcode::RECV_RDMA_WITH_IMM, "{rx:?}");
+        assert_eq!(rx.imm, Some(imm), "{rx:?}");
+        assert_eq!(rx.byte_len as usize, len, "{rx:?}");
+        r.peer_holds(to, &data);
+    }
+}
+
+#[test]
+#[ignore = "needs an mlx5 device: set MLX5DV_TEST_MLX5_DEVICE"]
+fn inline_writes_of_every_shape() {
+    let mut r = Rig::new();
+    let qpn = r.qp.qp_num();
+    let max = r.qp.caps().max_inline_data as usize;
+    assert!(max >= INLINE as usize, "{:?}", r.qp.caps());
+    // Lengths at each edge of the 16-byte units (12 bytes share the unit
+    // of the byte count) and of the 64-byte basic blocks, up to the most.
+    let mut lens = vec![0usize, 1, 11, 12, 13, 27, 28, 29, 44, 45, 60, 61, 76, 100];
+    lens.push(max - 1);
+    lens.push(max);
+    for (i, &len) in lens.iter().enumerate() {
+        let wr_id = 100 + i as u64;
+        r.peer.mr.fill(.., 0).unwrap();
+        let data = pattern(len, i as u8 + 1);
+        let to = 64 * i + 3;
+        let remote = r
+            .peer
+            .mr
+            .remote(..)
+            .unwrap()
+            .slice(to as u64, len as u64)
+            .unwrap();
+        let wcs =
+            r.qp.post_and_wait(WAIT, |b| {
+                b.rdma_write_inline(wr_id, SendFlags::SIGNALED, remote, &data)
+            })
+            .unwrap_or_else(|e| panic!("inline write of {len} bytes: {e}"));
+        assert_eq!(wcs.len(), 1, "{wcs:?}");
+        check_wc(&wcs[0], wr_id, WcOpcode::RDMA_WRITE, 1, qpn);
+        r.peer_holds(to, &data);
+    }
+
+    // One byte more than the QP takes inline: refused, nothing posted.
+    let remote = r.peer.mr.remote(0..max + 1).unwrap();
+    let big = vec![1u8; max + 1];
+    let e =
+        r.qp.post_and_wait(WAIT, |b| {
+            b.rdma_write_inline(1, SendFlags::SIGNALED, remote, &big)
+        })
+        .unwrap_err();
+    assert!(matches!(e, Error::OutOfRange { .. }), "{e}");
+    assert_eq!(r.qp.outstanding(), 0);
+    // Several inline WQEs of several basic blocks in one batch.
+    r.peer.mr.fill(.., 0).unwrap();
+    let datas: Vec<Vec<u8>> = (0..8).map(|i| pattern(max - i * 7, i as u8)).collect();
+    let remote = r.peer.mr.remote(..).unwrap();
+    let wcs =
+        r.qp.post_and_wait(WAIT, |b| {
+            for (i, d) in datas.iter().enumerate() {
+                let to = (i * 256) as u64;
+                b.rdma_write_inline(
+                    i as u64,
+                    SendFlags::empty(),
+                    remote.slice(to, d.len() as u64)?,
+                    d,
+                )?;
+            }
+            Ok(())
+        })
+        .unwrap();
+    assert_eq!(wcs.len(), 1, "{wcs:?}");
+    check_wc(&wcs[0], 7, WcOpcode::RDMA_WRITE, 8, qpn);
+    let got = r.peer.mr.to_vec(..).unwrap();
+    for (i, d) in datas.iter().enumerate() {
+        assert_eq!(&got[i * 256..i * 256 + d.len()], &d[..], "inline write {i}");
+    }
+}
+
+#[test]
+#[ignore = "needs an mlx5 device: set MLX5DV_TEST_MLX5_DEVICE"]
+fn sends_arrive_byte_for_byte() {
+    let mut r = Rig::new();
+    let qpn = r.qp.qp_num();
+    let max = r.qp.caps().max_inline_data as usize;
+    #[derive(Debug, Clone, Copy)]
+    enum Kind {
+        Send,
+        SendImm(u32),
+        Inline,
+    }
+    let cases = [
+        (Kind::Send, 1usize),
+        (Kind::Send, 0),
+        (Kind::Send, 33),
+        (Kind::Send, 4096),
+        (Kind::Send, 20_000),
+        (Kind::SendImm(0xfeed_f00d), 0),
+        (Kind::SendImm(7), 64),
+        (Kind::SendImm(0x8000_0001), 5000),
+        (Kind::Inline, 0),
+        (Kind::Inline, 1),
+        (Kind::Inline, 12),
+        (Kind::Inline, 13),
+        (Kind::Inline, 60),
+        (Kind::Inline, max),
+    ];
+    for (i, &(kind, len)) in cases.iter().enumerate() {
+        let wr_id = 200 + i as u64;
+        let rx_id = 300 + i as u64;
+        r.peer.mr.fill(.., 0).unwrap();
+        let data = pattern(len, i as u8 + 17);
+        r.src.write_at(64, &data).unwrap();
+        r.peer_recv(rx_id, 0..MR_LEN);
+        let sge = r.src.sge(64..64 + len).unwrap();
+        let wcs =
+            r.qp.post_and_wait(WAIT, |b| match kind {
+                Kind::Send => b.send(wr_id, SendFlags::SIGNALED, sge),
+                Kind::SendImm(imm) => b.send_imm(wr_id, SendFlags::SIGNALED, imm, sge),
+                Kind::Inline => b.send_inline(wr_id, SendFlags::SIGNALED, &data),
+            })
+            .unwrap_or_else(|e| panic!("{kind:?} of {len} bytes: {e}"));
+        assert_eq!(wcs.len(), 1, "{wcs:?}");
+        check_wc(&wcs[0], wr_id, WcOpcode::SEND, 1, qpn);
+        assert_eq!(wcs[0].byte_len, 0, "{:?}", wcs[0]);
+        let rx = r.peer_wait_recv();
+        assert_eq!(rx.status, WcStatus::SUCCESS, "{kind:?} {len}: {rx:?}");
+        assert_eq!(rx.wr_id, rx_id, "{rx:?}");
+        assert_eq!(rx.opcode, WcOpcode::RECV, "{rx:?}");
+        assert_eq!(rx.byte_len as usize, len, "{kind:?}: {rx:?}");
+        let imm = match kind {
+            Kind::SendImm(imm) => Some(imm),
+            _ => None,
+        };
+        assert_eq!(rx.imm, imm, "{kind:?}: {rx:?}");
+        r.peer_holds(0, &data);
+    }
+}
+
+#[test]
+#[ignore = "needs an mlx5 device: set MLX5DV_TEST_MLX5_DEVICE"]
+fn rdma_read_fetches_byte_for_byte() {
+    let mut r = Rig::new();
+    let qpn = r.qp.qp_num();
+    for (i, &(from, at, len)) in [
+        (0usize, 0usize, 1usize),
+        (8, 8, 8),
+        (100, 3, 32),
+        (1000, 64, 33),
+        (4096, 0, 4096),
+        (9, 17, 40_000),
+    ]
+    .iter()
+    .enumerate()
+    {
+        let wr_id = 400 + i as u64;
+        let data = pattern(len, i as u8 + 31);
+        r.peer.mr.fill(.., 0).unwrap();
+        r.peer.mr.write_at(from, &data).unwrap();
+        r.dst.fill(.., 0).unwrap();
+        let remote = r.peer.mr.remote(from..from + len).unwrap();
+        let sge = r.dst.sge_mut(at..at + len).unwrap();
+        let wcs =
+            r.qp.post_and_wait(WAIT, |b| {
+                b.rdma_read(wr_id, SendFlags::SIGNALED, remote, sge)
+            })
+            .unwrap();
+        assert_eq!(wcs.len(), 1, "{wcs:?}");
+        check_wc(&wcs[0], wr_id, WcOpcode::RDMA_READ, 1, qpn);
+        assert_eq!(wcs[0].byte_len as usize, len, "{:?}", wcs[0]);
+        let got = r.dst.to_vec(..).unwrap();
+        assert_eq!(&got[at..at + len], &data[..], "read {i}");
+        assert!(got[..at].iter().chain(&got[at + len..]).all(|&b| b == 0));
+    }
+}
+
+/// The 8 bytes an atomic left in `mr` at `at`. The software device (and
+/// a ConnectX whose responder is in host-endianness mode, which the
+/// kernel requires for `IBV_ATOMIC_HCA`) returns the old value in host
+/// order, the order the peer's memory holds it in.
+fn u64_at(mr: &MemoryRegion, at: usize) -> u64 {
+    let mut b = [0u8; 8];
+    mr.read_at(at, &mut b).unwrap();
+    u64::from_ne_bytes(b)
+}
+
+#[test]
+#[ignore = "needs an mlx5 device: set MLX5DV_TEST_MLX5_DEVICE"]
+fn atomics_return_the_old_value_and_update_the_peer() {
+    let mut r = Rig::new();
+    let qpn = r.qp.qp_num();
+    const V: u64 = 0x0102_0304_0506_0708;
+    const W: u64 = 0x1122_3344_5566_7788;
+    r.peer.mr.fill(.., 0).unwrap();
+    r.peer.mr.write_at(64, &V.to_ne_bytes()).unwrap();
+    let remote = r.peer.mr.remote(64..72).unwrap();
+
+    // Compare-and-swap that matches: V comes back, W is there.
+    r.dst.fill(.., 0xee).unwrap();
+    let sge = r.dst.sge_mut(8..16).unwrap();
+    let wcs =
+        r.qp.post_and_wait(WAIT, |b| {
+            b.atomic_cmp_swp(500, SendFlags::SIGNALED, remote, V, W, sge)
+        })
+        .unwrap();
+    assert_eq!(wcs.len(), 1, "{wcs:?}");
+    check_wc(&wcs[0], 500, WcOpcode::COMP_SWAP, 1, qpn);
+    assert_eq!(wcs[0].byte_len, 8, "{:?}", wcs[0]);
+    assert_eq!(u64_at(&r.dst, 8), V);
+    assert_eq!(u64_at(&r.peer.mr, 64), W);
+    // Untouched around the 8 bytes.
+    assert!(r.dst.to_vec(0..8).unwrap().iter().all(|&b| b == 0xee));
+    assert!(r.dst.to_vec(16..24).unwrap().iter().all(|&b| b == 0xee));
+
+    // Compare-and-swap that does not match: W comes back, W stays.
+    let sge = r.dst.sge_mut(16..24).unwrap();
+    let wcs =
+        r.qp.post_and_wait(WAIT, |b| {
+            b.atomic_cmp_swp(501, SendFlags::SIGNALED, remote, V, 0, sge)
+        })
+        .unwrap();
+    check_wc(&wcs[0], 501, WcOpcode::COMP_SWAP, 1, qpn);
+    assert_eq!(u64_at(&r.dst, 16), W);
+    assert_eq!(u64_at(&r.peer.mr, 64), W);
+
+    // Fetch-and-add, twice in one batch (the first unsignalled).
+    let (a, b2) = r.dst.sge_mut(24..40).unwrap().split_at(8).unwrap();
+    let wcs =
+        r.qp.post_and_wait(WAIT, |b| {
+            b.atomic_fetch_add(502, SendFlags::empty(), remote, 5, a)?;
+            b.atomic_fetch_add(503, SendFlags::SIGNALED, remote, 0x1_0000_0000, b2)
+        })
+        .unwrap();
+    assert_eq!(wcs.len(), 1, "{wcs:?}");
+    check_wc(&wcs[0], 503, WcOpcode::FETCH_ADD, 2, qpn);
+    assert_eq!(wcs[0].byte_len, 8);
+    assert_eq!(u64_at(&r.dst, 24), W);
+    assert_eq!(u64_at(&r.dst, 32), W + 5);
+    assert_eq!(u64_at(&r.peer.mr, 64), W + 5 + 0x1_0000_0000);
+
+    // Wraps at 2^64.
+    let sge = r.dst.sge_mut(40..48).unwrap();
+    let wcs =
+        r.qp.post_and_wait(WAIT, |b| {
+            b.atomic_fetch_add(504, SendFlags::SIGNALED, remote, u64::MAX, sge)
+        })
+        .unwrap();
+    check_wc(&wcs[0], 504, WcOpcode::FETCH_ADD, 1, qpn);
+    assert_eq!(u64_at(&r.dst, 40), W + 5 + 0x1_0000_0000);
+    assert_eq!(u64_at(&r.peer.mr, 64), W + 4 + 0x1_0000_0000);
+
+    // Misaligned or mis-sized: refused before anything is written.
+    let odd = r.peer.mr.remote(65..73).unwrap();
+    let sge = r.dst.sge_mut(0..8).unwrap();
+    let e =
+        r.qp.post_and_wait(WAIT, |b| {
+            b.atomic_fetch_add(1, SendFlags::empty(), odd, 1, sge)
+        })
+        .unwrap_err();
+    assert!(matches!(e, Error::InvalidArgument(_)), "{e}");
+    let sge = r.dst.sge_mut(0..16).unwrap();
+    let e =
+        r.qp.post_and_wait(WAIT, |b| {
+            b.atomic_fetch_add(1, SendFlags::empty(), remote, 1, sge)
+        })
+        .unwrap_err();
+    assert!(matches!(e, Error::OutOfRange { .. }), "{e}");
+    assert_eq!(r.qp.outstanding(), 0);
+    assert_eq!(u64_at(&r.peer.mr, 64), W + 4 + 0x1_0000_0000);
+}
+
+#[test]
+#[ignore = "needs an mlx5 device: set MLX5DV_TEST_MLX5_DEVICE"]
+fn one_completion_retires_32_unsignalled_writes() {
+    let mut r = Rig::new();
+    let qpn = r.qp.qp_num();
+    let data = pattern(32 * 64, 5);
+    r.src.write_at(0, &data).unwrap();
+    r.peer.mr.fill(.., 0).unwrap();
+    let remote = r.peer.mr.remote(..).unwrap();
+
+    // Rung without waiting: only the last is signalled.
+    let mut b = r.qp.batch();
+    for i in 0..32u64 {
+        let flags = if i == 31 {
+            SendFlags::SIGNALED
+        } else {
+            SendFlags::empty()
+        };
+        let at = i as usize * 64;
+        b.rdma_write(
+            i,
+            flags,
+            remote.slice(at as u64 * 2, 64).unwrap(),
+            r.src.sge(at..at + 64).unwrap(),
+        )
+        .unwrap();
+    }
+    assert_eq!(b.len(), 32);
+    // `src` is neither written nor dropped until the completion below.
+    let n = unsafe { b.ring() };
+    assert_eq!(n, 32);
+    assert_eq!(r.qp.outstanding(), 32);
+    assert_eq!(r.qp.room(), r.qp.depth() - 32);
+    let wcs = poll_n(&mut r.qp, 1);
+    check_wc(&wcs[0], 31, WcOpcode::RDMA_WRITE, 32, qpn);
+    assert_eq!(r.qp.outstanding(), 0);
+    assert_eq!(r.qp.room(), r.qp.depth());
+    // Nothing more comes.
+    std::thread::sleep(Duration::from_millis(50));
+    assert_eq!(r.qp.poll(8, |wc| panic!("{wc:?}")).unwrap(), 0);
+    let got = r.peer.mr.to_vec(..).unwrap();
+    for i in 0..32 {
+        assert_eq!(
+            &got[i * 128..i * 128 + 64],
+            &data[i * 64..i * 64 + 64],
+            "write {i}"
+        );
+        assert!(got[i * 128 + 64..i * 128 + 128].iter().all(|&b| b == 0));
+    }
+
+    // The scoped post signals the last of a batch whose flags are all
+    // empty.
+    r.peer.mr.fill(.., 0).unwrap();
+    let src = &r.src;
+    let wcs =
+        r.qp.post_and_wait(WAIT, |b| {
+            for i in 0..32u64 {
+                let at = i as usize * 64;
+                b.rdma_write(
+                    1000 + i,
+                    SendFlags::empty(),
+                    remote.slice(at as u64, 64)?,
+                    src.sge(at..at + 64)?,
+                )?;
+            }
+            Ok(())
+        })
+        .unwrap();
+    assert_eq!(wcs.len(), 1, "{wcs:?}");
+    check_wc(&wcs[0], 1031, WcOpcode::RDMA_WRITE, 32, qpn);
+    assert_eq!(r.qp.outstanding(), 0);
+    r.peer_holds(0, &data);
+}
+
+#[test]
+#[ignore = "needs an mlx5 device: set MLX5DV_TEST_MLX5_DEVICE"]
+fn scoped_batches_wrap_the_send_queue() {
+    let mut r = Rig::new();
+    let qpn = r.qp.qp_num();
+    let depth = r.qp.depth();
+    let data = pattern(MR_LEN, 77);
+    r.src.write_at(0, &data).unwrap();
+    r.peer.mr.fill(.., 0).unwrap();
+    let remote = r.peer.mr.remote(..).unwrap();
+    let mut expected = vec![0u8; MR_LEN];
+    let mut next = 0u64;
+    // Batches of 1 to `depth` one-block writes, several times round.
+    let mut k = 1u32;
+    let mut posted = 0u32;
+    while posted < 6 * depth {
+        let first = next;
+        let src = &r.src;
+        let wcs =
+            r.qp.post_and_wait(WAIT, |b| {
+                for j in 0..k {
+                    let wr = first + u64::from(j);
+                    let at = ((wr * 97) % (MR_LEN as u64 - 64)) as usize;
+                    let to = (wr % (MR_LEN as u64 / 64)) * 64;
+                    b.rdma_write(
+                        wr,
+                        SendFlags::empty(),
+                        remote.slice(to, 64)?,
+                        src.sge(at..at + 64)?,
+                    )?;
+                }
+                Ok(())
+            })
+            .unwrap_or_else(|e| panic!("batch of {k} from {first}: {e}"));
+        assert_eq!(wcs.len(), 1, "{wcs:?}");
+        check_wc(
+            &wcs[0],
+            first + u64::from(k) - 1,
+            WcOpcode::RDMA_WRITE,
+            k,
+            qpn,
+        );
+        for j in 0..k {
+            let wr = first + u64::from(j);
+            let at = ((wr * 97) % (MR_LEN as u64 - 64)) as usize;
+            let to = ((wr % (MR_LEN as u64 / 64)) * 64) as usize;
+            expected[to..to + 64].copy_from_slice(&data[at..at + 64]);
+        }
+        assert_eq!(r.qp.outstanding(), 0);
+        assert_eq!(r.qp.room(), depth);
+        assert_eq!(
+            r.peer.mr.to_vec(..).unwrap(),
+            expected,
+            "after batch from {first}"
+        );
+        next += u64::from(k);
+        posted += k;
+        k = k % depth + 7;
+    }
+
+    // A batch of exactly the queue; one more is refused as full, and the
+    // refused batch posts nothing.
+    let src = &r.src;
+    let e =
+        r.qp.post_and_wait(WAIT, |b| {
+            for i in 0..=depth {
+                b.rdma_write(
+                    u64::from(i),
+                    SendFlags::empty(),
+                    remote.slice(0, 8)?,
+                    src.sge(0..8)?,
+                )?;
+            }
+            Ok(())
+        })
+        .unwrap_err();
+    assert!(
+        matches!(e, Error::SendQueueFull { batch, depth: d } if batch == depth + 1 && d == depth),
+        "{e}"
+    );
+    assert_eq!(r.qp.outstanding(), 0);
+    assert_eq!(r.peer.mr.to_vec(..).unwrap(), expected);
+    let wcs =
+        r.qp.post_and_wait(WAIT, |b| {
+            for i in 0..depth {
+                b.rdma_write(
+                    u64::from(i),
+                    SendFlags::empty(),
+                    remote.slice(0, 8)?,
+                    src.sge(0..8)?,
+                )?;
+            }
+            Ok(())
+        })
+        .unwrap();
+    assert_eq!(wcs.len(), 1, "{wcs:?}");
+    check_wc(
+        &wcs[0],
+        u64::from(depth) - 1,
+        WcOpcode::RDMA_WRITE,
+        depth,
+        qpn,
+    );
+    expected[..8].copy_from_slice(&data[..8]);
+    assert_eq!(r.peer.mr.to_vec(..).unwrap(), expected);
+}
+
+/// Pipelined: batches rung while earlier ones run, mixing one-block
+/// writes with inline writes of several blocks (so that WQEs straddle the
+/// ring's end), every eighth work request and each batch's last
+/// signalled; `room` drops by exactly the blocks written, each completion
+/// retires exactly the work requests since the one before, and the peer
+/// ends with what the writes wrote, in order.
+#[test]
+#[ignore = "needs an mlx5 device: set MLX5DV_TEST_MLX5_DEVICE"]
+fn pipelined_batches_wrap_with_room_accounting() {
+    let mut r = Rig::new();
+    let qpn = r.qp.qp_num();
+    let depth = r.qp.depth();
+    let max = r.qp.caps().max_inline_data as usize;
+    let data = pattern(MR_LEN, 3);
+    r.src.write_at(0, &data).unwrap();
+    r.peer.mr.fill(.., 0).unwrap();
+    let remote = r.peer.mr.remote(..).unwrap();
+    let total = u64::from(depth) * 8 + 5;
+    let slots = (MR_LEN / 256) as u64;
+    // Work request `wr`: whether inline, its source offset and length, and
+    // the basic blocks its WQE takes (control and remote-address segments,
+    // then one data segment or the inline bytes after a 4-byte count).
+    let shape = |wr: u64| -> (bool, usize, usize, u32) {
+        let w = wr as usize;
+        if wr % 3 == 1 {
+            let len = 20 + (w * 13) % (max - 20);
+            let units = 2 + (len as u32 + 4).div_ceil(16);
+            (true, (w * 31) % (MR_LEN - max), len, units.div_ceil(4))
+        } else {
+            (false, (w * 97) % (MR_LEN - 200), 1 + w % 200, 1)
+        }
+    };
+    // (wr_id, work requests since the previous signalled one).
+    let mut signalled: VecDeque<(u64, u32)> = VecDeque::new();
+    let mut next = 0u64;
+    let mut retired = 0u64;
+    let mut batches = 0u32;
+    let mut full = 0u32;
+    let deadline = Instant::now() + WAIT;
+    while retired < total {
+        assert!(
+            Instant::now() < deadline,
+            "stuck at {retired} of {total}: {:?}",
+            r.qp
+        );
+        let room = r.qp.room();
+        let want = 1 + u64::from(batches % 11);
+        let (mut cnt, mut need) = (0u64, 0u32);
+        while cnt < want && next + cnt < total && need + shape(next + cnt).3 <= room {
+            need += shape(next + cnt).3;
+            cnt += 1;
+        }
+        if cnt < want && next + cnt < total {
+            full += 1;
+        }
+        if cnt > 0 {
+            let mut b = r.qp.batch();
+            let mut since = 0u32;
+            for wr in next..next + cnt {
+                let (inline, at, len, _) = shape(wr);
+                let to = (wr % slots) * 256;
+                let flags = if wr % 8 == 7 || wr + 1 == next + cnt {
+                    SendFlags::SIGNALED
+                } else {
+                    SendFlags::empty()
+                };
+                let dst = remote.slice(to, len as u64).unwrap();
+                if inline {
+                    b.rdma_write_inline(wr, flags, dst, &data[at..at + len])
+                } else {
+                    b.rdma_write(wr, flags, dst, r.src.sge(at..at + len).unwrap())
+                }
+                .unwrap_or_else(|e| panic!("wr {wr} (room {room}, need {need}): {e}"));
+                since += 1;
+                if flags.contains(SendFlags::SIGNALED) {
+                    signalled.push_back((wr, since));
+                    since = 0;
+                }
+            }
+            assert_eq!(b.room(), room - need);
+            // `src` is neither written nor dropped until every completion
+            // is polled below.
+            let n = unsafe { b.ring() };
+            assert_eq!(u64::from(n), cnt);
+            assert_eq!(r.qp.room(), room - need);
+            next += cnt;
+            batches += 1;
+        }
+        r.qp.poll(4, |wc| {
+            let (id, covers) = signalled.pop_front().unwrap_or_else(|| panic!("{wc:?}"));
+            check_wc(&wc, id, WcOpcode::RDMA_WRITE, covers, qpn);
+            retired += u64::from(covers);
+        })
+        .unwrap();
+        assert!(r.qp.room() <= depth);
+        assert_eq!(u64::from(r.qp.outstanding()), next - retired);
+    }
+    assert!(signalled.is_empty(), "{signalled:?}");
+    assert_eq!(r.qp.outstanding(), 0);
+    assert_eq!(r.qp.room(), depth);
+    assert!(batches > 8, "{batches} batches");
+    eprintln!("{batches} batches; {full} times the ring was too full for the next; depth {depth}");
+    // What the peer holds: every work request 0..total, in order.
+    let mut want = vec![0u8; MR_LEN];
+    for wr in 0..total {
+        let (_, at, len, _) = shape(wr);
+        let to = ((wr % slots) * 256) as usize;
+        want[to..to + len].copy_from_slice(&data[at..at + len]);
+    }
+    assert_eq!(r.peer.mr.to_vec(..).unwrap(), want);
+}
+
+#[test]
+#[ignore = "needs an mlx5 device: set MLX5DV_TEST_MLX5_DEVICE"]
+fn remote_access_error_flushes_the_rest_and_reset_recovers() {
+    let mut r = Rig::new();
+    let qpn = r.qp.qp_num();
+    r.peer.mr.fill(.., 0).unwrap();
+    let good = r.peer.mr.remote(0..4096).unwrap();
+    let mut bad = good.slice(0, 64).unwrap();
+    bad.rkey ^= 0x00ab_cd00;
+    let src = &r.src;
+    let wcs =
+        r.qp.post_and_wait(WAIT, |b| {
+            b.rdma_write(10, SendFlags::SIGNALED, bad, src.sge(0..64)?)?;
+            b.rdma_write(
+                11,
+                SendFlags::SIGNALED,
+                good.slice(64, 64)?,
+                src.sge(0..64)?,
+            )?;
+            b.rdma_write(
+                12,
+                SendFlags::SIGNALED,
+                good.slice(128, 64)?,
+                src.sge(0..64)?,
+            )
+        })
+        .unwrap()
+        .to_vec();
+    assert_eq!(wcs.len(), 3, "{wcs:?}");
+    for (wc, (id, status)) in wcs.iter().zip([
+        (10, WcStatus::REM_ACCESS_ERR),
+        (11, WcStatus::WR_FLUSH_ERR),
+        (12, WcStatus::WR_FLUSH_ERR),
+    ]) {
+        assert_eq!(wc.wr_id, id, "{wc:?}");
+        assert_eq!(wc.status, status, "{wc:?}");
+        assert_eq!(wc.covers, 1, "{wc:?}");
+        assert_eq!(wc.qp_num, qpn, "{wc:?}");
+        assert_eq!(wc.opcode, WcOpcode::RDMA_WRITE, "{wc:?}");
+        assert!(!wc.is_success());
+        assert_eq!(wc.byte_len, 0);
+        match wc.ok() {
+            Err(Error::WorkCompletion {
+                wr_id,
+                qp_num,
+                status: s,
+                ..
+            }) => {
+                assert_eq!((wr_id, qp_num, s), (id, qpn, status));
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    assert_ne!(wcs[0].syndrome, 0, "{:?}", wcs[0]);
+    let e = wcs[0].ok().unwrap_err();
+    assert!(e.to_string().contains("work request 10"), "{e}");
+    assert_eq!(r.qp.outstanding(), 0);
+    assert_eq!(r.qp.state().unwrap(), QpState::Err);
+    assert!(r.peer.mr.to_vec(..).unwrap().iter().all(|&b| b == 0));
+
+    // RESET resynchronises the rings; new endpoints, and writes work
+    // again (twice, so that the second runs from a producer index past 0).
+    r.reconnect();
+    r.write_works(20, 0, 100, 300);
+    r.write_works(21, 8, 200, 64);
+
+    // And again with unsignalled work requests before the failing one:
+    // the error CQE retires them with it.
+    let src = &r.src;
+    r.peer.mr.fill(.., 0).unwrap();
+    let good = r.peer.mr.remote(0..4096).unwrap();
+    let wcs =
+        r.qp.post_and_wait(WAIT, |b| {
+            b.rdma_write(30, SendFlags::empty(), good.slice(0, 64)?, src.sge(0..64)?)?;
+            b.rdma_write(31, SendFlags::empty(), good.slice(64, 64)?, src.sge(0..64)?)?;
+            b.rdma_write(32, SendFlags::SIGNALED, bad, src.sge(0..64)?)?;
+            b.rdma_write(
+                33,
+                SendFlags::SIGNALED,
+                good.slice(128, 64)?,
+                src.sge(0..64)?,
+            )
+        })
+        .unwrap()
+        .to_vec();
+    assert_eq!(wcs.len(), 2, "{wcs:?}");
+    assert_eq!(
+        (wcs[0].wr_id, wcs[0].status, wcs[0].covers),
+        (32, WcStatus::REM_ACCESS_ERR, 3),
+        "{wcs:?}"
+    );
+    assert_eq!(
+        (wcs[1].wr_id, wcs[1].status, wcs[1].covers),
+        (33, WcStatus::WR_FLUSH_ERR, 1),
+        "{wcs:?}"
+    );
+    let got = r.peer.mr.to_vec(..).unwrap();
+    assert_eq!(&got[..64], &r.src.to_vec(0..64).unwrap()[..]);
+    assert_eq!(&got[64..128], &r.src.to_vec(0..64).unwrap()[..]);
+    assert!(got[128..].iter().all(|&b| b == 0));
+    r.reconnect();
+    r.write_works(40, 0, 0, 4096);
+}
+
+/// A peer that stops answering (reset to RESET, so the device drops what
+/// reaches it) makes the write fail with retry exceeded once its retries
+/// are spent; the rest is flushed.
+#[test]
+#[ignore = "needs an mlx5 device: set MLX5DV_TEST_MLX5_DEVICE"]
+fn unanswered_peer_gives_retry_exceeded() {
+    // 4.096 us x 2^10 = 4 ms per try, two tries.
+    let mut r = Rig::with(|o| o.timeout(10).retry_cnt(1));
+    let qpn = r.qp.qp_num();
+    r.write_works(1, 0, 0, 64);
+    r.peer.qp.reset().unwrap();
+    let remote = r.peer.mr.remote(0..4096).unwrap();
+    let src = &r.src;
+    let t0 = Instant::now();
+    let wcs =
+        r.qp.post_and_wait(WAIT, |b| {
+            b.rdma_write(
+                50,
+                SendFlags::SIGNALED,
+                remote.slice(0, 64)?,
+                src.sge(0..64)?,
+            )?;
+            b.rdma_write(
+                51,
+                SendFlags::empty(),
+                remote.slice(64, 64)?,
+                src.sge(0..64)?,
+            )?;
+            b.rdma_write(
+                52,
+                SendFlags::SIGNALED,
+                remote.slice(128, 64)?,
+                src.sge(0..64)?,
+            )
+        })
+        .unwrap()
+        .to_vec();
+    assert!(t0.elapsed() < WAIT, "{:?}", t0.elapsed());
+    assert!(wcs.len() >= 2, "{wcs:?}");
+    assert_eq!(
+        (wcs[0].wr_id, wcs[0].status, wcs[0].covers, wcs[0].qp_num),
+        (50, WcStatus::RETRY_EXC_ERR, 1, qpn),
+        "{wcs:?}"
+    );
+    let last = wcs.last().unwrap();
+    assert_eq!(
+        (last.wr_id, last.status),
+        (52, WcStatus::WR_FLUSH_ERR),
+        "{wcs:?}"
+    );
+    assert_eq!(wcs.iter().map(|w| w.covers).sum::<u32>(), 3, "{wcs:?}");
+    assert!(matches!(
+        wcs[0].ok(),
+        Err(Error::WorkCompletion {
+            wr_id: 50,
+            status: WcStatus::RETRY_EXC_ERR,
+            ..
+        })
+    ));
+    assert_eq!(r.qp.state().unwrap(), QpState::Err);
+    assert_eq!(r.qp.outstanding(), 0);
+    r.reconnect();
+    r.write_works(60, 0, 512, 512);
+}
+
+fn refused(r: Result<DirectRc>, says: &str) {
+    match r {
+        Err(Error::InvalidArgument(msg)) => {
+            assert!(msg.contains("into_direct"), "{msg}");
+            assert!(msg.contains(says), "{msg:?} does not say {says:?}");
+        }
+        Err(e) => panic!("expected InvalidArgument saying {says:?}, got {e}"),
+        Ok(qp) => panic!("expected a refusal saying {says:?}, got {qp:?}"),
+    }
+}
+
+#[test]
+#[ignore = "needs an mlx5 device: set MLX5DV_TEST_MLX5_DEVICE"]
+fn into_direct_refusals() {
+    let ctx = open();
+    let pd = ProtectionDomain::new(&ctx).unwrap();
+    let opts = rig::connect_options(&ctx);
+    let cq = || CompletionQueue::new(&ctx, 64).unwrap();
+
+    // Not in RESET: connected first.
+    let (scq, rcq) = (cq(), cq());
+    let qp = QpBuilder::rc(&pd, &scq, &rcq)
+        .caps(direct_caps())
+        .build()
+        .unwrap();
+    let other = rig::side(&ctx, &pd, QpCaps::default(), SendOps::rc_default());
+    let theirs = other.qp.endpoint(0x77, &opts).unwrap();
+    qp.endpoint(0x66, &opts).unwrap();
+    qp.connect_to(&theirs, &opts).unwrap();
+    refused(qp.into_direct(scq), "not RESET");
+
+    // Not its send CQ.
+    let (scq, rcq) = (cq(), cq());
+    let qp = QpBuilder::rc(&pd, &scq, &rcq)
+        .caps(direct_caps())
+        .build()
+        .unwrap();
+    refused(qp.into_direct(cq()), "not the QP's send CQ");
+    // Its receive CQ, which is not its send CQ either.
+    let qp = QpBuilder::rc(&pd, &scq, &rcq)
+        .caps(direct_caps())
+        .build()
+        .unwrap();
+    refused(qp.into_direct(rcq), "not the QP's send CQ");
+
+    // Receives on the same CQ.
+    let scq = cq();
+    let qp = QpBuilder::rc(&pd, &scq, &scq)
+        .caps(direct_caps())
+        .build()
+        .unwrap();
+    refused(qp.into_direct(scq), "receives complete on the same CQ");
+
+    // Shared by another QP.
+    let (scq, rcq) = (cq(), cq());
+    let qp = QpBuilder::rc(&pd, &scq, &rcq)
+        .caps(direct_caps())
+        .build()
+        .unwrap();
+    let also = QpBuilder::rc(&pd, &scq, &rcq)
+        .caps(direct_caps())
+        .build()
+        .unwrap();
+    refused(qp.into_direct(scq), "other QPs complete on its CQ");
+    drop(also);
+
+    // sq_sig_all.
+    let (scq, rcq) = (cq(), cq());
+    let qp = QpBuilder::rc(&pd, &scq, &rcq)
+        .caps(direct_caps())
+        .sq_sig_all(true)
+        .build()
+        .unwrap();
+    refused(qp.into_direct(scq), "sq_sig_all");
+
+    // And the same QP shape without any of those is taken.
+    let (scq, rcq) = (cq(), cq());
+    let qp = QpBuilder::rc(&pd, &scq, &rcq)
+        .caps(direct_caps())
+        .build()
+        .unwrap();
+    let qp = qp.into_direct(scq).unwrap();
+    assert_eq!(qp.state().unwrap(), QpState::Reset);
+    assert_eq!(qp.outstanding(), 0);
+}
+
+#[test]
+#[ignore = "needs an mlx5 device: set MLX5DV_TEST_MLX5_DEVICE"]
+fn scoped_post_empty_and_abandoned_batches_post_nothing() {
+    let mut r = Rig::new();
+    let qpn = r.qp.qp_num();
+    let depth = r.qp.depth();
+
+    let wcs = r.qp.post_and_wait(WAIT, |_| Ok(())).unwrap();
+    assert!(wcs.is_empty(), "{wcs:?}");
+    assert_eq!((r.qp.outstanding(), r.qp.room()), (0, depth));
+
+    // A closure that writes two WQEs and then fails: its error, nothing
+    // posted.
+    r.peer.mr.fill(.., 0).unwrap();
+    r.src.write_at(0, &pattern(256, 1)).unwrap();
+    let remote = r.peer.mr.remote(..).unwrap();
+    let src = &r.src;
+    let e =
+        r.qp.post_and_wait(WAIT, |b| {
+            b.rdma_write(
+                1,
+                SendFlags::SIGNALED,
+                remote.slice(0, 64)?,
+                src.sge(0..64)?,
+            )?;
+            b.rdma_write_inline(2, SendFlags::SIGNALED, remote.slice(64, 8)?, b"abandon!")?;
+            assert_eq!(b.len(), 2);
+            Err(Error::InvalidArgument("given up".into()))
+        })
+        .unwrap_err();
+    assert!(
+        matches!(&e, Error::InvalidArgument(m) if m == "given up"),
+        "{e}"
+    );
+    assert_eq!((r.qp.outstanding(), r.qp.room()), (0, depth));
+
+    // A batch dropped unrung posts nothing either.
+    let mut b = r.qp.batch();
+    b.rdma_write(
+        3,
+        SendFlags::SIGNALED,
+        remote.slice(128, 64).unwrap(),
+        r.src.sge(0..64).unwrap(),
+    )
+    .unwrap();
+    drop(b);
+    assert_eq!((r.qp.outstanding(), r.qp.room()), (0, depth));
+
+    // The next post is the only one that runs: one completion, covering
+    // itself only, and the abandoned writes never reached the peer (RC
+    // runs in order: they would have landed before it).
+    let src = &r.src;
+    let wcs =
+        r.qp.post_and_wait(WAIT, |b| {
+            b.rdma_write(
+                4,
+                SendFlags::empty(),
+                remote.slice(256, 64)?,
+                src.sge(0..64)?,
+            )
+        })
+        .unwrap();
+    assert_eq!(wcs.len(), 1, "{wcs:?}");
+    check_wc(&wcs[0], 4, WcOpcode::RDMA_WRITE, 1, qpn);
+    r.peer_holds(256, &pattern(64, 1));
+    // Nothing else completes later.
+    std::thread::sleep(Duration::from_millis(50));
+    assert_eq!(r.qp.poll(8, |wc| panic!("{wc:?}")).unwrap(), 0);
+}
+
+/// A send the peer has no receive for, with `rnr_retry` 7 (retry for
+/// ever), never completes: the scoped post times out, moves the QP out of
+/// the way (ERR and flushed, or RESET) and says so; `reset` and a new
+/// connection make it work again.
+#[test]
+#[ignore = "needs an mlx5 device: set MLX5DV_TEST_MLX5_DEVICE"]
+fn scoped_post_times_out_and_recovers() {
+    let mut r = Rig::with(|o| o.rnr_retry(7));
+    let qpn = r.qp.qp_num();
+    r.write_works(1, 0, 0, 64);
+    let src = &r.src;
+    let t0 = Instant::now();
+    let e =
+        r.qp.post_and_wait(Duration::from_millis(300), |b| {
+            b.send(70, SendFlags::SIGNALED, src.sge(0..64)?)
+        })
+        .unwrap_err();
+    let took = t0.elapsed();
+    match e {
+        Error::Timeout {
+            ref what,
+            waited_ms,
+        } => {
+            assert!(waited_ms >= 300, "{e}");
+            assert!(
+                what.contains("moved to ERR") || what.contains("moved to RESET"),
+                "{e}"
+            );
+        }
+        other => panic!("expected a timeout, got {other}"),
+    }
+    assert!(took < WAIT, "{took:?}");
+    let state = r.qp.state().unwrap();
+    assert!(matches!(state, QpState::Err | QpState::Reset), "{state:?}");
+    assert_eq!(r.qp.outstanding(), 0);
+    assert_eq!(r.qp.room(), r.qp.depth());
+
+    r.reconnect();
+    r.write_works(2, 0, 64, 128);
+    // And the send, now with a receive.
+    r.peer.mr.fill(.., 0).unwrap();
+    r.peer_recv(5, 0..4096);
+    let src = &r.src;
+    let wcs =
+        r.qp.post_and_wait(WAIT, |b| b.send(71, SendFlags::SIGNALED, src.sge(0..64)?))
+            .unwrap();
+    check_wc(&wcs[0], 71, WcOpcode::SEND, 1, qpn);
+    let rx = r.peer_wait_recv();
+    assert_eq!(
+        (rx.status, rx.wr_id, rx.byte_len),
+        (WcStatus::SUCCESS, 5, 64),
+        "{rx:?}"
+    );
+    let sent = r.src.to_vec(0..64).unwrap();
+    r.peer_holds(0, &sent);
+}
