@@ -203,7 +203,8 @@ impl Cqr {
             // The counter falls inside a WQE, not at its start: the slot
             // holds nothing of it.
             return Err(Error::InvalidArgument(format!(
-                "a direct CQE names WQE {counter:#x}, which starts no outstanding work                  request; it was skipped"
+                "a direct CQE names WQE {counter:#x}, which starts no outstanding work \
+                 request; it was skipped"
             )));
         }
         sq.retired = slot.seq;
