@@ -428,9 +428,12 @@ impl<'q, 'm, T: super::DirectReadAtomic> DirectBatch<'q, 'm, T> {
     }
 
     /// Atomic compare-and-swap of the 8 bytes at `remote` (8-aligned),
-    /// the old value landing in `dst` (8 bytes), big-endian as the wire
-    /// carries it (`MLX5_OPCODE_ATOMIC_CS`): control, remote-address,
-    /// atomic and data segments, one basic block.
+    /// the old value landing in `dst` (8 bytes) as the device writes it:
+    /// in host byte order on a device whose atomics are `IBV_ATOMIC_HCA`
+    /// (mlx5's kernel driver sets the device's 8-byte atomic responses to
+    /// host endianness where it can), as through libmlx5
+    /// (`MLX5_OPCODE_ATOMIC_CS`): control, remote-address, atomic and data
+    /// segments, one basic block.
     #[inline]
     pub fn atomic_cmp_swp(
         &mut self,
