@@ -243,7 +243,11 @@ fn settle(r: &DRow, v: V, calls: u64, rig: &mut Rig) -> Vec<Rec> {
         }
         covered = out.iter().map(|w| w.covers).sum();
     }
-    assert_eq!(covered, want, "{}: the device completed {covered} of {want}", r.name);
+    assert_eq!(
+        covered, want,
+        "{}: the device completed {covered} of {want}",
+        r.name
+    );
     if let Some(bad) = out.iter().find(|w| w.status != WcStatus::SUCCESS) {
         panic!("a direct work request failed on the device: {bad:?}");
     }
@@ -349,7 +353,11 @@ pub fn check_same_work(c: &CSide, rig: &mut Rig, p: &Plan<'_>, lib_wqes: &[Vec<u
     for r in DROWS {
         let rust = did(r, V::Rust, c, rig, p);
         let cd = did(r, V::C, c, rig, p);
-        assert_eq!(rust, cd, "{}: Rust direct and C direct did different work", r.name);
+        assert_eq!(
+            rust, cd,
+            "{}: Rust direct and C direct did different work",
+            r.name
+        );
         match (&rust, r.work) {
             (Did::Posted { wqes, wcs }, Work::Post { last }) => {
                 let mut want = lib_wqes.to_vec();
@@ -360,7 +368,11 @@ pub fn check_same_work(c: &CSide, rig: &mut Rig, p: &Plan<'_>, lib_wqes: &[Vec<u
                         w[11] &= !0x08;
                     }
                 }
-                assert_eq!(wqes, &want, "{}: the direct WQEs and libmlx5's differ", r.name);
+                assert_eq!(
+                    wqes, &want,
+                    "{}: the direct WQEs and libmlx5's differ",
+                    r.name
+                );
                 let ids: Vec<u64> = wcs.iter().map(|w| w.wr_id).collect();
                 let covers: Vec<u32> = wcs.iter().map(|w| w.covers).collect();
                 if last {
@@ -412,7 +424,9 @@ pub fn report(
         }
     }
     println!();
-    println!("The direct path (`mlx5dv::direct`) against C direct (`c/direct.c`) and C through libmlx5");
+    println!(
+        "The direct path (`mlx5dv::direct`) against C direct (`c/direct.c`) and C through libmlx5"
+    );
     println!();
     println!(
         "| shape | goal | C direct Ir/WR | Rust Ir/WR | **Rust / C direct** | met | \
@@ -423,7 +437,10 @@ pub fn report(
     let mut all_met = true;
     for (r, t) in DROWS.iter().zip(&ns) {
         let (cd, rs) = (ir(r, V::C), ir(r, V::Rust));
-        let l = lib.iter().find(|(s, _)| *s == r.lib).map_or(f64::NAN, |x| x.1);
+        let l = lib
+            .iter()
+            .find(|(s, _)| *s == r.lib)
+            .map_or(f64::NAN, |x| x.1);
         let met = rs / cd <= r.goal;
         all_met &= met;
         println!(

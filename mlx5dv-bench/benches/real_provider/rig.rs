@@ -5,8 +5,8 @@
 
 use crate::common::wc::{BenchWc, CWcFull};
 use crate::common::{CDc, CQp, CSide, BATCH, LOG_STREAMS, MSG};
-use crate::shapes::{DcTarget, Queue, Work};
 use crate::direct::{CDirectWc, ZERO_WC};
+use crate::shapes::{DcTarget, Queue, Work};
 use mlx5dv::direct::{DirectRc, DirectWc};
 use mlx5dv::ffi;
 use mlx5dv::wqe::{Opcode, Wqe, WqeBuilder};
@@ -139,7 +139,10 @@ impl Rig {
         peer.connect(&e_rc, PSN, &opts)?;
 
         // The direct QPs: each its own send CQ, receives on another.
-        let (dcq, drq) = (CompletionQueue::new(&ctx, depth)?, CompletionQueue::new(&ctx, 16)?);
+        let (dcq, drq) = (
+            CompletionQueue::new(&ctx, depth)?,
+            CompletionQueue::new(&ctx, 16)?,
+        );
         let dqp = QpBuilder::rc(&pd, &dcq, &drq).caps(caps).build()?;
         let direct_sq = SqView::of(dqp.as_ptr());
         let direct = dqp.into_direct(dcq)?;
@@ -147,10 +150,16 @@ impl Rig {
         let (e_d, e_dp) = (direct.endpoint(PSN, &opts)?, dpeer.endpoint(PSN, &opts)?);
         direct.connect_to(&e_dp, &opts)?;
         dpeer.connect(&e_d, PSN, &opts)?;
-        let (ccq, crq) = (CompletionQueue::new(&ctx, depth)?, CompletionQueue::new(&ctx, 16)?);
+        let (ccq, crq) = (
+            CompletionQueue::new(&ctx, depth)?,
+            CompletionQueue::new(&ctx, 16)?,
+        );
         let cdirect_qp = QpBuilder::rc(&pd, &ccq, &crq).caps(caps).build()?;
         let cpeer = QpBuilder::rc(&pd, &peer_cq, &peer_cq).caps(caps).build()?;
-        let (e_c, e_cp) = (cdirect_qp.endpoint(PSN, &opts)?, cpeer.endpoint(PSN, &opts)?);
+        let (e_c, e_cp) = (
+            cdirect_qp.endpoint(PSN, &opts)?,
+            cpeer.endpoint(PSN, &opts)?,
+        );
         cdirect_qp.connect(&e_cp, PSN, &opts)?;
         cpeer.connect(&e_c, PSN, &opts)?;
         let cdirect_sq = SqView::of(cdirect_qp.as_ptr());
