@@ -169,15 +169,18 @@ impl DRow {
             (V::Rust, Work::Poll) => {
                 shapes::rust_direct_poll(&mut rig.direct, &mut rig.dwcs).expect("direct poll")
             }
-            // SAFETY (the three below): C direct's QP and the plan live for
-            // the whole run; the room is BATCH entries.
             (V::C, Work::Post { last: false }) => {
+                // SAFETY: C direct's QP and the plan live for the whole run,
+                // and the regions the plan names stay registered.
                 ok(unsafe { c_direct_rc_write_sge(rig.cdirect, c.rkey, c.plan) })
             }
             (V::C, Work::Post { last: true }) => {
+                // SAFETY: as above.
                 ok(unsafe { c_direct_rc_write_sge_last(rig.cdirect, c.rkey, c.plan) })
             }
             (V::C, Work::Poll) => {
+                // SAFETY: C direct's QP lives for the whole run; `cdwcs`
+                // has room for the BATCH completions it reads at most.
                 let n = unsafe { c_direct_poll(rig.cdirect, rig.cdwcs.as_mut_ptr()) };
                 usize::try_from(n).expect("C direct poll")
             }
