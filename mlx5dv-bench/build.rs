@@ -3,7 +3,8 @@
 //! warnings as errors:
 //!
 //! - `c/null_provider.c`, the provider `benches/post_vs_c.rs` posts to, and
-//!   `c/plain.c`, "C plain" (the man pages' loops), with gcc `-O2`;
+//!   `c/plain.c`, "C plain" (the man pages' loops), and `c/direct.c`, "C
+//!   direct" (the send queue and CQ driven by hand), with gcc `-O2`;
 //! - `c/post.c`, "C best", once per variant: gcc and clang (when `clang`
 //!   runs here; else gcc alone, with a warning) × `-O2` and `-O3` × its two
 //!   loop styles (`BENCH_STYLE`: a, batch invariants in locals and polls on
@@ -29,7 +30,13 @@ const STYLES: [(&str, &str, &str); 2] = [
 ];
 
 fn main() {
-    for f in ["c/null_provider.c", "c/plain.c", "c/post.c", "c/bench.h"] {
+    for f in [
+        "c/null_provider.c",
+        "c/plain.c",
+        "c/post.c",
+        "c/direct.c",
+        "c/bench.h",
+    ] {
         println!("cargo:rerun-if-changed={f}");
     }
     println!("cargo:rerun-if-env-changed=DEP_MLX5_INCLUDE");
@@ -48,7 +55,7 @@ fn main() {
         b
     };
     build("gcc", 2)
-        .files(["c/null_provider.c", "c/plain.c"])
+        .files(["c/null_provider.c", "c/plain.c", "c/direct.c"])
         .compile("mlx5dv_bench_c");
 
     let mut compilers = vec!["gcc"];

@@ -99,7 +99,7 @@ pub extern "C" fn bench_zero_mark() {
 
 /// The inclusive instruction count of `symbol` in a `callgrind_annotate
 /// --inclusive=yes` listing: the line `N (P%)  file:symbol [object]`.
-fn inclusive_ir(annotate: &str, symbol: &str) -> Option<u64> {
+pub fn inclusive_ir(annotate: &str, symbol: &str) -> Option<u64> {
     annotate.lines().find_map(|line| {
         let mut words = line.split_whitespace();
         let count = words.next()?;

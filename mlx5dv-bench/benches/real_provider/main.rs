@@ -50,6 +50,7 @@
 
 #[path = "../common/mod.rs"]
 mod common;
+mod direct;
 mod rig;
 mod shapes;
 
@@ -116,6 +117,14 @@ fn did(s: &Shape, v: Version, c: &CSide, rig: &mut Rig, p: &Plan<'_>) -> Did {
 /// Runs every version of every shape once (every build of C best, C
 /// plain, Rust) and checks they did the same work.
 fn check_same_work(c: &CSide, rig: &mut Rig, p: &Plan<'_>) {
+    // The direct rows: their WQEs against libmlx5's for the same batch.
+    let lib = &SHAPES[0];
+    assert_eq!(lib.name, "rc_write_sge");
+    let Did::Posted { wqes, .. } = did(lib, Version::Rust, c, rig, p) else {
+        unreachable!()
+    };
+    let wqes: Vec<Vec<u8>> = wqes.into_iter().map(direct::no_qpn).collect();
+    direct::check_same_work(c, rig, p, &wqes);
     for s in SHAPES {
         let rust = did(s, Version::Rust, c, rig, p);
         let ids: Vec<u64> = match &rust {
@@ -194,6 +203,7 @@ fn run_all(n: u64, c: &CSide, rig: &mut Rig, p: &Plan<'_>) {
     measure::run_all(SHAPES, |s, v| {
         run(s, v, n, c, rig, p);
     });
+    direct::run_all(n, c, rig, p);
 }
 
 /// Prints the table: instructions per work request from `annotate` (a
@@ -201,7 +211,15 @@ fn run_all(n: u64, c: &CSide, rig: &mut Rig, p: &Plan<'_>) {
 /// work request of `rounds` rounds of `calls` calls of C best's cheapest
 /// build, C plain and Rust, interleaved round by round (their order turned
 /// each round, so that none always runs first).
-fn report(annotate: &str, n: u64, rounds: u32, calls: u64, c: &CSide, rig: &mut Rig, p: &Plan<'_>) {
+fn report(
+    annotate: &str,
+    n: u64,
+    rounds: u32,
+    calls: u64,
+    c: &CSide,
+    rig: &mut Rig,
+    p: &Plan<'_>,
+) -> bool {
     let counts: Vec<Counts> = SHAPES.iter().map(|s| Counts::of(annotate, s, n)).collect();
     let mut best_ns = vec![[f64::MAX; 3]; SHAPES.len()];
     for round in 0..rounds as usize {
@@ -243,6 +261,12 @@ fn report(annotate: &str, n: u64, rounds: u32, calls: u64, c: &CSide, rig: &mut 
         );
     }
     measure::print_variants(SHAPES, &counts);
+    let lib: Vec<(&str, f64)> = SHAPES
+        .iter()
+        .zip(&counts)
+        .map(|(s, c)| (s.name, c.c_best()))
+        .collect();
+    direct::report(annotate, n, &lib, rounds, calls, c, rig, p)
 }
 
 fn usage() -> ! {
@@ -275,7 +299,12 @@ fn main() {
     check_same_work(&c, &mut rig, &p);
 
     match argv.first().map(String::as_str) {
-        Some("--symbols") => measure::print_symbols(SHAPES),
+        Some("--symbols") => {
+            measure::print_symbols(SHAPES);
+            for sym in direct::symbols() {
+                println!("{sym}");
+            }
+        }
         Some("--run") => {
             let n = num(1);
             run_all(n, &c, &mut rig, &p);
@@ -288,7 +317,11 @@ fn main() {
                 std::fs::read_to_string(file).expect("read the callgrind_annotate listing");
             let rounds = flag_num("--rounds", 10) as u32;
             let calls = flag_num("--calls", 400);
-            report(&annotate, num(2), rounds, calls, &c, &mut rig, &p);
+            let met = report(&annotate, num(2), rounds, calls, &c, &mut rig, &p);
+            if argv.iter().any(|a| a == "--check") && !met {
+                eprintln!("real_provider: a direct row is above its goal (--check)");
+                std::process::exit(1);
+            }
         }
         _ => usage(),
     }

@@ -5,7 +5,9 @@
 
 use crate::common::wc::{BenchWc, CWcFull};
 use crate::common::{CDc, CQp, CSide, BATCH, LOG_STREAMS, MSG};
+use crate::direct::{CDirectWc, ZERO_WC};
 use crate::shapes::{DcTarget, Queue, Work};
+use mlx5dv::direct::{DirectRc, DirectWc};
 use mlx5dv::ffi;
 use mlx5dv::wqe::{Opcode, Wqe, WqeBuilder};
 use mlx5dv::{
@@ -33,6 +35,8 @@ extern "C" {
     // `c/plain.c`.
     fn bench_plan_new(mr: *const ffi::ibv_mr, remote_addr: u64) -> *mut c_void;
     fn bench_wc_new() -> *mut c_void;
+    // `c/direct.c`.
+    fn c_direct_new(qp: *mut ffi::ibv_qp, cq: *mut ffi::ibv_cq_ex) -> *mut c_void;
     // glibc.
     fn dlsym(handle: *mut c_void, symbol: *const c_char) -> *mut c_void;
 }
@@ -44,6 +48,19 @@ type Step = unsafe extern "C" fn() -> c_int;
 /// wrappers go before the region they wrap.
 pub struct Rig {
     pub rc: RcQp,
+    /// The direct path's RC QP (`mlx5dv::direct`), and C direct's
+    /// (`c/direct.c`'s `struct direct_qp`, over `cdirect_qp` and its send
+    /// CQ), each connected to a peer of its own.
+    pub direct: DirectRc,
+    pub cdirect: *mut c_void,
+    pub direct_sq: SqView,
+    pub cdirect_sq: SqView,
+    /// Where the direct polls read their completions to.
+    pub dwcs: [DirectWc; BATCH],
+    pub cdwcs: [CDirectWc; BATCH],
+    cdirect_qp: RcQp,
+    _direct_peers: [RcQp; 2],
+    _direct_cqs: [CompletionQueue; 3],
     pub dci: DciQp,
     pub cq: CompletionQueue,
     pub mkey: Mkey,
@@ -121,6 +138,36 @@ impl Rig {
         rc.connect(&e_peer, PSN, &opts)?;
         peer.connect(&e_rc, PSN, &opts)?;
 
+        // The direct QPs: each its own send CQ, receives on another.
+        let (dcq, drq) = (
+            CompletionQueue::new(&ctx, depth)?,
+            CompletionQueue::new(&ctx, 16)?,
+        );
+        let dqp = QpBuilder::rc(&pd, &dcq, &drq).caps(caps).build()?;
+        let direct_sq = SqView::of(dqp.as_ptr());
+        let direct = dqp.into_direct(dcq)?;
+        let dpeer = QpBuilder::rc(&pd, &peer_cq, &peer_cq).caps(caps).build()?;
+        let (e_d, e_dp) = (direct.endpoint(PSN, &opts)?, dpeer.endpoint(PSN, &opts)?);
+        direct.connect_to(&e_dp, &opts)?;
+        dpeer.connect(&e_d, PSN, &opts)?;
+        let (ccq, crq) = (
+            CompletionQueue::new(&ctx, depth)?,
+            CompletionQueue::new(&ctx, 16)?,
+        );
+        let cdirect_qp = QpBuilder::rc(&pd, &ccq, &crq).caps(caps).build()?;
+        let cpeer = QpBuilder::rc(&pd, &peer_cq, &peer_cq).caps(caps).build()?;
+        let (e_c, e_cp) = (
+            cdirect_qp.endpoint(PSN, &opts)?,
+            cpeer.endpoint(PSN, &opts)?,
+        );
+        cdirect_qp.connect(&e_cp, PSN, &opts)?;
+        cpeer.connect(&e_c, PSN, &opts)?;
+        let cdirect_sq = SqView::of(cdirect_qp.as_ptr());
+        // SAFETY: a live mlx5 RC QP, never posted, and its send CQ, which
+        // only C direct polls from here on; never freed (as the plan).
+        let cdirect = unsafe { c_direct_new(cdirect_qp.as_ptr(), ccq.as_ptr()) };
+        assert!(!cdirect.is_null(), "c_direct_new");
+
         let dci = QpBuilder::dci(&pd, &cq)
             .caps(QpCaps {
                 max_recv_wr: 0,
@@ -153,6 +200,15 @@ impl Rig {
         // SAFETY: as `plan_region`.
         let (src, dst) = unsafe { (local.alias()?, local.alias()?) };
         Ok(Rig {
+            direct,
+            cdirect,
+            direct_sq,
+            cdirect_sq,
+            dwcs: [ZERO_WC; BATCH],
+            cdwcs: [CDirectWc::default(); BATCH],
+            cdirect_qp,
+            _direct_peers: [dpeer, cpeer],
+            _direct_cqs: [drq, ccq, crq],
             rc_sq: SqView::of(rc.as_ptr()),
             dci_sq: SqView::of(dci.as_ptr()),
             rc,
@@ -270,6 +326,17 @@ impl Rig {
         &self.drained
     }
 
+    /// Runs the device once (`mlx5dv_sim_step`).
+    pub fn step(&self) {
+        // SAFETY: the device's step runs what was posted.
+        unsafe { (self.step)() };
+    }
+
+    /// C direct's QP number.
+    pub fn cdirect_qpn(&self) -> u32 {
+        self.cdirect_qp.qp_num()
+    }
+
     /// The producer index of the send queue `q` (the doorbell record).
     pub fn sq_pc(&self, q: Queue) -> u16 {
         self.sq(q).pc()
@@ -356,7 +423,7 @@ fn drain(step: Step, cq: &mut CompletionQueue, n: usize, out: &mut Vec<WorkCompl
 /// A send queue as libmlx5 lays it out (`mlx5dv_init_obj`): 64-byte
 /// basic blocks, and the doorbell record libmlx5 writes the producer
 /// index to at each `ibv_wr_complete`.
-struct SqView {
+pub struct SqView {
     buf: *const u8,
     wqe_cnt: u32,
     dbrec: *const u32,
@@ -382,7 +449,7 @@ impl SqView {
     }
 
     /// The producer index (`MLX5_SND_DBR`, big-endian, 16 bits).
-    fn pc(&self) -> u16 {
+    pub fn pc(&self) -> u16 {
         // SAFETY: the doorbell record lives as long as the QP.
         u32::from_be(unsafe { ptr::read_volatile(self.dbrec.add(1)) }) as u16
     }
@@ -395,7 +462,7 @@ impl SqView {
         unsafe { std::slice::from_raw_parts(self.buf.add(at), 64) }
     }
 
-    fn wqes(&self, from: u16, to: u16) -> Vec<Vec<u8>> {
+    pub fn wqes(&self, from: u16, to: u16) -> Vec<Vec<u8>> {
         let mut out = Vec::new();
         let mut i = from;
         while i != to {

@@ -1,0 +1,467 @@
+//! The rows named `direct`: the direct path (`mlx5dv::direct`, the
+//! `rust_direct_*` functions of `shapes.rs`) against C direct
+//! (`c/direct.c`: the send queue and CQ taken with `mlx5dv_init_obj` and
+//! driven by hand, `c_direct_*`), each on a QP of its own (connected to a
+//! peer of its own), and against C through libmlx5 (C best of the rows
+//! `RC write + SGE` and `cq.poll_into`).
+//!
+//! Before measuring, both versions of each row run once and must have
+//! written the same WQEs (byte for byte but the WQE index and the QP
+//! number) as libmlx5 writes for the same batch on its own QP (`RC write +
+//! SGE`: for the row that signals the last work request only, with the
+//! completion flag of the others cleared), and got the same completions:
+//! every field of `DirectWc`, the QP number each its own.
+
+use crate::common::measure::inclusive_ir;
+use crate::common::{CSide, BATCH};
+use crate::rig::{Rig, GROUP};
+use crate::shapes::{self, Plan};
+use mlx5dv::direct::DirectWc;
+use mlx5dv::{WcOpcode, WcStatus};
+use std::ffi::{c_int, c_void};
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+
+extern "C" {
+    fn c_direct_rc_write_sge(d: *mut c_void, rkey: u32, plan: *const c_void) -> c_int;
+    fn c_direct_rc_write_sge_last(d: *mut c_void, rkey: u32, plan: *const c_void) -> c_int;
+    fn c_direct_prime(d: *mut c_void, rkey: u32, plan: *const c_void) -> c_int;
+    fn c_direct_poll(d: *mut c_void, wc: *mut CDirectWc) -> c_int;
+    fn c_direct_drain(d: *mut c_void, wc: *mut CDirectWc, max: c_int) -> c_int;
+}
+
+/// `struct direct_wc` of `c/direct.c`: every field of `DirectWc`.
+#[repr(C)]
+#[derive(Clone, Copy, Default, Debug)]
+pub struct CDirectWc {
+    wr_id: u64,
+    status: u32,
+    opcode: u32,
+    byte_len: u32,
+    qp_num: u32,
+    covers: u32,
+    wqe_index: u16,
+    syndrome: u8,
+    vendor_err: u8,
+}
+
+/// A zeroed `DirectWc`, room for the Rust poll.
+pub const ZERO_WC: DirectWc = DirectWc {
+    wr_id: 0,
+    status: WcStatus::SUCCESS,
+    opcode: WcOpcode::RDMA_WRITE,
+    byte_len: 0,
+    qp_num: 0,
+    vendor_err: 0,
+    syndrome: 0,
+    wqe_index: 0,
+    covers: 0,
+};
+
+/// A completion as both versions report it, but its QP number (checked
+/// to be the version's own) and WQE index (the queues' histories differ).
+#[derive(PartialEq, Eq, Debug, Clone, Copy)]
+struct Rec {
+    wr_id: u64,
+    status: WcStatus,
+    opcode: WcOpcode,
+    byte_len: u32,
+    covers: u32,
+    syndrome: u8,
+    vendor_err: u8,
+}
+
+fn rec_rust(w: &DirectWc, qpn: u32) -> Rec {
+    assert_eq!(w.qp_num, qpn, "the direct QP's number");
+    Rec {
+        wr_id: w.wr_id,
+        status: w.status,
+        opcode: w.opcode,
+        byte_len: w.byte_len,
+        covers: w.covers,
+        syndrome: w.syndrome,
+        vendor_err: w.vendor_err,
+    }
+}
+
+fn rec_c(w: &CDirectWc, qpn: u32) -> Rec {
+    assert_eq!(w.qp_num, qpn, "C direct's QP number");
+    Rec {
+        wr_id: w.wr_id,
+        status: WcStatus::from_raw(w.status),
+        opcode: WcOpcode::from_raw(w.opcode),
+        byte_len: w.byte_len,
+        covers: w.covers,
+        syndrome: w.syndrome,
+        vendor_err: w.vendor_err,
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum V {
+    Rust,
+    C,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Work {
+    /// Posts 32 writes; `last`: only the last signalled.
+    Post { last: bool },
+    /// Reads 32 completions, every field.
+    Poll,
+}
+
+/// One `direct` row.
+pub struct DRow {
+    /// `rust_direct_<name>`, `c_direct_<name>`.
+    name: &'static str,
+    title: &'static str,
+    /// Rust / C direct, at most (instructions).
+    goal: f64,
+    /// The row of the libmlx5 table whose C best is this work through
+    /// libmlx5 (`SHAPES`' name).
+    lib: &'static str,
+    work: Work,
+}
+
+pub const DROWS: &[DRow] = &[
+    DRow {
+        name: "rc_write_sge",
+        title: "RC write + SGE, direct, 32 per batch, every WR signalled",
+        goal: 1.05,
+        lib: "rc_write_sge",
+        work: Work::Post { last: false },
+    },
+    DRow {
+        name: "rc_write_sge_last",
+        title: "RC write + SGE, direct, only the last of 32 signalled",
+        goal: 1.05,
+        lib: "rc_write_sge",
+        work: Work::Post { last: true },
+    },
+    DRow {
+        name: "poll",
+        title: "poll 32, direct (per completion, every field)",
+        goal: 1.05,
+        lib: "poll_into",
+        work: Work::Poll,
+    },
+];
+
+impl DRow {
+    fn symbol(&self, v: V) -> String {
+        match v {
+            V::Rust => format!("rust_direct_{}", self.name),
+            V::C => format!("c_direct_{}", self.name),
+        }
+    }
+
+    /// One call of version `v`: work requests posted or completions read.
+    fn call(&self, v: V, c: &CSide, rig: &mut Rig, p: &Plan<'_>) -> usize {
+        let n = match (v, self.work) {
+            (V::Rust, Work::Post { last: false }) => {
+                shapes::rust_direct_rc_write_sge(&mut rig.direct, p).expect("direct post") as usize
+            }
+            (V::Rust, Work::Post { last: true }) => {
+                shapes::rust_direct_rc_write_sge_last(&mut rig.direct, p).expect("direct post")
+                    as usize
+            }
+            (V::Rust, Work::Poll) => {
+                shapes::rust_direct_poll(&mut rig.direct, &mut rig.dwcs).expect("direct poll")
+            }
+            (V::C, Work::Post { last: false }) => {
+                // SAFETY: C direct's QP and the plan live for the whole run,
+                // and the regions the plan names stay registered.
+                ok(unsafe { c_direct_rc_write_sge(rig.cdirect, c.rkey, c.plan) })
+            }
+            (V::C, Work::Post { last: true }) => {
+                // SAFETY: as above.
+                ok(unsafe { c_direct_rc_write_sge_last(rig.cdirect, c.rkey, c.plan) })
+            }
+            (V::C, Work::Poll) => {
+                // SAFETY: C direct's QP lives for the whole run; `cdwcs`
+                // has room for the BATCH completions it reads at most.
+                let n = unsafe { c_direct_poll(rig.cdirect, rig.cdwcs.as_mut_ptr()) };
+                usize::try_from(n).expect("C direct poll")
+            }
+        };
+        black_box(n)
+    }
+}
+
+fn ok(rc: c_int) -> usize {
+    assert_eq!(rc, 0, "C direct post");
+    BATCH
+}
+
+/// Before `calls` calls: for the poll, 32 signalled writes per call posted
+/// on the version's QP and run, their completions waiting.
+fn prepare(r: &DRow, v: V, calls: u64, c: &CSide, rig: &mut Rig, p: &Plan<'_>) {
+    if r.work != Work::Poll {
+        return;
+    }
+    for _ in 0..calls {
+        match v {
+            V::Rust => {
+                assert_eq!(shapes::direct_prime(&mut rig.direct, p).expect("prime"), 32);
+            }
+            // SAFETY: as in `DRow::call`.
+            V::C => assert_eq!(unsafe { c_direct_prime(rig.cdirect, c.rkey, c.plan) }, 0),
+        }
+    }
+    rig.step();
+}
+
+/// After `calls` calls of a posting row: the device runs them and their
+/// completions are drained (checked), returned.
+fn settle(r: &DRow, v: V, calls: u64, rig: &mut Rig) -> Vec<Rec> {
+    let mut out = Vec::new();
+    if r.work == Work::Poll {
+        return out;
+    }
+    let want = calls as u32 * BATCH as u32;
+    let mut covered = 0;
+    let qpn = match v {
+        V::Rust => rig.direct.qp_num(),
+        V::C => rig.cdirect_qpn(),
+    };
+    for _ in 0..100 {
+        if covered == want {
+            break;
+        }
+        rig.step();
+        match v {
+            V::Rust => {
+                rig.direct
+                    .poll(usize::MAX, |wc| out.push(rec_rust(&wc, qpn)))
+                    .expect("drain the direct QP");
+            }
+            V::C => {
+                let mut buf = [CDirectWc::default(); 256];
+                // SAFETY: room for 256.
+                let n = unsafe { c_direct_drain(rig.cdirect, buf.as_mut_ptr(), 256) };
+                let n = usize::try_from(n).expect("drain C direct");
+                out.extend(buf[..n].iter().map(|w| rec_c(w, qpn)));
+            }
+        }
+        covered = out.iter().map(|w| w.covers).sum();
+    }
+    assert_eq!(
+        covered, want,
+        "{}: the device completed {covered} of {want}",
+        r.name
+    );
+    if let Some(bad) = out.iter().find(|w| w.status != WcStatus::SUCCESS) {
+        panic!("a direct work request failed on the device: {bad:?}");
+    }
+    out
+}
+
+/// Calls version `v` of `r` `n` times, `GROUP` at a time with the device
+/// run between; the time spent in the calls alone.
+fn run(r: &DRow, v: V, n: u64, c: &CSide, rig: &mut Rig, p: &Plan<'_>) -> Duration {
+    let mut spent = Duration::ZERO;
+    let mut left = n;
+    while left > 0 {
+        let g = left.min(GROUP);
+        prepare(r, v, g, c, rig, p);
+        let mut done = 0;
+        let t = Instant::now();
+        for _ in 0..g {
+            done += r.call(v, c, rig, p);
+        }
+        spent += t.elapsed();
+        assert_eq!(done, g as usize * BATCH, "{}", r.name);
+        settle(r, v, g, rig);
+        left -= g;
+    }
+    spent
+}
+
+/// Every version of every direct row `n` times.
+pub fn run_all(n: u64, c: &CSide, rig: &mut Rig, p: &Plan<'_>) {
+    for r in DROWS {
+        for v in [V::C, V::Rust] {
+            run(r, v, n, c, rig, p);
+        }
+    }
+}
+
+/// The measured functions' symbols.
+pub fn symbols() -> Vec<String> {
+    DROWS
+        .iter()
+        .flat_map(|r| [r.symbol(V::Rust), r.symbol(V::C)])
+        .collect()
+}
+
+/// What one version did: its WQEs (index and QP number zeroed) and
+/// completions, or the completions it read.
+#[derive(PartialEq, Debug)]
+enum Did {
+    Posted { wqes: Vec<Vec<u8>>, wcs: Vec<Rec> },
+    Polled(Vec<Rec>),
+}
+
+fn did(r: &DRow, v: V, c: &CSide, rig: &mut Rig, p: &Plan<'_>) -> Did {
+    run(r, v, 1, c, rig, p);
+    prepare(r, v, 1, c, rig, p);
+    match r.work {
+        Work::Post { .. } => {
+            let sq = match v {
+                V::Rust => &rig.direct_sq,
+                V::C => &rig.cdirect_sq,
+            };
+            let from = sq.pc();
+            assert_eq!(r.call(v, c, rig, p), BATCH, "{}", r.name);
+            let sq = match v {
+                V::Rust => &rig.direct_sq,
+                V::C => &rig.cdirect_sq,
+            };
+            let wqes = sq.wqes(from, sq.pc()).into_iter().map(no_qpn).collect();
+            Did::Posted {
+                wqes,
+                wcs: settle(r, v, 1, rig),
+            }
+        }
+        Work::Poll => {
+            rig.dwcs = [ZERO_WC; BATCH];
+            rig.cdwcs = [CDirectWc::default(); BATCH];
+            assert_eq!(r.call(v, c, rig, p), BATCH, "{}", r.name);
+            Did::Polled(match v {
+                V::Rust => {
+                    let q = rig.direct.qp_num();
+                    rig.dwcs.iter().map(|w| rec_rust(w, q)).collect()
+                }
+                V::C => {
+                    let q = rig.cdirect_qpn();
+                    rig.cdwcs.iter().map(|w| rec_c(w, q)).collect()
+                }
+            })
+        }
+    }
+}
+
+/// A WQE with its QP number zeroed (`qpn_ds`'s high 24 bits): the
+/// versions post on QPs of their own.
+pub fn no_qpn(mut wqe: Vec<u8>) -> Vec<u8> {
+    wqe[4..7].fill(0);
+    wqe
+}
+
+/// Both versions of every direct row once: the same work, and the WQEs
+/// libmlx5 writes for the batch (`lib_wqes`: `RC write + SGE`'s, every
+/// work request signalled, index and QP number zeroed).
+pub fn check_same_work(c: &CSide, rig: &mut Rig, p: &Plan<'_>, lib_wqes: &[Vec<u8>]) {
+    for r in DROWS {
+        let rust = did(r, V::Rust, c, rig, p);
+        let cd = did(r, V::C, c, rig, p);
+        assert_eq!(
+            rust, cd,
+            "{}: Rust direct and C direct did different work",
+            r.name
+        );
+        match (&rust, r.work) {
+            (Did::Posted { wqes, wcs }, Work::Post { last }) => {
+                let mut want = lib_wqes.to_vec();
+                if last {
+                    // fm_ce_se: the completion flag on the last one only.
+                    let n = want.len();
+                    for w in &mut want[..n - 1] {
+                        w[11] &= !0x08;
+                    }
+                }
+                assert_eq!(
+                    wqes, &want,
+                    "{}: the direct WQEs and libmlx5's differ",
+                    r.name
+                );
+                let ids: Vec<u64> = wcs.iter().map(|w| w.wr_id).collect();
+                let covers: Vec<u32> = wcs.iter().map(|w| w.covers).collect();
+                if last {
+                    assert_eq!((ids, covers), (vec![31], vec![32]), "{}", r.name);
+                } else {
+                    assert_eq!(ids, (0..32).collect::<Vec<_>>(), "{}", r.name);
+                    assert!(covers.iter().all(|&c| c == 1), "{}", r.name);
+                }
+            }
+            (Did::Polled(wcs), Work::Poll) => {
+                let ids: Vec<u64> = wcs.iter().map(|w| w.wr_id).collect();
+                assert_eq!(ids, (0..32).collect::<Vec<_>>(), "{}", r.name);
+            }
+            _ => unreachable!(),
+        }
+    }
+}
+
+/// The direct rows' table: instructions per work request (per completion
+/// for the poll) of Rust direct, C direct and C through libmlx5 (the C
+/// best of `lib`'s row in `counts`), the goal and whether it is met, and
+/// the best times of `rounds` rounds of `calls` calls. Whether every goal
+/// is met.
+#[allow(clippy::too_many_arguments)]
+pub fn report(
+    annotate: &str,
+    n: u64,
+    lib: &[(&str, f64)],
+    rounds: u32,
+    calls: u64,
+    c: &CSide,
+    rig: &mut Rig,
+    p: &Plan<'_>,
+) -> bool {
+    let ir = |r: &DRow, v: V| {
+        let sym = r.symbol(v);
+        let ir = inclusive_ir(annotate, &sym)
+            .unwrap_or_else(|| panic!("{sym} is not in the listing: was it a --run {n}?"));
+        ir as f64 / (n * BATCH as u64) as f64
+    };
+    let mut ns = vec![[f64::MAX; 2]; DROWS.len()];
+    for round in 0..rounds as usize {
+        for (k, r) in DROWS.iter().enumerate() {
+            let vs = [V::C, V::Rust];
+            for j in (0..2).map(|j| (j + round) % 2) {
+                let t = run(r, vs[j], calls, c, rig, p);
+                ns[k][j] = ns[k][j].min(t.as_nanos() as f64 / (calls * BATCH as u64) as f64);
+            }
+        }
+    }
+    println!();
+    println!(
+        "The direct path (`mlx5dv::direct`) against C direct (`c/direct.c`) and C through libmlx5"
+    );
+    println!();
+    println!(
+        "| shape | goal | C direct Ir/WR | Rust Ir/WR | **Rust / C direct** | met | \
+         C libmlx5 Ir/WR | Rust / C libmlx5 | C direct / C libmlx5 | C direct ns/WR | \
+         Rust ns/WR | Rust / C direct (time) |"
+    );
+    println!("|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|");
+    let mut all_met = true;
+    for (r, t) in DROWS.iter().zip(&ns) {
+        let (cd, rs) = (ir(r, V::C), ir(r, V::Rust));
+        let l = lib
+            .iter()
+            .find(|(s, _)| *s == r.lib)
+            .map_or(f64::NAN, |x| x.1);
+        let met = rs / cd <= r.goal;
+        all_met &= met;
+        println!(
+            "| {} | ≤ {:.2} | {:.2} | {:.2} | **{:.3}** | {} | {:.2} | {:.3} | {:.3} | {:.2} | \
+             {:.2} | {:.2} |",
+            r.title,
+            r.goal,
+            cd,
+            rs,
+            rs / cd,
+            if met { "yes" } else { "**no**" },
+            l,
+            rs / l,
+            cd / l,
+            t[0],
+            t[1],
+            t[1] / t[0],
+        );
+    }
+    all_met
+}

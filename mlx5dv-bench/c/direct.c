@@ -1,0 +1,345 @@
+/*
+ * C direct: an RC QP's send queue and send CQ taken with mlx5dv_init_obj
+ * and driven by hand, as UCX's rc_mlx5 transport drives them: RDMA write
+ * WQEs (control, remote-address and data segments, big-endian) written in
+ * place, one doorbell per batch, CQEs parsed in place. The same work and
+ * the same bookkeeping as mlx5dv's direct path (src/direct/): per WQE the
+ * slot a completion needs (wr_id, sequence number, end index, opcode); a
+ * completion names its wr_id and how many work requests it retires; the
+ * barriers of libmlx5's post_send_db without its BlueFlame copy (x86-64:
+ * a compiler barrier, the doorbell record, sfence, the 64-bit doorbell,
+ * sfence). What the C does not do that the Rust does: it checks the room
+ * once per batch, not per WQE, and writes the plan's entries unchecked.
+ */
+#include <endian.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench.h"
+
+#define NOINLINE __attribute__((noinline, visibility("default")))
+
+#if defined(__x86_64__)
+#define TO_DEVICE() asm volatile("" ::: "memory")
+#define FROM_DEVICE() asm volatile("" ::: "memory")
+#define WC_START() asm volatile("sfence" ::: "memory")
+#define FLUSH_WRITES() asm volatile("sfence" ::: "memory")
+#else
+#define TO_DEVICE() __sync_synchronize()
+#define FROM_DEVICE() __sync_synchronize()
+#define WC_START() __sync_synchronize()
+#define FLUSH_WRITES() __sync_synchronize()
+#endif
+
+struct direct_slot {
+	uint64_t wr_id;
+	uint32_t seq;
+	uint16_t end;
+	uint8_t opcode;
+};
+
+struct direct_qp {
+	/* send queue */
+	uint8_t *sq_buf;
+	uint32_t wqe_cnt;
+	uint16_t sq_mask;
+	uint16_t pi;
+	uint16_t sq_ci;
+	uint32_t posted;
+	uint32_t retired;
+	uint32_t qpn8;
+	volatile uint32_t *sq_dbrec;
+	uint8_t *bf_reg;
+	uint32_t bf_size;
+	uint32_t bf_offset;
+	struct direct_slot *slots;
+	/* CQ */
+	uint8_t *cq_buf;
+	uint32_t cqe_cnt;
+	uint32_t cq_mask;
+	uint32_t cq_shift;
+	uint32_t cqe64_at;
+	uint32_t cq_ci;
+	volatile uint32_t *cq_dbrec;
+};
+
+/* Every field of the Rust side's DirectWc. */
+struct direct_wc {
+	uint64_t wr_id;
+	uint32_t status;
+	uint32_t opcode;
+	uint32_t byte_len;
+	uint32_t qp_num;
+	uint32_t covers;
+	uint16_t wqe_index;
+	uint8_t syndrome;
+	uint8_t vendor_err;
+};
+
+/* The CQ doorbell record: the consumer index first (MLX5_CQ_SET_CI = 0). */
+struct direct_qp *c_direct_new(struct ibv_qp *qp, struct ibv_cq_ex *cq)
+{
+	struct mlx5dv_qp dq;
+	struct mlx5dv_cq dc;
+	struct mlx5dv_obj obj;
+	struct direct_qp *d;
+
+	memset(&obj, 0, sizeof(obj));
+	obj.qp.in = qp;
+	obj.qp.out = &dq;
+	obj.cq.in = ibv_cq_ex_to_cq(cq);
+	obj.cq.out = &dc;
+	if (mlx5dv_init_obj(&obj, MLX5DV_OBJ_QP | MLX5DV_OBJ_CQ))
+		return NULL;
+	if (dq.sq.stride != 64 || (dc.cqe_size != 64 && dc.cqe_size != 128))
+		return NULL;
+	d = calloc(1, sizeof(*d));
+	if (!d)
+		return NULL;
+	d->sq_buf = dq.sq.buf;
+	d->wqe_cnt = dq.sq.wqe_cnt;
+	d->sq_mask = (uint16_t)(dq.sq.wqe_cnt - 1);
+	d->qpn8 = qp->qp_num << 8;
+	d->sq_dbrec = &dq.dbrec[MLX5_SND_DBR];
+	d->bf_reg = dq.bf.reg;
+	d->bf_size = dq.bf.size;
+	d->slots = calloc(dq.sq.wqe_cnt, sizeof(*d->slots));
+	d->cq_buf = dc.buf;
+	d->cqe_cnt = dc.cqe_cnt;
+	d->cq_mask = dc.cqe_cnt - 1;
+	d->cq_shift = dc.cqe_size == 64 ? 6 : 7;
+	d->cqe64_at = dc.cqe_size - 64;
+	d->cq_ci = be32toh(dc.dbrec[0]) & 0xffffff;
+	d->cq_dbrec = &dc.dbrec[0];
+	if (!d->slots) {
+		free(d);
+		return NULL;
+	}
+	return d;
+}
+
+/* One RDMA write + SGE WQE at the producer index, and its slot. */
+static inline __attribute__((always_inline)) uint8_t *
+write_wqe(struct direct_qp *d, uint16_t idx, uint32_t seq, uint64_t wr_id, uint8_t fm_ce_se,
+	  uint64_t raddr, uint32_t rkey, const struct ibv_sge *s)
+{
+	uint8_t *ctrl = d->sq_buf + ((size_t)(idx & d->sq_mask) << 6);
+	uint32_t *c = (uint32_t *)ctrl;
+	struct direct_slot *slot = &d->slots[idx & d->sq_mask];
+
+	c[0] = htobe32(((uint32_t)idx << 8) | MLX5_OPCODE_RDMA_WRITE);
+	c[1] = htobe32(d->qpn8 | 3);
+	c[2] = htobe32(fm_ce_se);
+	c[3] = 0;
+	*(uint64_t *)(ctrl + 16) = htobe64(raddr);
+	*(uint32_t *)(ctrl + 24) = htobe32(rkey);
+	*(uint32_t *)(ctrl + 28) = 0;
+	*(uint32_t *)(ctrl + 32) = htobe32(s->length);
+	*(uint32_t *)(ctrl + 36) = htobe32(s->lkey);
+	*(uint64_t *)(ctrl + 40) = htobe64(s->addr);
+	slot->wr_id = wr_id;
+	slot->seq = seq;
+	slot->end = (uint16_t)(idx + 1);
+	slot->opcode = MLX5_OPCODE_RDMA_WRITE;
+	return ctrl;
+}
+
+static inline __attribute__((always_inline)) void ring(struct direct_qp *d, uint16_t pi,
+						       const uint8_t *last)
+{
+	TO_DEVICE();
+	*d->sq_dbrec = htobe32(pi);
+	d->pi = pi;
+	WC_START();
+	*(volatile uint64_t *)(d->bf_reg + d->bf_offset) = *(const uint64_t *)last;
+	FLUSH_WRITES();
+	d->bf_offset ^= d->bf_size;
+}
+
+static inline __attribute__((always_inline)) int
+writes(struct direct_qp *d, uint32_t rkey, const struct bench_plan *p, int last_only)
+{
+	uint16_t pi = d->pi;
+	uint32_t seq = d->posted;
+	uint8_t *last = NULL;
+
+	/* The room for the batch, once (one basic block per WQE). */
+	if ((uint32_t)(uint16_t)(pi - d->sq_ci) + BENCH_BATCH > d->wqe_cnt)
+		return -ENOMEM;
+	for (unsigned int i = 0; i < BENCH_BATCH; i++) {
+		uint8_t ce = (!last_only || i == BENCH_BATCH - 1) ? MLX5_WQE_CTRL_CQ_UPDATE : 0;
+
+		last = write_wqe(d, pi, ++seq, i, ce, p->raddr[i], rkey, &p->sge[i]);
+		pi++;
+	}
+	d->posted = seq;
+	ring(d, pi, last);
+	return 0;
+}
+
+/* Every work request signalled. */
+NOINLINE int c_direct_rc_write_sge(struct direct_qp *d, uint32_t rkey, const struct bench_plan *p)
+{
+	return writes(d, rkey, p, 0);
+}
+
+/* Only the last of the batch signalled. */
+NOINLINE int c_direct_rc_write_sge_last(struct direct_qp *d, uint32_t rkey,
+					const struct bench_plan *p)
+{
+	return writes(d, rkey, p, 1);
+}
+
+/* The same writes, not measured: what the polls find completed. */
+NOINLINE int c_direct_prime(struct direct_qp *d, uint32_t rkey, const struct bench_plan *p)
+{
+	return writes(d, rkey, p, 0);
+}
+
+static uint32_t status_of(uint8_t syndrome)
+{
+	switch (syndrome) {
+	case MLX5_CQE_SYNDROME_LOCAL_LENGTH_ERR:
+		return IBV_WC_LOC_LEN_ERR;
+	case MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR:
+		return IBV_WC_LOC_QP_OP_ERR;
+	case MLX5_CQE_SYNDROME_LOCAL_PROT_ERR:
+		return IBV_WC_LOC_PROT_ERR;
+	case MLX5_CQE_SYNDROME_WR_FLUSH_ERR:
+		return IBV_WC_WR_FLUSH_ERR;
+	case MLX5_CQE_SYNDROME_MW_BIND_ERR:
+		return IBV_WC_MW_BIND_ERR;
+	case MLX5_CQE_SYNDROME_BAD_RESP_ERR:
+		return IBV_WC_BAD_RESP_ERR;
+	case MLX5_CQE_SYNDROME_LOCAL_ACCESS_ERR:
+		return IBV_WC_LOC_ACCESS_ERR;
+	case MLX5_CQE_SYNDROME_REMOTE_INVAL_REQ_ERR:
+		return IBV_WC_REM_INV_REQ_ERR;
+	case MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR:
+		return IBV_WC_REM_ACCESS_ERR;
+	case MLX5_CQE_SYNDROME_REMOTE_OP_ERR:
+		return IBV_WC_REM_OP_ERR;
+	case MLX5_CQE_SYNDROME_TRANSPORT_RETRY_EXC_ERR:
+		return IBV_WC_RETRY_EXC_ERR;
+	case MLX5_CQE_SYNDROME_RNR_RETRY_EXC_ERR:
+		return IBV_WC_RNR_RETRY_EXC_ERR;
+	case MLX5_CQE_SYNDROME_REMOTE_ABORTED_ERR:
+		return IBV_WC_REM_ABORT_ERR;
+	default:
+		return IBV_WC_GENERAL_ERR;
+	}
+}
+
+static inline uint32_t wc_opcode(uint8_t op)
+{
+	switch (op) {
+	case MLX5_OPCODE_RDMA_WRITE:
+	case MLX5_OPCODE_RDMA_WRITE_IMM:
+		return IBV_WC_RDMA_WRITE;
+	case MLX5_OPCODE_SEND:
+	case MLX5_OPCODE_SEND_IMM:
+	case MLX5_OPCODE_SEND_INVAL:
+		return IBV_WC_SEND;
+	case MLX5_OPCODE_RDMA_READ:
+		return IBV_WC_RDMA_READ;
+	case MLX5_OPCODE_ATOMIC_CS:
+		return IBV_WC_COMP_SWAP;
+	case MLX5_OPCODE_ATOMIC_FA:
+		return IBV_WC_FETCH_ADD;
+	default:
+		return 0x100 | op;
+	}
+}
+
+/* 1: a completion in *wc; 0: none; negative: a CQE not of this QP's send
+ * queue (skipped). */
+static inline __attribute__((always_inline)) int step(struct direct_qp *d, struct direct_wc *wc)
+{
+	const uint8_t *cqe = d->cq_buf + ((size_t)(d->cq_ci & d->cq_mask) << d->cq_shift) +
+			     d->cqe64_at;
+	uint8_t op_own = *(volatile const uint8_t *)(cqe + 63);
+	uint8_t opcode = op_own >> 4;
+	uint32_t qpn, byte_cnt, status, covers, op;
+	uint16_t counter, ends_after;
+	uint8_t syndrome, vendor;
+	struct direct_slot slot;
+
+	if (opcode == MLX5_CQE_INVALID || (op_own & 1) != !!(d->cq_ci & d->cqe_cnt))
+		return 0;
+	FROM_DEVICE();
+	qpn = be32toh(*(volatile const uint32_t *)(cqe + 56));
+	counter = be16toh(*(volatile const uint16_t *)(cqe + 60));
+	byte_cnt = be32toh(*(volatile const uint32_t *)(cqe + 44));
+	syndrome = *(volatile const uint8_t *)(cqe + 55);
+	vendor = *(volatile const uint8_t *)(cqe + 54);
+	if (opcode == MLX5_CQE_REQ)
+		status = (op_own & (MLX5_INLINE_SCATTER_32 | MLX5_INLINE_SCATTER_64)) ?
+				 IBV_WC_GENERAL_ERR :
+				 IBV_WC_SUCCESS;
+	else if (opcode == MLX5_CQE_REQ_ERR || opcode == MLX5_CQE_RESP_ERR)
+		status = status_of(syndrome);
+	else {
+		d->cq_ci++;
+		return -EINVAL;
+	}
+	d->cq_ci++;
+	slot = d->slots[counter & d->sq_mask];
+	if ((uint16_t)(counter - d->sq_ci) >= (uint16_t)(d->pi - d->sq_ci))
+		return -EINVAL;
+	covers = slot.seq - d->retired;
+	ends_after = (uint16_t)(slot.end - counter);
+	if (covers == 0 || covers > d->posted - d->retired || ends_after == 0 ||
+	    ends_after > (uint16_t)(d->pi - counter))
+		return -EINVAL;
+	d->retired = slot.seq;
+	d->sq_ci = slot.end;
+	op = wc_opcode(slot.opcode);
+	wc->wr_id = slot.wr_id;
+	wc->status = status;
+	wc->opcode = op;
+	if (status == IBV_WC_SUCCESS) {
+		wc->byte_len = op == IBV_WC_RDMA_READ ? byte_cnt :
+			       (op == IBV_WC_COMP_SWAP || op == IBV_WC_FETCH_ADD) ? 8 : 0;
+		wc->syndrome = 0;
+		wc->vendor_err = 0;
+	} else {
+		wc->byte_len = 0;
+		wc->syndrome = syndrome;
+		wc->vendor_err = vendor;
+	}
+	wc->qp_num = qpn & 0xffffff;
+	wc->wqe_index = counter;
+	wc->covers = covers;
+	return 1;
+}
+
+static inline __attribute__((always_inline)) int poll(struct direct_qp *d, struct direct_wc *wc,
+						      int max)
+{
+	int n = 0, r = 0;
+
+	while (n < max) {
+		r = step(d, &wc[n]);
+		if (r <= 0)
+			break;
+		n++;
+	}
+	if (n > 0 || r < 0) {
+		TO_DEVICE();
+		*d->cq_dbrec = htobe32(d->cq_ci & 0xffffff);
+	}
+	return r < 0 ? r : n;
+}
+
+/* Up to BENCH_BATCH completions, every field. */
+NOINLINE int c_direct_poll(struct direct_qp *d, struct direct_wc *wc)
+{
+	return poll(d, wc, BENCH_BATCH);
+}
+
+/* The same, not measured: the harness's drain. */
+NOINLINE int c_direct_drain(struct direct_qp *d, struct direct_wc *wc, int max)
+{
+	return poll(d, wc, max);
+}
