@@ -1,11 +1,12 @@
 //! The direct batch: WQEs written into the send queue, one doorbell for
 //! all of them.
 
-use super::sq::{Slot, Sq, CE, DS, FENCE, INLINE_SEG, SE};
+use super::sq::{Slot, Sq, DS, INLINE_SEG};
 use super::DirectTransport;
 use crate::error::{Error, Result};
 use crate::ffi;
 use crate::mr::{RemoteBuf, Sge, SgeMut};
+use crate::qp::{DcInitiator, ReliableConnection};
 use crate::wr::SendFlags;
 use std::marker::PhantomData;
 
@@ -80,31 +81,47 @@ type Invariant<'m> = fn(&'m ()) -> &'m ();
 #[must_use = "a direct batch posts nothing until it is rung"]
 pub struct DirectBatch<'q, 'm, T: DirectTransport> {
     pub(super) sq: &'q mut Sq,
+    /// What the writers need of the ring, copied here so that the stores
+    /// into the ring (through raw pointers) do not make the compiler read
+    /// them again from the `Sq` behind the reference.
+    buf: *mut u8,
+    slots: *mut Slot,
+    /// The ring's basic blocks less one (its slots too: one a block).
+    mask: u16,
+    /// The producer index may reach `limit` (the consumer index plus the
+    /// ring's size): `limit - pi` basic blocks are free.
+    limit: u16,
+    /// The most 16-byte units one WQE may take.
+    max_units: u32,
+    qpn8: u32,
+    /// The sequence number of the last work request written.
+    seq: u32,
+    /// Whether the QP has DCI streams.
+    streams: bool,
     /// The producer index of the next WQE (the ring's own moves at `ring`).
     pub(super) pi: u16,
-    /// Work requests written.
-    pub(super) n: u32,
-    /// The control segment of the last WQE written.
-    pub(super) last: *mut u8,
+    /// The first basic block of the last WQE written (valid once `seq`
+    /// moved past the ring's `posted`).
+    last: u16,
     _m: PhantomData<(Invariant<'m>, T)>,
 }
 
-/// The control-segment flags of a work request's [`SendFlags`]
-/// (`FENCE`, `SIGNALED`, `SOLICITED`; others are ignored).
+/// The control-segment flags (`fm_ce_se`) of a work request's
+/// [`SendFlags`]: `IBV_SEND_FENCE` (1) → `MLX5_WQE_CTRL_FENCE` (0x80),
+/// `IBV_SEND_SIGNALED` (2) → `MLX5_WQE_CTRL_CQ_UPDATE` (8),
+/// `IBV_SEND_SOLICITED` (4) → `MLX5_WQE_CTRL_SOLICITED` (2); other bits
+/// are ignored.
 #[inline(always)]
 fn fm_ce_se(flags: SendFlags) -> u8 {
-    let mut f = 0;
-    if flags.contains(SendFlags::SIGNALED) {
-        f |= CE;
-    }
-    if flags.contains(SendFlags::SOLICITED) {
-        f |= SE;
-    }
-    if flags.contains(SendFlags::FENCE) {
-        f |= FENCE;
-    }
-    f
+    let f = flags.bits();
+    (((f & 1) << 7) | ((f & 2) << 2) | ((f & 4) >> 1)) as u8
 }
+
+const _: () = {
+    assert!(ffi::IBV_SEND_FENCE == 1 && ffi::MLX5_WQE_CTRL_FENCE == 0x80);
+    assert!(ffi::IBV_SEND_SIGNALED == 2 && ffi::MLX5_WQE_CTRL_CQ_UPDATE == 8);
+    assert!(ffi::IBV_SEND_SOLICITED == 4 && ffi::MLX5_WQE_CTRL_SOLICITED == 2);
+};
 
 /// Writes `v` big-endian at `p`.
 ///
@@ -126,49 +143,125 @@ unsafe fn be32(p: *mut u8, v: u32) {
     unsafe { p.cast::<u32>().write(v.to_be()) }
 }
 
+#[cold]
+#[inline(never)]
+fn remote_too_short(remote_len: u64, len: u64, what: &'static str) -> Error {
+    Error::OutOfRange {
+        what,
+        value: len,
+        limit: format!("at most the remote buffer's {remote_len} bytes"),
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn no_room(units: u32, max_units: u32, batch: u32, depth: u32) -> Error {
+    if units > u32::from(crate::wqe::MAX_DS) {
+        // DS is 6 bits of qpn_ds: a longer WQE cannot be described.
+        Error::OutOfRange {
+            what: "the WQE's 16-byte units",
+            value: u64::from(units),
+            limit: format!("at most {} (the DS field)", crate::wqe::MAX_DS),
+        }
+    } else if units > max_units {
+        Error::OutOfRange {
+            what: "the WQE's 16-byte units",
+            value: u64::from(units),
+            limit: format!("at most {max_units} (the QP's WQE size)"),
+        }
+    } else {
+        Error::SendQueueFull { batch, depth }
+    }
+}
+
 /// The remote side of a work request, checked: `len` bytes fit it.
+#[inline(always)]
 fn check_remote(remote: &RemoteBuf, len: u64, what: &'static str) -> Result<()> {
     if len > remote.len {
-        return Err(Error::OutOfRange {
-            what,
-            value: len,
-            limit: format!("at most the remote buffer's {} bytes", remote.len),
-        });
+        return Err(remote_too_short(remote.len, len, what));
     }
     Ok(())
+}
+
+/// Where a DCI's work request goes: the address vector as the WQE's
+/// datagram segment carries it, and the DCI stream.
+#[derive(Clone, Copy)]
+pub(super) struct Route<'a> {
+    av: &'a [u64; 6],
+    stream: Option<u16>,
 }
 
 impl<'q, 'm, T: DirectTransport> DirectBatch<'q, 'm, T> {
     pub(super) fn new(sq: &'q mut Sq) -> Self {
         let pi = sq.pi;
         DirectBatch {
+            buf: sq.buf.as_ptr(),
+            slots: sq.slots.as_mut_ptr(),
+            mask: sq.mask,
+            limit: sq.ci.wrapping_add(sq.wqe_cnt as u16),
+            max_units: (sq.max_blocks * 4).min(u32::from(crate::wqe::MAX_DS)),
+            qpn8: sq.qpn8,
+            seq: sq.posted,
+            streams: sq.streams,
             sq,
             pi,
-            n: 0,
-            last: std::ptr::null_mut(),
+            last: 0,
             _m: PhantomData,
         }
     }
 
     /// Work requests written so far.
     pub fn len(&self) -> u32 {
-        self.n
+        self.seq.wrapping_sub(self.sq.posted)
     }
 
     /// Whether no work request was written.
     pub fn is_empty(&self) -> bool {
-        self.n == 0
+        self.len() == 0
     }
 
     /// Basic blocks (64 bytes) still free in the send queue for this
-    /// batch: an RDMA write or send of one entry, or an atomic, takes one.
+    /// batch: an RDMA write or send of one entry, or an atomic, takes one
+    /// on an RC QP, two on a DCI.
     pub fn room(&self) -> u32 {
-        let sq = &*self.sq;
-        sq.wqe_cnt - u32::from(self.pi.wrapping_sub(sq.ci))
+        u32::from(self.limit.wrapping_sub(self.pi))
     }
 
-    /// Starts a WQE of `units` 16-byte units: checks the room, writes the
-    /// control segment and notes the slot. Returns the WQE's first unit.
+    /// The address of the 16-byte unit `unit` of the ring (taken modulo
+    /// the ring).
+    #[inline(always)]
+    fn at(&self, unit: u32) -> *mut u8 {
+        let units_mask = (u32::from(self.mask) << 2) | 3;
+        // SAFETY: masked, the unit lies inside the ring.
+        unsafe { self.buf.add(((unit & units_mask) as usize) * DS) }
+    }
+
+    /// The control segment of the WQE starting at basic block `idx`.
+    #[inline(always)]
+    fn ctrl_of(&self, idx: u16) -> *mut u8 {
+        // SAFETY: masked, the block lies inside the ring.
+        unsafe { self.buf.add(usize::from(idx & self.mask) * super::sq::BB) }
+    }
+
+    /// Unit `k` of the WQE whose control segment is `ctrl`, unit `first`
+    /// of the ring: the first four are in its first basic block; later
+    /// ones may wrap to the ring's start.
+    #[inline(always)]
+    fn seg(&self, ctrl: *mut u8, first: u32, k: u32) -> *mut u8 {
+        if k < 4 {
+            // SAFETY: the WQE's first basic block holds units 0..4.
+            unsafe { ctrl.add(k as usize * DS) }
+        } else {
+            self.at(first + k)
+        }
+    }
+
+    /// Starts a WQE of `units` 16-byte units (the control segment and the
+    /// operation's own; a DCI's datagram segment adds 3): checks the room, writes the
+    /// control segment (and a DCI's datagram segment) and notes the slot.
+    /// Returns the control segment and its unit; the operation's segments
+    /// start at unit 1, or 4 after a datagram segment.
+    #[allow(clippy::too_many_arguments)]
     #[inline(always)]
     fn begin(
         &mut self,
@@ -177,56 +270,78 @@ impl<'q, 'm, T: DirectTransport> DirectBatch<'q, 'm, T> {
         units: u32,
         flags: SendFlags,
         imm: u32,
-    ) -> Result<u32> {
-        let sq: &mut Sq = &mut *self.sq;
+        route: Option<Route<'_>>,
+    ) -> Result<(*mut u8, u32)> {
+        let units = units + if route.is_some() { 3 } else { 0 };
         let blocks = units.div_ceil(4);
-        let used = u32::from(self.pi.wrapping_sub(sq.ci));
-        if units > u32::from(crate::wqe::MAX_DS) {
-            // DS is 6 bits of qpn_ds: a longer WQE cannot be described.
-            return Err(Error::OutOfRange {
-                what: "the WQE's 16-byte units",
-                value: u64::from(units),
-                limit: format!("at most {} (the DS field)", crate::wqe::MAX_DS),
-            });
-        }
-        if blocks > sq.max_blocks || used + blocks > sq.wqe_cnt {
-            return Err(Error::SendQueueFull {
-                batch: self.n + 1,
-                depth: sq.wqe_cnt,
-            });
+        // A WQE of one basic block fits any QP's WQE: for the operations
+        // whose size is known (most), the first test folds away.
+        if (units > 4 && units > self.max_units)
+            || blocks > u32::from(self.limit.wrapping_sub(self.pi))
+        {
+            return Err(no_room(
+                units,
+                self.max_units,
+                self.len() + 1,
+                self.sq.wqe_cnt,
+            ));
         }
         let idx = self.pi;
         let first = u32::from(idx) * 4;
-        let ctrl = sq.unit(first);
+        let ctrl = self.ctrl_of(idx);
+        let stream = match route {
+            Some(Route {
+                stream: Some(s), ..
+            }) => {
+                if !self.streams {
+                    return Err(no_streams());
+                }
+                s
+            }
+            _ => 0,
+        };
+        let [s_hi, s_lo] = stream.to_be_bytes();
         // SAFETY: `ctrl` starts a free basic block of the ring (room checked
         // above: the device does not read it until a doorbell names it);
         // 16 bytes, 16-aligned.
         unsafe {
             be32(ctrl, (u32::from(idx) << 8) | opcode);
-            be32(ctrl.add(4), sq.qpn8 | units);
-            // signature, stream id (0), fm_ce_se.
+            be32(ctrl.add(4), self.qpn8 | units);
+            // signature, DCI stream id, fm_ce_se.
             ctrl.add(8)
                 .cast::<u32>()
-                .write(u32::from_ne_bytes([0, 0, 0, fm_ce_se(flags)]));
+                .write(u32::from_ne_bytes([0, s_hi, s_lo, fm_ce_se(flags)]));
             ctrl.add(12).cast::<u32>().write(imm);
         }
+        if let Some(r) = route {
+            // SAFETY: units 1..4 of the WQE, in its first basic block.
+            unsafe {
+                let p = ctrl.add(DS).cast::<u64>();
+                for (i, w) in r.av.iter().enumerate() {
+                    p.add(i).write(*w);
+                }
+            }
+        }
         let end = idx.wrapping_add(blocks as u16);
-        sq.slots[usize::from(idx & sq.mask)] = Slot {
-            wr_id,
-            seq: sq.posted.wrapping_add(self.n + 1),
-            end,
-            opcode: opcode as u8,
+        self.seq = self.seq.wrapping_add(1);
+        // SAFETY: masked, the slot is inside the slot array (one per basic
+        // block of the ring).
+        unsafe {
+            self.slots.add(usize::from(idx & self.mask)).write(Slot {
+                wr_id,
+                seq: self.seq,
+                end,
+                opcode: opcode as u8,
+            })
         };
         self.pi = end;
-        self.n += 1;
-        self.last = ctrl;
-        Ok(first)
+        self.last = idx;
+        Ok((ctrl, first))
     }
 
-    /// Writes a remote-address segment at unit `u`.
+    /// Writes a remote-address segment at `p`.
     #[inline(always)]
-    fn raddr(&self, u: u32, remote: &RemoteBuf) {
-        let p = self.sq.unit(u);
+    fn raddr(p: *mut u8, remote: &RemoteBuf) {
         // SAFETY: a unit of the WQE `begin` reserved.
         unsafe {
             be64(p, remote.addr);
@@ -235,10 +350,9 @@ impl<'q, 'm, T: DirectTransport> DirectBatch<'q, 'm, T> {
         }
     }
 
-    /// Writes a data segment at unit `u`.
+    /// Writes a data segment at `p`.
     #[inline(always)]
-    fn data(&self, u: u32, len: u32, lkey: u32, addr: u64) {
-        let p = self.sq.unit(u);
+    fn data(p: *mut u8, len: u32, lkey: u32, addr: u64) {
         // SAFETY: a unit of the WQE `begin` reserved.
         unsafe {
             be32(p, len);
@@ -247,11 +361,10 @@ impl<'q, 'm, T: DirectTransport> DirectBatch<'q, 'm, T> {
         }
     }
 
-    /// Writes an inline segment of `data` from unit `u`, across the ring's
-    /// end if it gets there.
+    /// Writes an inline segment of `data` from unit `u` of the ring,
+    /// across the ring's end if it gets there.
     fn inline(&self, u: u32, data: &[u8]) {
-        let sq = &*self.sq;
-        let head = sq.unit(u);
+        let head = self.at(u);
         // SAFETY: the units `begin` reserved for the segment: 4 bytes of
         // byte count, then the data, within `inline_units(len)` units.
         unsafe { be32(head, data.len() as u32 | INLINE_SEG) };
@@ -262,7 +375,7 @@ impl<'q, 'm, T: DirectTransport> DirectBatch<'q, 'm, T> {
         // SAFETY: as above.
         unsafe { std::ptr::copy_nonoverlapping(first.as_ptr(), head.add(4), first.len()) };
         for (i, chunk) in rest.chunks(DS).enumerate() {
-            let p = sq.unit(u + 1 + i as u32);
+            let p = self.at(u + 1 + i as u32);
             // SAFETY: as above.
             unsafe { std::ptr::copy_nonoverlapping(chunk.as_ptr(), p, chunk.len()) };
         }
@@ -285,203 +398,106 @@ impl<'q, 'm, T: DirectTransport> DirectBatch<'q, 'm, T> {
         })
     }
 
-    /// An operation with a remote address and a local source entry.
+    /// The first unit of the operation's own segments.
     #[inline(always)]
-    fn remote_from(
+    fn body(route: &Option<Route<'_>>) -> u32 {
+        if route.is_some() {
+            4
+        } else {
+            1
+        }
+    }
+
+    /// An operation with a remote address and a local entry (write, read).
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    fn op_remote(
         &mut self,
+        route: Option<Route<'_>>,
         wr_id: u64,
         opcode: u32,
         flags: SendFlags,
         imm: u32,
         remote: &RemoteBuf,
-        src: &Sge<'m>,
+        sge: &ffi::ibv_sge,
+        what: &'static str,
     ) -> Result<()> {
-        let len = src.length();
-        check_remote(remote, u64::from(len), "the RDMA write's length")?;
+        let len = sge.length;
+        check_remote(remote, u64::from(len), what)?;
+        let k = Self::body(&route);
+        // An empty entry is no data segment: mlx5 reads a byte count of 0
+        // as 2^31. Its unit is written anyway (inside the WQE's last basic
+        // block, past its DS count: the device does not read it).
         let units = 2 + u32::from(len != 0);
-        let u = self.begin(wr_id, opcode, units, flags, imm)?;
-        self.raddr(u + 1, remote);
-        if len != 0 {
-            self.data(u + 2, len, src.lkey(), src.addr());
-        }
+        let (ctrl, first) = self.begin(wr_id, opcode, units, flags, imm, route)?;
+        Self::raddr(self.seg(ctrl, first, k), remote);
+        Self::data(self.seg(ctrl, first, k + 1), len, sge.lkey, sge.addr);
         Ok(())
-    }
-
-    /// An RDMA write of `src` into the peer's `remote` memory
-    /// (`MLX5_OPCODE_RDMA_WRITE`): control, remote-address and data
-    /// segments, one basic block.
-    #[inline]
-    pub fn rdma_write(
-        &mut self,
-        wr_id: u64,
-        flags: SendFlags,
-        remote: RemoteBuf,
-        src: Sge<'m>,
-    ) -> Result<()> {
-        self.remote_from(wr_id, ffi::MLX5_OPCODE_RDMA_WRITE, flags, 0, &remote, &src)
-    }
-
-    /// An RDMA write with 32-bit immediate data, in host byte order
-    /// (`MLX5_OPCODE_RDMA_WRITE_IMM`): it consumes a receive at the peer.
-    #[inline]
-    pub fn rdma_write_imm(
-        &mut self,
-        wr_id: u64,
-        flags: SendFlags,
-        remote: RemoteBuf,
-        imm: u32,
-        src: Sge<'m>,
-    ) -> Result<()> {
-        self.remote_from(
-            wr_id,
-            ffi::MLX5_OPCODE_RDMA_WRITE_IMM,
-            flags,
-            imm.to_be(),
-            &remote,
-            &src,
-        )
-    }
-
-    /// An RDMA write of `data`, copied into the WQE (inline): the memory
-    /// need not be registered and is free again when this returns. At most
-    /// the QP's `max_inline_data` bytes.
-    pub fn rdma_write_inline(
-        &mut self,
-        wr_id: u64,
-        flags: SendFlags,
-        remote: RemoteBuf,
-        data: &[u8],
-    ) -> Result<()> {
-        check_remote(&remote, data.len() as u64, "the RDMA write's length")?;
-        let inl = self.inline_units(data.len())?;
-        let u = self.begin(wr_id, ffi::MLX5_OPCODE_RDMA_WRITE, 2 + inl, flags, 0)?;
-        self.raddr(u + 1, &remote);
-        if inl != 0 {
-            self.inline(u + 2, data);
-        }
-        Ok(())
-    }
-
-    /// A send of `src` (`MLX5_OPCODE_SEND`): it consumes a receive at the
-    /// peer.
-    #[inline]
-    pub fn send(&mut self, wr_id: u64, flags: SendFlags, src: Sge<'m>) -> Result<()> {
-        self.send_op(wr_id, ffi::MLX5_OPCODE_SEND, flags, 0, &src)
-    }
-
-    /// A send with 32-bit immediate data, in host byte order
-    /// (`MLX5_OPCODE_SEND_IMM`).
-    #[inline]
-    pub fn send_imm(&mut self, wr_id: u64, flags: SendFlags, imm: u32, src: Sge<'m>) -> Result<()> {
-        self.send_op(wr_id, ffi::MLX5_OPCODE_SEND_IMM, flags, imm.to_be(), &src)
     }
 
     #[inline(always)]
-    fn send_op(
+    fn op_write_inline(
         &mut self,
+        route: Option<Route<'_>>,
+        wr_id: u64,
+        flags: SendFlags,
+        remote: &RemoteBuf,
+        data: &[u8],
+    ) -> Result<()> {
+        check_remote(remote, data.len() as u64, "the RDMA write's length")?;
+        let inl = self.inline_units(data.len())?;
+        let k = Self::body(&route);
+        let (ctrl, first) =
+            self.begin(wr_id, ffi::MLX5_OPCODE_RDMA_WRITE, 2 + inl, flags, 0, route)?;
+        Self::raddr(self.seg(ctrl, first, k), remote);
+        if inl != 0 {
+            self.inline(first + k + 1, data);
+        }
+        Ok(())
+    }
+
+    #[inline(always)]
+    fn op_send(
+        &mut self,
+        route: Option<Route<'_>>,
         wr_id: u64,
         opcode: u32,
         flags: SendFlags,
         imm: u32,
-        src: &Sge<'m>,
+        sge: &ffi::ibv_sge,
     ) -> Result<()> {
-        let len = src.length();
-        let u = self.begin(wr_id, opcode, 1 + u32::from(len != 0), flags, imm)?;
+        let len = sge.length;
+        let k = Self::body(&route);
+        let units = 1 + u32::from(len != 0);
+        let (ctrl, first) = self.begin(wr_id, opcode, units, flags, imm, route)?;
         if len != 0 {
-            self.data(u + 1, len, src.lkey(), src.addr());
+            Self::data(self.seg(ctrl, first, k), len, sge.lkey, sge.addr);
         }
         Ok(())
     }
 
-    /// A send of `data`, copied into the WQE (inline).
-    pub fn send_inline(&mut self, wr_id: u64, flags: SendFlags, data: &[u8]) -> Result<()> {
+    #[inline(always)]
+    fn op_send_inline(
+        &mut self,
+        route: Option<Route<'_>>,
+        wr_id: u64,
+        flags: SendFlags,
+        data: &[u8],
+    ) -> Result<()> {
         let inl = self.inline_units(data.len())?;
-        let u = self.begin(wr_id, ffi::MLX5_OPCODE_SEND, 1 + inl, flags, 0)?;
+        let k = Self::body(&route);
+        let (_, first) = self.begin(wr_id, ffi::MLX5_OPCODE_SEND, 1 + inl, flags, 0, route)?;
         if inl != 0 {
-            self.inline(u + 1, data);
+            self.inline(first + k, data);
         }
         Ok(())
-    }
-}
-
-impl<'q, 'm, T: super::DirectReadAtomic> DirectBatch<'q, 'm, T> {
-    /// An RDMA read of the peer's `remote` memory into `dst`
-    /// (`MLX5_OPCODE_RDMA_READ`), which stays exclusively borrowed until
-    /// the completion: control, remote-address and data segments.
-    #[inline]
-    pub fn rdma_read(
-        &mut self,
-        wr_id: u64,
-        flags: SendFlags,
-        remote: RemoteBuf,
-        dst: SgeMut<'m>,
-    ) -> Result<()> {
-        let len = dst.length();
-        check_remote(&remote, u64::from(len), "the RDMA read's length")?;
-        let units = 2 + u32::from(len != 0);
-        let u = self.begin(wr_id, ffi::MLX5_OPCODE_RDMA_READ, units, flags, 0)?;
-        self.raddr(u + 1, &remote);
-        if len != 0 {
-            self.data(u + 2, len, dst.lkey(), dst.addr());
-        }
-        Ok(())
-    }
-
-    /// Atomic compare-and-swap of the 8 bytes at `remote` (8-aligned),
-    /// the old value landing in `dst` (8 bytes) as the device writes it:
-    /// in host byte order on a device whose atomics are `IBV_ATOMIC_HCA`
-    /// (mlx5's kernel driver sets the device's 8-byte atomic responses to
-    /// host endianness where it can), as through libmlx5
-    /// (`MLX5_OPCODE_ATOMIC_CS`): control, remote-address, atomic and data
-    /// segments, one basic block.
-    #[inline]
-    pub fn atomic_cmp_swp(
-        &mut self,
-        wr_id: u64,
-        flags: SendFlags,
-        remote: RemoteBuf,
-        compare: u64,
-        swap: u64,
-        dst: SgeMut<'m>,
-    ) -> Result<()> {
-        self.atomic(
-            wr_id,
-            ffi::MLX5_OPCODE_ATOMIC_CS,
-            flags,
-            &remote,
-            swap,
-            compare,
-            &dst,
-        )
-    }
-
-    /// Atomic fetch-and-add of `add` to the 8 bytes at `remote`
-    /// (8-aligned), the old value landing in `dst` (8 bytes)
-    /// (`MLX5_OPCODE_ATOMIC_FA`).
-    #[inline]
-    pub fn atomic_fetch_add(
-        &mut self,
-        wr_id: u64,
-        flags: SendFlags,
-        remote: RemoteBuf,
-        add: u64,
-        dst: SgeMut<'m>,
-    ) -> Result<()> {
-        self.atomic(
-            wr_id,
-            ffi::MLX5_OPCODE_ATOMIC_FA,
-            flags,
-            &remote,
-            add,
-            0,
-            &dst,
-        )
     }
 
     #[allow(clippy::too_many_arguments)]
     #[inline(always)]
-    fn atomic(
+    fn op_atomic(
         &mut self,
+        route: Option<Route<'_>>,
         wr_id: u64,
         opcode: u32,
         flags: SendFlags,
@@ -504,17 +520,388 @@ impl<'q, 'm, T: super::DirectReadAtomic> DirectBatch<'q, 'm, T> {
                 remote.addr
             )));
         }
-        let u = self.begin(wr_id, opcode, 4, flags, 0)?;
-        self.raddr(u + 1, remote);
-        let p = self.sq.unit(u + 2);
+        let k = Self::body(&route);
+        let (ctrl, first) = self.begin(wr_id, opcode, 4, flags, 0, route)?;
+        Self::raddr(self.seg(ctrl, first, k), remote);
+        let p = self.seg(ctrl, first, k + 1);
         // SAFETY: a unit of the WQE `begin` reserved (struct
         // mlx5_wqe_atomic_seg: swap_add, then compare).
         unsafe {
             be64(p, swap_add);
             be64(p.add(8), compare);
         }
-        self.data(u + 3, 8, dst.lkey(), dst.addr());
+        Self::data(self.seg(ctrl, first, k + 2), 8, dst.lkey(), dst.addr());
         Ok(())
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn no_streams() -> Error {
+    Error::Unsupported {
+        what: "a DCI stream on a DCI created without DCI streams (QpBuilder::dci_streams)".into(),
+    }
+}
+
+/// The RC writers.
+impl<'m> DirectBatch<'_, 'm, ReliableConnection> {
+    /// An RDMA write of `src` into the peer's `remote` memory
+    /// (`MLX5_OPCODE_RDMA_WRITE`): control, remote-address and data
+    /// segments, one basic block.
+    #[inline]
+    pub fn rdma_write(
+        &mut self,
+        wr_id: u64,
+        flags: SendFlags,
+        remote: RemoteBuf,
+        src: Sge<'m>,
+    ) -> Result<()> {
+        self.op_remote(
+            None,
+            wr_id,
+            ffi::MLX5_OPCODE_RDMA_WRITE,
+            flags,
+            0,
+            &remote,
+            src.as_raw(),
+            "the RDMA write's length",
+        )
+    }
+
+    /// An RDMA write with 32-bit immediate data, in host byte order
+    /// (`MLX5_OPCODE_RDMA_WRITE_IMM`): it consumes a receive at the peer.
+    #[inline]
+    pub fn rdma_write_imm(
+        &mut self,
+        wr_id: u64,
+        flags: SendFlags,
+        remote: RemoteBuf,
+        imm: u32,
+        src: Sge<'m>,
+    ) -> Result<()> {
+        self.op_remote(
+            None,
+            wr_id,
+            ffi::MLX5_OPCODE_RDMA_WRITE_IMM,
+            flags,
+            imm.to_be(),
+            &remote,
+            src.as_raw(),
+            "the RDMA write's length",
+        )
+    }
+
+    /// An RDMA write of `data`, copied into the WQE (inline): the memory
+    /// need not be registered and is free again when this returns. At most
+    /// the QP's `max_inline_data` bytes.
+    pub fn rdma_write_inline(
+        &mut self,
+        wr_id: u64,
+        flags: SendFlags,
+        remote: RemoteBuf,
+        data: &[u8],
+    ) -> Result<()> {
+        self.op_write_inline(None, wr_id, flags, &remote, data)
+    }
+
+    /// A send of `src` (`MLX5_OPCODE_SEND`): it consumes a receive at the
+    /// peer.
+    #[inline]
+    pub fn send(&mut self, wr_id: u64, flags: SendFlags, src: Sge<'m>) -> Result<()> {
+        self.op_send(None, wr_id, ffi::MLX5_OPCODE_SEND, flags, 0, src.as_raw())
+    }
+
+    /// A send with 32-bit immediate data, in host byte order
+    /// (`MLX5_OPCODE_SEND_IMM`).
+    #[inline]
+    pub fn send_imm(&mut self, wr_id: u64, flags: SendFlags, imm: u32, src: Sge<'m>) -> Result<()> {
+        self.op_send(
+            None,
+            wr_id,
+            ffi::MLX5_OPCODE_SEND_IMM,
+            flags,
+            imm.to_be(),
+            src.as_raw(),
+        )
+    }
+
+    /// A send of `data`, copied into the WQE (inline).
+    pub fn send_inline(&mut self, wr_id: u64, flags: SendFlags, data: &[u8]) -> Result<()> {
+        self.op_send_inline(None, wr_id, flags, data)
+    }
+
+    /// An RDMA read of the peer's `remote` memory into `dst`
+    /// (`MLX5_OPCODE_RDMA_READ`), which stays exclusively borrowed until
+    /// the completion: control, remote-address and data segments.
+    #[inline]
+    pub fn rdma_read(
+        &mut self,
+        wr_id: u64,
+        flags: SendFlags,
+        remote: RemoteBuf,
+        dst: SgeMut<'m>,
+    ) -> Result<()> {
+        self.op_remote(
+            None,
+            wr_id,
+            ffi::MLX5_OPCODE_RDMA_READ,
+            flags,
+            0,
+            &remote,
+            dst.as_raw(),
+            "the RDMA read's length",
+        )
+    }
+
+    /// Atomic compare-and-swap of the 8 bytes at `remote` (8-aligned),
+    /// the old value landing in `dst` (8 bytes) as the device writes it: in
+    /// host byte order on a device whose atomics are `IBV_ATOMIC_HCA`
+    /// (mlx5's kernel driver sets the device's 8-byte atomic responses to
+    /// host endianness where it can), as through libmlx5
+    /// (`MLX5_OPCODE_ATOMIC_CS`): control, remote-address, atomic and data
+    /// segments.
+    #[inline]
+    pub fn atomic_cmp_swp(
+        &mut self,
+        wr_id: u64,
+        flags: SendFlags,
+        remote: RemoteBuf,
+        compare: u64,
+        swap: u64,
+        dst: SgeMut<'m>,
+    ) -> Result<()> {
+        self.op_atomic(
+            None,
+            wr_id,
+            ffi::MLX5_OPCODE_ATOMIC_CS,
+            flags,
+            &remote,
+            swap,
+            compare,
+            &dst,
+        )
+    }
+
+    /// Atomic fetch-and-add of `add` to the 8 bytes at `remote`
+    /// (8-aligned), the old value landing in `dst` (8 bytes)
+    /// (`MLX5_OPCODE_ATOMIC_FA`).
+    #[inline]
+    pub fn atomic_fetch_add(
+        &mut self,
+        wr_id: u64,
+        flags: SendFlags,
+        remote: RemoteBuf,
+        add: u64,
+        dst: SgeMut<'m>,
+    ) -> Result<()> {
+        self.op_atomic(
+            None,
+            wr_id,
+            ffi::MLX5_OPCODE_ATOMIC_FA,
+            flags,
+            &remote,
+            add,
+            0,
+            &dst,
+        )
+    }
+}
+
+/// A DCI work request's target: [`DirectBatch::dc`] or
+/// [`DirectBatch::dc_stream`]. Its writers are those of an RC batch, each
+/// adding one work request to the batch, addressed to the target.
+#[must_use = "a work request is added only by one of its writers"]
+pub struct DcWr<'b, 'q, 'm> {
+    batch: &'b mut DirectBatch<'q, 'm, DcInitiator>,
+    route: Route<'b>,
+}
+
+impl<'q, 'm> DirectBatch<'q, 'm, DcInitiator> {
+    /// A work request to the DC target `to` ([`DirectDcAddr`](super::DirectDcAddr)).
+    #[inline]
+    pub fn dc<'b>(&'b mut self, to: &'b super::DirectDcAddr) -> DcWr<'b, 'q, 'm> {
+        DcWr {
+            batch: self,
+            route: Route {
+                av: to.words(),
+                stream: None,
+            },
+        }
+    }
+
+    /// A work request to the DC target `to` on DCI stream `stream_id`
+    /// (the control segment's `dci_stream_channel_id`, as
+    /// `mlx5dv_wr_set_dc_addr_stream` writes it), for a DCI created with
+    /// [`dci_streams`](crate::QpBuilder::dci_streams); on another the
+    /// writer refuses it ([`Error::Unsupported`]).
+    #[inline]
+    pub fn dc_stream<'b>(
+        &'b mut self,
+        to: &'b super::DirectDcAddr,
+        stream_id: u16,
+    ) -> DcWr<'b, 'q, 'm> {
+        DcWr {
+            batch: self,
+            route: Route {
+                av: to.words(),
+                stream: Some(stream_id),
+            },
+        }
+    }
+}
+
+impl<'m> DcWr<'_, '_, 'm> {
+    /// [`DirectBatch::rdma_write`], to this DCI work request's target.
+    #[inline]
+    pub fn rdma_write(
+        self,
+        wr_id: u64,
+        flags: SendFlags,
+        remote: RemoteBuf,
+        src: Sge<'m>,
+    ) -> Result<()> {
+        self.batch.op_remote(
+            Some(self.route),
+            wr_id,
+            ffi::MLX5_OPCODE_RDMA_WRITE,
+            flags,
+            0,
+            &remote,
+            src.as_raw(),
+            "the RDMA write's length",
+        )
+    }
+
+    /// [`DirectBatch::rdma_write_imm`], to this DCI work request's target.
+    #[inline]
+    pub fn rdma_write_imm(
+        self,
+        wr_id: u64,
+        flags: SendFlags,
+        remote: RemoteBuf,
+        imm: u32,
+        src: Sge<'m>,
+    ) -> Result<()> {
+        self.batch.op_remote(
+            Some(self.route),
+            wr_id,
+            ffi::MLX5_OPCODE_RDMA_WRITE_IMM,
+            flags,
+            imm.to_be(),
+            &remote,
+            src.as_raw(),
+            "the RDMA write's length",
+        )
+    }
+
+    /// [`DirectBatch::rdma_write_inline`], to this DCI work request's target.
+    pub fn rdma_write_inline(
+        self,
+        wr_id: u64,
+        flags: SendFlags,
+        remote: RemoteBuf,
+        data: &[u8],
+    ) -> Result<()> {
+        self.batch
+            .op_write_inline(Some(self.route), wr_id, flags, &remote, data)
+    }
+
+    /// [`DirectBatch::send`], to this DCI work request's target.
+    #[inline]
+    pub fn send(self, wr_id: u64, flags: SendFlags, src: Sge<'m>) -> Result<()> {
+        self.batch.op_send(
+            Some(self.route),
+            wr_id,
+            ffi::MLX5_OPCODE_SEND,
+            flags,
+            0,
+            src.as_raw(),
+        )
+    }
+
+    /// [`DirectBatch::send_imm`], to this DCI work request's target.
+    #[inline]
+    pub fn send_imm(self, wr_id: u64, flags: SendFlags, imm: u32, src: Sge<'m>) -> Result<()> {
+        self.batch.op_send(
+            Some(self.route),
+            wr_id,
+            ffi::MLX5_OPCODE_SEND_IMM,
+            flags,
+            imm.to_be(),
+            src.as_raw(),
+        )
+    }
+
+    /// [`DirectBatch::send_inline`], to this DCI work request's target.
+    pub fn send_inline(self, wr_id: u64, flags: SendFlags, data: &[u8]) -> Result<()> {
+        self.batch
+            .op_send_inline(Some(self.route), wr_id, flags, data)
+    }
+
+    /// [`DirectBatch::rdma_read`], to this DCI work request's target.
+    #[inline]
+    pub fn rdma_read(
+        self,
+        wr_id: u64,
+        flags: SendFlags,
+        remote: RemoteBuf,
+        dst: SgeMut<'m>,
+    ) -> Result<()> {
+        self.batch.op_remote(
+            Some(self.route),
+            wr_id,
+            ffi::MLX5_OPCODE_RDMA_READ,
+            flags,
+            0,
+            &remote,
+            dst.as_raw(),
+            "the RDMA read's length",
+        )
+    }
+
+    /// [`DirectBatch::atomic_cmp_swp`], to this DCI work request's target.
+    #[inline]
+    pub fn atomic_cmp_swp(
+        self,
+        wr_id: u64,
+        flags: SendFlags,
+        remote: RemoteBuf,
+        compare: u64,
+        swap: u64,
+        dst: SgeMut<'m>,
+    ) -> Result<()> {
+        self.batch.op_atomic(
+            Some(self.route),
+            wr_id,
+            ffi::MLX5_OPCODE_ATOMIC_CS,
+            flags,
+            &remote,
+            swap,
+            compare,
+            &dst,
+        )
+    }
+
+    /// [`DirectBatch::atomic_fetch_add`], to this DCI work request's target.
+    #[inline]
+    pub fn atomic_fetch_add(
+        self,
+        wr_id: u64,
+        flags: SendFlags,
+        remote: RemoteBuf,
+        add: u64,
+        dst: SgeMut<'m>,
+    ) -> Result<()> {
+        self.batch.op_atomic(
+            Some(self.route),
+            wr_id,
+            ffi::MLX5_OPCODE_ATOMIC_FA,
+            flags,
+            &remote,
+            add,
+            0,
+            &dst,
+        )
     }
 }
 
@@ -527,19 +914,21 @@ impl<T: DirectTransport> DirectBatch<'_, '_, T> {
     /// [`Sge`]s and [`SgeMut`]s name) must stay allocated, registered, and
     /// unused by this program in the way the device uses it (not written,
     /// for a source; not read or written, for a destination), until this
-    /// QP's [`poll`](super::DirectQp::poll) has returned a completion that covers
-    /// the work request ([`DirectWc::covers`](super::DirectWc::covers)), or
-    /// the QP was [`reset`](super::DirectQp::reset) or dropped. The lifetime `'m`
-    /// does not hold it: it ends when the batch does. The safe way is
-    /// [`DirectQp::post_and_wait`](super::DirectQp::post_and_wait).
+    /// QP's [`poll`](super::DirectQp::poll) has returned a completion that
+    /// covers the work request ([`DirectWc::covers`](super::DirectWc::covers)),
+    /// or the QP was [`reset`](super::DirectQp::reset) or dropped. The
+    /// lifetime `'m` does not hold it: it ends when the batch does. The
+    /// safe way is [`DirectQp::post_and_wait`](super::DirectQp::post_and_wait).
+    #[inline]
     pub unsafe fn ring(self) -> u32 {
-        let n = self.n;
+        let n = self.len();
         if n != 0 {
+            let last = self.ctrl_of(self.last);
             let sq = &mut *self.sq;
-            sq.posted = sq.posted.wrapping_add(n);
+            sq.posted = self.seq;
             // SAFETY: every WQE in [sq.pi, self.pi) was written whole by
             // this batch, `last` the last one's control segment.
-            unsafe { sq.ring(self.pi, self.last) };
+            unsafe { sq.ring(self.pi, last) };
         }
         n
     }
@@ -547,10 +936,10 @@ impl<T: DirectTransport> DirectBatch<'_, '_, T> {
     /// Sets the completion flag of the batch's last WQE (the scoped post
     /// needs the completion of its last work request).
     pub(super) fn signal_last(&mut self) {
-        if !self.last.is_null() {
+        if !self.is_empty() {
             // SAFETY: the last WQE's control segment, in a slot of the
             // ring this batch wrote and has not rung.
-            unsafe { *self.last.add(11) |= CE };
+            unsafe { *self.ctrl_of(self.last).add(11) |= super::sq::CE };
         }
     }
 }
@@ -558,7 +947,7 @@ impl<T: DirectTransport> DirectBatch<'_, '_, T> {
 impl<T: DirectTransport> std::fmt::Debug for DirectBatch<'_, '_, T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("DirectBatch")
-            .field("len", &self.n)
+            .field("len", &self.len())
             .field("room", &self.room())
             .finish()
     }

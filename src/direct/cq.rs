@@ -73,6 +73,26 @@ impl DirectWc {
     }
 }
 
+#[cold]
+#[inline(never)]
+fn foreign_cqe(op_own: u8) -> Error {
+    Error::InvalidArgument(format!(
+        "a direct CQ got a CQE of opcode {:#x} (format {}), which only a send completion \
+         may be here; it was skipped",
+        op_own >> 4,
+        (op_own >> 2) & 3
+    ))
+}
+
+#[cold]
+#[inline(never)]
+fn not_outstanding(counter: u16, ci: u16, pi: u16) -> Error {
+    Error::InvalidArgument(format!(
+        "a direct CQE names WQE {counter:#x}, which starts no outstanding work request \
+         (consumer index {ci:#x}, producer index {pi:#x}); it was skipped"
+    ))
+}
+
 /// The status of an error CQE's syndrome (`mlx5_handle_error_cqe`).
 pub(crate) fn status_of(syndrome: u8) -> WcStatus {
     match u32::from(syndrome) {
@@ -174,38 +194,23 @@ impl Cqr {
                 // A responder or other CQE: this CQ completes the send
                 // queue of one QP only (`into_direct`).
                 self.ci = self.ci.wrapping_add(1);
-                return Err(Error::InvalidArgument(format!(
-                    "a direct CQ got a CQE of opcode {opcode:#x} (format {}), which only a \
-                     send completion may be here; it was skipped",
-                    (op_own >> 2) & 3
-                )));
+                return Err(foreign_cqe(op_own));
             }
         };
         self.ci = self.ci.wrapping_add(1);
-        // The WQE the counter names must be one posted and not retired:
-        // in [ci, pi) of the send queue, starting a WQE.
-        let from_ci = counter.wrapping_sub(sq.ci);
-        let slot = sq.slots[usize::from(counter & sq.mask)];
-        if from_ci >= sq.pi.wrapping_sub(sq.ci) {
-            return Err(Error::InvalidArgument(format!(
-                "a direct CQE names WQE {counter:#x}, which is not outstanding (consumer \
-                 index {:#x}, producer index {:#x}); it was skipped",
-                sq.ci, sq.pi
-            )));
-        }
+        // The WQE the counter names must start a work request posted and
+        // not retired: in [ci, pi) of the send queue, its slot's sequence
+        // number among the outstanding ones and its end within [.., pi].
+        // SAFETY: masked, the slot is inside the slot array (one per basic
+        // block of the ring).
+        let slot = unsafe { *sq.slots.get_unchecked(usize::from(counter & sq.mask)) };
         let covers = slot.seq.wrapping_sub(sq.retired);
         let ends_after = slot.end.wrapping_sub(counter);
-        if covers == 0
-            || covers > sq.outstanding()
-            || ends_after == 0
-            || ends_after > sq.pi.wrapping_sub(counter)
+        if counter.wrapping_sub(sq.ci) >= sq.pi.wrapping_sub(sq.ci)
+            || covers.wrapping_sub(1) >= sq.outstanding()
+            || ends_after.wrapping_sub(1) >= sq.pi.wrapping_sub(counter)
         {
-            // The counter falls inside a WQE, not at its start: the slot
-            // holds nothing of it.
-            return Err(Error::InvalidArgument(format!(
-                "a direct CQE names WQE {counter:#x}, which starts no outstanding work \
-                 request; it was skipped"
-            )));
+            return Err(not_outstanding(counter, sq.ci, sq.pi));
         }
         sq.retired = slot.seq;
         sq.ci = slot.end;

@@ -131,14 +131,17 @@ mod sq;
 #[cfg(test)]
 mod tests;
 
-pub use batch::DirectBatch;
+pub use batch::{DcWr, DirectBatch};
 pub use cq::DirectWc;
 
 use crate::cq::CompletionQueue;
 use crate::error::{Error, Result};
 use crate::ffi;
 use crate::mr::Sge;
-use crate::qp::{ConnectOptions, Endpoint, QpCaps, QpEx, QpState, ReliableConnection};
+use crate::qp::{
+    ConnectOptions, Connected, DcAddr, DcInitiator, Endpoint, QpCaps, QpEx, QpState,
+    ReliableConnection, Transport,
+};
 use cq::{Cqr, Step};
 use sq::{Slot, Sq, BB};
 use std::collections::VecDeque;
@@ -149,17 +152,28 @@ mod sealed {
     pub trait Sealed {}
 }
 
-/// A transport the direct path writes WQEs for: RC.
-pub trait DirectTransport: crate::qp::Connected + sealed::Sealed {}
-/// A direct transport with RDMA read and atomics: RC.
-pub trait DirectReadAtomic: DirectTransport {}
+/// A transport the direct path writes WQEs for: RC, DCI.
+pub trait DirectTransport: Transport + sealed::Sealed {
+    /// Whether the QP has a receive queue of its own (whose CQ must be
+    /// another than the direct one).
+    #[doc(hidden)]
+    const RECV: bool;
+}
 
 impl sealed::Sealed for ReliableConnection {}
-impl DirectTransport for ReliableConnection {}
-impl DirectReadAtomic for ReliableConnection {}
+impl DirectTransport for ReliableConnection {
+    const RECV: bool = true;
+}
+impl sealed::Sealed for DcInitiator {}
+impl DirectTransport for DcInitiator {
+    const RECV: bool = false;
+}
 
 /// An RC QP on the direct path.
 pub type DirectRc = DirectQp<ReliableConnection>;
+
+/// A DC initiator on the direct path.
+pub type DirectDci = DirectQp<DcInitiator>;
 
 /// A QP whose send queue and send CQ the crate drives itself
 /// ([`QpEx::into_direct`]): posts through [`DirectQp::batch`] or
@@ -208,14 +222,15 @@ impl<T: DirectTransport> QpEx<T> {
                 "into_direct on {what}: the CQ given is not the QP's send CQ"
             )));
         }
-        if self.recv_cq_is(&cq) {
+        if T::RECV && self.recv_cq_is(&cq) {
             return Err(refused(format!(
                 "into_direct on {what}: its receives complete on the same CQ; the direct \
                  CQ reads send completions only (create the QP with a receive CQ of its own)"
             )));
         }
-        // The handle's share and this QP's send share: no other QP.
-        if cq.shares() != 2 {
+        // The handle's share and this QP's (a DCI, without a receive queue,
+        // holds its one CQ as both): no other QP.
+        if cq.shares() != if T::RECV { 2 } else { 3 } {
             return Err(refused(format!(
                 "into_direct on {what}: other QPs complete on its CQ (or hold it); the \
                  direct CQ must be this QP's alone"
@@ -274,7 +289,8 @@ impl<T: DirectTransport> QpEx<T> {
                 ),
             });
         }
-        let sq = Self::take_sq(&dvqp, self.qp_num(), self.caps(), &what)?;
+        let mut sq = Self::take_sq(&dvqp, self.qp_num(), self.caps(), &what)?;
+        sq.streams = self.mlx5.streams.is_some();
         let cqr = take_cq(&dvcq, &what)?;
         Ok(DirectQp {
             sq,
@@ -324,11 +340,18 @@ impl<T: DirectTransport> QpEx<T> {
             bf_size: dv.bf.size,
             bf_offset: 0,
             qpn8: qpn << 8,
-            // The QP's WQE as the crate counts it for raw WQEs (control and
-            // body), and one block more for a remote-address segment.
-            max_blocks: (crate::wr::wqe_blocks(&caps) + 1).clamp(1, cnt),
+            // The largest WQE the QP's capabilities allow, as libmlx5
+            // sizes its send WQE: control, a DCI's datagram segment, remote
+            // address and atomic segments, then the larger of the inline
+            // data (with its count) and the data segments.
+            max_blocks: {
+                let overhead = 16 + if T::DC { 48 } else { 0 } + 32;
+                let body = (caps.max_inline_data + 4).max(caps.max_send_sge.max(1) * 16);
+                (overhead + body).div_ceil(64).clamp(1, cnt)
+            },
             max_inline: caps.max_inline_data,
             slots: vec![Slot::default(); cnt as usize].into_boxed_slice(),
+            streams: false,
         })
     }
 }
@@ -491,7 +514,9 @@ impl<T: DirectTransport> DirectQp<T> {
         self.sq.retired = self.sq.posted;
         self.sq.bf_offset = 0;
     }
+}
 
+impl<T: DirectTransport + Connected> DirectQp<T> {
     /// This QP's side of the exchange ([`QpEx::endpoint`]).
     pub fn endpoint(&self, psn: u32, opts: &ConnectOptions) -> Result<Endpoint> {
         self.qp.endpoint(psn, opts)
@@ -510,6 +535,69 @@ impl<T: DirectTransport> DirectQp<T> {
     pub unsafe fn post_recv(&mut self, wr_id: u64, sges: &[Sge<'_>]) -> Result<()> {
         // SAFETY: the caller's promise.
         unsafe { self.qp.post_recv(wr_id, sges) }
+    }
+}
+
+impl DirectQp<DcInitiator> {
+    /// RESET → INIT → RTR → RTS, as [`QpEx::ready`] of a DCI.
+    pub fn ready(&self, sq_psn: u32, opts: &ConnectOptions) -> Result<()> {
+        self.qp.ready(sq_psn, opts)
+    }
+
+    /// The address a direct DCI work request is sent to, from a DC
+    /// address ([`DcAddr`]): the address handle's address vector
+    /// (`mlx5dv_init_obj(MLX5DV_OBJ_AH)`) with the DCT number and DC key,
+    /// as `mlx5dv_wr_set_dc_addr` writes them into the WQE. Refused when
+    /// the address handle is of another device context.
+    pub fn dc_addr(&self, addr: &DcAddr<'_>) -> Result<DirectDcAddr> {
+        let ctx = self.qp.pd().context().as_ptr();
+        if addr.context_ptr() != ctx {
+            return Err(Error::InvalidArgument(format!(
+                "dc_addr on {}: the address handle is of another device context",
+                self.qp.describe()
+            )));
+        }
+        let mut dvah = ffi::mlx5dv_ah::default();
+        let mut obj = ffi::mlx5dv_obj::default();
+        obj.ah.in_ = addr.ah_ptr();
+        obj.ah.out = &mut dvah;
+        // SAFETY: a live AH (borrowed by `addr`); the out-struct is
+        // writable.
+        let rc = unsafe { ffi::mlx5dv_init_obj(&mut obj, u64::from(ffi::MLX5DV_OBJ_AH)) };
+        if rc != 0 || dvah.av.is_null() {
+            return Err(Error::Unsupported {
+                what: format!("mlx5dv_init_obj of an address handle failed ({rc})"),
+            });
+        }
+        // SAFETY: libmlx5's address vector of the live AH, 48 bytes.
+        let mut av: ffi::mlx5_wqe_av = unsafe { dvah.av.read() };
+        av.dqp_dct |= (addr.remote_dctn() | ffi::MLX5_EXTENDED_UD_AV).to_be();
+        av.key.dc_key = addr.remote_dc_key().to_be();
+        // SAFETY: `mlx5_wqe_av` is 48 bytes of plain data.
+        let words: [u64; 6] = unsafe { std::mem::transmute(av) };
+        Ok(DirectDcAddr { words })
+    }
+}
+
+/// A DC target's address as a direct DCI writes it into each WQE: the
+/// address vector (`struct mlx5_wqe_av`) of an address handle, with the
+/// DCT number and DC key ([`DirectQp::dc_addr`]). A copy: the address
+/// handle may go once it is made.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct DirectDcAddr {
+    words: [u64; 6],
+}
+
+impl DirectDcAddr {
+    #[inline(always)]
+    pub(crate) fn words(&self) -> &[u64; 6] {
+        &self.words
+    }
+}
+
+impl fmt::Debug for DirectDcAddr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DirectDcAddr").finish_non_exhaustive()
     }
 }
 

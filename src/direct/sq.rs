@@ -13,10 +13,6 @@ pub(crate) const BB: usize = 64;
 pub(crate) const DS: usize = 16;
 /// `MLX5_WQE_CTRL_CQ_UPDATE`: the WQE generates a CQE.
 pub(crate) const CE: u8 = ffi::MLX5_WQE_CTRL_CQ_UPDATE as u8;
-/// `MLX5_WQE_CTRL_SOLICITED`.
-pub(crate) const SE: u8 = ffi::MLX5_WQE_CTRL_SOLICITED as u8;
-/// `MLX5_WQE_CTRL_FENCE`: the fence libmlx5 sets for `IBV_SEND_FENCE`.
-pub(crate) const FENCE: u8 = ffi::MLX5_WQE_CTRL_FENCE as u8;
 /// `MLX5_INLINE_SEG`: bit 31 of an inline segment's byte count.
 pub(crate) const INLINE_SEG: u32 = ffi::MLX5_INLINE_SEG;
 
@@ -67,6 +63,8 @@ pub(crate) struct Sq {
     pub(crate) max_inline: u32,
     /// One slot per basic block.
     pub(crate) slots: Box<[Slot]>,
+    /// Whether the QP is a DCI with streams.
+    pub(crate) streams: bool,
 }
 
 impl Sq {
@@ -80,16 +78,6 @@ impl Sq {
     #[inline]
     pub(crate) fn outstanding(&self) -> u32 {
         self.posted.wrapping_sub(self.retired)
-    }
-
-    /// The address of the 16-byte unit `unit` of the ring (any index:
-    /// taken modulo the ring).
-    #[inline(always)]
-    pub(crate) fn unit(&self, unit: u32) -> *mut u8 {
-        let units = self.wqe_cnt * (BB / DS) as u32;
-        let at = (unit & (units - 1)) as usize * DS;
-        // SAFETY: `at` is inside the ring of `wqe_cnt * 64` bytes.
-        unsafe { self.buf.as_ptr().add(at) }
     }
 
     /// Rings the doorbell for the WQEs up to `pi`: the doorbell record,

@@ -45,6 +45,7 @@ impl Ring {
             max_blocks: 4,
             max_inline: 200,
             slots: vec![Slot::default(); cnt as usize].into_boxed_slice(),
+            streams: false,
         }
     }
 

@@ -113,6 +113,12 @@ impl Sge<'_> {
         }
     }
 
+    /// The entry as C sees it.
+    #[inline(always)]
+    pub(crate) fn as_raw(&self) -> &ffi::ibv_sge {
+        &self.raw
+    }
+
     /// The entries as C sees them.
     pub(crate) fn as_raw_slice<'a>(sges: &'a [Sge<'_>]) -> &'a [ffi::ibv_sge] {
         // SAFETY: Sge is repr(transparent) over ibv_sge.
