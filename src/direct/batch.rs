@@ -113,8 +113,16 @@ pub struct DirectBatch<'q, 'm, T: DirectTransport> {
 /// are ignored.
 #[inline(always)]
 fn fm_ce_se(flags: SendFlags) -> u8 {
-    let f = flags.bits();
-    (((f & 1) << 7) | ((f & 2) << 2) | ((f & 4) >> 1)) as u8
+    const BITS: [u8; 8] = {
+        let mut t = [0u8; 8];
+        let mut f = 0;
+        while f < 8 {
+            t[f] = (((f & 1) << 7) | ((f & 2) << 2) | ((f & 4) >> 1)) as u8;
+            f += 1;
+        }
+        t
+    };
+    BITS[(flags.bits() & 7) as usize]
 }
 
 const _: () = {
@@ -172,6 +180,19 @@ fn no_room(units: u32, max_units: u32, batch: u32, depth: u32) -> Error {
     } else {
         Error::SendQueueFull { batch, depth }
     }
+}
+
+/// The units of a remote operation whose entry is not 1 byte up to the
+/// remote buffer's length: an empty entry is no data segment (mlx5 reads a
+/// byte count of 0 as 2^31; libmlx5's `mlx5_send_wr_set_sge` leaves it out
+/// too); a longer one is refused.
+#[cold]
+#[inline(never)]
+fn empty_or_refused(len: u32, remote_len: u64, what: &'static str) -> Result<u32> {
+    if u64::from(len) > remote_len {
+        return Err(remote_too_short(remote_len, u64::from(len), what));
+    }
+    Ok(2)
 }
 
 /// The remote side of a work request, checked: `len` bytes fit it.
@@ -331,7 +352,9 @@ impl<'q, 'm, T: DirectTransport> DirectBatch<'q, 'm, T> {
                 wr_id,
                 seq: self.seq,
                 end,
-                opcode: opcode as u8,
+                // Mapped here, where `opcode` is a constant: the poll
+                // reads the completion's opcode as it is.
+                opcode: super::sq::wc_opcode(opcode as u8).to_raw() as u8,
             })
         };
         self.pi = end;
@@ -423,14 +446,20 @@ impl<'q, 'm, T: DirectTransport> DirectBatch<'q, 'm, T> {
         what: &'static str,
     ) -> Result<()> {
         let len = sge.length;
-        check_remote(remote, u64::from(len), what)?;
+        // One test for the common case, an entry of 1 byte up to the
+        // remote buffer's length; the rest (an empty entry, or one too
+        // long) out of line, from plain values (nothing of the batch's
+        // escapes into it, which would keep the batch in memory).
+        let units = if u64::from(len.wrapping_sub(1)) < remote.len {
+            3
+        } else {
+            empty_or_refused(len, remote.len, what)?
+        };
         let k = Self::body(&route);
-        // An empty entry is no data segment: mlx5 reads a byte count of 0
-        // as 2^31. Its unit is written anyway (inside the WQE's last basic
-        // block, past its DS count: the device does not read it).
-        let units = 2 + u32::from(len != 0);
         let (ctrl, first) = self.begin(wr_id, opcode, units, flags, imm, route)?;
         Self::raddr(self.seg(ctrl, first, k), remote);
+        // An empty entry's unit is written too, past the WQE's DS count
+        // (the device does not read it), inside its last basic block.
         Self::data(self.seg(ctrl, first, k + 1), len, sge.lkey, sge.addr);
         Ok(())
     }

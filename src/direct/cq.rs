@@ -161,82 +161,44 @@ impl Cqr {
         let cqe = self.cqe(self.ci);
         // SAFETY: a byte of the ring; the device writes it (volatile).
         let op_own = unsafe { cqe.add(off::OP_OWN).read_volatile() };
-        let opcode = op_own >> 4;
         let pass = u8::from(self.ci & self.cqe_cnt != 0);
-        if opcode == ffi::MLX5_CQE_INVALID as u8 || (op_own & 1) != pass {
+        if op_own >> 4 == ffi::MLX5_CQE_INVALID as u8 || (op_own & 1) != pass {
             return Ok(Step::Empty);
         }
         arch::from_device();
+        self.ci = self.ci.wrapping_add(1);
+        // The common case: a successful requester CQE (opcode
+        // MLX5_CQE_REQ, no data scattered into it). Anything else (an
+        // error CQE, ...) out of line.
+        if op_own & 0xfc != 0 {
+            return slow_step(cqe, op_own, sq);
+        }
         // SAFETY: the CQE is the software's now (owner bit checked, fields
         // read after the barrier); fixed offsets inside its 64 bytes.
-        let (qpn_word, counter, byte_cnt, syndrome, vendor) = unsafe {
+        let (qpn_word, counter) = unsafe {
             (
                 u32::from_be(cqe.add(off::SOP_DROP_QPN).cast::<u32>().read_volatile()),
                 u16::from_be(cqe.add(off::WQE_COUNTER).cast::<u16>().read_volatile()),
-                u32::from_be(cqe.add(off::BYTE_CNT).cast::<u32>().read_volatile()),
-                cqe.add(off::SYNDROME).read_volatile(),
-                cqe.add(off::VENDOR_SYND).read_volatile(),
             )
         };
-        let status = match u32::from(opcode) {
-            ffi::MLX5_CQE_REQ => {
-                if op_own & (ffi::MLX5_INLINE_SCATTER_32 | ffi::MLX5_INLINE_SCATTER_64) as u8 != 0 {
-                    // Requester scatter-to-CQE, which `into_direct` refuses
-                    // (it comes only with sq_sig_all): the read's data is
-                    // in the CQE, not its buffer. Never success.
-                    WcStatus::GENERAL_ERR
-                } else {
-                    WcStatus::SUCCESS
-                }
+        let (slot, covers) = retire(sq, counter)?;
+        let opcode = WcOpcode::from_raw(u32::from(slot.opcode));
+        let byte_len = match opcode {
+            // SAFETY: as above.
+            WcOpcode::RDMA_READ => {
+                u32::from_be(unsafe { cqe.add(off::BYTE_CNT).cast::<u32>().read_volatile() })
             }
-            ffi::MLX5_CQE_REQ_ERR | ffi::MLX5_CQE_RESP_ERR => status_of(syndrome),
-            _ => {
-                // A responder or other CQE: this CQ completes the send
-                // queue of one QP only (`into_direct`).
-                self.ci = self.ci.wrapping_add(1);
-                return Err(foreign_cqe(op_own));
-            }
-        };
-        self.ci = self.ci.wrapping_add(1);
-        // The WQE the counter names must start a work request posted and
-        // not retired: in [ci, pi) of the send queue, its slot's sequence
-        // number among the outstanding ones and its end within [.., pi].
-        // SAFETY: masked, the slot is inside the slot array (one per basic
-        // block of the ring).
-        let slot = unsafe { *sq.slots.get_unchecked(usize::from(counter & sq.mask)) };
-        let covers = slot.seq.wrapping_sub(sq.retired);
-        let ends_after = slot.end.wrapping_sub(counter);
-        if counter.wrapping_sub(sq.ci) >= sq.pi.wrapping_sub(sq.ci)
-            || covers.wrapping_sub(1) >= sq.outstanding()
-            || ends_after.wrapping_sub(1) >= sq.pi.wrapping_sub(counter)
-        {
-            return Err(not_outstanding(counter, sq.ci, sq.pi));
-        }
-        sq.retired = slot.seq;
-        sq.ci = slot.end;
-        let opcode = sq::wc_opcode(slot.opcode);
-        let byte_len = if status.is_success() {
-            match opcode {
-                WcOpcode::RDMA_READ => byte_cnt,
-                WcOpcode::COMP_SWAP | WcOpcode::FETCH_ADD => 8,
-                _ => 0,
-            }
-        } else {
-            0
-        };
-        let (syndrome, vendor) = if status.is_success() {
-            (0, 0)
-        } else {
-            (syndrome, vendor)
+            WcOpcode::COMP_SWAP | WcOpcode::FETCH_ADD => 8,
+            _ => 0,
         };
         Ok(Step::Wc(DirectWc {
             wr_id: slot.wr_id,
-            status,
+            status: WcStatus::SUCCESS,
             opcode,
             byte_len,
             qp_num: qpn_word & 0x00ff_ffff,
-            vendor_err: vendor,
-            syndrome,
+            vendor_err: 0,
+            syndrome: 0,
             wqe_index: counter,
             covers,
         }))
@@ -255,4 +217,67 @@ impl Cqr {
                 .write_volatile((self.ci & 0x00ff_ffff).to_be())
         };
     }
+}
+
+/// The slot of the WQE a CQE's counter names and how many work requests
+/// the CQE retires; retires them. The WQE must start a work request posted
+/// and not retired: the counter in [ci, pi) of the send queue, its slot's
+/// sequence number among the outstanding ones and its end within
+/// (counter, pi].
+#[inline(always)]
+fn retire(sq: &mut Sq, counter: u16) -> Result<(sq::Slot, u32)> {
+    // SAFETY: masked, the slot is inside the slot array (one per basic
+    // block of the ring).
+    let slot = unsafe { *sq.slots.get_unchecked(usize::from(counter & sq.mask)) };
+    let covers = slot.seq.wrapping_sub(sq.retired);
+    let ends_after = slot.end.wrapping_sub(counter);
+    if counter.wrapping_sub(sq.ci) >= sq.pi.wrapping_sub(sq.ci)
+        || covers.wrapping_sub(1) >= sq.outstanding()
+        || ends_after.wrapping_sub(1) >= sq.pi.wrapping_sub(counter)
+    {
+        return Err(not_outstanding(counter, sq.ci, sq.pi));
+    }
+    sq.retired = slot.seq;
+    sq.ci = slot.end;
+    Ok((slot, covers))
+}
+
+/// Every CQE but a plain successful requester one: error CQEs, a
+/// requester CQE with data scattered into it, CQEs that do not belong on
+/// a send CQ.
+#[cold]
+#[inline(never)]
+fn slow_step(cqe: *const u8, op_own: u8, sq: &mut Sq) -> Result<Step> {
+    let opcode = op_own >> 4;
+    // SAFETY: as in `Cqr::step`: the CQE is the software's.
+    let (qpn_word, counter, syndrome, vendor) = unsafe {
+        (
+            u32::from_be(cqe.add(off::SOP_DROP_QPN).cast::<u32>().read_volatile()),
+            u16::from_be(cqe.add(off::WQE_COUNTER).cast::<u16>().read_volatile()),
+            cqe.add(off::SYNDROME).read_volatile(),
+            cqe.add(off::VENDOR_SYND).read_volatile(),
+        )
+    };
+    let (status, syndrome, vendor) = match u32::from(opcode) {
+        // Requester scatter-to-CQE (`MLX5_INLINE_SCATTER_32/64`), which
+        // `into_direct` refuses (it comes only with sq_sig_all): the read's
+        // data is in the CQE, not its buffer. Never success.
+        ffi::MLX5_CQE_REQ => (WcStatus::GENERAL_ERR, 0, 0),
+        ffi::MLX5_CQE_REQ_ERR | ffi::MLX5_CQE_RESP_ERR => (status_of(syndrome), syndrome, vendor),
+        // A responder or other CQE: this CQ completes the send queue of
+        // one QP only (`into_direct`).
+        _ => return Err(foreign_cqe(op_own)),
+    };
+    let (slot, covers) = retire(sq, counter)?;
+    Ok(Step::Wc(DirectWc {
+        wr_id: slot.wr_id,
+        status,
+        opcode: WcOpcode::from_raw(u32::from(slot.opcode)),
+        byte_len: 0,
+        qp_num: qpn_word & 0x00ff_ffff,
+        vendor_err: vendor,
+        syndrome,
+        wqe_index: counter,
+        covers,
+    }))
 }

@@ -27,7 +27,7 @@ pub(crate) struct Slot {
     pub(crate) seq: u32,
     /// The producer index just past the WQE.
     pub(crate) end: u16,
-    /// The WQE's opcode (`MLX5_OPCODE_*`).
+    /// The work-completion opcode of the WQE's operation (`IBV_WC_*`).
     pub(crate) opcode: u8,
 }
 
@@ -114,6 +114,7 @@ impl Sq {
 
 /// The work-completion opcode of a requester CQE, from the WQE's opcode
 /// (as libmlx5's `handle_good_req`).
+#[inline(always)]
 pub(crate) fn wc_opcode(wqe_opcode: u8) -> WcOpcode {
     match u32::from(wqe_opcode) {
         ffi::MLX5_OPCODE_RDMA_WRITE | ffi::MLX5_OPCODE_RDMA_WRITE_IMM => WcOpcode::RDMA_WRITE,
@@ -123,6 +124,7 @@ pub(crate) fn wc_opcode(wqe_opcode: u8) -> WcOpcode {
         ffi::MLX5_OPCODE_RDMA_READ => WcOpcode::RDMA_READ,
         ffi::MLX5_OPCODE_ATOMIC_CS => WcOpcode::COMP_SWAP,
         ffi::MLX5_OPCODE_ATOMIC_FA => WcOpcode::FETCH_ADD,
-        other => WcOpcode::from_raw(0x100 | other),
+        // The writers write no other opcode.
+        _ => WcOpcode::from_raw(u32::from(u8::MAX)),
     }
 }
