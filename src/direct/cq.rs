@@ -184,9 +184,10 @@ impl Cqr {
         let (slot, covers) = retire(sq, counter)?;
         let opcode = WcOpcode::from_raw(u32::from(slot.opcode));
         let byte_len = match opcode {
-            // SAFETY: as above.
             WcOpcode::RDMA_READ => {
-                u32::from_be(unsafe { cqe.add(off::BYTE_CNT).cast::<u32>().read_volatile() })
+                // SAFETY: as above.
+                let raw = unsafe { cqe.add(off::BYTE_CNT).cast::<u32>().read_volatile() };
+                u32::from_be(raw)
             }
             WcOpcode::COMP_SWAP | WcOpcode::FETCH_ADD => 8,
             _ => 0,
