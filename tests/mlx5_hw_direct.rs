@@ -11,6 +11,15 @@
 //! `reset` + reconnect that follows them, the refusals of `into_direct`,
 //! and the scoped post's empty, abandoned and timed-out batches.
 //!
+//! Then a direct DC initiator ([`DirectDci`]) sending to two DCTs, each on
+//! an SRQ of its own: every kind of WQE again, checked at the DCT side's
+//! memory and receive completions; one batch addressing both DCTs in turn;
+//! a wrong DC key (the error CQE's status as libmlx5 reports it for the
+//! same write through `WrBatch`) and the `reset` + `ready` that follow;
+//! DCI streams, and a stream refused on a DCI without them; `dc_addr`
+//! refusing another context's address handle; `into_direct` refusing a
+//! DCI whose CQ is shared.
+//!
 //! This test needs an mlx5 (ConnectX) device: it runs only where one is
 //! present, and what it checks counts as verified on hardware only from
 //! such a run. It is `#[ignore]`d; run it with
@@ -22,11 +31,11 @@
 
 mod support;
 
-use mlx5dv::direct::{DirectRc, DirectWc};
+use mlx5dv::direct::{DirectDcAddr, DirectDci, DirectQp, DirectRc, DirectTransport, DirectWc};
 use mlx5dv::*;
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
-use support::hw::open;
+use support::hw::{dci_streams_caps, local_port_ah, open, DCI_PSN, DCT_KEY};
 use support::rig::{self, pattern, Side, MR_LEN, WAIT};
 
 /// The direct QP's send-queue size asked for (work requests).
@@ -209,7 +218,7 @@ fn check_wc(wc: &DirectWc, wr_id: u64, opcode: WcOpcode, covers: u32, qpn: u32) 
 }
 
 /// Polls the direct QP until `n` completions came, or fails at `WAIT`.
-fn poll_n(qp: &mut DirectRc, n: usize) -> Vec<DirectWc> {
+fn poll_n<T: DirectTransport>(qp: &mut DirectQp<T>, n: usize) -> Vec<DirectWc> {
     let mut wcs = Vec::new();
     let deadline = Instant::now() + WAIT;
     while wcs.len() < n {
@@ -1001,7 +1010,7 @@ fn unanswered_peer_gives_retry_exceeded() {
     r.write_works(60, 0, 512, 512);
 }
 
-fn refused(r: Result<DirectRc>, says: &str) {
+fn refused<T: DirectTransport>(r: Result<DirectQp<T>>, says: &str) {
     match r {
         Err(Error::InvalidArgument(msg)) => {
             assert!(msg.contains("into_direct"), "{msg}");
@@ -1212,4 +1221,1100 @@ fn scoped_post_times_out_and_recovers() {
     );
     let sent = r.src.to_vec(0..64).unwrap();
     r.peer_holds(0, &sent);
+}
+
+// ---------------------------------------------------------------------
+// DC initiators on the direct path: a `DirectDci` sending to DCTs (each on
+// an SRQ of its own) on the same device.
+// ---------------------------------------------------------------------
+
+/// The DC key of the second DCT (the first has `DCT_KEY`).
+const DCT_KEY_2: u64 = DCT_KEY ^ 0x00ff_0000_0000_ff00;
+
+fn dci_caps() -> QpCaps {
+    QpCaps {
+        max_send_wr: SEND_WR,
+        max_recv_wr: 0,
+        max_send_sge: 1,
+        max_recv_sge: 0,
+        max_inline_data: INLINE,
+    }
+}
+
+/// A DC target: a DCT receiving into an SRQ of its own, completing on a CQ
+/// of its own, and the memory DCIs write, read and send into.
+struct Target {
+    dct: Dct,
+    srq: SharedReceiveQueue,
+    recv_cq: CompletionQueue,
+    mr: MemoryRegion,
+    key: u64,
+}
+
+impl Target {
+    fn new(ctx: &Context, pd: &ProtectionDomain, opts: &ConnectOptions, key: u64) -> Target {
+        let recv_cq = CompletionQueue::new(ctx, 64).expect("DCT CQ");
+        let srq = SharedReceiveQueue::new(pd, 64, 1).expect("SRQ");
+        let dct = Dct::new(pd, &recv_cq, &srq, key).expect("create DCT");
+        dct.ready(opts).expect("DCT to RTR");
+        let mr = MemoryRegion::new(pd, MR_LEN, rig::access_all()).expect("DCT MR");
+        Target {
+            dct,
+            srq,
+            recv_cq,
+            mr,
+            key,
+        }
+    }
+
+    /// Posts a receive of `range` of the target's memory to its SRQ.
+    fn post_recv(&self, wr_id: u64, range: std::ops::Range<usize>) {
+        let sge = self.mr.sge(range).unwrap();
+        unsafe { self.srq.post_recv(wr_id, &[sge]) }.expect("post a receive to the SRQ");
+    }
+
+    /// The next receive completion, checked to be a success of the DCT.
+    #[track_caller]
+    fn wait_recv(&mut self, wr_id: u64, opcode: WcOpcode) -> WorkCompletion {
+        let wcs = self.recv_cq.wait(1, WAIT).expect("the DCT's receive");
+        assert_eq!(wcs.len(), 1, "{wcs:?}");
+        let rx = wcs[0];
+        assert_eq!(rx.status, WcStatus::SUCCESS, "{rx:?}");
+        assert_eq!(rx.wr_id, wr_id, "{rx:?}");
+        assert_eq!(rx.opcode, opcode, "{rx:?}");
+        assert_eq!(rx.qp_num, self.dct.dctn(), "{rx:?}");
+        rx
+    }
+
+    /// The target's memory holds `data` at `at` and zeros elsewhere.
+    #[track_caller]
+    fn holds(&self, at: usize, data: &[u8]) {
+        let got = self.mr.to_vec(..).unwrap();
+        assert_eq!(
+            &got[at..at + data.len()],
+            data,
+            "at {at}, {} bytes",
+            data.len()
+        );
+        let stray = got[..at]
+            .iter()
+            .chain(&got[at + data.len()..])
+            .position(|&b| b != 0);
+        assert_eq!(
+            stray,
+            None,
+            "a byte outside {at}..+{} was written",
+            data.len()
+        );
+    }
+
+    #[track_caller]
+    fn untouched(&self) {
+        assert!(
+            self.mr.to_vec(..).unwrap().iter().all(|&b| b == 0),
+            "the memory of DCT {:#x} was written",
+            self.dct.dctn()
+        );
+    }
+}
+
+/// A direct DCI (ready) and two DC targets, all on one device and PD, with
+/// an address handle to the local port.
+struct DcRig {
+    dci: DirectDci,
+    /// The direct addresses of the two DCTs.
+    addr: [DirectDcAddr; 2],
+    t: [Target; 2],
+    /// What the DCI writes and sends from.
+    src: MemoryRegion,
+    /// Where its reads and atomics land.
+    dst: MemoryRegion,
+    ah: AddressHandle,
+    opts: ConnectOptions,
+    pd: ProtectionDomain,
+    ctx: Context,
+}
+
+impl DcRig {
+    /// The rig, with a DCI created with `streams` (log_num_concurent,
+    /// log_num_errored) when given.
+    fn new(streams: Option<DciStreams>) -> DcRig {
+        let ctx = open();
+        let pd = ProtectionDomain::new(&ctx).expect("alloc PD");
+        let opts = rig::connect_options(&ctx);
+        let cq = CompletionQueue::new(&ctx, 256).expect("DCI CQ");
+        let mut b = QpBuilder::dci(&pd, &cq);
+        b.caps(dci_caps());
+        if let Some(s) = streams {
+            b.dci_streams(s.log_num_concurent, s.log_num_errored);
+        }
+        let dci = b.build().expect("create DCI");
+        let dci = dci.into_direct(cq).expect("into_direct of a DCI");
+        assert_eq!(dci.state().unwrap(), QpState::Reset);
+        assert_eq!((dci.outstanding(), dci.room()), (0, dci.depth()));
+        assert!(dci.depth() >= SEND_WR, "{dci:?}");
+        dci.ready(DCI_PSN, &opts).expect("DCI to RTS");
+        assert_eq!(dci.state().unwrap(), QpState::Rts);
+        let t = [
+            Target::new(&ctx, &pd, &opts, DCT_KEY),
+            Target::new(&ctx, &pd, &opts, DCT_KEY_2),
+        ];
+        let ah = AddressHandle::new(&pd, &local_port_ah(&ctx, &opts).expect("AH attr"))
+            .expect("create AH");
+        let addr = [0, 1].map(|i| {
+            dci.dc_addr(&DcAddr::new(&ah, t[i].dct.dctn(), t[i].key))
+                .expect("dc_addr")
+        });
+        assert_ne!(addr[0], addr[1]);
+        let src = MemoryRegion::new(&pd, MR_LEN, rig::access_all()).expect("src MR");
+        let dst = MemoryRegion::new(&pd, MR_LEN, rig::access_all()).expect("dst MR");
+        DcRig {
+            dci,
+            addr,
+            t,
+            src,
+            dst,
+            ah,
+            opts,
+            pd,
+            ctx,
+        }
+    }
+
+    fn zero_targets(&mut self) {
+        for t in &mut self.t {
+            t.mr.fill(.., 0).unwrap();
+        }
+    }
+
+    /// A write of `len` bytes of `src` (from `at`) to target `ti` at `to`,
+    /// checked there byte for byte (and the other target untouched).
+    fn write_works(&mut self, ti: usize, wr_id: u64, at: usize, to: usize, len: usize) {
+        self.zero_targets();
+        let data = pattern(len, wr_id as u8);
+        self.src.write_at(at, &data).unwrap();
+        let remote = self.t[ti].mr.remote(to..to + len).unwrap();
+        let sge = self.src.sge(at..at + len).unwrap();
+        let addr = self.addr[ti];
+        let qpn = self.dci.qp_num();
+        let wcs = self
+            .dci
+            .post_and_wait(WAIT, |b| {
+                b.dc(&addr)
+                    .rdma_write(wr_id, SendFlags::SIGNALED, remote, sge)
+            })
+            .unwrap_or_else(|e| panic!("DC write {wr_id} of {len} bytes: {e}"));
+        assert_eq!(wcs.len(), 1, "{wcs:?}");
+        check_wc(&wcs[0], wr_id, WcOpcode::RDMA_WRITE, 1, qpn);
+        assert_eq!(wcs[0].byte_len, 0, "{:?}", wcs[0]);
+        self.t[ti].holds(to, &data);
+        self.t[1 - ti].untouched();
+        assert_eq!(self.dci.outstanding(), 0);
+    }
+}
+
+#[test]
+#[ignore = "needs an mlx5 device: set MLX5DV_TEST_MLX5_DEVICE"]
+fn dci_rdma_write_lands_at_the_dct_byte_for_byte() {
+    let mut r = DcRig::new(None);
+    for (i, &(at, to, len)) in [
+        (0usize, 0usize, 1usize),
+        (3, 100, 7),
+        (64, 1000, 64),
+        (100, 4096, 4096),
+        (7, 9000, 30_000),
+    ]
+    .iter()
+    .enumerate()
+    {
+        r.write_works(i % 2, i as u64 + 1, at, to, len);
+    }
+}
+
+#[test]
+#[ignore = "needs an mlx5 device: set MLX5DV_TEST_MLX5_DEVICE"]
+fn dci_rdma_write_imm_and_inline_writes() {
+    let mut r = DcRig::new(None);
+    let qpn = r.dci.qp_num();
+    for (i, &(to, len, imm)) in [
+        (0usize, 1usize, 0u32),
+        (128, 256, 0xdead_beef),
+        (5000, 3000, 0x0102_0304),
+    ]
+    .iter()
+    .enumerate()
+    {
+        let ti = i % 2;
+        let wr_id = 40 + i as u64;
+        let rx_id = 900 + i as u64;
+        r.zero_targets();
+        let data = pattern(len, i as u8 + 9);
+        r.src.write_at(0, &data).unwrap();
+        // The receive a write with immediate consumes; its memory is not
+        // written.
+        r.t[ti].post_recv(rx_id, MR_LEN - 64..MR_LEN);
+        let remote = r.t[ti].mr.remote(to..to + len).unwrap();
+        let sge = r.src.sge(0..len).unwrap();
+        let addr = r.addr[ti];
+        let wcs = r
+            .dci
+            .post_and_wait(WAIT, |b| {
+                b.dc(&addr)
+                    .rdma_write_imm(wr_id, SendFlags::SIGNALED, remote, imm, sge)
+            })
+            .unwrap();
+        assert_eq!(wcs.len(), 1, "{wcs:?}");
+        check_wc(&wcs[0], wr_id, WcOpcode::RDMA_WRITE, 1, qpn);
+        let rx = r.t[ti].wait_recv(rx_id, WcOpcode::RECV_RDMA_WITH_IMM);
+        assert_eq!(rx.imm, Some(imm), "{rx:?}");
+        assert_eq!(rx.byte_len as usize, len, "{rx:?}");
+        r.t[ti].holds(to, &data);
+        r.t[1 - ti].untouched();
+    }
+
+    // Inline writes at each edge of the 16-byte units and 64-byte blocks
+    // (a DCI's WQE has the 48-byte datagram segment before them).
+    let max = r.dci.caps().max_inline_data as usize;
+    assert!(max >= INLINE as usize, "{:?}", r.dci.caps());
+    let lens = [
+        0usize,
+        1,
+        11,
+        12,
+        13,
+        28,
+        29,
+        44,
+        45,
+        60,
+        61,
+        100,
+        max - 1,
+        max,
+    ];
+    for (i, &len) in lens.iter().enumerate() {
+        let ti = i % 2;
+        let wr_id = 100 + i as u64;
+        r.zero_targets();
+        let data = pattern(len, i as u8 + 1);
+        let to = 64 * i + 3;
+        let remote = r.t[ti]
+            .mr
+            .remote(..)
+            .unwrap()
+            .slice(to as u64, len as u64)
+            .unwrap();
+        let addr = r.addr[ti];
+        let wcs = r
+            .dci
+            .post_and_wait(WAIT, |b| {
+                b.dc(&addr)
+                    .rdma_write_inline(wr_id, SendFlags::SIGNALED, remote, &data)
+            })
+            .unwrap_or_else(|e| panic!("inline DC write of {len} bytes: {e}"));
+        assert_eq!(wcs.len(), 1, "{wcs:?}");
+        check_wc(&wcs[0], wr_id, WcOpcode::RDMA_WRITE, 1, qpn);
+        r.t[ti].holds(to, &data);
+        r.t[1 - ti].untouched();
+    }
+}
+
+#[test]
+#[ignore = "needs an mlx5 device: set MLX5DV_TEST_MLX5_DEVICE"]
+fn dci_sends_arrive_through_the_srq_byte_for_byte() {
+    let mut r = DcRig::new(None);
+    let qpn = r.dci.qp_num();
+    let max = r.dci.caps().max_inline_data as usize;
+    #[derive(Debug, Clone, Copy)]
+    enum Kind {
+        Send,
+        SendImm(u32),
+        Inline,
+    }
+    let cases = [
+        (Kind::Send, 1usize),
+        (Kind::Send, 0),
+        (Kind::Send, 33),
+        (Kind::Send, 4096),
+        (Kind::Send, 20_000),
+        (Kind::SendImm(0xfeed_f00d), 0),
+        (Kind::SendImm(7), 64),
+        (Kind::SendImm(0x8000_0001), 5000),
+        (Kind::Inline, 0),
+        (Kind::Inline, 1),
+        (Kind::Inline, 12),
+        (Kind::Inline, 13),
+        (Kind::Inline, 60),
+        (Kind::Inline, max),
+    ];
+    for (i, &(kind, len)) in cases.iter().enumerate() {
+        let ti = i % 2;
+        let wr_id = 200 + i as u64;
+        let rx_id = 300 + i as u64;
+        r.zero_targets();
+        let data = pattern(len, i as u8 + 17);
+        r.src.write_at(64, &data).unwrap();
+        r.t[ti].post_recv(rx_id, 0..MR_LEN);
+        let sge = r.src.sge(64..64 + len).unwrap();
+        let addr = r.addr[ti];
+        let wcs = r
+            .dci
+            .post_and_wait(WAIT, |b| {
+                let wr = b.dc(&addr);
+                match kind {
+                    Kind::Send => wr.send(wr_id, SendFlags::SIGNALED, sge),
+                    Kind::SendImm(imm) => wr.send_imm(wr_id, SendFlags::SIGNALED, imm, sge),
+                    Kind::Inline => wr.send_inline(wr_id, SendFlags::SIGNALED, &data),
+                }
+            })
+            .unwrap_or_else(|e| panic!("{kind:?} of {len} bytes: {e}"));
+        assert_eq!(wcs.len(), 1, "{wcs:?}");
+        check_wc(&wcs[0], wr_id, WcOpcode::SEND, 1, qpn);
+        assert_eq!(wcs[0].byte_len, 0, "{:?}", wcs[0]);
+        let rx = r.t[ti].wait_recv(rx_id, WcOpcode::RECV);
+        assert_eq!(rx.byte_len as usize, len, "{kind:?}: {rx:?}");
+        let imm = match kind {
+            Kind::SendImm(imm) => Some(imm),
+            _ => None,
+        };
+        assert_eq!(rx.imm, imm, "{kind:?}: {rx:?}");
+        r.t[ti].holds(0, &data);
+        r.t[1 - ti].untouched();
+    }
+}
+
+#[test]
+#[ignore = "needs an mlx5 device: set MLX5DV_TEST_MLX5_DEVICE"]
+fn dci_rdma_read_and_atomics() {
+    let mut r = DcRig::new(None);
+    let qpn = r.dci.qp_num();
+    for (i, &(from, at, len)) in [
+        (0usize, 0usize, 1usize),
+        (8, 8, 8),
+        (100, 3, 32),
+        (1000, 64, 33),
+        (4096, 0, 4096),
+        (9, 17, 40_000),
+    ]
+    .iter()
+    .enumerate()
+    {
+        let ti = i % 2;
+        let wr_id = 400 + i as u64;
+        let data = pattern(len, i as u8 + 31);
+        r.zero_targets();
+        r.t[ti].mr.write_at(from, &data).unwrap();
+        r.dst.fill(.., 0).unwrap();
+        let remote = r.t[ti].mr.remote(from..from + len).unwrap();
+        let sge = r.dst.sge_mut(at..at + len).unwrap();
+        let addr = r.addr[ti];
+        let wcs = r
+            .dci
+            .post_and_wait(WAIT, |b| {
+                b.dc(&addr)
+                    .rdma_read(wr_id, SendFlags::SIGNALED, remote, sge)
+            })
+            .unwrap();
+        assert_eq!(wcs.len(), 1, "{wcs:?}");
+        check_wc(&wcs[0], wr_id, WcOpcode::RDMA_READ, 1, qpn);
+        assert_eq!(wcs[0].byte_len as usize, len, "{:?}", wcs[0]);
+        let got = r.dst.to_vec(..).unwrap();
+        assert_eq!(&got[at..at + len], &data[..], "read {i}");
+        assert!(got[..at].iter().chain(&got[at + len..]).all(|&b| b == 0));
+        r.t[ti].holds(from, &data);
+    }
+
+    const V: u64 = 0x0102_0304_0506_0708;
+    const W: u64 = 0x1122_3344_5566_7788;
+    r.zero_targets();
+    r.t[1].mr.write_at(64, &V.to_ne_bytes()).unwrap();
+    let remote = r.t[1].mr.remote(64..72).unwrap();
+    let addr = r.addr[1];
+
+    // Compare-and-swap that matches: V comes back, W is there.
+    r.dst.fill(.., 0xee).unwrap();
+    let sge = r.dst.sge_mut(8..16).unwrap();
+    let wcs = r
+        .dci
+        .post_and_wait(WAIT, |b| {
+            b.dc(&addr)
+                .atomic_cmp_swp(500, SendFlags::SIGNALED, remote, V, W, sge)
+        })
+        .unwrap();
+    assert_eq!(wcs.len(), 1, "{wcs:?}");
+    check_wc(&wcs[0], 500, WcOpcode::COMP_SWAP, 1, qpn);
+    assert_eq!(wcs[0].byte_len, 8, "{:?}", wcs[0]);
+    assert_eq!(u64_at(&r.dst, 8), V);
+    assert_eq!(u64_at(&r.t[1].mr, 64), W);
+    assert!(r.dst.to_vec(0..8).unwrap().iter().all(|&b| b == 0xee));
+    assert!(r.dst.to_vec(16..24).unwrap().iter().all(|&b| b == 0xee));
+
+    // Compare-and-swap that does not match: W comes back, W stays.
+    let sge = r.dst.sge_mut(16..24).unwrap();
+    let wcs = r
+        .dci
+        .post_and_wait(WAIT, |b| {
+            b.dc(&addr)
+                .atomic_cmp_swp(501, SendFlags::SIGNALED, remote, V, 0, sge)
+        })
+        .unwrap();
+    assert_eq!(wcs.len(), 1, "{wcs:?}");
+    check_wc(&wcs[0], 501, WcOpcode::COMP_SWAP, 1, qpn);
+    assert_eq!(u64_at(&r.dst, 16), W);
+    assert_eq!(u64_at(&r.t[1].mr, 64), W);
+
+    // Fetch-and-add, twice in one batch (the first unsignalled).
+    let (a, b2) = r.dst.sge_mut(24..40).unwrap().split_at(8).unwrap();
+    let wcs = r
+        .dci
+        .post_and_wait(WAIT, |b| {
+            b.dc(&addr)
+                .atomic_fetch_add(502, SendFlags::empty(), remote, 5, a)?;
+            b.dc(&addr)
+                .atomic_fetch_add(503, SendFlags::SIGNALED, remote, 0x1_0000_0000, b2)
+        })
+        .unwrap();
+    assert_eq!(wcs.len(), 1, "{wcs:?}");
+    check_wc(&wcs[0], 503, WcOpcode::FETCH_ADD, 2, qpn);
+    assert_eq!(wcs[0].byte_len, 8);
+    assert_eq!(u64_at(&r.dst, 24), W);
+    assert_eq!(u64_at(&r.dst, 32), W + 5);
+    assert_eq!(u64_at(&r.t[1].mr, 64), W + 5 + 0x1_0000_0000);
+    // Only those 8 bytes of the target changed; the other is untouched.
+    let mut want = vec![0u8; MR_LEN];
+    want[64..72].copy_from_slice(&(W + 5 + 0x1_0000_0000).to_ne_bytes());
+    assert_eq!(r.t[1].mr.to_vec(..).unwrap(), want);
+    r.t[0].untouched();
+    assert_eq!(r.dci.outstanding(), 0);
+}
+
+/// One batch addressing the two DCTs in turn: unsignalled writes retired
+/// by the batch's last completion, then signalled sends and sends with
+/// immediate, each received by its own DCT's SRQ.
+#[test]
+#[ignore = "needs an mlx5 device: set MLX5DV_TEST_MLX5_DEVICE"]
+fn one_dci_batch_addresses_two_dcts_in_turn() {
+    let mut r = DcRig::new(None);
+    let qpn = r.dci.qp_num();
+    let data = pattern(MR_LEN, 41);
+    r.src.write_at(0, &data).unwrap();
+    r.zero_targets();
+    let remotes = [r.t[0].mr.remote(..).unwrap(), r.t[1].mr.remote(..).unwrap()];
+    // Write i goes to DCT i % 2, at (i / 2) * 256, `100 + i` bytes from
+    // `src` at i * 97.
+    let shape = |i: u64| (((i / 2) * 256), (i * 97) as usize, 100 + i as usize);
+    let addrs = r.addr;
+    let src = &r.src;
+    let wcs = r
+        .dci
+        .post_and_wait(WAIT, |b| {
+            for i in 0..24u64 {
+                let (to, at, len) = shape(i);
+                let ti = (i % 2) as usize;
+                b.dc(&addrs[ti]).rdma_write(
+                    i,
+                    SendFlags::empty(),
+                    remotes[ti].slice(to, len as u64)?,
+                    src.sge(at..at + len)?,
+                )?;
+            }
+            Ok(())
+        })
+        .unwrap();
+    assert_eq!(wcs.len(), 1, "{wcs:?}");
+    check_wc(&wcs[0], 23, WcOpcode::RDMA_WRITE, 24, qpn);
+    let mut want = [vec![0u8; MR_LEN], vec![0u8; MR_LEN]];
+    for i in 0..24u64 {
+        let (to, at, len) = shape(i);
+        let to = to as usize;
+        want[(i % 2) as usize][to..to + len].copy_from_slice(&data[at..at + len]);
+    }
+    for (ti, (t, want)) in r.t.iter().zip(&want).enumerate() {
+        assert_eq!(&t.mr.to_vec(..).unwrap(), want, "DCT {ti}");
+    }
+
+    // Sends in turn, every one signalled: one completion each, in order,
+    // and each DCT receives its own.
+    r.zero_targets();
+    for k in 0..3u64 {
+        for ti in 0..2 {
+            let at = (k as usize) * 1024;
+            r.t[ti].post_recv(700 + k * 2 + ti as u64, at..at + 1024);
+        }
+    }
+    let src = &r.src;
+    let wcs = r
+        .dci
+        .post_and_wait(WAIT, |b| {
+            for i in 0..6u64 {
+                let ti = (i % 2) as usize;
+                let sge = src.sge(i as usize * 50..i as usize * 50 + 10 + i as usize)?;
+                if i % 4 == 1 {
+                    b.dc(&addrs[ti])
+                        .send_imm(i, SendFlags::SIGNALED, 0x5000 + i as u32, sge)?;
+                } else {
+                    b.dc(&addrs[ti]).send(i, SendFlags::SIGNALED, sge)?;
+                }
+            }
+            Ok(())
+        })
+        .unwrap()
+        .to_vec();
+    assert_eq!(wcs.len(), 6, "{wcs:?}");
+    for (i, wc) in wcs.iter().enumerate() {
+        check_wc(wc, i as u64, WcOpcode::SEND, 1, qpn);
+    }
+    let mut want = [vec![0u8; MR_LEN], vec![0u8; MR_LEN]];
+    for i in 0..6u64 {
+        let ti = (i % 2) as usize;
+        let k = i / 2;
+        let rx = r.t[ti].wait_recv(700 + k * 2 + ti as u64, WcOpcode::RECV);
+        let len = 10 + i as usize;
+        assert_eq!(rx.byte_len as usize, len, "{rx:?}");
+        let imm = (i % 4 == 1).then_some(0x5000 + i as u32);
+        assert_eq!(rx.imm, imm, "{rx:?}");
+        let at = (k as usize) * 1024;
+        let from = i as usize * 50;
+        want[ti][at..at + len].copy_from_slice(&data[from..from + len]);
+    }
+    for (ti, (t, want)) in r.t.iter_mut().zip(&want).enumerate() {
+        assert_eq!(&t.mr.to_vec(..).unwrap(), want, "DCT {ti}");
+        let mut more = Vec::new();
+        assert_eq!(t.recv_cq.poll_into(&mut more, 8).unwrap(), 0, "{more:?}");
+    }
+}
+
+/// A DCI write whose DC key is not the DCT's: the direct path's error CQE
+/// has the status libmlx5 reports for the same write (posted through
+/// `WrBatch` on another DCI first), names the work request, and the rest
+/// of the batch is flushed; `reset` + `ready` make the DCI work again.
+#[test]
+#[ignore = "needs an mlx5 device: set MLX5DV_TEST_MLX5_DEVICE"]
+fn dci_wrong_dc_key_fails_as_through_libmlx5_and_reset_recovers() {
+    let mut r = DcRig::new(None);
+    let qpn = r.dci.qp_num();
+    r.zero_targets();
+    r.src.write_at(0, &pattern(256, 3)).unwrap();
+    let remote = r.t[0].mr.remote(0..256).unwrap();
+    let wrong = DcAddr::new(&r.ah, r.t[0].dct.dctn(), DCT_KEY ^ 1);
+
+    // Through libmlx5 (WrBatch), on a DCI of its own.
+    let (status, vendor_err) = {
+        let mut cq = CompletionQueue::new(&r.ctx, 16).unwrap();
+        let mut dci = QpBuilder::dci(&r.pd, &cq)
+            .caps(dci_caps())
+            .build()
+            .expect("create DCI");
+        dci.ready(DCI_PSN, &r.opts).unwrap();
+        let src = &r.src;
+        let wcs = dci
+            .post_and_wait(&mut cq, WAIT, |b| {
+                b.wr(9, wrong)
+                    .rdma_write(remote.slice(0, 64)?)
+                    .sge(src.sge(0..64)?)
+            })
+            .unwrap();
+        assert_eq!(wcs.len(), 1, "{wcs:?}");
+        assert_eq!(wcs[0].wr_id, 9, "{wcs:?}");
+        // (An error completion's opcode is undefined through libibverbs.)
+        assert_eq!(wcs[0].qp_num, dci.qp_num(), "{wcs:?}");
+        assert!(!wcs[0].status.is_success(), "{wcs:?}");
+        (wcs[0].status, wcs[0].vendor_err)
+    };
+    eprintln!("a wrong DC key through libmlx5: {status:?} (vendor error {vendor_err:#x})");
+    r.t[0].untouched();
+
+    let bad = r.dci.dc_addr(&wrong).unwrap();
+    let good = r.addr;
+    let src = &r.src;
+    let wcs = r
+        .dci
+        .post_and_wait(WAIT, |b| {
+            b.dc(&good[0]).rdma_write(
+                10,
+                SendFlags::empty(),
+                remote.slice(0, 64)?,
+                src.sge(0..64)?,
+            )?;
+            b.dc(&bad).rdma_write(
+                11,
+                SendFlags::SIGNALED,
+                remote.slice(64, 64)?,
+                src.sge(0..64)?,
+            )?;
+            b.dc(&good[0]).rdma_write(
+                12,
+                SendFlags::SIGNALED,
+                remote.slice(128, 64)?,
+                src.sge(0..64)?,
+            )?;
+            b.dc(&good[1]).rdma_write(
+                13,
+                SendFlags::SIGNALED,
+                r.t[1].mr.remote(0..64)?,
+                src.sge(0..64)?,
+            )
+        })
+        .unwrap()
+        .to_vec();
+    assert_eq!(wcs.len(), 3, "{wcs:?}");
+    // The error CQE names the failing work request and retires the
+    // unsignalled good one before it.
+    assert_eq!(
+        (wcs[0].wr_id, wcs[0].status, wcs[0].covers, wcs[0].qp_num),
+        (11, status, 2, qpn),
+        "{wcs:?}"
+    );
+    assert_eq!(wcs[0].opcode, WcOpcode::RDMA_WRITE, "{wcs:?}");
+    assert_eq!(u32::from(wcs[0].vendor_err), vendor_err, "{wcs:?}");
+    assert_ne!(wcs[0].syndrome, 0, "{wcs:?}");
+    assert_eq!(wcs[0].byte_len, 0, "{wcs:?}");
+    match wcs[0].ok() {
+        Err(e @ Error::WorkCompletion { .. }) => {
+            assert!(e.to_string().contains("work request 11"), "{e}");
+        }
+        other => panic!("{other:?}"),
+    }
+    for (wc, id) in wcs[1..].iter().zip([12, 13]) {
+        assert_eq!(
+            (wc.wr_id, wc.status, wc.covers, wc.qp_num, wc.opcode),
+            (id, WcStatus::WR_FLUSH_ERR, 1, qpn, WcOpcode::RDMA_WRITE),
+            "{wcs:?}"
+        );
+    }
+    assert_eq!(r.dci.outstanding(), 0);
+    assert_eq!(r.dci.state().unwrap(), QpState::Err);
+    // The good write before it landed; nothing else did.
+    r.t[0].holds(0, &pattern(64, 3));
+    r.t[1].untouched();
+
+    r.dci.reset().expect("reset the DCI");
+    assert_eq!(r.dci.state().unwrap(), QpState::Reset);
+    assert_eq!((r.dci.outstanding(), r.dci.room()), (0, r.dci.depth()));
+    r.dci.ready(DCI_PSN, &r.opts).expect("DCI to RTS again");
+    r.write_works(0, 20, 0, 100, 300);
+    r.write_works(1, 21, 8, 200, 64);
+}
+
+/// A DCI with DCI streams: work requests on two stream ids (to both DCTs)
+/// in one batch land; and a stream on a DCI without streams is refused by
+/// the writer, before anything is written.
+#[test]
+#[ignore = "needs an mlx5 device: set MLX5DV_TEST_MLX5_DEVICE"]
+fn dci_streams_and_their_refusal_without_streams() {
+    // Without streams: refused before anything is written.
+    let mut r = DcRig::new(None);
+    r.zero_targets();
+    r.src.write_at(0, &pattern(256, 5)).unwrap();
+    let remote = r.t[0].mr.remote(0..256).unwrap();
+    let addr = r.addr[0];
+    let depth = r.dci.depth();
+    {
+        let mut b = r.dci.batch();
+        let e = b
+            .dc_stream(&addr, 0)
+            .rdma_write(
+                1,
+                SendFlags::SIGNALED,
+                remote.slice(0, 64).unwrap(),
+                r.src.sge(0..64).unwrap(),
+            )
+            .unwrap_err();
+        assert!(matches!(e, Error::Unsupported { .. }), "{e}");
+        assert!(b.is_empty(), "{b:?}");
+        assert_eq!(b.room(), depth);
+    }
+    let src = &r.src;
+    let e = r
+        .dci
+        .post_and_wait(WAIT, |b| {
+            b.dc(&addr).rdma_write(
+                2,
+                SendFlags::SIGNALED,
+                remote.slice(0, 64)?,
+                src.sge(0..64)?,
+            )?;
+            b.dc_stream(&addr, 1).rdma_write(
+                3,
+                SendFlags::SIGNALED,
+                remote.slice(64, 64)?,
+                src.sge(0..64)?,
+            )
+        })
+        .unwrap_err();
+    assert!(matches!(e, Error::Unsupported { .. }), "{e}");
+    assert!(e.to_string().contains("dci_streams"), "{e}");
+    assert_eq!((r.dci.outstanding(), r.dci.room()), (0, r.dci.depth()));
+    std::thread::sleep(Duration::from_millis(50));
+    assert_eq!(r.dci.poll(8, |wc| panic!("{wc:?}")).unwrap(), 0);
+    r.t[0].untouched();
+    r.write_works(0, 4, 0, 512, 64);
+    drop(r);
+
+    // With streams.
+    let ctx = open();
+    let Some(caps) = dci_streams_caps(&ctx) else {
+        return;
+    };
+    drop(ctx);
+    let conc = caps.max_log_num_concurent.min(2);
+    let streams = DciStreams {
+        log_num_concurent: conc,
+        log_num_errored: caps.max_log_num_errored.min(1).min(conc),
+    };
+    let mut r = DcRig::new(Some(streams));
+    let qpn = r.dci.qp_num();
+    let last = (streams.num_streams() - 1) as u16;
+    assert!(last >= 1, "{streams:?}");
+    let data = pattern(4096, 23);
+    r.src.write_at(0, &data).unwrap();
+    r.zero_targets();
+    let remotes = [r.t[0].mr.remote(..).unwrap(), r.t[1].mr.remote(..).unwrap()];
+    let addrs = r.addr;
+    let src = &r.src;
+    // Work request i: DCT i % 2, stream 0 or `last` in turn, 200 bytes at
+    // i * 256.
+    let wcs = r
+        .dci
+        .post_and_wait(WAIT, |b| {
+            for i in 0..16u64 {
+                let ti = (i % 2) as usize;
+                let stream = if (i / 2) % 2 == 0 { 0 } else { last };
+                let at = i as usize * 256;
+                let flags = if i % 4 == 3 {
+                    SendFlags::SIGNALED
+                } else {
+                    SendFlags::empty()
+                };
+                b.dc_stream(&addrs[ti], stream).rdma_write(
+                    i,
+                    flags,
+                    remotes[ti].slice(at as u64, 200)?,
+                    src.sge(at..at + 200)?,
+                )?;
+            }
+            Ok(())
+        })
+        .unwrap()
+        .to_vec();
+    assert_eq!(wcs.len(), 4, "{wcs:?}");
+    for (k, wc) in wcs.iter().enumerate() {
+        check_wc(wc, k as u64 * 4 + 3, WcOpcode::RDMA_WRITE, 4, qpn);
+    }
+    let mut want = [vec![0u8; MR_LEN], vec![0u8; MR_LEN]];
+    for i in 0..16usize {
+        let at = i * 256;
+        want[i % 2][at..at + 200].copy_from_slice(&data[at..at + 200]);
+    }
+    for (ti, (t, want)) in r.t.iter().zip(&want).enumerate() {
+        assert_eq!(&t.mr.to_vec(..).unwrap(), want, "DCT {ti}");
+    }
+
+    // A send on each stream, received.
+    r.zero_targets();
+    for (i, stream) in [0, last].into_iter().enumerate() {
+        let wr_id = 60 + i as u64;
+        r.t[0].post_recv(wr_id, 0..MR_LEN);
+        let sge = r.src.sge(100..400).unwrap();
+        let wcs = r
+            .dci
+            .post_and_wait(WAIT, |b| {
+                b.dc_stream(&addrs[0], stream)
+                    .send(wr_id, SendFlags::SIGNALED, sge)
+            })
+            .unwrap();
+        assert_eq!(wcs.len(), 1, "{wcs:?}");
+        check_wc(&wcs[0], wr_id, WcOpcode::SEND, 1, qpn);
+        let rx = r.t[0].wait_recv(wr_id, WcOpcode::RECV);
+        assert_eq!(rx.byte_len, 300, "{rx:?}");
+        r.t[0].holds(0, &data[100..400]);
+    }
+    r.t[1].untouched();
+}
+
+/// `dc_addr` refuses an address handle of another device context (a
+/// second open of the same device).
+#[test]
+#[ignore = "needs an mlx5 device: set MLX5DV_TEST_MLX5_DEVICE"]
+fn dc_addr_refuses_an_address_handle_of_another_context() {
+    let r = DcRig::new(None);
+    let other = open();
+    assert_ne!(other.as_ptr(), r.ctx.as_ptr());
+    let pd = ProtectionDomain::new(&other).unwrap();
+    let opts = rig::connect_options(&other);
+    let ah = AddressHandle::new(&pd, &local_port_ah(&other, &opts).unwrap()).unwrap();
+    let e = r
+        .dci
+        .dc_addr(&DcAddr::new(&ah, r.t[0].dct.dctn(), DCT_KEY))
+        .unwrap_err();
+    match &e {
+        Error::InvalidArgument(msg) => {
+            assert!(msg.contains("another device context"), "{msg}")
+        }
+        other => panic!("expected InvalidArgument, got {other}"),
+    }
+    // One of this context is taken, and equals the rig's.
+    let same = r
+        .dci
+        .dc_addr(&DcAddr::new(&r.ah, r.t[0].dct.dctn(), DCT_KEY))
+        .unwrap();
+    assert_eq!(same, r.addr[0]);
+}
+
+#[test]
+#[ignore = "needs an mlx5 device: set MLX5DV_TEST_MLX5_DEVICE"]
+fn into_direct_refusals_of_dcis() {
+    let ctx = open();
+    let pd = ProtectionDomain::new(&ctx).unwrap();
+    let opts = rig::connect_options(&ctx);
+    let cq = || CompletionQueue::new(&ctx, 64).unwrap();
+    let dci = |cq: &CompletionQueue| {
+        QpBuilder::dci(&pd, cq)
+            .caps(dci_caps())
+            .build()
+            .expect("create DCI")
+    };
+
+    // Shared with another DCI.
+    let scq = cq();
+    let qp = dci(&scq);
+    let also = dci(&scq);
+    refused(qp.into_direct(scq), "other QPs complete on its CQ");
+    drop(also);
+
+    // Shared with a DCT (its receives complete there).
+    let scq = cq();
+    let qp = dci(&scq);
+    let srq = SharedReceiveQueue::new(&pd, 16, 1).unwrap();
+    let dct = Dct::new(&pd, &scq, &srq, DCT_KEY).unwrap();
+    refused(qp.into_direct(scq), "other QPs complete on its CQ");
+    drop(dct);
+
+    // Not its CQ.
+    let scq = cq();
+    let qp = dci(&scq);
+    refused(qp.into_direct(cq()), "not the QP's send CQ");
+
+    // Not in RESET.
+    let scq = cq();
+    let qp = dci(&scq);
+    qp.ready(DCI_PSN, &opts).unwrap();
+    refused(qp.into_direct(scq), "not RESET");
+
+    // The same shape without any of those is taken, and the QP that shared
+    // the CQ, once gone, no longer stands in the way.
+    let scq = cq();
+    let qp = dci(&scq);
+    let also = dci(&scq);
+    drop(also);
+    let qp = qp.into_direct(scq).unwrap();
+    assert_eq!(qp.state().unwrap(), QpState::Reset);
+    assert_eq!(qp.outstanding(), 0);
+}
+
+/// The send-queue buffer of a QP (`mlx5dv_init_obj(MLX5DV_OBJ_QP)`).
+fn sq_buf(qp: *mut mlx5dv::ffi::ibv_qp) -> *const u8 {
+    let mut dvqp = mlx5dv::ffi::mlx5dv_qp::default();
+    let mut obj = mlx5dv::ffi::mlx5dv_obj::default();
+    obj.qp.in_ = qp;
+    obj.qp.out = &mut dvqp;
+    let rc =
+        unsafe { mlx5dv::ffi::mlx5dv_init_obj(&mut obj, u64::from(mlx5dv::ffi::MLX5DV_OBJ_QP)) };
+    assert_eq!(rc, 0, "mlx5dv_init_obj");
+    assert_eq!(dvqp.sq.stride, 64);
+    dvqp.sq.buf.cast::<u8>().cast_const()
+}
+
+/// The WQEs of a batch, from the start of a send queue, as the device
+/// reads them: each WQE's DS units, `meaningful` bytes of each (the rest
+/// of an inline segment's last unit is padding), the QP number masked out.
+fn wqes_of(buf: *const u8, meaningful: &[Option<usize>]) -> Vec<Vec<u8>> {
+    let mut at = 0usize;
+    let mut out = Vec::new();
+    for m in meaningful {
+        let ctrl = unsafe { std::slice::from_raw_parts(buf.add(at), 64) };
+        let ds = usize::from(ctrl[7] & 0x3f);
+        let mut w = unsafe { std::slice::from_raw_parts(buf.add(at), ds * 16) }.to_vec();
+        w[4..7].fill(0);
+        if let Some(m) = m {
+            assert!(*m <= w.len(), "{m} of {ds} units");
+            w.truncate(*m);
+        }
+        out.push(w);
+        at += ds.div_ceil(4) * 64;
+    }
+    out
+}
+
+/// The same DCI work requests posted through libmlx5 (`WrBatch`) on one
+/// fresh DCI and through the direct path on another: the WQEs in their
+/// send queues are the same bytes (but for the QP number), and both land.
+#[test]
+#[ignore = "needs an mlx5 device: set MLX5DV_TEST_MLX5_DEVICE"]
+fn dci_wqes_match_libmlx5s_byte_for_byte() {
+    let ctx = open();
+    let pd = ProtectionDomain::new(&ctx).unwrap();
+    let opts = rig::connect_options(&ctx);
+    let mut t = Target::new(&ctx, &pd, &opts, DCT_KEY);
+    let ah = AddressHandle::new(&pd, &local_port_ah(&ctx, &opts).unwrap()).unwrap();
+    let dc = DcAddr::new(&ah, t.dct.dctn(), DCT_KEY);
+    let mut src = MemoryRegion::new(&pd, 4096, rig::access_all()).unwrap();
+    src.write_at(0, &pattern(4096, 61)).unwrap();
+    let mut dst = MemoryRegion::new(&pd, 4096, rig::access_all()).unwrap();
+    let remote = t.mr.remote(..).unwrap();
+    let inl_w = pattern(20, 1);
+    let inl_s = pattern(13, 2);
+    // Every op, signalled; the inline segment's meaningful bytes: control
+    // 16, datagram 48, remote address 16 (for the write), count 4, data.
+    let meaningful = [
+        None,
+        None,
+        None,
+        None,
+        None,
+        None,
+        None,
+        Some(16 + 48 + 16 + 4 + inl_w.len()),
+        Some(16 + 48 + 4 + inl_s.len()),
+    ];
+    let mut rings = Vec::new();
+    for direct in [false, true] {
+        t.mr.fill(.., 0).unwrap();
+        t.mr.write_at(2048, &7u64.to_ne_bytes()).unwrap();
+        // The write with immediate's, then the three sends'.
+        for k in 0..4 {
+            let at = 3072 + k * 256;
+            t.post_recv(80 + k as u64, at..at + 256);
+        }
+        let mut cq = CompletionQueue::new(&ctx, 64).unwrap();
+        let mut dci = QpBuilder::dci(&pd, &cq).caps(dci_caps()).build().unwrap();
+        let buf = sq_buf(dci.as_ptr());
+        let qpn = dci.qp_num();
+        let (a, rest) = dst.sge_mut(0..192).unwrap().split_at(8).unwrap();
+        let (b2, rest) = rest.split_at(8).unwrap();
+        let (_, rd) = rest.split_at(48).unwrap();
+        let s = |r: std::ops::Range<usize>| src.sge(r).unwrap();
+        let sig = SendFlags::SIGNALED;
+        let n = if direct {
+            let mut d = dci.into_direct(cq).unwrap();
+            d.ready(DCI_PSN, &opts).unwrap();
+            let to = d.dc_addr(&dc).unwrap();
+            let wcs = d
+                .post_and_wait(WAIT, |b| {
+                    b.dc(&to)
+                        .rdma_write(1, sig, remote.slice(0, 64)?, s(0..64))?;
+                    b.dc(&to)
+                        .rdma_write_imm(2, sig, remote.slice(64, 32)?, 0xabcd, s(64..96))?;
+                    b.dc(&to).send(3, sig, s(100..150))?;
+                    b.dc(&to).send_imm(4, sig, 0x1234_5678, s(200..210))?;
+                    b.dc(&to).rdma_read(5, sig, remote.slice(128, 128)?, rd)?;
+                    b.dc(&to)
+                        .atomic_cmp_swp(6, sig, remote.slice(2048, 8)?, 7, 9, a)?;
+                    b.dc(&to)
+                        .atomic_fetch_add(7, sig, remote.slice(2048, 8)?, 3, b2)?;
+                    b.dc(&to)
+                        .rdma_write_inline(8, sig, remote.slice(512, 20)?, &inl_w)?;
+                    b.dc(&to).send_inline(9, sig, &inl_s)
+                })
+                .unwrap()
+                .to_vec();
+            for (i, wc) in wcs.iter().enumerate() {
+                let op = [
+                    WcOpcode::RDMA_WRITE,
+                    WcOpcode::RDMA_WRITE,
+                    WcOpcode::SEND,
+                    WcOpcode::SEND,
+                    WcOpcode::RDMA_READ,
+                    WcOpcode::COMP_SWAP,
+                    WcOpcode::FETCH_ADD,
+                    WcOpcode::RDMA_WRITE,
+                    WcOpcode::SEND,
+                ][i];
+                check_wc(wc, i as u64 + 1, op, 1, qpn);
+            }
+            wcs.len()
+        } else {
+            dci.ready(DCI_PSN, &opts).unwrap();
+            let wcs = dci
+                .post_and_wait(&mut cq, WAIT, |b| {
+                    b.wr(1, dc)
+                        .signaled()
+                        .rdma_write(remote.slice(0, 64)?)
+                        .sge(s(0..64))?;
+                    b.wr(2, dc)
+                        .signaled()
+                        .rdma_write_imm(remote.slice(64, 32)?, 0xabcd)
+                        .sge(s(64..96))?;
+                    b.wr(3, dc).signaled().send().sge(s(100..150))?;
+                    b.wr(4, dc)
+                        .signaled()
+                        .send_imm(0x1234_5678)
+                        .sge(s(200..210))?;
+                    b.wr(5, dc)
+                        .signaled()
+                        .rdma_read(remote.slice(128, 128)?)
+                        .sge(rd)?;
+                    b.wr(6, dc)
+                        .signaled()
+                        .atomic_cmp_swp(remote.slice(2048, 8)?, 7, 9)
+                        .sge(a)?;
+                    b.wr(7, dc)
+                        .signaled()
+                        .atomic_fetch_add(remote.slice(2048, 8)?, 3)
+                        .sge(b2)?;
+                    b.wr(8, dc)
+                        .signaled()
+                        .rdma_write(remote.slice(512, 20)?)
+                        .inline(&inl_w)?;
+                    b.wr(9, dc).signaled().send().inline(&inl_s)
+                })
+                .unwrap()
+                .to_vec();
+            for (i, wc) in wcs.iter().enumerate() {
+                assert_eq!(
+                    (wc.status, wc.wr_id, wc.qp_num),
+                    (WcStatus::SUCCESS, i as u64 + 1, qpn),
+                    "{wcs:?}"
+                );
+            }
+            wcs.len()
+        };
+        assert_eq!(n, 9);
+        rings.push(wqes_of(buf, &meaningful));
+        // What landed: the writes, the sends' receives, the atomics'
+        // result (7 swapped for 9, then 3 added).
+        let got = t.mr.to_vec(..).unwrap();
+        let sent = src.to_vec(..).unwrap();
+        assert_eq!(&got[0..96], &sent[0..96]);
+        assert_eq!(&got[512..532], &inl_w[..]);
+        assert_eq!(u64::from_ne_bytes(got[2048..2056].try_into().unwrap()), 12);
+        let rx = t.wait_recv(80, WcOpcode::RECV_RDMA_WITH_IMM);
+        assert_eq!((rx.byte_len, rx.imm), (32, Some(0xabcd)), "{rx:?}");
+        assert!(got[3072..3328].iter().all(|&b| b == 0));
+        for (k, (want, imm)) in [
+            (&sent[100..150], None),
+            (&sent[200..210], Some(0x1234_5678)),
+            (&inl_s[..], None),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let rx = t.wait_recv(81 + k as u64, WcOpcode::RECV);
+            assert_eq!((rx.byte_len as usize, rx.imm), (want.len(), imm), "{rx:?}");
+            let at = 3072 + (k + 1) * 256;
+            assert_eq!(&got[at..at + want.len()], want);
+        }
+        assert_eq!(&dst.to_vec(64..192).unwrap()[..], &got[128..256]);
+        let rx = t.recv_cq.poll_into(&mut Vec::new(), 8).unwrap();
+        assert_eq!(rx, 0);
+    }
+    assert_eq!((rings[0].len(), rings[1].len()), (9, 9));
+    // Control, datagram (3 units), remote address, data: 6 units; a send
+    // has no remote address, an atomic one more unit; inline data takes
+    // its 4-byte count and bytes in whole units.
+    let ds: Vec<u8> = rings[1].iter().map(|w| w[7] & 0x3f).collect();
+    assert_eq!(ds, [6, 6, 5, 5, 6, 7, 7, 7, 6], "{ds:?}");
+    for (i, (lib, dir)) in rings[0].iter().zip(&rings[1]).enumerate() {
+        assert_eq!(lib, dir, "WQE {} (wr_id {}): libmlx5 vs direct", i, i + 1);
+    }
 }
