@@ -259,9 +259,9 @@ fn streams_for(qpn: usize, caps: mlx5dv::mlx5::DciStreamsCaps) -> DciStreams {
 /// starting after the DCI's index.
 ///
 /// The original lets the id run up to the number of streams + 2 before it
-/// wraps to 1; the crate refuses an id of 2^`log_num_concurent` or more
-/// before the device sees it (checked in `dc_rdma_write_stream`), so here
-/// the ids wrap within the DCI's streams and visit every one of them.
+/// wraps to 1 (the crate passes any 16-bit id on, as `WrBatch::wr_stream`
+/// says: the device maps ids to its streams); here the ids wrap within the
+/// DCI's 2^`log_num_concurent` streams so that each of them is visited.
 struct StreamIds {
     last: u16,
     num: u16,
