@@ -79,11 +79,26 @@ impl Rig {
 
     /// A rig whose direct side connects with options `tweak` makes.
     fn with(tweak: impl FnOnce(ConnectOptions) -> ConnectOptions) -> Rig {
+        Self::build(tweak, false)
+    }
+
+    /// A rig whose direct CQ is on a completion channel
+    /// (`CompletionQueue::with_channel`).
+    fn with_channel(tweak: impl FnOnce(ConnectOptions) -> ConnectOptions) -> Rig {
+        Self::build(tweak, true)
+    }
+
+    fn build(tweak: impl FnOnce(ConnectOptions) -> ConnectOptions, channel: bool) -> Rig {
         let ctx = open();
         let pd = ProtectionDomain::new(&ctx).expect("alloc PD");
         let peer_opts = rig::connect_options(&ctx);
         let opts = tweak(peer_opts);
-        let cq = CompletionQueue::new(&ctx, 256).expect("send CQ");
+        let cq = if channel {
+            let ch = CompletionChannel::new(&ctx).expect("completion channel");
+            CompletionQueue::with_channel(&ctx, 256, &ch).expect("send CQ on a channel")
+        } else {
+            CompletionQueue::new(&ctx, 256).expect("send CQ")
+        };
         let rq = CompletionQueue::new(&ctx, 16).expect("recv CQ");
         let qp = QpBuilder::rc(&pd, &cq, &rq)
             .caps(direct_caps())
@@ -1221,6 +1236,100 @@ fn scoped_post_times_out_and_recovers() {
     );
     let sent = r.src.to_vec(0..64).unwrap();
     r.peer_holds(0, &sent);
+}
+
+/// A wait on a direct CQ with a completion channel sleeps on the channel
+/// (the crate arms the CQ with its own consumer index) and ends with its
+/// completion: a send that waits for the peer's receive, posted 300 ms
+/// later from another thread, completes, and `wait` (then the scoped
+/// post) returns it. A direct CQ without a channel cannot be armed.
+#[test]
+#[ignore = "needs an mlx5 device: set MLX5DV_TEST_MLX5_DEVICE"]
+fn waits_sleep_on_the_channel_and_end_with_their_completion() {
+    let mut plain = Rig::new();
+    assert!(matches!(
+        plain.qp.req_notify(false),
+        Err(Error::InvalidArgument(ref m)) if m.contains("no completion channel")
+    ));
+    drop(plain);
+
+    let mut r = Rig::with_channel(|o| o.rnr_retry(7));
+    let qpn = r.qp.qp_num();
+    // An explicit arm, then a completion: the CQ's event comes on its
+    // channel (the arm doorbell the crate wrote took).
+    r.qp.req_notify(false)
+        .expect("arm a direct CQ on a channel");
+    r.write_works(1, 0, 0, 64);
+    let channel = r.qp.channel().expect("the CQ's channel").clone();
+    assert_eq!(
+        channel.cq_count(),
+        1,
+        "only the direct CQ is on the channel"
+    );
+    let _event = channel
+        .get_event(WAIT)
+        .expect("the event of the armed direct CQ");
+    // Armed again (the arm sequence number moved with the event read),
+    // and again an event; a solicited-only arm is taken too.
+    r.qp.req_notify(false).expect("arm it again");
+    r.write_works(2, 0, 0, 64);
+    let _event = channel.get_event(WAIT).expect("the second event");
+    r.qp.req_notify(true)
+        .expect("arm it for solicited completions");
+    for round in 0..3u64 {
+        r.peer.mr.fill(.., 0).unwrap();
+        let data = pattern(100, round as u8 + 7);
+        r.src.write_at(0, &data).unwrap();
+        let Rig { qp, peer, src, .. } = &mut r;
+        let t0 = Instant::now();
+        let got = std::thread::scope(|s| {
+            s.spawn(|| {
+                std::thread::sleep(Duration::from_millis(300));
+                let sge = peer.mr.sge(0..4096).unwrap();
+                unsafe { peer.qp.post_recv(10 + round, &[sge]) }.expect("the late receive");
+            });
+            if round < 2 {
+                let mut b = qp.batch();
+                b.send(20 + round, SendFlags::SIGNALED, src.sge(0..100).unwrap())
+                    .unwrap();
+                // SAFETY: `src` outlives the wait below, which returns its
+                // completion.
+                assert_eq!(unsafe { b.ring() }, 1);
+                let mut got = Vec::new();
+                let n = qp
+                    .wait(4, WAIT, |wc| got.push(wc))
+                    .expect("the send's completion");
+                assert_eq!(n, 1);
+                got
+            } else {
+                qp.post_and_wait(WAIT, |b| {
+                    b.send(20 + round, SendFlags::SIGNALED, src.sge(0..100)?)
+                })
+                .expect("the scoped send")
+                .to_vec()
+            }
+        });
+        let took = t0.elapsed();
+        assert_eq!(got.len(), 1, "{got:?}");
+        check_wc(&got[0], 20 + round, WcOpcode::SEND, 1, qpn);
+        assert!(
+            took >= Duration::from_millis(250),
+            "round {round}: {took:?}"
+        );
+        assert!(took < WAIT, "round {round}: {took:?}");
+        let rx = r.peer_wait_recv();
+        assert_eq!(
+            (rx.status, rx.wr_id, rx.byte_len),
+            (WcStatus::SUCCESS, 10 + round, 100),
+            "{rx:?}"
+        );
+        r.peer_holds(0, &data);
+    }
+    // Nothing is left to come: a wait times out.
+    let e =
+        r.qp.wait(1, Duration::from_millis(200), |_| {})
+            .unwrap_err();
+    assert!(matches!(e, Error::Timeout { .. }), "{e}");
 }
 
 // ---------------------------------------------------------------------

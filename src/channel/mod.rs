@@ -400,6 +400,19 @@ impl CompletionChannel {
         Ok(seen)
     }
 
+    /// Arms `cq` with `arm`, a doorbell of the caller's own (the direct
+    /// path's, which keeps the CQ's consumer index itself), under the
+    /// channel's lock: `arm` is given the CQ's count of events read, which
+    /// the provider's arm sequence number follows (libmlx5 counts one per
+    /// `ibv_get_cq_event`, and those are read under this lock). Returns
+    /// the count for [`wait_notified`](Self::wait_notified).
+    pub(crate) fn arm_with(&self, cq: NonNull<ffi::ibv_cq>, arm: impl FnOnce(u64)) -> EventCount {
+        let st = self.0.lock();
+        let seen = st.note_arm(cq.as_ptr() as usize);
+        arm(seen.0);
+        seen
+    }
+
     /// Sleeps until `cq` has had an event since `armed` (what
     /// [`arm`](Self::arm) returned) or `deadline` passes; returns whether
     /// it had one. Consumes nothing: another waiter, or a `get_event`

@@ -129,9 +129,16 @@ pub(crate) struct Cqr {
     pub(crate) cqe64_at: usize,
     /// The consumer index (24 bits are reported to the device).
     pub(crate) ci: u32,
-    /// `dbrec[MLX5_CQ_SET_CI]`.
+    /// `dbrec[MLX5_CQ_SET_CI]` (the arm record follows it).
     pub(crate) dbrec: NonNull<u32>,
+    /// The CQ number and the UAR page its arm doorbell goes to.
+    pub(crate) cqn: u32,
+    pub(crate) uar: *mut u8,
 }
+
+/// The arm word's index in a CQ's doorbell record (`MLX5_CQ_ARM_DB` of
+/// libmlx5's `mlx5.h`; `MLX5_CQ_SET_CI`, the consumer index, is word 0).
+const ARM_DB: usize = 1;
 
 /// What one poll step found.
 pub(crate) enum Step {
@@ -203,6 +210,44 @@ impl Cqr {
             wqe_index: counter,
             covers,
         }))
+    }
+
+    /// Whether a CQE is there to read (the device handed it over).
+    #[inline]
+    pub(crate) fn ready(&self) -> bool {
+        let cqe = self.cqe(self.ci);
+        // SAFETY: a byte of the ring; the device writes it (volatile).
+        let op_own = unsafe { cqe.add(off::OP_OWN).read_volatile() };
+        let pass = u8::from(self.ci & self.cqe_cnt != 0);
+        op_own >> 4 != ffi::MLX5_CQE_INVALID as u8 && (op_own & 1) == pass
+    }
+
+    /// Arms the CQ for its next completion past the consumer index (or its
+    /// next solicited or error one), as libmlx5's `mlx5_arm_cq` does with
+    /// its own consumer index: the arm record (`dbrec[MLX5_CQ_ARM_DB]`),
+    /// then the 64-bit doorbell to the UAR (`MLX5_CQ_DOORBELL`). `events`
+    /// is the CQ's count of events read: the arm sequence number is its
+    /// low two bits, as libmlx5's `arm_sn` (one more per event).
+    pub(crate) fn arm(&self, events: u64, solicited_only: bool) {
+        let sn = (events & 3) as u32;
+        let cmd = if solicited_only {
+            ffi::MLX5_CQ_DB_REQ_NOT_SOL
+        } else {
+            ffi::MLX5_CQ_DB_REQ_NOT
+        };
+        let db = (sn << 28) | cmd | (self.ci & 0x00ff_ffff);
+        // SAFETY: the CQ's doorbell record (two words: consumer index, then
+        // arm) and the context's CQ UAR page, mapped while the context
+        // lives; the doorbell register is 8-byte aligned in it.
+        unsafe {
+            self.dbrec.as_ptr().add(ARM_DB).write_volatile(db.to_be());
+            arch::wc_start();
+            self.uar
+                .add(ffi::MLX5_CQ_DOORBELL as usize)
+                .cast::<u64>()
+                .write_volatile(((u64::from(db) << 32) | u64::from(self.cqn)).to_be());
+            arch::flush_writes();
+        }
     }
 
     /// Tells the device the consumer index (`update_cons_index`), so that

@@ -147,6 +147,7 @@ use sq::{Slot, Sq, BB};
 use std::collections::VecDeque;
 use std::fmt;
 use std::ptr::NonNull;
+use std::time::{Duration, Instant};
 
 mod sealed {
     pub trait Sealed {}
@@ -381,6 +382,8 @@ fn take_cq(dv: &ffi::mlx5dv_cq, what: &str) -> Result<Cqr> {
     // SAFETY: the CQ's doorbell record (`MLX5_CQ_SET_CI` first), live.
     let ci = u32::from_be(unsafe { dbrec.as_ptr().read_volatile() }) & 0x00ff_ffff;
     Ok(Cqr {
+        cqn: dv.cqn,
+        uar: dv.cq_uar.cast::<u8>(),
         buf,
         mask: dv.cqe_cnt - 1,
         cqe_cnt: dv.cqe_cnt,
@@ -431,6 +434,90 @@ impl<T: DirectTransport> DirectQp<T> {
             self.cq.publish();
         }
         r.map(|()| n)
+    }
+
+    /// Arms the CQ: its next completion (with `solicited_only`, its next
+    /// solicited or error one) raises one event on the channel the CQ was
+    /// created on ([`CompletionQueue::with_channel`]), as
+    /// `ibv_req_notify_cq(3)` does, with the direct path's own consumer
+    /// index (libmlx5's is not kept: its arm would be stale). Completions
+    /// already there raise none: arm, poll, then wait for the event (or
+    /// use [`wait`](Self::wait), which does that). Refused
+    /// ([`Error::InvalidArgument`]) on a CQ without a channel.
+    pub fn req_notify(&mut self, solicited_only: bool) -> Result<()> {
+        self.arm(solicited_only).map(drop)
+    }
+
+    /// The completion channel the CQ's events go to, if it was created on
+    /// one.
+    pub fn channel(&self) -> Option<&crate::CompletionChannel> {
+        self._cq.channel()
+    }
+
+    fn arm(&self, solicited_only: bool) -> Result<crate::channel::EventCount> {
+        let Some(channel) = self._cq.channel() else {
+            return Err(Error::InvalidArgument(format!(
+                "req_notify on the direct CQ of {}: the CQ has no completion channel \
+                 (create it with CompletionQueue::with_channel)",
+                self.qp.describe()
+            )));
+        };
+        if self.cq.uar.is_null() {
+            return Err(Error::Unsupported {
+                what: "arming a direct CQ: libmlx5 gave no CQ UAR".into(),
+            });
+        }
+        let cq = self._cq.raw_cq();
+        Ok(channel.arm_with(cq, |events| self.cq.arm(events, solicited_only)))
+    }
+
+    /// Waits up to `timeout` for completions and hands up to `max` of them
+    /// to `f`, as [`poll`](Self::poll); returns how many (at least one).
+    /// On a CQ with a completion channel it sleeps on the channel between
+    /// polls (arm, poll again, then sleep until the CQ's event); without
+    /// one it backs off (spinning, then yielding, then sleeping 50 µs).
+    /// [`Error::Timeout`] when none came.
+    pub fn wait(
+        &mut self,
+        max: usize,
+        timeout: Duration,
+        mut f: impl FnMut(DirectWc),
+    ) -> Result<usize> {
+        let start = Instant::now();
+        let deadline = start.checked_add(timeout);
+        let mut idle = 0u32;
+        loop {
+            let n = self.poll(max, &mut f)?;
+            if n > 0 || max == 0 {
+                return Ok(n);
+            }
+            if start.elapsed() >= timeout {
+                return Err(Error::Timeout {
+                    what: format!("a completion of direct {}", self.qp.describe()),
+                    waited_ms: start.elapsed().as_millis() as u64,
+                });
+            }
+            self.idle(&mut idle, deadline)?;
+        }
+    }
+
+    /// Between polls that found nothing: sleeps on the CQ's channel until
+    /// its event or `deadline` (arming it first, and not sleeping when a
+    /// CQE came before the arm took), or backs off without a channel.
+    pub(crate) fn idle(&mut self, idle: &mut u32, deadline: Option<Instant>) -> Result<()> {
+        if self._cq.channel().is_none() || *idle < 64 {
+            crate::cq::back_off(idle);
+            return Ok(());
+        }
+        let armed = self.arm(false)?;
+        if self.cq.ready() || !self.backlog.is_empty() {
+            return Ok(());
+        }
+        let channel = self._cq.channel().cloned();
+        if let Some(channel) = channel {
+            channel.wait_notified(self._cq.raw_cq(), armed, deadline)?;
+        }
+        Ok(())
     }
 
     /// Basic blocks (64 bytes) free in the send queue.

@@ -95,7 +95,11 @@ impl<T: DirectTransport> DirectQp<T> {
                 out.truncate(first);
                 return Err(self.stop(start, end, e));
             }
-            crate::cq::back_off(&mut idle);
+            let deadline = t0.checked_add(timeout);
+            if let Err(e) = self.idle(&mut idle, deadline) {
+                out.truncate(first);
+                return Err(self.stop(start, end, e));
+            }
         }
     }
 

@@ -344,6 +344,7 @@ fn what_would_not_fit_or_is_malformed_is_refused_before_anything_is_written() {
 struct CqMem {
     buf: Vec<u128>,
     db: Box<[u32; 2]>,
+    uar: Box<[u64; 8]>,
     size: usize,
 }
 
@@ -352,6 +353,7 @@ impl CqMem {
         let mut m = CqMem {
             buf: vec![0u128; cnt * size / 16],
             db: Box::new([0; 2]),
+            uar: Box::new([0; 8]),
             size,
         };
         for i in 0..cnt {
@@ -370,6 +372,8 @@ impl CqMem {
             cqe64_at: self.size - 64,
             ci: 0,
             dbrec: NonNull::new(&mut self.db[0]).unwrap(),
+            cqn: 0x77,
+            uar: self.uar.as_mut_ptr().cast(),
         }
     }
 
@@ -645,4 +649,20 @@ fn a_cqe_naming_no_outstanding_wqe_retires_nothing() {
     mem.produce(3, ffi::MLX5_CQE_RESP_SEND as u8, 0, 0x5, 0, 4, 0);
     assert!(matches!(cq.step(&mut sq), Err(Error::InvalidArgument(_))));
     assert_eq!(cq.ci, 4);
+}
+
+#[test]
+fn arming_writes_the_record_and_the_doorbell_as_mlx5_arm_cq() {
+    let mut mem = CqMem::new(8, 64);
+    let mut cq = mem.cqr();
+    cq.ci = 0x0123_4567;
+    assert!(!cq.ready());
+    cq.arm(6, false);
+    // sn = 6 & 3 = 2; command 0 (next completion); ci's low 24 bits.
+    let db: u32 = (2 << 28) | 0x23_4567;
+    assert_eq!(u32::from_be(mem.db[1]), db);
+    assert_eq!(u64::from_be(mem.uar[4]), (u64::from(db) << 32) | 0x77);
+    cq.arm(1, true);
+    let db: u32 = (1 << 28) | ffi::MLX5_CQ_DB_REQ_NOT_SOL | 0x23_4567;
+    assert_eq!(u32::from_be(mem.db[1]), db);
 }
