@@ -10,6 +10,15 @@
  * a compiler barrier, the doorbell record, sfence, the 64-bit doorbell,
  * sfence). What the C does not do that the Rust does: it checks the room
  * once per batch, not per WQE, and writes the plan's entries unchecked.
+ *
+ * The DCI loops do the same on a DCI's send queue: each WQE two basic
+ * blocks (control segment with the stream id, the 48-byte address vector
+ * of the address handle with the DCT number and key, remote address, data),
+ * as mlx5dv_wr_set_dc_addr[_stream] writes them. The "checked" RC loops
+ * are the same writes with the checks the crate's safe writer makes per
+ * work request: the room for the WQE, the local length against the remote
+ * buffer's, and an empty entry left out (its DS one less), so that what
+ * the checks cost shows in C too.
  */
 #include <endian.h>
 #include <errno.h>
@@ -342,4 +351,162 @@ NOINLINE int c_direct_poll(struct direct_qp *d, struct direct_wc *wc)
 NOINLINE int c_direct_drain(struct direct_qp *d, struct direct_wc *wc, int max)
 {
 	return poll(d, wc, max);
+}
+
+/* ----- The checked RC writes: the safe writer's per-WR checks in C ----- */
+
+/* A remote buffer as the Rust side's RemoteBuf: address, length, rkey. */
+struct direct_remote {
+	uint64_t addr;
+	uint64_t len;
+	uint32_t rkey;
+};
+
+/* The plan's remote buffers, BENCH_MSG bytes each (never freed). */
+struct direct_remote *c_direct_remotes_new(const struct bench_plan *p, uint32_t rkey)
+{
+	struct direct_remote *r = calloc(BENCH_BATCH, sizeof(*r));
+
+	if (!r)
+		return NULL;
+	for (unsigned int i = 0; i < BENCH_BATCH; i++) {
+		r[i].addr = p->raddr[i];
+		r[i].len = BENCH_MSG;
+		r[i].rkey = rkey;
+	}
+	return r;
+}
+
+static inline __attribute__((always_inline)) int
+writes_checked(struct direct_qp *d, const struct direct_remote *r, const struct bench_plan *p,
+	       int last_only)
+{
+	uint16_t pi = d->pi;
+	/* The producer index may reach the consumer index plus the ring. */
+	uint16_t limit = (uint16_t)(d->sq_ci + d->wqe_cnt);
+	uint32_t seq = d->posted;
+	uint8_t *last = NULL;
+
+	for (unsigned int i = 0; i < BENCH_BATCH; i++) {
+		uint8_t ce = (!last_only || i == BENCH_BATCH - 1) ? MLX5_WQE_CTRL_CQ_UPDATE : 0;
+		const struct ibv_sge *s = &p->sge[i];
+		uint8_t *ctrl;
+
+		/* The remote buffer holds the entry's bytes. */
+		if (s->length > r[i].len)
+			return -EINVAL;
+		/* Room for the WQE (one basic block). */
+		if ((uint16_t)(limit - pi) < 1)
+			return -ENOMEM;
+		ctrl = write_wqe(d, pi, ++seq, i, ce, r[i].addr, r[i].rkey, s);
+		/* An empty entry is no data segment (a byte count of 0 is 2^31). */
+		((uint32_t *)ctrl)[1] = htobe32(d->qpn8 | (2u + (s->length != 0)));
+		last = ctrl;
+		pi++;
+	}
+	d->posted = seq;
+	ring(d, pi, last);
+	return 0;
+}
+
+/* c_direct_rc_write_sge with the safe writer's checks per work request. */
+NOINLINE int c_direct_rc_write_sge_checked(struct direct_qp *d, const struct direct_remote *r,
+					   const struct bench_plan *p)
+{
+	return writes_checked(d, r, p, 0);
+}
+
+/* c_direct_rc_write_sge_last with the safe writer's checks. */
+NOINLINE int c_direct_rc_write_sge_last_checked(struct direct_qp *d,
+						const struct direct_remote *r,
+						const struct bench_plan *p)
+{
+	return writes_checked(d, r, p, 1);
+}
+
+/* ----- DCI: RDMA write + SGE to a DC target, two basic blocks a WQE ----- */
+
+/* The datagram segment a DCI's WQE carries (struct mlx5_wqe_av): the
+ * address handle's address vector with the DCT number and access key, as
+ * mlx5dv_wr_set_dc_addr writes it. */
+struct direct_av {
+	uint64_t words[6];
+};
+
+int c_direct_dc_addr(struct ibv_ah *ah, uint32_t dctn, uint64_t key, struct direct_av *out)
+{
+	struct mlx5dv_ah dah;
+	struct mlx5dv_obj obj;
+	struct mlx5_wqe_av av;
+
+	memset(&obj, 0, sizeof(obj));
+	obj.ah.in = ah;
+	obj.ah.out = &dah;
+	if (mlx5dv_init_obj(&obj, MLX5DV_OBJ_AH) || !dah.av)
+		return -EINVAL;
+	_Static_assert(sizeof(av) == sizeof(*out), "struct mlx5_wqe_av is 48 bytes");
+	memcpy(&av, dah.av, sizeof(av));
+	av.dqp_dct |= htobe32(dctn | MLX5_EXTENDED_UD_AV);
+	av.key.dc_key = htobe64(key);
+	memcpy(out, &av, sizeof(av));
+	return 0;
+}
+
+static inline __attribute__((always_inline)) int dci_writes(struct direct_qp *d, uint32_t rkey,
+							    const struct direct_av *av,
+							    const struct bench_plan *p,
+							    int streams)
+{
+	uint16_t pi = d->pi;
+	uint32_t seq = d->posted;
+	uint8_t *last = NULL;
+
+	/* The room for the batch, once (two basic blocks per WQE). */
+	if ((uint32_t)(uint16_t)(pi - d->sq_ci) + 2 * BENCH_BATCH > d->wqe_cnt)
+		return -ENOMEM;
+	for (unsigned int i = 0; i < BENCH_BATCH; i++) {
+		uint8_t *ctrl = d->sq_buf + ((size_t)(pi & d->sq_mask) << 6);
+		uint8_t *next = d->sq_buf + ((size_t)((uint16_t)(pi + 1) & d->sq_mask) << 6);
+		uint32_t *c = (uint32_t *)ctrl;
+		struct direct_slot *slot = &d->slots[pi & d->sq_mask];
+		const struct ibv_sge *s = &p->sge[i];
+		uint32_t stream = streams ? i % (1u << BENCH_LOG_STREAMS) : 0;
+
+		c[0] = htobe32(((uint32_t)pi << 8) | MLX5_OPCODE_RDMA_WRITE);
+		c[1] = htobe32(d->qpn8 | 6);
+		/* signature, DCI stream id (big-endian), fm_ce_se */
+		c[2] = htobe32((stream << 8) | MLX5_WQE_CTRL_CQ_UPDATE);
+		c[3] = 0;
+		memcpy(ctrl + 16, av->words, sizeof(av->words));
+		*(uint64_t *)next = htobe64(p->raddr[i]);
+		*(uint32_t *)(next + 8) = htobe32(rkey);
+		*(uint32_t *)(next + 12) = 0;
+		*(uint32_t *)(next + 16) = htobe32(s->length);
+		*(uint32_t *)(next + 20) = htobe32(s->lkey);
+		*(uint64_t *)(next + 24) = htobe64(s->addr);
+		slot->wr_id = i;
+		slot->seq = ++seq;
+		slot->end = (uint16_t)(pi + 2);
+		slot->opcode = MLX5_OPCODE_RDMA_WRITE;
+		last = ctrl;
+		pi += 2;
+	}
+	d->posted = seq;
+	ring(d, pi, last);
+	return 0;
+}
+
+/* 32 signalled RDMA writes + SGE to the DC target `av`. */
+NOINLINE int c_direct_dci_write_sge(struct direct_qp *d, uint32_t rkey,
+				    const struct direct_av *av, const struct bench_plan *p)
+{
+	return dci_writes(d, rkey, av, p, 0);
+}
+
+/* The same on DCI stream i % 4 (the control segment's stream id). */
+NOINLINE int c_direct_dci_write_sge_stream(struct direct_qp *d, uint32_t rkey,
+					   const struct direct_av *av,
+					   const struct bench_plan *p)
+{
+	return dci_writes(d, rkey, av, p, 1);
 }

@@ -118,13 +118,17 @@ fn did(s: &Shape, v: Version, c: &CSide, rig: &mut Rig, p: &Plan<'_>) -> Did {
 /// plain, Rust) and checks they did the same work.
 fn check_same_work(c: &CSide, rig: &mut Rig, p: &Plan<'_>) {
     // The direct rows: their WQEs against libmlx5's for the same batch.
-    let lib = &SHAPES[0];
-    assert_eq!(lib.name, "rc_write_sge");
-    let Did::Posted { wqes, .. } = did(lib, Version::Rust, c, rig, p) else {
-        unreachable!()
-    };
-    let wqes: Vec<Vec<u8>> = wqes.into_iter().map(direct::no_qpn).collect();
-    direct::check_same_work(c, rig, p, &wqes);
+    let lib: Vec<(&str, Vec<Vec<u8>>)> = ["rc_write_sge", "dci_write_sge", "dci_write_sge_stream"]
+        .into_iter()
+        .map(|name| {
+            let s = SHAPES.iter().find(|s| s.name == name).expect("a shape");
+            let Did::Posted { wqes, .. } = did(s, Version::Rust, c, rig, p) else {
+                unreachable!()
+            };
+            (name, wqes.into_iter().map(direct::no_qpn).collect())
+        })
+        .collect();
+    direct::check_same_work(c, rig, p, &lib);
     for s in SHAPES {
         let rust = did(s, Version::Rust, c, rig, p);
         let ids: Vec<u64> = match &rust {

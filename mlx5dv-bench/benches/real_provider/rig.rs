@@ -7,13 +7,13 @@ use crate::common::wc::{BenchWc, CWcFull};
 use crate::common::{CDc, CQp, CSide, BATCH, LOG_STREAMS, MSG};
 use crate::direct::{CDirectWc, ZERO_WC};
 use crate::shapes::{DcTarget, Queue, Work};
-use mlx5dv::direct::{DirectRc, DirectWc};
+use mlx5dv::direct::{DirectDcAddr, DirectDci, DirectRc, DirectWc};
 use mlx5dv::ffi;
 use mlx5dv::wqe::{Opcode, Wqe, WqeBuilder};
 use mlx5dv::{
-    AccessFlags, AddressHandle, AhAttr, CompletionQueue, ConnectOptions, Context, DciQp, Dct, Gid,
-    MemoryRegion, Mkey, Mlx5SendOps, ProtectionDomain, QpBuilder, QpCaps, RcQp, RemoteBuf, Result,
-    SendFlags, SendOps, SharedReceiveQueue, WcStatus, WorkCompletion,
+    AccessFlags, AddressHandle, AhAttr, CompletionQueue, ConnectOptions, Context, DcAddr, DciQp,
+    Dct, Gid, MemoryRegion, Mkey, Mlx5SendOps, ProtectionDomain, QpBuilder, QpCaps, RcQp,
+    RemoteBuf, Result, SendFlags, SendOps, SharedReceiveQueue, WcStatus, WorkCompletion,
 };
 use std::ffi::{c_char, c_int, c_void};
 use std::ptr::{self, NonNull};
@@ -37,6 +37,8 @@ extern "C" {
     fn bench_wc_new() -> *mut c_void;
     // `c/direct.c`.
     fn c_direct_new(qp: *mut ffi::ibv_qp, cq: *mut ffi::ibv_cq_ex) -> *mut c_void;
+    fn c_direct_remotes_new(plan: *const c_void, rkey: u32) -> *mut c_void;
+    fn c_direct_dc_addr(ah: *mut ffi::ibv_ah, dctn: u32, key: u64, out: *mut [u64; 6]) -> c_int;
     // glibc.
     fn dlsym(handle: *mut c_void, symbol: *const c_char) -> *mut c_void;
 }
@@ -58,9 +60,22 @@ pub struct Rig {
     /// Where the direct polls read their completions to.
     pub dwcs: [DirectWc; BATCH],
     pub cdwcs: [CDirectWc; BATCH],
+    /// The direct DCIs (with DCI streams, each its own CQ), Rust's and C
+    /// direct's, writing to the DCT, and the DC target's address as each
+    /// writes it into its WQEs (C's: `struct direct_av`).
+    pub direct_dci: DirectDci,
+    pub cdirect_dci: *mut c_void,
+    pub direct_dci_sq: SqView,
+    pub cdirect_dci_sq: SqView,
+    pub dav: DirectDcAddr,
+    pub cav: Box<[u64; 6]>,
+    /// The plan's remote buffers as C direct checked takes them
+    /// (`struct direct_remote`: address, length, rkey).
+    pub cremotes: *mut c_void,
     cdirect_qp: RcQp,
+    cdirect_dci_qp: DciQp,
     _direct_peers: [RcQp; 2],
-    _direct_cqs: [CompletionQueue; 3],
+    _direct_cqs: [CompletionQueue; 4],
     pub dci: DciQp,
     pub cq: CompletionQueue,
     pub mkey: Mkey,
@@ -185,6 +200,38 @@ impl Rig {
         let ah = AddressHandle::new(&pd, &AhAttr::towards(port.lid, Gid::default(), &opts))?;
         let mkey = Mkey::new(&pd, 4, false)?;
 
+        // The direct DCIs: each its own CQ, never posted through libmlx5.
+        let dci_caps = QpCaps {
+            max_recv_wr: 0,
+            max_recv_sge: 0,
+            ..caps
+        };
+        let to = DcAddr::new(&ah, dct.dctn(), DC_KEY);
+        let ddcq = CompletionQueue::new(&ctx, depth)?;
+        let ddci = QpBuilder::dci(&pd, &ddcq)
+            .caps(dci_caps)
+            .dci_streams(LOG_STREAMS, 0)
+            .build()?;
+        let direct_dci_sq = SqView::of(ddci.as_ptr());
+        let direct_dci = ddci.into_direct(ddcq)?;
+        direct_dci.ready(PSN, &opts)?;
+        let dav = direct_dci.dc_addr(&to)?;
+        let cdcq = CompletionQueue::new(&ctx, depth)?;
+        let cdirect_dci_qp = QpBuilder::dci(&pd, &cdcq)
+            .caps(dci_caps)
+            .dci_streams(LOG_STREAMS, 0)
+            .build()?;
+        cdirect_dci_qp.ready(PSN, &opts)?;
+        let cdirect_dci_sq = SqView::of(cdirect_dci_qp.as_ptr());
+        // SAFETY: a live mlx5 DCI, never posted, and its CQ, which only C
+        // direct polls from here on; never freed.
+        let cdirect_dci = unsafe { c_direct_new(cdirect_dci_qp.as_ptr(), cdcq.as_ptr()) };
+        assert!(!cdirect_dci.is_null(), "c_direct_new of the DCI");
+        let mut cav = Box::new([0u64; 6]);
+        // SAFETY: a live AH; room for the 48-byte address vector.
+        let got = unsafe { c_direct_dc_addr(ah.as_ptr(), dct.dctn(), DC_KEY, &mut *cav) };
+        assert_eq!(got, 0, "c_direct_dc_addr");
+
         let local = MemoryRegion::new(&pd, LOCAL_LEN, AccessFlags::LOCAL_WRITE)?;
         let remote_mr = MemoryRegion::new(
             &pd,
@@ -206,9 +253,18 @@ impl Rig {
             cdirect_sq,
             dwcs: [ZERO_WC; BATCH],
             cdwcs: [CDirectWc::default(); BATCH],
+            direct_dci,
+            cdirect_dci,
+            direct_dci_sq,
+            cdirect_dci_sq,
+            dav,
+            cav,
+            // Made from the C plan (`c_remotes`).
+            cremotes: ptr::null_mut(),
             cdirect_qp,
+            cdirect_dci_qp,
             _direct_peers: [dpeer, cpeer],
-            _direct_cqs: [drq, ccq, crq],
+            _direct_cqs: [drq, ccq, crq, cdcq],
             rc_sq: SqView::of(rc.as_ptr()),
             dci_sq: SqView::of(dci.as_ptr()),
             rc,
@@ -335,6 +391,22 @@ impl Rig {
     /// C direct's QP number.
     pub fn cdirect_qpn(&self) -> u32 {
         self.cdirect_qp.qp_num()
+    }
+
+    /// C direct's DCI's QP number.
+    pub fn cdirect_dci_qpn(&self) -> u32 {
+        self.cdirect_dci_qp.qp_num()
+    }
+
+    /// The plan's remote buffers as C direct checked takes them, made
+    /// once from `c`'s plan.
+    pub fn c_remotes(&mut self, c: &CSide) -> *const c_void {
+        if self.cremotes.is_null() {
+            // SAFETY: `c.plan` is a live plan (never freed); so is this.
+            self.cremotes = unsafe { c_direct_remotes_new(c.plan, c.rkey) };
+            assert!(!self.cremotes.is_null(), "c_direct_remotes_new");
+        }
+        self.cremotes
     }
 
     /// The producer index of the send queue `q` (the doorbell record).

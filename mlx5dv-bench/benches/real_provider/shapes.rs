@@ -10,7 +10,7 @@ use crate::common::measure::{Row, Version};
 use crate::common::wc::{kept, BenchWc};
 use crate::common::{CShape, CSide, BATCH, INLINE, LIST, LOG_STREAMS, MSG};
 use crate::rig::Rig;
-use mlx5dv::direct::{DirectRc, DirectWc};
+use mlx5dv::direct::{DirectDcAddr, DirectDci, DirectRc, DirectWc};
 use mlx5dv::wqe::Wqe;
 use mlx5dv::{
     AccessFlags, AddressHandle, CompletionQueue, DcAddr, DciQp, MemcpyOp, MemoryRegion, Mkey, RcQp,
@@ -268,6 +268,42 @@ pub fn direct_prime(qp: &mut DirectRc, p: &Plan<'_>) -> Result<u32> {
     let mut b = qp.batch();
     for i in 0..BATCH {
         b.rdma_write(i as u64, flags, p.remote[i], p.sge[i])?;
+    }
+    // SAFETY: as `rust_direct_rc_write_sge`.
+    Ok(unsafe { b.ring() })
+}
+
+/// 32 RDMA writes + SGE through a direct DCI to the DC target `to`, every
+/// one signalled, one doorbell.
+#[no_mangle]
+#[inline(never)]
+pub fn rust_direct_dci_write_sge(
+    qp: &mut DirectDci,
+    p: &Plan<'_>,
+    to: &DirectDcAddr,
+) -> Result<u32> {
+    let mut b = qp.batch();
+    for i in 0..BATCH {
+        b.dc(to)
+            .rdma_write(i as u64, SendFlags::SIGNALED, p.remote[i], p.sge[i])?;
+    }
+    // SAFETY: as `rust_direct_rc_write_sge`.
+    Ok(unsafe { b.ring() })
+}
+
+/// The same on DCI stream `i % 4`.
+#[no_mangle]
+#[inline(never)]
+pub fn rust_direct_dci_write_sge_stream(
+    qp: &mut DirectDci,
+    p: &Plan<'_>,
+    to: &DirectDcAddr,
+) -> Result<u32> {
+    let mut b = qp.batch();
+    for i in 0..BATCH {
+        let stream = (i % (1 << LOG_STREAMS)) as u16;
+        b.dc_stream(to, stream)
+            .rdma_write(i as u64, SendFlags::SIGNALED, p.remote[i], p.sge[i])?;
     }
     // SAFETY: as `rust_direct_rc_write_sge`.
     Ok(unsafe { b.ring() })
