@@ -1,7 +1,7 @@
 //! The completion queue taken from libmlx5: CQEs parsed in place.
 
 use super::arch;
-use super::sq::{self, Sq};
+use super::sq::{self, Idx, Sq};
 use crate::error::{Error, Result};
 use crate::ffi;
 use crate::wc::{WcOpcode, WcStatus};
@@ -115,6 +115,7 @@ pub(crate) fn status_of(syndrome: u8) -> WcStatus {
 
 /// The CQ ring: libmlx5's buffer and consumer-index record, with the
 /// crate's consumer index.
+#[derive(Clone, Copy)]
 pub(crate) struct Cqr {
     /// `cqe_cnt` entries of `cqe_size` bytes.
     pub(crate) buf: NonNull<u8>,
@@ -164,7 +165,7 @@ impl Cqr {
     /// and its owner bit equals the pass over the ring (`ci / cqe_cnt`,
     /// odd or even): libmlx5's `get_sw_cqe`, the PRM's ownership rule.
     #[inline(always)]
-    pub(crate) fn step(&mut self, sq: &mut Sq) -> Result<Step> {
+    pub(crate) fn step(&mut self, sq: &mut Idx) -> Result<Step> {
         let cqe = self.cqe(self.ci);
         // SAFETY: a byte of the ring; the device writes it (volatile).
         let op_own = unsafe { cqe.add(off::OP_OWN).read_volatile() };
@@ -178,7 +179,9 @@ impl Cqr {
         // MLX5_CQE_REQ, no data scattered into it). Anything else (an
         // error CQE, ...) out of line.
         if op_own & 0xfc != 0 {
-            return slow_step(cqe, op_own, sq);
+            let (r, moved) = slow_step(cqe, op_own, *sq);
+            *sq = moved;
+            return r;
         }
         // SAFETY: the CQE is the software's now (owner bit checked, fields
         // read after the barrier); fixed offsets inside its 64 bytes.
@@ -250,6 +253,15 @@ impl Cqr {
         }
     }
 
+    /// [`step`](Self::step) on the send queue's own indices.
+    #[inline(always)]
+    pub(crate) fn step_sq(&mut self, sq: &mut Sq) -> Result<Step> {
+        let mut idx = sq.idx();
+        let r = self.step(&mut idx);
+        sq.put(idx);
+        r
+    }
+
     /// Tells the device the consumer index (`update_cons_index`), so that
     /// it may reuse the entries before it.
     #[inline(always)]
@@ -271,10 +283,10 @@ impl Cqr {
 /// sequence number among the outstanding ones and its end within
 /// (counter, pi].
 #[inline(always)]
-fn retire(sq: &mut Sq, counter: u16) -> Result<(sq::Slot, u32)> {
+fn retire(sq: &mut Idx, counter: u16) -> Result<(sq::Slot, u32)> {
     // SAFETY: masked, the slot is inside the slot array (one per basic
     // block of the ring).
-    let slot = unsafe { *sq.slots.get_unchecked(usize::from(counter & sq.mask)) };
+    let slot = unsafe { *sq.slots.add(usize::from(counter & sq.mask)) };
     let covers = slot.seq.wrapping_sub(sq.retired);
     let ends_after = slot.end.wrapping_sub(counter);
     if counter.wrapping_sub(sq.ci) >= sq.pi.wrapping_sub(sq.ci)
@@ -293,7 +305,13 @@ fn retire(sq: &mut Sq, counter: u16) -> Result<(sq::Slot, u32)> {
 /// a send CQ.
 #[cold]
 #[inline(never)]
-fn slow_step(cqe: *const u8, op_own: u8, sq: &mut Sq) -> Result<Step> {
+fn slow_step(cqe: *const u8, op_own: u8, mut sq: Idx) -> (Result<Step>, Idx) {
+    let r = slow_step_in(cqe, op_own, &mut sq);
+    (r, sq)
+}
+
+#[inline(always)]
+fn slow_step_in(cqe: *const u8, op_own: u8, sq: &mut Idx) -> Result<Step> {
     let opcode = op_own >> 4;
     // SAFETY: as in `Cqr::step`: the CQE is the software's.
     let (qpn_word, counter, syndrome, vendor) = unsafe {

@@ -417,8 +417,12 @@ impl<T: DirectTransport> DirectQp<T> {
         }
         let start = n;
         let mut r = Ok(());
+        // The rings' indices in locals for the loop (the closure's stores
+        // cannot then be taken to alias them), put back after.
+        let mut cq = self.cq;
+        let mut idx = self.sq.idx();
         while n < max {
-            match self.cq.step(&mut self.sq) {
+            match cq.step(&mut idx) {
                 Ok(Step::Wc(wc)) => {
                     f(wc);
                     n += 1;
@@ -430,6 +434,8 @@ impl<T: DirectTransport> DirectQp<T> {
                 }
             }
         }
+        self.sq.put(idx);
+        self.cq.ci = cq.ci;
         if n > start || r.is_err() {
             self.cq.publish();
         }

@@ -108,7 +108,7 @@ impl<T: DirectTransport> DirectQp<T> {
     /// read one.
     fn wait_step(&mut self, start: u32, out: &mut Vec<DirectWc>) -> Result<bool> {
         let before = self.sq.retired;
-        let r = self.cq.step(&mut self.sq);
+        let r = self.cq.step_sq(&mut self.sq);
         self.cq.publish();
         match r? {
             Step::Empty => Ok(false),

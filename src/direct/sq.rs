@@ -67,7 +67,48 @@ pub(crate) struct Sq {
     pub(crate) streams: bool,
 }
 
+/// The send queue's indices a poll reads and moves, copied out of the
+/// [`Sq`] for the length of a poll (so that they stay in registers while
+/// the caller's closure stores its completions) and put back after.
+#[derive(Clone, Copy)]
+pub(crate) struct Idx {
+    pub(crate) slots: *const Slot,
+    pub(crate) mask: u16,
+    pub(crate) pi: u16,
+    pub(crate) ci: u16,
+    pub(crate) posted: u32,
+    pub(crate) retired: u32,
+}
+
+impl Idx {
+    /// Work requests posted and not yet retired by a CQE.
+    #[inline(always)]
+    pub(crate) fn outstanding(&self) -> u32 {
+        self.posted.wrapping_sub(self.retired)
+    }
+}
+
 impl Sq {
+    /// The indices a poll uses.
+    #[inline(always)]
+    pub(crate) fn idx(&self) -> Idx {
+        Idx {
+            slots: self.slots.as_ptr(),
+            mask: self.mask,
+            pi: self.pi,
+            ci: self.ci,
+            posted: self.posted,
+            retired: self.retired,
+        }
+    }
+
+    /// Puts back what a poll moved.
+    #[inline(always)]
+    pub(crate) fn put(&mut self, idx: Idx) {
+        self.ci = idx.ci;
+        self.retired = idx.retired;
+    }
+
     /// Basic blocks free: the ring less what is posted and not retired.
     #[inline]
     pub(crate) fn room(&self) -> u32 {

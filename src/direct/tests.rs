@@ -431,7 +431,7 @@ fn a_cqe_retires_every_work_request_up_to_the_one_it_names() {
     let mut mem = CqMem::new(8, 64);
     let mut cq = mem.cqr();
     post_writes(&mut sq, 32, 32);
-    assert!(matches!(cq.step(&mut sq), Ok(Step::Empty)));
+    assert!(matches!(cq.step_sq(&mut sq), Ok(Step::Empty)));
     mem.produce(
         0,
         ffi::MLX5_CQE_REQ as u8,
@@ -441,7 +441,7 @@ fn a_cqe_retires_every_work_request_up_to_the_one_it_names() {
         0,
         0,
     );
-    let Ok(Step::Wc(wc)) = cq.step(&mut sq) else {
+    let Ok(Step::Wc(wc)) = cq.step_sq(&mut sq) else {
         panic!("no completion")
     };
     assert_eq!(
@@ -456,7 +456,7 @@ fn a_cqe_retires_every_work_request_up_to_the_one_it_names() {
     assert_eq!((sq.outstanding(), sq.room(), sq.ci), (0, 64, 32));
     cq.publish();
     assert_eq!(u32::from_be(mem.db[0]), 1);
-    assert!(matches!(cq.step(&mut sq), Ok(Step::Empty)));
+    assert!(matches!(cq.step_sq(&mut sq), Ok(Step::Empty)));
 }
 
 #[test]
@@ -470,11 +470,11 @@ fn owner_bits_follow_the_pass_over_the_ring_and_128_byte_entries_their_second_ha
             post_writes(&mut sq, 1, 1);
             // Last pass's CQE in this slot is not the software's.
             if n >= 4 {
-                assert!(matches!(cq.step(&mut sq), Ok(Step::Empty)), "entry {n}");
+                assert!(matches!(cq.step_sq(&mut sq), Ok(Step::Empty)), "entry {n}");
             }
             let idx = (n % 16) as u16;
             mem.produce(n, 0, ffi::MLX5_OPCODE_RDMA_WRITE as u8, 0x1, idx, 0, 0);
-            let Ok(Step::Wc(wc)) = cq.step(&mut sq) else {
+            let Ok(Step::Wc(wc)) = cq.step_sq(&mut sq) else {
                 panic!("entry {n}")
             };
             assert_eq!((wc.wr_id, wc.covers), (100, 1));
@@ -520,7 +520,7 @@ fn error_cqes_name_their_work_request_with_the_mapped_status() {
         0,
         ffi::MLX5_CQE_SYNDROME_WR_FLUSH_ERR as u8,
     );
-    let Ok(Step::Wc(wc)) = cq.step(&mut sq) else {
+    let Ok(Step::Wc(wc)) = cq.step_sq(&mut sq) else {
         panic!()
     };
     assert_eq!(
@@ -538,7 +538,7 @@ fn error_cqes_name_their_work_request_with_the_mapped_status() {
         })
     ));
     for id in [102, 103] {
-        let Ok(Step::Wc(wc)) = cq.step(&mut sq) else {
+        let Ok(Step::Wc(wc)) = cq.step_sq(&mut sq) else {
             panic!()
         };
         assert_eq!(
@@ -605,14 +605,14 @@ fn reads_and_atomics_report_their_byte_counts() {
     unsafe { b.ring() };
     mem.produce(0, 0, ffi::MLX5_OPCODE_RDMA_READ as u8, 0x4, 0, 32, 0);
     mem.produce(1, 0, ffi::MLX5_OPCODE_ATOMIC_FA as u8, 0x4, 1, 8, 0);
-    let Ok(Step::Wc(wc)) = cq.step(&mut sq) else {
+    let Ok(Step::Wc(wc)) = cq.step_sq(&mut sq) else {
         panic!()
     };
     assert_eq!(
         (wc.wr_id, wc.opcode, wc.byte_len),
         (1, WcOpcode::RDMA_READ, 32)
     );
-    let Ok(Step::Wc(wc)) = cq.step(&mut sq) else {
+    let Ok(Step::Wc(wc)) = cq.step_sq(&mut sq) else {
         panic!()
     };
     assert_eq!(
@@ -638,16 +638,25 @@ fn a_cqe_naming_no_outstanding_wqe_retires_nothing() {
     mem.produce(0, 0, s, 0x5, 9, 0, 0);
     mem.produce(1, 0, s, 0x5, 1, 0, 0);
     mem.produce(2, 0, s, 0x5, 2, 0, 0);
-    assert!(matches!(cq.step(&mut sq), Err(Error::InvalidArgument(_))));
-    assert!(matches!(cq.step(&mut sq), Err(Error::InvalidArgument(_))));
+    assert!(matches!(
+        cq.step_sq(&mut sq),
+        Err(Error::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        cq.step_sq(&mut sq),
+        Err(Error::InvalidArgument(_))
+    ));
     assert_eq!((sq.outstanding(), sq.ci), (2, 0));
-    let Ok(Step::Wc(wc)) = cq.step(&mut sq) else {
+    let Ok(Step::Wc(wc)) = cq.step_sq(&mut sq) else {
         panic!()
     };
     assert_eq!((wc.wr_id, wc.covers, sq.outstanding(), sq.ci), (2, 2, 0, 4));
     // A responder CQE does not belong on a send CQ: skipped, an error.
     mem.produce(3, ffi::MLX5_CQE_RESP_SEND as u8, 0, 0x5, 0, 4, 0);
-    assert!(matches!(cq.step(&mut sq), Err(Error::InvalidArgument(_))));
+    assert!(matches!(
+        cq.step_sq(&mut sq),
+        Err(Error::InvalidArgument(_))
+    ));
     assert_eq!(cq.ci, 4);
 }
 
