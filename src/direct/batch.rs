@@ -70,6 +70,24 @@ type Invariant<'m> = fn(&'m ()) -> &'m ();
 /// # Ok(()) }
 /// ```
 ///
+/// A batch of another QP (here a leaked one's) put in place of a scoped
+/// post's own, which the post would ring and then wait for on the wrong
+/// CQ:
+///
+/// ```compile_fail
+/// # use mlx5dv::*;
+/// # use mlx5dv::direct::DirectRc;
+/// # use std::time::Duration;
+/// # fn f(qp: &mut DirectRc, other: DirectRc) -> Result<()> {
+/// let leaked: &'static mut DirectRc = Box::leak(Box::new(other));
+/// let theirs = leaked.batch();
+/// qp.post_and_wait(Duration::from_secs(1), move |mine| {
+///     drop(std::mem::replace(mine, theirs)); // ERROR: each batch's QP lifetime is its own
+///     Ok(())
+/// })?;
+/// # Ok(()) }
+/// ```
+///
 /// A transport the direct path does not write WQEs for:
 ///
 /// ```compile_fail,E0599
@@ -103,7 +121,10 @@ pub struct DirectBatch<'q, 'm, T: DirectTransport> {
     /// The first basic block of the last WQE written (valid once `seq`
     /// moved past the ring's `posted`).
     last: u16,
-    _m: PhantomData<(Invariant<'m>, T)>,
+    /// `'q` invariant too: a batch of another QP (a leaked one's,
+    /// `'static`) cannot be swapped into a scoped post's closure, which
+    /// rings the batch it is left with and waits on its own CQ.
+    _m: PhantomData<(Invariant<'m>, Invariant<'q>, T)>,
 }
 
 /// The control-segment flags (`fm_ce_se`) of a work request's
@@ -357,6 +378,16 @@ impl<'q, 'm, T: DirectTransport> DirectBatch<'q, 'm, T> {
                 opcode: super::sq::wc_opcode(opcode as u8).to_raw() as u8,
             })
         };
+        // The later blocks of a WQE start none: their slots say so (an
+        // end at the block itself), so that a stale slot left there by an
+        // abandoned batch is never taken for an outstanding WQE.
+        let mut b = 1;
+        while b < blocks as u16 {
+            let at = idx.wrapping_add(b);
+            // SAFETY: masked, inside the slot array.
+            unsafe { (*self.slots.add(usize::from(at & self.mask))).end = at };
+            b += 1;
+        }
         self.pi = end;
         self.last = idx;
         Ok((ctrl, first))
@@ -945,7 +976,9 @@ impl<T: DirectTransport> DirectBatch<'_, '_, T> {
     /// for a source; not read or written, for a destination), until this
     /// QP's [`poll`](super::DirectQp::poll) has returned a completion that
     /// covers the work request ([`DirectWc::covers`](super::DirectWc::covers)),
-    /// or the QP was [`reset`](super::DirectQp::reset) or dropped. The
+    /// or the QP was [`reset`](super::DirectQp::reset) or destroyed (a
+    /// `DirectQp` dropped inside a [`poll_each`](crate::CompletionQueue::poll_each)
+    /// callback is destroyed when that poll ends, not before). The
     /// lifetime `'m` does not hold it: it ends when the batch does. The
     /// safe way is [`DirectQp::post_and_wait`](super::DirectQp::post_and_wait).
     #[inline]

@@ -81,7 +81,10 @@
 //!   and QP number in `sop_drop_qpn` and the WQE's index in
 //!   `wqe_counter`; the device completes a send queue's WQEs in order, so
 //!   a CQE retires every WQE up to the one it names (libmlx5 sets
-//!   `sq.tail` from `wqe_head[idx]` the same way). An error CQE
+//!   `sq.tail` from `wqe_head[idx]` the same way, for every requester CQE,
+//!   `mlx5_parse_cqe`; on a DCI with streams too: the direct path assumes
+//!   of a stream DCI what libmlx5 and the crate's scoped posts through it
+//!   assume, not yet checked on hardware). An error CQE
 //!   (`MLX5_CQE_REQ_ERR`) carries a syndrome, mapped to
 //!   [`WcStatus`](crate::WcStatus) as `mlx5_handle_error_cqe` maps it.
 //! - The consumer index goes to the CQ's doorbell record

@@ -27,7 +27,10 @@ impl<T: DirectTransport> DirectQp<T> {
     /// [`Error::Timeout`]. If even RESET is refused it aborts the process:
     /// the memory could not be released safely.
     ///
-    /// `build` returning an error (or panicking) posts nothing.
+    /// `build` returning an error (or panicking) posts nothing. Refused
+    /// ([`Error::InvalidArgument`]) inside a
+    /// [`poll_each`](crate::CompletionQueue::poll_each) callback, where
+    /// the RESET it may need is refused.
     pub fn post_and_wait<'m, F>(&mut self, timeout: Duration, build: F) -> Result<&[DirectWc]>
     where
         F: for<'q> FnOnce(&mut DirectBatch<'q, 'm, T>) -> Result<()>,
@@ -51,9 +54,26 @@ impl<T: DirectTransport> DirectQp<T> {
     where
         F: for<'q> FnOnce(&mut DirectBatch<'q, 'm, T>) -> Result<()>,
     {
+        if crate::cq::in_provider_poll() {
+            // Its fallback, RESET, is refused there: it could only abort.
+            return Err(crate::qp::in_poll_callback(
+                "a scoped direct post",
+                &self.qp.describe(),
+            ));
+        }
         let start = self.sq.posted;
+        let own: *const super::sq::Sq = &self.sq;
         let mut batch = DirectBatch::new(&mut self.sq);
         build(&mut batch)?;
+        if !std::ptr::eq(&*batch.sq, own) {
+            // Not reachable (the batch's lifetimes are invariant, so no
+            // other batch fits here); a guard all the same: another QP's
+            // batch is dropped unposted.
+            return Err(Error::InvalidArgument(
+                "a scoped direct post's batch was replaced by another QP's; nothing was posted"
+                    .into(),
+            ));
+        }
         if batch.is_empty() {
             return Ok(());
         }

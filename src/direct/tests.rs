@@ -675,3 +675,42 @@ fn arming_writes_the_record_and_the_doorbell_as_mlx5_arm_cq() {
     let db: u32 = (1 << 28) | ffi::MLX5_CQ_DB_REQ_NOT_SOL | 0x23_4567;
     assert_eq!(u32::from_be(mem.db[1]), db);
 }
+
+/// A CQE naming a block inside a rung multi-block WQE must not be taken for
+/// the stale slot an abandoned batch left there (it retired a work request
+/// that never completed, before the fix).
+#[test]
+fn a_stale_slot_of_an_abandoned_batch_is_not_an_outstanding_wqe() {
+    let mut ring = Ring::new(16);
+    let mut sq = ring.sq(5, 0);
+    // A batch written and abandoned: one-block WQEs at blocks 0 and 1,
+    // sequence numbers 1 and 2.
+    {
+        let mut a = Batch::new(&mut sq);
+        a.send_inline(1, SendFlags::empty(), &[1; 8]).unwrap();
+        a.send_inline(2, SendFlags::empty(), &[2; 8]).unwrap();
+    }
+    // The batch rung: a two-block WQE at 0 (seq 1), a one-block one at 2
+    // (seq 2). Block 1 is inside the first WQE.
+    let mut b = Batch::new(&mut sq);
+    b.send_inline(10, SendFlags::empty(), &[3; 60]).unwrap();
+    b.send_inline(11, SendFlags::SIGNALED, &[4; 8]).unwrap();
+    // SAFETY: nothing reads the test's ring.
+    unsafe { b.ring() };
+    assert_eq!((sq.pi, sq.outstanding()), (3, 2));
+    let mut mem = CqMem::new(8, 64);
+    let mut cq = mem.cqr();
+    let s = ffi::MLX5_OPCODE_SEND as u8;
+    mem.produce(0, 0, s, 5, 1, 0, 0);
+    assert!(matches!(
+        cq.step_sq(&mut sq),
+        Err(Error::InvalidArgument(_))
+    ));
+    assert_eq!((sq.retired, sq.ci, sq.outstanding()), (0, 0, 2));
+    // The real CQE, naming WR 11's block, retires both.
+    mem.produce(1, 0, s, 5, 2, 0, 0);
+    let Ok(Step::Wc(wc)) = cq.step_sq(&mut sq) else {
+        panic!()
+    };
+    assert_eq!((wc.wr_id, wc.covers, sq.outstanding()), (11, 2, 0));
+}
