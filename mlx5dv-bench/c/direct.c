@@ -150,7 +150,7 @@ write_wqe(struct direct_qp *d, uint16_t idx, uint32_t seq, uint64_t wr_id, uint8
 	slot->wr_id = wr_id;
 	slot->seq = seq;
 	slot->end = (uint16_t)(idx + 1);
-	slot->opcode = MLX5_OPCODE_RDMA_WRITE;
+	slot->opcode = IBV_WC_RDMA_WRITE; /* mapped when written, as the Rust does */
 	return ctrl;
 }
 
@@ -240,83 +240,103 @@ static uint32_t status_of(uint8_t syndrome)
 	}
 }
 
-static inline uint32_t wc_opcode(uint8_t op)
-{
-	switch (op) {
-	case MLX5_OPCODE_RDMA_WRITE:
-	case MLX5_OPCODE_RDMA_WRITE_IMM:
-		return IBV_WC_RDMA_WRITE;
-	case MLX5_OPCODE_SEND:
-	case MLX5_OPCODE_SEND_IMM:
-	case MLX5_OPCODE_SEND_INVAL:
-		return IBV_WC_SEND;
-	case MLX5_OPCODE_RDMA_READ:
-		return IBV_WC_RDMA_READ;
-	case MLX5_OPCODE_ATOMIC_CS:
-		return IBV_WC_COMP_SWAP;
-	case MLX5_OPCODE_ATOMIC_FA:
-		return IBV_WC_FETCH_ADD;
-	default:
-		return 0x100 | op;
-	}
-}
 
 /* 1: a completion in *wc; 0: none; negative: a CQE not of this QP's send
  * queue (skipped). */
-static inline __attribute__((always_inline)) int step(struct direct_qp *d, struct direct_wc *wc)
-{
-	const uint8_t *cqe = d->cq_buf + ((size_t)(d->cq_ci & d->cq_mask) << d->cq_shift) +
-			     d->cqe64_at;
-	uint8_t op_own = *(volatile const uint8_t *)(cqe + 63);
-	uint8_t opcode = op_own >> 4;
-	uint32_t qpn, byte_cnt, status, covers, op;
-	uint16_t counter, ends_after;
-	uint8_t syndrome, vendor;
-	struct direct_slot slot;
+/* The indices a poll moves, in locals for its loop (as the Rust keeps
+ * them): the stores of the completions cannot then be taken to alias
+ * them. */
+struct poll_idx {
+	uint32_t cq_ci;
+	uint16_t sq_ci;
+	uint32_t retired;
+};
 
-	if (opcode == MLX5_CQE_INVALID || (op_own & 1) != !!(d->cq_ci & d->cqe_cnt))
-		return 0;
-	FROM_DEVICE();
-	qpn = be32toh(*(volatile const uint32_t *)(cqe + 56));
-	counter = be16toh(*(volatile const uint16_t *)(cqe + 60));
-	byte_cnt = be32toh(*(volatile const uint32_t *)(cqe + 44));
-	syndrome = *(volatile const uint8_t *)(cqe + 55);
-	vendor = *(volatile const uint8_t *)(cqe + 54);
-	if (opcode == MLX5_CQE_REQ)
-		status = (op_own & (MLX5_INLINE_SCATTER_32 | MLX5_INLINE_SCATTER_64)) ?
-				 IBV_WC_GENERAL_ERR :
-				 IBV_WC_SUCCESS;
-	else if (opcode == MLX5_CQE_REQ_ERR || opcode == MLX5_CQE_RESP_ERR)
+/* The slot of the WQE a CQE names, checked to start an outstanding work
+ * request; retires it and the ones before it. */
+static inline __attribute__((always_inline)) int
+retire(const struct direct_qp *d, struct poll_idx *x, uint16_t counter,
+       struct direct_slot *slot, uint32_t *covers)
+{
+	uint16_t ends_after;
+
+	*slot = d->slots[counter & d->sq_mask];
+	*covers = slot->seq - x->retired;
+	ends_after = (uint16_t)(slot->end - counter);
+	if ((uint16_t)(counter - x->sq_ci) >= (uint16_t)(d->pi - x->sq_ci) ||
+	    *covers - 1 >= d->posted - x->retired ||
+	    (uint16_t)(ends_after - 1) >= (uint16_t)(d->pi - counter))
+		return -EINVAL;
+	x->retired = slot->seq;
+	x->sq_ci = slot->end;
+	return 0;
+}
+
+/* Every CQE but a successful requester one, out of line. */
+static __attribute__((noinline, cold)) int
+slow_step(const struct direct_qp *d, struct poll_idx *x, const uint8_t *cqe, uint8_t op_own,
+	  struct direct_wc *wc)
+{
+	uint8_t opcode = op_own >> 4;
+	uint32_t qpn = be32toh(*(volatile const uint32_t *)(cqe + 56));
+	uint16_t counter = be16toh(*(volatile const uint16_t *)(cqe + 60));
+	uint8_t syndrome = *(volatile const uint8_t *)(cqe + 55);
+	uint8_t vendor = *(volatile const uint8_t *)(cqe + 54);
+	struct direct_slot slot;
+	uint32_t status, covers;
+
+	if (opcode == MLX5_CQE_REQ) {
+		status = IBV_WC_GENERAL_ERR;
+		syndrome = 0;
+		vendor = 0;
+	} else if (opcode == MLX5_CQE_REQ_ERR || opcode == MLX5_CQE_RESP_ERR) {
 		status = status_of(syndrome);
-	else {
-		d->cq_ci++;
+	} else {
 		return -EINVAL;
 	}
-	d->cq_ci++;
-	slot = d->slots[counter & d->sq_mask];
-	if ((uint16_t)(counter - d->sq_ci) >= (uint16_t)(d->pi - d->sq_ci))
+	if (retire(d, x, counter, &slot, &covers))
 		return -EINVAL;
-	covers = slot.seq - d->retired;
-	ends_after = (uint16_t)(slot.end - counter);
-	if (covers == 0 || covers > d->posted - d->retired || ends_after == 0 ||
-	    ends_after > (uint16_t)(d->pi - counter))
-		return -EINVAL;
-	d->retired = slot.seq;
-	d->sq_ci = slot.end;
-	op = wc_opcode(slot.opcode);
 	wc->wr_id = slot.wr_id;
 	wc->status = status;
-	wc->opcode = op;
-	if (status == IBV_WC_SUCCESS) {
-		wc->byte_len = op == IBV_WC_RDMA_READ ? byte_cnt :
-			       (op == IBV_WC_COMP_SWAP || op == IBV_WC_FETCH_ADD) ? 8 : 0;
-		wc->syndrome = 0;
-		wc->vendor_err = 0;
-	} else {
-		wc->byte_len = 0;
-		wc->syndrome = syndrome;
-		wc->vendor_err = vendor;
-	}
+	wc->opcode = slot.opcode;
+	wc->byte_len = 0;
+	wc->syndrome = syndrome;
+	wc->vendor_err = vendor;
+	wc->qp_num = qpn & 0xffffff;
+	wc->wqe_index = counter;
+	wc->covers = covers;
+	return 1;
+}
+
+static inline __attribute__((always_inline)) int
+step(const struct direct_qp *d, struct poll_idx *x, struct direct_wc *wc)
+{
+	const uint8_t *cqe = d->cq_buf + ((size_t)(x->cq_ci & d->cq_mask) << d->cq_shift) +
+			     d->cqe64_at;
+	uint8_t op_own = *(volatile const uint8_t *)(cqe + 63);
+	struct direct_slot slot;
+	uint32_t qpn, covers;
+	uint16_t counter;
+
+	if ((op_own >> 4) == MLX5_CQE_INVALID || (op_own & 1) != !!(x->cq_ci & d->cqe_cnt))
+		return 0;
+	FROM_DEVICE();
+	x->cq_ci++;
+	if (__builtin_expect(op_own & 0xfc, 0))
+		return slow_step(d, x, cqe, op_own, wc);
+	qpn = be32toh(*(volatile const uint32_t *)(cqe + 56));
+	counter = be16toh(*(volatile const uint16_t *)(cqe + 60));
+	if (retire(d, x, counter, &slot, &covers))
+		return -EINVAL;
+	wc->wr_id = slot.wr_id;
+	wc->status = IBV_WC_SUCCESS;
+	wc->opcode = slot.opcode;
+	wc->byte_len = slot.opcode == IBV_WC_RDMA_READ ?
+			       be32toh(*(volatile const uint32_t *)(cqe + 44)) :
+		       (slot.opcode == IBV_WC_COMP_SWAP || slot.opcode == IBV_WC_FETCH_ADD) ? 8 :
+											0;
+	wc->syndrome = 0;
+	wc->vendor_err = 0;
 	wc->qp_num = qpn & 0xffffff;
 	wc->wqe_index = counter;
 	wc->covers = covers;
@@ -326,22 +346,24 @@ static inline __attribute__((always_inline)) int step(struct direct_qp *d, struc
 static inline __attribute__((always_inline)) int poll(struct direct_qp *d, struct direct_wc *wc,
 						      int max)
 {
+	struct poll_idx x = { d->cq_ci, d->sq_ci, d->retired };
 	int n = 0, r = 0;
 
 	while (n < max) {
-		r = step(d, &wc[n]);
+		r = step(d, &x, &wc[n]);
 		if (r <= 0)
 			break;
 		n++;
 	}
+	d->cq_ci = x.cq_ci;
+	d->sq_ci = x.sq_ci;
+	d->retired = x.retired;
 	if (n > 0 || r < 0) {
 		TO_DEVICE();
 		*d->cq_dbrec = htobe32(d->cq_ci & 0xffffff);
 	}
 	return r < 0 ? r : n;
 }
-
-/* Up to BENCH_BATCH completions, every field. */
 NOINLINE int c_direct_poll(struct direct_qp *d, struct direct_wc *wc)
 {
 	return poll(d, wc, BENCH_BATCH);
@@ -487,7 +509,7 @@ static inline __attribute__((always_inline)) int dci_writes(struct direct_qp *d,
 		slot->wr_id = i;
 		slot->seq = ++seq;
 		slot->end = (uint16_t)(pi + 2);
-		slot->opcode = MLX5_OPCODE_RDMA_WRITE;
+		slot->opcode = IBV_WC_RDMA_WRITE; /* mapped when written, as the Rust does */
 		last = ctrl;
 		pi += 2;
 	}

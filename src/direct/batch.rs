@@ -134,16 +134,8 @@ pub struct DirectBatch<'q, 'm, T: DirectTransport> {
 /// are ignored.
 #[inline(always)]
 fn fm_ce_se(flags: SendFlags) -> u8 {
-    const BITS: [u8; 8] = {
-        let mut t = [0u8; 8];
-        let mut f = 0;
-        while f < 8 {
-            t[f] = (((f & 1) << 7) | ((f & 2) << 2) | ((f & 4) >> 1)) as u8;
-            f += 1;
-        }
-        t
-    };
-    BITS[(flags.bits() & 7) as usize]
+    let f = flags.bits();
+    (((f & 1) << 7) | ((f & 2) << 2) | ((f & 4) >> 1)) as u8
 }
 
 const _: () = {
@@ -203,17 +195,17 @@ fn no_room(units: u32, max_units: u32, batch: u32, depth: u32) -> Error {
     }
 }
 
-/// The units of a remote operation whose entry is not 1 byte up to the
-/// remote buffer's length: an empty entry is no data segment (mlx5 reads a
+/// A remote operation whose entry is not 1 byte up to the remote buffer's
+/// length: an empty entry is no data segment (mlx5 reads a
 /// byte count of 0 as 2^31; libmlx5's `mlx5_send_wr_set_sge` leaves it out
 /// too); a longer one is refused.
 #[cold]
 #[inline(never)]
-fn empty_or_refused(len: u32, remote_len: u64, what: &'static str) -> Result<u32> {
+fn empty_or_refused(len: u32, remote_len: u64, what: &'static str) -> Result<()> {
     if u64::from(len) > remote_len {
         return Err(remote_too_short(remote_len, u64::from(len), what));
     }
-    Ok(2)
+    Ok(())
 }
 
 /// The remote side of a work request, checked: `len` bytes fit it.
@@ -294,7 +286,11 @@ impl<'q, 'm, T: DirectTransport> DirectBatch<'q, 'm, T> {
             // SAFETY: the WQE's first basic block holds units 0..4.
             unsafe { ctrl.add(k as usize * DS) }
         } else {
-            self.at(first + k)
+            // Unit k % 4 of the WQE's block k / 4 (a block is contiguous;
+            // the ring wraps between blocks).
+            let block = self.ctrl_of(((first >> 2) + (k >> 2)) as u16);
+            // SAFETY: inside that block.
+            unsafe { block.add((k & 3) as usize * DS) }
         }
     }
 
@@ -315,7 +311,7 @@ impl<'q, 'm, T: DirectTransport> DirectBatch<'q, 'm, T> {
         route: Option<Route<'_>>,
     ) -> Result<(*mut u8, u32)> {
         let units = units + if route.is_some() { 3 } else { 0 };
-        let blocks = units.div_ceil(4);
+        let blocks = (units + 3) >> 2;
         // A WQE of one basic block fits any QP's WQE: for the operations
         // whose size is known (most), the first test folds away.
         if (units > 4 && units > self.max_units)
@@ -381,12 +377,12 @@ impl<'q, 'm, T: DirectTransport> DirectBatch<'q, 'm, T> {
         // The later blocks of a WQE start none: their slots say so (an
         // end at the block itself), so that a stale slot left there by an
         // abandoned batch is never taken for an outstanding WQE.
-        let mut b = 1;
-        while b < blocks as u16 {
-            let at = idx.wrapping_add(b);
-            // SAFETY: masked, inside the slot array.
-            unsafe { (*self.slots.add(usize::from(at & self.mask))).end = at };
-            b += 1;
+        if blocks > 1 {
+            for b in 1..blocks as u16 {
+                let at = idx.wrapping_add(b);
+                // SAFETY: masked, inside the slot array.
+                unsafe { (*self.slots.add(usize::from(at & self.mask))).end = at };
+            }
         }
         self.pi = end;
         self.last = idx;
@@ -484,7 +480,8 @@ impl<'q, 'm, T: DirectTransport> DirectBatch<'q, 'm, T> {
         let units = if u64::from(len.wrapping_sub(1)) < remote.len {
             3
         } else {
-            empty_or_refused(len, remote.len, what)?
+            empty_or_refused(len, remote.len, what)?;
+            2
         };
         let k = Self::body(&route);
         let (ctrl, first) = self.begin(wr_id, opcode, units, flags, imm, route)?;
