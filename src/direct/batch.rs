@@ -600,168 +600,144 @@ fn no_streams() -> Error {
     }
 }
 
+/// The writers, written once for an RC batch and a DCI's addressed work
+/// request: `[$recv]` is the receiver, `$batch` the batch it writes into
+/// and `$route` the DCI route (`None` on RC). Each writes one WQE:
+/// the control segment, a DCI's datagram segment, then the operation's.
+macro_rules! writers {
+    ([$($recv:tt)+], $batch:expr, $route:expr) => {
+        /// An RDMA write of `src` into the peer's `remote` memory
+        /// (`MLX5_OPCODE_RDMA_WRITE`): control, (datagram,) remote-address
+        /// and data segments.
+        #[inline]
+        pub fn rdma_write(
+            $($recv)+,
+            wr_id: u64,
+            flags: SendFlags,
+            remote: RemoteBuf,
+            src: Sge<'m>,
+        ) -> Result<()> {
+            let what = "the RDMA write's length";
+            let op = ffi::MLX5_OPCODE_RDMA_WRITE;
+            $batch.op_remote($route, wr_id, op, flags, 0, &remote, src.as_raw(), what)
+        }
+
+        /// An RDMA write with 32-bit immediate data, in host byte order
+        /// (`MLX5_OPCODE_RDMA_WRITE_IMM`): it consumes a receive at the
+        /// peer.
+        #[inline]
+        pub fn rdma_write_imm(
+            $($recv)+,
+            wr_id: u64,
+            flags: SendFlags,
+            remote: RemoteBuf,
+            imm: u32,
+            src: Sge<'m>,
+        ) -> Result<()> {
+            let what = "the RDMA write's length";
+            let op = ffi::MLX5_OPCODE_RDMA_WRITE_IMM;
+            $batch.op_remote($route, wr_id, op, flags, imm.to_be(), &remote, src.as_raw(), what)
+        }
+
+        /// An RDMA write of `data`, copied into the WQE (inline): the
+        /// memory need not be registered and is free again when this
+        /// returns. At most the QP's `max_inline_data` bytes.
+        pub fn rdma_write_inline(
+            $($recv)+,
+            wr_id: u64,
+            flags: SendFlags,
+            remote: RemoteBuf,
+            data: &[u8],
+        ) -> Result<()> {
+            $batch.op_write_inline($route, wr_id, flags, &remote, data)
+        }
+
+        /// A send of `src` (`MLX5_OPCODE_SEND`): it consumes a receive at
+        /// the peer.
+        #[inline]
+        pub fn send($($recv)+, wr_id: u64, flags: SendFlags, src: Sge<'m>) -> Result<()> {
+            let op = ffi::MLX5_OPCODE_SEND;
+            $batch.op_send($route, wr_id, op, flags, 0, src.as_raw())
+        }
+
+        /// A send with 32-bit immediate data, in host byte order
+        /// (`MLX5_OPCODE_SEND_IMM`).
+        #[inline]
+        pub fn send_imm(
+            $($recv)+,
+            wr_id: u64,
+            flags: SendFlags,
+            imm: u32,
+            src: Sge<'m>,
+        ) -> Result<()> {
+            let op = ffi::MLX5_OPCODE_SEND_IMM;
+            $batch.op_send($route, wr_id, op, flags, imm.to_be(), src.as_raw())
+        }
+
+        /// A send of `data`, copied into the WQE (inline).
+        pub fn send_inline($($recv)+, wr_id: u64, flags: SendFlags, data: &[u8]) -> Result<()> {
+            $batch.op_send_inline($route, wr_id, flags, data)
+        }
+
+        /// An RDMA read of the peer's `remote` memory into `dst`
+        /// (`MLX5_OPCODE_RDMA_READ`), which stays exclusively borrowed
+        /// until the completion: control, (datagram,) remote-address and
+        /// data segments.
+        #[inline]
+        pub fn rdma_read(
+            $($recv)+,
+            wr_id: u64,
+            flags: SendFlags,
+            remote: RemoteBuf,
+            dst: SgeMut<'m>,
+        ) -> Result<()> {
+            let what = "the RDMA read's length";
+            let op = ffi::MLX5_OPCODE_RDMA_READ;
+            $batch.op_remote($route, wr_id, op, flags, 0, &remote, dst.as_raw(), what)
+        }
+
+        /// Atomic compare-and-swap of the 8 bytes at `remote` (8-aligned),
+        /// the old value landing in `dst` (8 bytes) as the device writes
+        /// it: in host byte order on a device whose atomics are
+        /// `IBV_ATOMIC_HCA` (mlx5's kernel driver sets the device's 8-byte
+        /// atomic responses to host endianness where it can), as through
+        /// libmlx5 (`MLX5_OPCODE_ATOMIC_CS`): control, (datagram,)
+        /// remote-address, atomic and data segments.
+        #[inline]
+        pub fn atomic_cmp_swp(
+            $($recv)+,
+            wr_id: u64,
+            flags: SendFlags,
+            remote: RemoteBuf,
+            compare: u64,
+            swap: u64,
+            dst: SgeMut<'m>,
+        ) -> Result<()> {
+            let op = ffi::MLX5_OPCODE_ATOMIC_CS;
+            $batch.op_atomic($route, wr_id, op, flags, &remote, swap, compare, &dst)
+        }
+
+        /// Atomic fetch-and-add of `add` to the 8 bytes at `remote`
+        /// (8-aligned), the old value landing in `dst` (8 bytes)
+        /// (`MLX5_OPCODE_ATOMIC_FA`).
+        #[inline]
+        pub fn atomic_fetch_add(
+            $($recv)+,
+            wr_id: u64,
+            flags: SendFlags,
+            remote: RemoteBuf,
+            add: u64,
+            dst: SgeMut<'m>,
+        ) -> Result<()> {
+            let op = ffi::MLX5_OPCODE_ATOMIC_FA;
+            $batch.op_atomic($route, wr_id, op, flags, &remote, add, 0, &dst)
+        }
+    };
+}
+
 /// The RC writers.
 impl<'m> DirectBatch<'_, 'm, ReliableConnection> {
-    /// An RDMA write of `src` into the peer's `remote` memory
-    /// (`MLX5_OPCODE_RDMA_WRITE`): control, remote-address and data
-    /// segments, one basic block.
-    #[inline]
-    pub fn rdma_write(
-        &mut self,
-        wr_id: u64,
-        flags: SendFlags,
-        remote: RemoteBuf,
-        src: Sge<'m>,
-    ) -> Result<()> {
-        self.op_remote(
-            None,
-            wr_id,
-            ffi::MLX5_OPCODE_RDMA_WRITE,
-            flags,
-            0,
-            &remote,
-            src.as_raw(),
-            "the RDMA write's length",
-        )
-    }
-
-    /// An RDMA write with 32-bit immediate data, in host byte order
-    /// (`MLX5_OPCODE_RDMA_WRITE_IMM`): it consumes a receive at the peer.
-    #[inline]
-    pub fn rdma_write_imm(
-        &mut self,
-        wr_id: u64,
-        flags: SendFlags,
-        remote: RemoteBuf,
-        imm: u32,
-        src: Sge<'m>,
-    ) -> Result<()> {
-        self.op_remote(
-            None,
-            wr_id,
-            ffi::MLX5_OPCODE_RDMA_WRITE_IMM,
-            flags,
-            imm.to_be(),
-            &remote,
-            src.as_raw(),
-            "the RDMA write's length",
-        )
-    }
-
-    /// An RDMA write of `data`, copied into the WQE (inline): the memory
-    /// need not be registered and is free again when this returns. At most
-    /// the QP's `max_inline_data` bytes.
-    pub fn rdma_write_inline(
-        &mut self,
-        wr_id: u64,
-        flags: SendFlags,
-        remote: RemoteBuf,
-        data: &[u8],
-    ) -> Result<()> {
-        self.op_write_inline(None, wr_id, flags, &remote, data)
-    }
-
-    /// A send of `src` (`MLX5_OPCODE_SEND`): it consumes a receive at the
-    /// peer.
-    #[inline]
-    pub fn send(&mut self, wr_id: u64, flags: SendFlags, src: Sge<'m>) -> Result<()> {
-        self.op_send(None, wr_id, ffi::MLX5_OPCODE_SEND, flags, 0, src.as_raw())
-    }
-
-    /// A send with 32-bit immediate data, in host byte order
-    /// (`MLX5_OPCODE_SEND_IMM`).
-    #[inline]
-    pub fn send_imm(&mut self, wr_id: u64, flags: SendFlags, imm: u32, src: Sge<'m>) -> Result<()> {
-        self.op_send(
-            None,
-            wr_id,
-            ffi::MLX5_OPCODE_SEND_IMM,
-            flags,
-            imm.to_be(),
-            src.as_raw(),
-        )
-    }
-
-    /// A send of `data`, copied into the WQE (inline).
-    pub fn send_inline(&mut self, wr_id: u64, flags: SendFlags, data: &[u8]) -> Result<()> {
-        self.op_send_inline(None, wr_id, flags, data)
-    }
-
-    /// An RDMA read of the peer's `remote` memory into `dst`
-    /// (`MLX5_OPCODE_RDMA_READ`), which stays exclusively borrowed until
-    /// the completion: control, remote-address and data segments.
-    #[inline]
-    pub fn rdma_read(
-        &mut self,
-        wr_id: u64,
-        flags: SendFlags,
-        remote: RemoteBuf,
-        dst: SgeMut<'m>,
-    ) -> Result<()> {
-        self.op_remote(
-            None,
-            wr_id,
-            ffi::MLX5_OPCODE_RDMA_READ,
-            flags,
-            0,
-            &remote,
-            dst.as_raw(),
-            "the RDMA read's length",
-        )
-    }
-
-    /// Atomic compare-and-swap of the 8 bytes at `remote` (8-aligned),
-    /// the old value landing in `dst` (8 bytes) as the device writes it: in
-    /// host byte order on a device whose atomics are `IBV_ATOMIC_HCA`
-    /// (mlx5's kernel driver sets the device's 8-byte atomic responses to
-    /// host endianness where it can), as through libmlx5
-    /// (`MLX5_OPCODE_ATOMIC_CS`): control, remote-address, atomic and data
-    /// segments.
-    #[inline]
-    pub fn atomic_cmp_swp(
-        &mut self,
-        wr_id: u64,
-        flags: SendFlags,
-        remote: RemoteBuf,
-        compare: u64,
-        swap: u64,
-        dst: SgeMut<'m>,
-    ) -> Result<()> {
-        self.op_atomic(
-            None,
-            wr_id,
-            ffi::MLX5_OPCODE_ATOMIC_CS,
-            flags,
-            &remote,
-            swap,
-            compare,
-            &dst,
-        )
-    }
-
-    /// Atomic fetch-and-add of `add` to the 8 bytes at `remote`
-    /// (8-aligned), the old value landing in `dst` (8 bytes)
-    /// (`MLX5_OPCODE_ATOMIC_FA`).
-    #[inline]
-    pub fn atomic_fetch_add(
-        &mut self,
-        wr_id: u64,
-        flags: SendFlags,
-        remote: RemoteBuf,
-        add: u64,
-        dst: SgeMut<'m>,
-    ) -> Result<()> {
-        self.op_atomic(
-            None,
-            wr_id,
-            ffi::MLX5_OPCODE_ATOMIC_FA,
-            flags,
-            &remote,
-            add,
-            0,
-            &dst,
-        )
-    }
+    writers!([&mut self], self, None);
 }
 
 /// A DCI work request's target: [`DirectBatch::dc`] or
@@ -807,159 +783,9 @@ impl<'q, 'm> DirectBatch<'q, 'm, DcInitiator> {
     }
 }
 
+/// The DCI writers, each adding one work request to its target.
 impl<'m> DcWr<'_, '_, 'm> {
-    /// [`DirectBatch::rdma_write`], to this DCI work request's target.
-    #[inline]
-    pub fn rdma_write(
-        self,
-        wr_id: u64,
-        flags: SendFlags,
-        remote: RemoteBuf,
-        src: Sge<'m>,
-    ) -> Result<()> {
-        self.batch.op_remote(
-            Some(self.route),
-            wr_id,
-            ffi::MLX5_OPCODE_RDMA_WRITE,
-            flags,
-            0,
-            &remote,
-            src.as_raw(),
-            "the RDMA write's length",
-        )
-    }
-
-    /// [`DirectBatch::rdma_write_imm`], to this DCI work request's target.
-    #[inline]
-    pub fn rdma_write_imm(
-        self,
-        wr_id: u64,
-        flags: SendFlags,
-        remote: RemoteBuf,
-        imm: u32,
-        src: Sge<'m>,
-    ) -> Result<()> {
-        self.batch.op_remote(
-            Some(self.route),
-            wr_id,
-            ffi::MLX5_OPCODE_RDMA_WRITE_IMM,
-            flags,
-            imm.to_be(),
-            &remote,
-            src.as_raw(),
-            "the RDMA write's length",
-        )
-    }
-
-    /// [`DirectBatch::rdma_write_inline`], to this DCI work request's target.
-    pub fn rdma_write_inline(
-        self,
-        wr_id: u64,
-        flags: SendFlags,
-        remote: RemoteBuf,
-        data: &[u8],
-    ) -> Result<()> {
-        self.batch
-            .op_write_inline(Some(self.route), wr_id, flags, &remote, data)
-    }
-
-    /// [`DirectBatch::send`], to this DCI work request's target.
-    #[inline]
-    pub fn send(self, wr_id: u64, flags: SendFlags, src: Sge<'m>) -> Result<()> {
-        self.batch.op_send(
-            Some(self.route),
-            wr_id,
-            ffi::MLX5_OPCODE_SEND,
-            flags,
-            0,
-            src.as_raw(),
-        )
-    }
-
-    /// [`DirectBatch::send_imm`], to this DCI work request's target.
-    #[inline]
-    pub fn send_imm(self, wr_id: u64, flags: SendFlags, imm: u32, src: Sge<'m>) -> Result<()> {
-        self.batch.op_send(
-            Some(self.route),
-            wr_id,
-            ffi::MLX5_OPCODE_SEND_IMM,
-            flags,
-            imm.to_be(),
-            src.as_raw(),
-        )
-    }
-
-    /// [`DirectBatch::send_inline`], to this DCI work request's target.
-    pub fn send_inline(self, wr_id: u64, flags: SendFlags, data: &[u8]) -> Result<()> {
-        self.batch
-            .op_send_inline(Some(self.route), wr_id, flags, data)
-    }
-
-    /// [`DirectBatch::rdma_read`], to this DCI work request's target.
-    #[inline]
-    pub fn rdma_read(
-        self,
-        wr_id: u64,
-        flags: SendFlags,
-        remote: RemoteBuf,
-        dst: SgeMut<'m>,
-    ) -> Result<()> {
-        self.batch.op_remote(
-            Some(self.route),
-            wr_id,
-            ffi::MLX5_OPCODE_RDMA_READ,
-            flags,
-            0,
-            &remote,
-            dst.as_raw(),
-            "the RDMA read's length",
-        )
-    }
-
-    /// [`DirectBatch::atomic_cmp_swp`], to this DCI work request's target.
-    #[inline]
-    pub fn atomic_cmp_swp(
-        self,
-        wr_id: u64,
-        flags: SendFlags,
-        remote: RemoteBuf,
-        compare: u64,
-        swap: u64,
-        dst: SgeMut<'m>,
-    ) -> Result<()> {
-        self.batch.op_atomic(
-            Some(self.route),
-            wr_id,
-            ffi::MLX5_OPCODE_ATOMIC_CS,
-            flags,
-            &remote,
-            swap,
-            compare,
-            &dst,
-        )
-    }
-
-    /// [`DirectBatch::atomic_fetch_add`], to this DCI work request's target.
-    #[inline]
-    pub fn atomic_fetch_add(
-        self,
-        wr_id: u64,
-        flags: SendFlags,
-        remote: RemoteBuf,
-        add: u64,
-        dst: SgeMut<'m>,
-    ) -> Result<()> {
-        self.batch.op_atomic(
-            Some(self.route),
-            wr_id,
-            ffi::MLX5_OPCODE_ATOMIC_FA,
-            flags,
-            &remote,
-            add,
-            0,
-            &dst,
-        )
-    }
+    writers!([self], self.batch, Some(self.route));
 }
 
 impl<T: DirectTransport> DirectBatch<'_, '_, T> {
