@@ -38,17 +38,24 @@
 //! (every one signalled) to 0.54 (one in 32) of the instructions through
 //! libmlx5, a DCI write 0.59, a completion 0.49 (`scripts/bench-real`,
 //! the rows named `direct`, in BENCHMARKS.md).
-//! Choose it for message rate on RC QPs whose send completions nothing
-//! else reads; stay with [`WrBatch`](crate::WrBatch) for everything else
-//! (every transport, memory windows, mkeys, DMA memcpy, receive
-//! completions, CQs shared by several QPs, the crate's waits on a
-//! completion channel).
+//! Choose it for message rate on RC QPs and DCIs whose send completions
+//! nothing else reads; stay with [`WrBatch`](crate::WrBatch) for
+//! everything else (the other transports, memory windows, mkeys, DMA
+//! memcpy, receive completions, CQs shared by several QPs, rdma_cm's
+//! QPs). A direct CQ on a completion channel is armed by the crate
+//! ([`DirectQp::req_notify`]), and its waits sleep there
+//! ([`DirectQp::wait`]).
+//!
+//! A DCI is taken the same way ([`DirectDci`]); its work requests name
+//! their target with [`DirectBatch::dc`] and a [`DirectDcAddr`] made once
+//! per target ([`DirectQp::dc_addr`]).
 //!
 //! ## What it takes, and what it assumes of the device
 //!
-//! [`QpEx::into_direct`] takes an RC QP that was never posted (in RESET)
-//! and the CQ its sends complete on, which must be its own: no other QP
-//! completes on it, its receives complete on another CQ, and nobody else
+//! [`QpEx::into_direct`] takes an RC QP or a DCI that was never posted
+//! (in RESET) and the CQ its sends complete on, which must be its own: no
+//! other QP completes on it, an RC QP's receives complete on another CQ,
+//! and nobody else
 //! holds the CQ's handle (it is moved in). It gets libmlx5's queues with
 //! `mlx5dv_init_obj(3)` (`MLX5DV_OBJ_QP | MLX5DV_OBJ_CQ`), which also
 //! marks the CQ as the application's (`MLX5_CQ_FLAGS_DV_OWNED` in
