@@ -153,9 +153,13 @@ fn by_value(fty: &str) -> Option<&str> {
 /// The Rust keywords bindgen escapes with a trailing `_` (C's `type`,
 /// `priv`, ...), to name the C field.
 fn c_field(rust: &str) -> String {
-    const KEYWORDS: [&str; 16] = [
+    // Rust keywords that are C identifiers, which bindgen suffixes with `_`
+    // (`struct mlx5dv_obj`'s `in` is `in_`).
+    const KEYWORDS: [&str; 33] = [
         "type", "priv", "ref", "box", "move", "match", "mod", "fn", "impl", "use", "self", "async",
-        "await", "dyn", "override", "final",
+        "await", "dyn", "override", "final", "in", "as", "loop", "let", "mut", "pub", "crate",
+        "super", "trait", "where", "unsafe", "yield", "macro", "abstract", "become", "virtual",
+        "try",
     ];
     match rust.strip_suffix('_') {
         Some(k) if KEYWORDS.contains(&k) => k.to_string(),
@@ -458,6 +462,10 @@ mod tests {
         assert!(c.source.contains(
             "offsetof(struct ibv_wc, invalidated_rkey) - offsetof(struct ibv_wc, imm_data) + 0 == 0"
         ));
+        // A field bindgen renamed from a Rust keyword, by its C name
+        // (`struct mlx5dv_obj`'s `qp.in`, the direct path's).
+        assert!(c.source.contains("offsetof(struct mlx5dv_obj, qp.in) == 0"));
+        assert!(!c.source.contains(".in_)"));
         // Never glibc's own structs (their insides change between releases).
         assert!(!c.source.contains("_IO_FILE") && !c.source.contains("__pthread"));
         assert!(
