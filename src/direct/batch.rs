@@ -57,7 +57,7 @@ type Invariant<'m> = fn(&'m ()) -> &'m ();
 ///
 /// Touching memory a scoped post's work request uses before it returns:
 ///
-/// ```compile_fail,E0502
+/// ```compile_fail,E0499
 /// # use mlx5dv::*;
 /// # use mlx5dv::direct::DirectRc;
 /// # use std::time::Duration;
@@ -74,7 +74,7 @@ type Invariant<'m> = fn(&'m ()) -> &'m ();
 /// post's own, which the post would ring and then wait for on the wrong
 /// CQ:
 ///
-/// ```compile_fail
+/// ```compile_fail,E0521
 /// # use mlx5dv::*;
 /// # use mlx5dv::direct::DirectRc;
 /// # use std::time::Duration;
