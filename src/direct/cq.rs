@@ -158,21 +158,14 @@ impl Cqr {
         unsafe { self.buf.as_ptr().add(at + self.cqe64_at) }
     }
 
-    /// Reads the next CQE if the device has handed it over, and retires
-    /// the WQEs it covers from `sq`.
-    ///
-    /// A CQE is the software's when its opcode is not `MLX5_CQE_INVALID`
-    /// and its owner bit equals the pass over the ring (`ci / cqe_cnt`,
-    /// odd or even): libmlx5's `get_sw_cqe`, the PRM's ownership rule.
+    /// Reads the next CQE if the device has handed it over
+    /// ([`handed_over`](Self::handed_over)), and retires the WQEs it covers
+    /// from `sq`.
     #[inline(always)]
     pub(crate) fn step(&mut self, sq: &mut Idx) -> Result<Step> {
-        let cqe = self.cqe(self.ci);
-        // SAFETY: a byte of the ring; the device writes it (volatile).
-        let op_own = unsafe { cqe.add(off::OP_OWN).read_volatile() };
-        let pass = u8::from(self.ci & self.cqe_cnt != 0);
-        if op_own >> 4 == ffi::MLX5_CQE_INVALID as u8 || (op_own & 1) != pass {
+        let Some((cqe, op_own)) = self.handed_over() else {
             return Ok(Step::Empty);
-        }
+        };
         arch::from_device();
         self.ci = self.ci.wrapping_add(1);
         // The common case: a successful requester CQE (opcode
@@ -215,14 +208,33 @@ impl Cqr {
         }))
     }
 
-    /// Whether a CQE is there to read (the device handed it over).
-    #[inline]
-    pub(crate) fn ready(&self) -> bool {
+    /// The CQE at the consumer index and its `op_own`, when the device has
+    /// handed it over: its opcode is not `MLX5_CQE_INVALID` and its owner
+    /// bit equals the pass over the ring (`ci / cqe_cnt`, odd or even):
+    /// libmlx5's `get_sw_cqe`, the PRM's ownership rule. Its other fields
+    /// are read only after [`arch::from_device`].
+    #[inline(always)]
+    fn handed_over(&self) -> Option<(*const u8, u8)> {
         let cqe = self.cqe(self.ci);
         // SAFETY: a byte of the ring; the device writes it (volatile).
         let op_own = unsafe { cqe.add(off::OP_OWN).read_volatile() };
         let pass = u8::from(self.ci & self.cqe_cnt != 0);
-        op_own >> 4 != ffi::MLX5_CQE_INVALID as u8 && (op_own & 1) == pass
+        (op_own >> 4 != ffi::MLX5_CQE_INVALID as u8 && (op_own & 1) == pass)
+            .then_some((cqe, op_own))
+    }
+
+    /// Whether a CQE is there to read (the device handed it over).
+    #[inline]
+    pub(crate) fn ready(&self) -> bool {
+        self.handed_over().is_some()
+    }
+
+    /// Consumes every CQE the device has handed over without reading it:
+    /// after a reset, the CQEs of the QP's earlier work (its WQEs are gone).
+    pub(crate) fn drop_handed_over(&mut self) {
+        while self.ready() {
+            self.ci = self.ci.wrapping_add(1);
+        }
     }
 
     /// Arms the CQ for its next completion past the consumer index (or its

@@ -595,25 +595,7 @@ impl<T: DirectTransport> DirectQp<T> {
     /// After the QP reached RESET: drops the CQEs before it and restarts
     /// the send queue's indices.
     fn resync(&mut self) {
-        loop {
-            let cqe = self.cq.ci;
-            // Consume whatever the device handed over, without matching it
-            // to the send queue (its WQEs are gone).
-            let at = ((cqe & self.cq.mask) as usize) << self.cq.size_shift;
-            // SAFETY: an entry of the ring; its last byte is op_own.
-            let op_own = unsafe {
-                self.cq
-                    .buf
-                    .as_ptr()
-                    .add(at + self.cq.cqe64_at + 63)
-                    .read_volatile()
-            };
-            let pass = u8::from(cqe & self.cq.cqe_cnt != 0);
-            if op_own >> 4 == ffi::MLX5_CQE_INVALID as u8 || (op_own & 1) != pass {
-                break;
-            }
-            self.cq.ci = self.cq.ci.wrapping_add(1);
-        }
+        self.cq.drop_handed_over();
         self.cq.publish();
         self.sq.pi = 0;
         self.sq.ci = 0;

@@ -127,15 +127,13 @@ impl<T: DirectTransport> DirectQp<T> {
     /// `start` goes to `out`, an earlier one to the backlog. Whether it
     /// read one.
     fn wait_step(&mut self, start: u32, out: &mut Vec<DirectWc>) -> Result<bool> {
-        let before = self.sq.retired;
         let r = self.cq.step_sq(&mut self.sq);
         self.cq.publish();
         match r? {
             Step::Empty => Ok(false),
             Step::Wc(wc) => {
-                // Its work requests are (before, retired]: the batch's when
-                // the last of them is after `start`.
-                let _ = before;
+                // It retired work requests up to `retired`: the batch's
+                // when the last of them is after `start`.
                 if self.sq.retired.wrapping_sub(start) as i32 > 0 {
                     out.push(wc);
                 } else {
