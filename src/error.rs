@@ -203,6 +203,91 @@ pub enum Error {
         /// The access the region was registered with.
         access: crate::AccessFlags,
     },
+
+    /// The direct data path ([`direct`](crate::direct)) refused a work
+    /// request before anything of it was written (nothing was posted, and
+    /// the batch holds what it held before), or skipped a CQE it cannot
+    /// trust. The error is plain data (no text is formatted, nothing
+    /// allocated, until it is shown), so that each check of the writers
+    /// and of the poll costs a comparison and a branch.
+    #[error("{0}")]
+    Direct(DirectError),
+}
+
+/// What the direct data path refused ([`Error::Direct`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum DirectError {
+    /// The local entry is longer than the remote buffer.
+    #[error("{what} = {len} is longer than the remote buffer's {remote_len} bytes")]
+    RemoteTooShort {
+        /// Which length, e.g. `the RDMA write's length`.
+        what: &'static str,
+        /// The local entry's length.
+        len: u64,
+        /// The remote buffer's length.
+        remote_len: u64,
+    },
+    /// The WQE would take more 16-byte units than its control segment's
+    /// 6-bit DS field can say (63) or than the QP's WQE size allows.
+    #[error("the WQE's {units} 16-byte units are more than {max} ({})", if *.by_ds_field { "the DS field" } else { "the QP's WQE size" })]
+    TooManyUnits {
+        /// The units the WQE needs.
+        units: u32,
+        /// The most it may take.
+        max: u32,
+        /// Whether the limit is the DS field's (else the QP's WQE size).
+        by_ds_field: bool,
+    },
+    /// Inline data longer than the QP's `max_inline_data`.
+    #[error("inline data of {len} bytes is more than the QP's max_inline_data, {max} bytes")]
+    InlineTooLong {
+        /// The data's length.
+        len: u64,
+        /// The QP's `max_inline_data`.
+        max: u32,
+    },
+    /// An atomic's local entry is not 8 bytes.
+    #[error("the atomic's local entry is {len} bytes, not 8")]
+    AtomicLength {
+        /// The entry's length.
+        len: u32,
+    },
+    /// An atomic's remote buffer is shorter than 8 bytes.
+    #[error("the atomic's remote buffer is {remote_len} bytes, less than 8")]
+    AtomicRemoteTooShort {
+        /// The remote buffer's length.
+        remote_len: u64,
+    },
+    /// An atomic's remote address is not 8-byte aligned.
+    #[error("an atomic's remote address must be 8-byte aligned: {addr:#x}")]
+    AtomicUnaligned {
+        /// The remote address.
+        addr: u64,
+    },
+    /// A DCI stream named on a DCI created without DCI streams
+    /// ([`QpBuilder::dci_streams`](crate::QpBuilder::dci_streams)).
+    #[error("a DCI stream on a DCI created without DCI streams (QpBuilder::dci_streams)")]
+    NoStreams,
+    /// A CQE that is not a send completion on a CQ that completes only a
+    /// direct QP's send queue: skipped, never trusted.
+    #[error("a direct CQ got a CQE of opcode {:#x} (format {}), which only a send completion may be here; it was skipped", .op_own >> 4, (.op_own >> 2) & 3)]
+    StrayCqe {
+        /// The CQE's `op_own` byte (opcode, format, owner bit).
+        op_own: u8,
+    },
+    /// A CQE whose WQE counter names no outstanding work request (not a
+    /// WQE posted and not yet retired, or not the first basic block of
+    /// one): skipped, never trusted.
+    #[error("a direct CQE names WQE {counter:#x}, which starts no outstanding work request (consumer index {ci:#x}, producer index {pi:#x}); it was skipped")]
+    CqeNotOutstanding {
+        /// The CQE's WQE counter.
+        counter: u16,
+        /// The send queue's consumer index.
+        ci: u16,
+        /// The send queue's producer index.
+        pi: u16,
+    },
 }
 
 /// `Result` with this crate's [`Error`].

@@ -465,7 +465,7 @@ pub use async_event::{AsyncEvent, AsyncEvents};
 pub use channel::{CompletionChannel, CqEvent, CqId};
 pub use cq::{CompletionQueue, PolledWc, WcFlags, WcOpcode, WcStatus, WorkCompletion};
 pub use device::{Context, Device, DeviceAttr, DeviceList};
-pub use error::{Error, Result};
+pub use error::{DirectError, Error, Result};
 pub use grh::{ud_received, ReceivedGrh};
 pub use mkey::{Mkey, MkeyLayout};
 pub use mr::{AccessFlags, MemoryRegion, RemoteBuf, Sge, SgeMut};

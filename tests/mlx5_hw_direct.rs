@@ -343,7 +343,10 @@ fn inline_writes_of_every_shape() {
             b.rdma_write_inline(1, SendFlags::SIGNALED, remote, &big)
         })
         .unwrap_err();
-    assert!(matches!(e, Error::OutOfRange { .. }), "{e}");
+    assert!(
+        matches!(e, Error::Direct(DirectError::InlineTooLong { .. })),
+        "{e}"
+    );
     assert_eq!(r.qp.outstanding(), 0);
     // Several inline WQEs of several basic blocks in one batch.
     r.peer.mr.fill(.., 0).unwrap();
@@ -551,14 +554,20 @@ fn atomics_return_the_old_value_and_update_the_peer() {
             b.atomic_fetch_add(1, SendFlags::empty(), odd, 1, sge)
         })
         .unwrap_err();
-    assert!(matches!(e, Error::InvalidArgument(_)), "{e}");
+    assert!(
+        matches!(e, Error::Direct(DirectError::AtomicUnaligned { .. })),
+        "{e}"
+    );
     let sge = r.dst.sge_mut(0..16).unwrap();
     let e =
         r.qp.post_and_wait(WAIT, |b| {
             b.atomic_fetch_add(1, SendFlags::empty(), remote, 1, sge)
         })
         .unwrap_err();
-    assert!(matches!(e, Error::OutOfRange { .. }), "{e}");
+    assert!(
+        matches!(e, Error::Direct(DirectError::AtomicLength { len: 16 })),
+        "{e}"
+    );
     assert_eq!(r.qp.outstanding(), 0);
     assert_eq!(u64_at(&r.peer.mr, 64), W + 4 + 0x1_0000_0000);
 }
@@ -2029,7 +2038,7 @@ fn dci_streams_and_their_refusal_without_streams() {
                 r.src.sge(0..64).unwrap(),
             )
             .unwrap_err();
-        assert!(matches!(e, Error::Unsupported { .. }), "{e}");
+        assert!(matches!(e, Error::Direct(DirectError::NoStreams)), "{e}");
         assert!(b.is_empty(), "{b:?}");
         assert_eq!(b.room(), depth);
     }
@@ -2051,7 +2060,7 @@ fn dci_streams_and_their_refusal_without_streams() {
             )
         })
         .unwrap_err();
-    assert!(matches!(e, Error::Unsupported { .. }), "{e}");
+    assert!(matches!(e, Error::Direct(DirectError::NoStreams)), "{e}");
     assert!(e.to_string().contains("dci_streams"), "{e}");
     assert_eq!((r.dci.outstanding(), r.dci.room()), (0, r.dci.depth()));
     std::thread::sleep(Duration::from_millis(50));

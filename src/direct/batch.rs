@@ -3,7 +3,7 @@
 
 use super::sq::{Slot, Sq, DS, INLINE_SEG};
 use super::DirectTransport;
-use crate::error::{Error, Result};
+use crate::error::{DirectError, Error, Result};
 use crate::ffi;
 use crate::mr::{RemoteBuf, Sge, SgeMut};
 use crate::qp::{DcInitiator, ReliableConnection};
@@ -134,8 +134,19 @@ pub struct DirectBatch<'q, 'm, T: DirectTransport> {
 /// are ignored.
 #[inline(always)]
 fn fm_ce_se(flags: SendFlags) -> u8 {
-    let f = flags.bits();
-    (((f & 1) << 7) | ((f & 2) << 2) | ((f & 4) >> 1)) as u8
+    // A table of the eight combinations: one load where the flags are not
+    // a constant (a work request signalled or not by a test), where the
+    // shifts and masks would be eight instructions.
+    const TABLE: [u8; 8] = {
+        let mut t = [0u8; 8];
+        let mut f = 0;
+        while f < 8 {
+            t[f] = (((f & 1) << 7) | ((f & 2) << 2) | ((f & 4) >> 1)) as u8;
+            f += 1;
+        }
+        t
+    };
+    TABLE[(flags.bits() & 7) as usize]
 }
 
 const _: () = {
@@ -164,55 +175,36 @@ unsafe fn be32(p: *mut u8, v: u32) {
     unsafe { p.cast::<u32>().write(v.to_be()) }
 }
 
-#[cold]
-#[inline(never)]
-fn remote_too_short(remote_len: u64, len: u64, what: &'static str) -> Error {
-    Error::OutOfRange {
-        what,
-        value: len,
-        limit: format!("at most the remote buffer's {remote_len} bytes"),
-    }
-}
-
-#[cold]
-#[inline(never)]
+/// The refusal of a WQE that does not fit: too many units for the DS
+/// field or the QP's WQE size, or no room left in the send queue. Built
+/// inline from plain values, as every refusal of the writers: a refusal
+/// formatted or allocated by a call would leave the compiler unsure the
+/// call returned an error, and it would keep the whole batch live across
+/// that call, in memory rather than in registers.
+#[inline(always)]
 fn no_room(units: u32, max_units: u32, batch: u32, depth: u32) -> Error {
-    if units > u32::from(crate::wqe::MAX_DS) {
+    let max_ds = u32::from(crate::wqe::MAX_DS);
+    if units > max_units {
         // DS is 6 bits of qpn_ds: a longer WQE cannot be described.
-        Error::OutOfRange {
-            what: "the WQE's 16-byte units",
-            value: u64::from(units),
-            limit: format!("at most {} (the DS field)", crate::wqe::MAX_DS),
-        }
-    } else if units > max_units {
-        Error::OutOfRange {
-            what: "the WQE's 16-byte units",
-            value: u64::from(units),
-            limit: format!("at most {max_units} (the QP's WQE size)"),
-        }
+        Error::Direct(DirectError::TooManyUnits {
+            units,
+            max: max_units,
+            by_ds_field: max_units == max_ds,
+        })
     } else {
         Error::SendQueueFull { batch, depth }
     }
-}
-
-/// A remote operation whose entry is not 1 byte up to the remote buffer's
-/// length: an empty entry is no data segment (mlx5 reads a
-/// byte count of 0 as 2^31; libmlx5's `mlx5_send_wr_set_sge` leaves it out
-/// too); a longer one is refused.
-#[cold]
-#[inline(never)]
-fn empty_or_refused(len: u32, remote_len: u64, what: &'static str) -> Result<()> {
-    if u64::from(len) > remote_len {
-        return Err(remote_too_short(remote_len, u64::from(len), what));
-    }
-    Ok(())
 }
 
 /// The remote side of a work request, checked: `len` bytes fit it.
 #[inline(always)]
 fn check_remote(remote: &RemoteBuf, len: u64, what: &'static str) -> Result<()> {
     if len > remote.len {
-        return Err(remote_too_short(remote.len, len, what));
+        return Err(Error::Direct(DirectError::RemoteTooShort {
+            what,
+            len,
+            remote_len: remote.len,
+        }));
     }
     Ok(())
 }
@@ -332,7 +324,7 @@ impl<'q, 'm, T: DirectTransport> DirectBatch<'q, 'm, T> {
                 stream: Some(s), ..
             }) => {
                 if !self.streams {
-                    return Err(no_streams());
+                    return Err(Error::Direct(DirectError::NoStreams));
                 }
                 s
             }
@@ -435,11 +427,10 @@ impl<'q, 'm, T: DirectTransport> DirectBatch<'q, 'm, T> {
     fn inline_units(&self, len: usize) -> Result<u32> {
         let max = self.sq.max_inline;
         if len > max as usize {
-            return Err(Error::OutOfRange {
-                what: "inline data",
-                value: len as u64,
-                limit: format!("at most the QP's max_inline_data, {max} bytes"),
-            });
+            return Err(Error::Direct(DirectError::InlineTooLong {
+                len: len as u64,
+                max,
+            }));
         }
         Ok(if len == 0 {
             0
@@ -474,13 +465,13 @@ impl<'q, 'm, T: DirectTransport> DirectBatch<'q, 'm, T> {
     ) -> Result<()> {
         let len = sge.length;
         // One test for the common case, an entry of 1 byte up to the
-        // remote buffer's length; the rest (an empty entry, or one too
-        // long) out of line, from plain values (nothing of the batch's
-        // escapes into it, which would keep the batch in memory).
+        // remote buffer's length; an empty entry is no data segment (mlx5
+        // reads a byte count of 0 as 2^31; libmlx5's `mlx5_send_wr_set_sge`
+        // leaves it out too), a longer one is refused.
         let units = if u64::from(len.wrapping_sub(1)) < remote.len {
             3
         } else {
-            empty_or_refused(len, remote.len, what)?;
+            check_remote(remote, u64::from(len), what)?;
             2
         };
         let k = Self::body(&route);
@@ -564,18 +555,19 @@ impl<'q, 'm, T: DirectTransport> DirectBatch<'q, 'm, T> {
         dst: &SgeMut<'m>,
     ) -> Result<()> {
         if dst.length() != 8 {
-            return Err(Error::OutOfRange {
-                what: "the atomic's local entry length",
-                value: u64::from(dst.length()),
-                limit: "exactly 8 bytes".into(),
-            });
+            return Err(Error::Direct(DirectError::AtomicLength {
+                len: dst.length(),
+            }));
         }
-        check_remote(remote, 8, "the atomic's remote length")?;
+        if remote.len < 8 {
+            return Err(Error::Direct(DirectError::AtomicRemoteTooShort {
+                remote_len: remote.len,
+            }));
+        }
         if remote.addr % 8 != 0 {
-            return Err(Error::InvalidArgument(format!(
-                "an atomic's remote address must be 8-byte aligned: {:#x}",
-                remote.addr
-            )));
+            return Err(Error::Direct(DirectError::AtomicUnaligned {
+                addr: remote.addr,
+            }));
         }
         let k = Self::body(&route);
         let (ctrl, first) = self.begin(wr_id, opcode, 4, flags, 0, route)?;
@@ -589,14 +581,6 @@ impl<'q, 'm, T: DirectTransport> DirectBatch<'q, 'm, T> {
         }
         Self::data(self.seg(ctrl, first, k + 2), 8, dst.lkey(), dst.addr());
         Ok(())
-    }
-}
-
-#[cold]
-#[inline(never)]
-fn no_streams() -> Error {
-    Error::Unsupported {
-        what: "a DCI stream on a DCI created without DCI streams (QpBuilder::dci_streams)".into(),
     }
 }
 
@@ -766,7 +750,7 @@ impl<'q, 'm> DirectBatch<'q, 'm, DcInitiator> {
     /// (the control segment's `dci_stream_channel_id`, as
     /// `mlx5dv_wr_set_dc_addr_stream` writes it), for a DCI created with
     /// [`dci_streams`](crate::QpBuilder::dci_streams); on another the
-    /// writer refuses it ([`Error::Unsupported`]).
+    /// writer refuses it ([`DirectError::NoStreams`]).
     #[inline]
     pub fn dc_stream<'b>(
         &'b mut self,

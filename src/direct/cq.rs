@@ -2,7 +2,7 @@
 
 use super::arch;
 use super::sq::{self, Idx, Sq};
-use crate::error::{Error, Result};
+use crate::error::{DirectError, Error, Result};
 use crate::ffi;
 use crate::wc::{WcOpcode, WcStatus};
 use std::ptr::NonNull;
@@ -73,26 +73,6 @@ impl DirectWc {
     }
 }
 
-#[cold]
-#[inline(never)]
-fn foreign_cqe(op_own: u8) -> Error {
-    Error::InvalidArgument(format!(
-        "a direct CQ got a CQE of opcode {:#x} (format {}), which only a send completion \
-         may be here; it was skipped",
-        op_own >> 4,
-        (op_own >> 2) & 3
-    ))
-}
-
-#[cold]
-#[inline(never)]
-fn not_outstanding(counter: u16, ci: u16, pi: u16) -> Error {
-    Error::InvalidArgument(format!(
-        "a direct CQE names WQE {counter:#x}, which starts no outstanding work request \
-         (consumer index {ci:#x}, producer index {pi:#x}); it was skipped"
-    ))
-}
-
 /// The status of an error CQE's syndrome (`mlx5_handle_error_cqe`).
 pub(crate) fn status_of(syndrome: u8) -> WcStatus {
     match u32::from(syndrome) {
@@ -123,8 +103,10 @@ pub(crate) struct Cqr {
     pub(crate) mask: u32,
     /// `cqe_cnt` (a power of two): the owner bit of pass `n` is `n & 1`.
     pub(crate) cqe_cnt: u32,
-    /// log2 of the entry size (6 or 7).
-    pub(crate) size_shift: u32,
+    /// The entry size, 64 or 128 bytes (a multiply by it costs one
+    /// instruction with the size in memory, where a shift by its log needs
+    /// the shift count in one particular register).
+    pub(crate) entry: usize,
     /// Where the 64-byte CQE starts in an entry: 0, or 64 in a 128-byte
     /// entry (its second half, as libmlx5 reads it).
     pub(crate) cqe64_at: usize,
@@ -153,7 +135,7 @@ impl Cqr {
     /// The 64-byte CQE at consumer index `ci`.
     #[inline(always)]
     fn cqe(&self, ci: u32) -> *const u8 {
-        let at = ((ci & self.mask) as usize) << self.size_shift;
+        let at = ((ci & self.mask) as usize) * self.entry;
         // SAFETY: the entry `ci & mask` lies inside the ring.
         unsafe { self.buf.as_ptr().add(at + self.cqe64_at) }
     }
@@ -163,49 +145,28 @@ impl Cqr {
     /// from `sq`.
     #[inline(always)]
     pub(crate) fn step(&mut self, sq: &mut Idx) -> Result<Step> {
-        let Some((cqe, op_own)) = self.handed_over() else {
+        let Some((cqe, op_own)) = self.take() else {
             return Ok(Step::Empty);
         };
-        arch::from_device();
-        self.ci = self.ci.wrapping_add(1);
-        // The common case: a successful requester CQE (opcode
-        // MLX5_CQE_REQ, no data scattered into it). Anything else (an
-        // error CQE, ...) out of line.
         if op_own & 0xfc != 0 {
             let (r, moved) = slow_step(cqe, op_own, *sq);
             *sq = moved;
-            return r;
+            return r.map(Step::Wc);
         }
-        // SAFETY: the CQE is the software's now (owner bit checked, fields
-        // read after the barrier); fixed offsets inside its 64 bytes.
-        let (qpn_word, counter) = unsafe {
-            (
-                u32::from_be(cqe.add(off::SOP_DROP_QPN).cast::<u32>().read_volatile()),
-                u16::from_be(cqe.add(off::WQE_COUNTER).cast::<u16>().read_volatile()),
-            )
-        };
-        let (slot, covers) = retire(sq, counter)?;
-        let opcode = WcOpcode::from_raw(u32::from(slot.opcode));
-        let byte_len = match opcode {
-            WcOpcode::RDMA_READ => {
-                // SAFETY: as above.
-                let raw = unsafe { cqe.add(off::BYTE_CNT).cast::<u32>().read_volatile() };
-                u32::from_be(raw)
-            }
-            WcOpcode::COMP_SWAP | WcOpcode::FETCH_ADD => 8,
-            _ => 0,
-        };
-        Ok(Step::Wc(DirectWc {
-            wr_id: slot.wr_id,
-            status: WcStatus::SUCCESS,
-            opcode,
-            byte_len,
-            qp_num: qpn_word & 0x00ff_ffff,
-            vendor_err: 0,
-            syndrome: 0,
-            wqe_index: counter,
-            covers,
-        }))
+        good(cqe, sq).map(Step::Wc)
+    }
+
+    /// The next CQE if the device has handed it over, taken: the consumer
+    /// index moved past it and its fields readable (after
+    /// [`arch::from_device`]). It is one of two kinds: a plain successful
+    /// requester CQE (`op_own & 0xfc == 0`), read by [`good`], or any other,
+    /// read by [`slow_step`].
+    #[inline(always)]
+    pub(crate) fn take(&mut self) -> Option<(*const u8, u8)> {
+        let (cqe, op_own) = self.handed_over()?;
+        arch::from_device();
+        self.ci = self.ci.wrapping_add(1);
+        Some((cqe, op_own))
     }
 
     /// The CQE at the consumer index and its `op_own`, when the device has
@@ -289,6 +250,43 @@ impl Cqr {
     }
 }
 
+/// A plain successful requester CQE (opcode `MLX5_CQE_REQ`, no data
+/// scattered into it), taken ([`Cqr::take`]): its completion, the WQEs it
+/// covers retired from `sq`.
+#[inline(always)]
+pub(crate) fn good(cqe: *const u8, sq: &mut Idx) -> Result<DirectWc> {
+    // SAFETY: the CQE is the software's now (owner bit checked, fields
+    // read after the barrier); fixed offsets inside its 64 bytes.
+    let (qpn_word, counter) = unsafe {
+        (
+            u32::from_be(cqe.add(off::SOP_DROP_QPN).cast::<u32>().read_volatile()),
+            u16::from_be(cqe.add(off::WQE_COUNTER).cast::<u16>().read_volatile()),
+        )
+    };
+    let (slot, covers) = retire(sq, counter)?;
+    let opcode = WcOpcode::from_raw(u32::from(slot.opcode));
+    let byte_len = match opcode {
+        WcOpcode::RDMA_READ => {
+            // SAFETY: as above.
+            let raw = unsafe { cqe.add(off::BYTE_CNT).cast::<u32>().read_volatile() };
+            u32::from_be(raw)
+        }
+        WcOpcode::COMP_SWAP | WcOpcode::FETCH_ADD => 8,
+        _ => 0,
+    };
+    Ok(DirectWc {
+        wr_id: slot.wr_id,
+        status: WcStatus::SUCCESS,
+        opcode,
+        byte_len,
+        qp_num: qpn_word & 0x00ff_ffff,
+        vendor_err: 0,
+        syndrome: 0,
+        wqe_index: counter,
+        covers,
+    })
+}
+
 /// The slot of the WQE a CQE's counter names and how many work requests
 /// the CQE retires; retires them. The WQE must start a work request posted
 /// and not retired: the counter in [ci, pi) of the send queue, its slot's
@@ -305,7 +303,11 @@ fn retire(sq: &mut Idx, counter: u16) -> Result<(sq::Slot, u32)> {
         || covers.wrapping_sub(1) >= sq.outstanding()
         || ends_after.wrapping_sub(1) >= sq.pi.wrapping_sub(counter)
     {
-        return Err(not_outstanding(counter, sq.ci, sq.pi));
+        return Err(Error::Direct(DirectError::CqeNotOutstanding {
+            counter,
+            ci: sq.ci,
+            pi: sq.pi,
+        }));
     }
     sq.retired = slot.seq;
     sq.ci = slot.end;
@@ -317,13 +319,13 @@ fn retire(sq: &mut Idx, counter: u16) -> Result<(sq::Slot, u32)> {
 /// a send CQ.
 #[cold]
 #[inline(never)]
-fn slow_step(cqe: *const u8, op_own: u8, mut sq: Idx) -> (Result<Step>, Idx) {
+pub(crate) fn slow_step(cqe: *const u8, op_own: u8, mut sq: Idx) -> (Result<DirectWc>, Idx) {
     let r = slow_step_in(cqe, op_own, &mut sq);
     (r, sq)
 }
 
 #[inline(always)]
-fn slow_step_in(cqe: *const u8, op_own: u8, sq: &mut Idx) -> Result<Step> {
+fn slow_step_in(cqe: *const u8, op_own: u8, sq: &mut Idx) -> Result<DirectWc> {
     let opcode = op_own >> 4;
     // SAFETY: as in `Cqr::step`: the CQE is the software's.
     let (qpn_word, counter, syndrome, vendor) = unsafe {
@@ -342,10 +344,10 @@ fn slow_step_in(cqe: *const u8, op_own: u8, sq: &mut Idx) -> Result<Step> {
         ffi::MLX5_CQE_REQ_ERR | ffi::MLX5_CQE_RESP_ERR => (status_of(syndrome), syndrome, vendor),
         // A responder or other CQE: this CQ completes the send queue of
         // one QP only (`into_direct`).
-        _ => return Err(foreign_cqe(op_own)),
+        _ => return Err(Error::Direct(DirectError::StrayCqe { op_own })),
     };
     let (slot, covers) = retire(sq, counter)?;
-    Ok(Step::Wc(DirectWc {
+    Ok(DirectWc {
         wr_id: slot.wr_id,
         status,
         opcode: WcOpcode::from_raw(u32::from(slot.opcode)),
@@ -355,5 +357,5 @@ fn slow_step_in(cqe: *const u8, op_own: u8, sq: &mut Idx) -> Result<Step> {
         syndrome,
         wqe_index: counter,
         covers,
-    }))
+    })
 }

@@ -374,9 +374,8 @@ fn take_cq(dv: &ffi::mlx5dv_cq, what: &str) -> Result<Cqr> {
     let unsupported = |why: String| Error::Unsupported {
         what: format!("the direct path on {what}: {why}"),
     };
-    let size_shift = match dv.cqe_size {
-        64 => 6,
-        128 => 7,
+    let entry = match dv.cqe_size {
+        n @ (64 | 128) => n as usize,
         n => {
             return Err(unsupported(format!(
                 "CQEs of {n} bytes (64 or 128 expected)"
@@ -400,7 +399,7 @@ fn take_cq(dv: &ffi::mlx5dv_cq, what: &str) -> Result<Cqr> {
         buf,
         mask: dv.cqe_cnt - 1,
         cqe_cnt: dv.cqe_cnt,
-        size_shift,
+        entry,
         cqe64_at: (dv.cqe_size as usize) - 64,
         ci,
         dbrec,
@@ -434,18 +433,33 @@ impl<T: DirectTransport> DirectQp<T> {
         // cannot then be taken to alias them), put back after.
         let mut cq = self.cq;
         let mut idx = self.sq.idx();
+        // The two kinds of CQE each hand their completion to `f`: joined
+        // before the call, the completions of both would be merged field by
+        // field, at a cost to the common kind.
         while n < max {
-            match cq.step(&mut idx) {
-                Ok(Step::Wc(wc)) => {
-                    f(wc);
-                    n += 1;
+            let Some((cqe, op_own)) = cq.take() else {
+                break;
+            };
+            if op_own & 0xfc == 0 {
+                match cq::good(cqe, &mut idx) {
+                    Ok(wc) => f(wc),
+                    Err(e) => {
+                        r = Err(e);
+                        break;
+                    }
                 }
-                Ok(Step::Empty) => break,
-                Err(e) => {
-                    r = Err(e);
-                    break;
+            } else {
+                let (res, moved) = cq::slow_step(cqe, op_own, idx);
+                idx = moved;
+                match res {
+                    Ok(wc) => f(wc),
+                    Err(e) => {
+                        r = Err(e);
+                        break;
+                    }
                 }
             }
+            n += 1;
         }
         self.sq.put(idx);
         self.cq.ci = cq.ci;

@@ -8,7 +8,7 @@ use super::sq::{Slot, Sq};
 use crate::ffi;
 use crate::mr::{RemoteBuf, Sge, SgeMut};
 use crate::qp::ReliableConnection;
-use crate::{Error, SendFlags, WcOpcode, WcStatus};
+use crate::{DirectError, Error, SendFlags, WcOpcode, WcStatus};
 use std::ptr::NonNull;
 
 /// A send queue of `cnt` basic blocks over memory of the test's own.
@@ -301,22 +301,29 @@ fn what_would_not_fit_or_is_malformed_is_refused_before_anything_is_written() {
     // with a wrong local length or a misaligned remote address.
     assert!(matches!(
         b.rdma_write(5, SendFlags::empty(), remote(0, 4, 1), sge(0, 8, 1)),
-        Err(Error::OutOfRange { .. })
+        Err(Error::Direct(DirectError::RemoteTooShort {
+            len: 8,
+            remote_len: 4,
+            ..
+        }))
     ));
     assert!(matches!(
         b.send_inline(5, SendFlags::empty(), &[0; 201]),
-        Err(Error::OutOfRange {
-            what: "inline data",
-            ..
-        })
+        Err(Error::Direct(DirectError::InlineTooLong { len: 201, .. }))
     ));
     assert!(matches!(
         b.atomic_fetch_add(5, SendFlags::empty(), remote(0, 8, 1), 1, sge_mut(0, 4, 1)),
-        Err(Error::OutOfRange { .. })
+        Err(Error::Direct(DirectError::AtomicLength { len: 4 }))
     ));
     assert!(matches!(
         b.atomic_fetch_add(5, SendFlags::empty(), remote(4, 8, 1), 1, sge_mut(0, 8, 1)),
-        Err(Error::InvalidArgument(_))
+        Err(Error::Direct(DirectError::AtomicUnaligned { addr: 4 }))
+    ));
+    assert!(matches!(
+        b.atomic_fetch_add(5, SendFlags::empty(), remote(0, 4, 1), 1, sge_mut(0, 8, 1)),
+        Err(Error::Direct(DirectError::AtomicRemoteTooShort {
+            remote_len: 4
+        }))
     ));
     assert_eq!(b.len(), 4);
     // Dropped without ring: nothing posted, the doorbell untouched.
@@ -332,10 +339,11 @@ fn what_would_not_fit_or_is_malformed_is_refused_before_anything_is_written() {
     let mut b = Batch::new(&mut sq);
     assert!(matches!(
         b.send_inline(1, SendFlags::empty(), &[0; 1024]),
-        Err(Error::OutOfRange {
-            what: "the WQE's 16-byte units",
+        Err(Error::Direct(DirectError::TooManyUnits {
+            max: 63,
+            by_ds_field: true,
             ..
-        })
+        }))
     ));
 }
 
@@ -368,7 +376,7 @@ impl CqMem {
             buf: NonNull::new(self.buf.as_mut_ptr().cast()).unwrap(),
             mask: cnt - 1,
             cqe_cnt: cnt,
-            size_shift: if self.size == 64 { 6 } else { 7 },
+            entry: self.size,
             cqe64_at: self.size - 64,
             ci: 0,
             dbrec: NonNull::new(&mut self.db[0]).unwrap(),
@@ -640,11 +648,18 @@ fn a_cqe_naming_no_outstanding_wqe_retires_nothing() {
     mem.produce(2, 0, s, 0x5, 2, 0, 0);
     assert!(matches!(
         cq.step_sq(&mut sq),
-        Err(Error::InvalidArgument(_))
+        Err(Error::Direct(DirectError::CqeNotOutstanding {
+            counter: 9,
+            ci: 0,
+            pi: 4
+        }))
     ));
     assert!(matches!(
         cq.step_sq(&mut sq),
-        Err(Error::InvalidArgument(_))
+        Err(Error::Direct(DirectError::CqeNotOutstanding {
+            counter: 1,
+            ..
+        }))
     ));
     assert_eq!((sq.outstanding(), sq.ci), (2, 0));
     let Ok(Step::Wc(wc)) = cq.step_sq(&mut sq) else {
@@ -653,10 +668,14 @@ fn a_cqe_naming_no_outstanding_wqe_retires_nothing() {
     assert_eq!((wc.wr_id, wc.covers, sq.outstanding(), sq.ci), (2, 2, 0, 4));
     // A responder CQE does not belong on a send CQ: skipped, an error.
     mem.produce(3, ffi::MLX5_CQE_RESP_SEND as u8, 0, 0x5, 0, 4, 0);
-    assert!(matches!(
-        cq.step_sq(&mut sq),
-        Err(Error::InvalidArgument(_))
-    ));
+    let Err(e) = cq.step_sq(&mut sq) else {
+        panic!("a responder CQE was taken")
+    };
+    assert!(
+        matches!(e, Error::Direct(DirectError::StrayCqe { op_own }) if op_own >> 4 == 2),
+        "{e}"
+    );
+    assert!(e.to_string().contains("opcode 0x2"), "{e}");
     assert_eq!(cq.ci, 4);
 }
 
@@ -704,7 +723,10 @@ fn a_stale_slot_of_an_abandoned_batch_is_not_an_outstanding_wqe() {
     mem.produce(0, 0, s, 5, 1, 0, 0);
     assert!(matches!(
         cq.step_sq(&mut sq),
-        Err(Error::InvalidArgument(_))
+        Err(Error::Direct(DirectError::CqeNotOutstanding {
+            counter: 1,
+            ..
+        }))
     ));
     assert_eq!((sq.retired, sq.ci, sq.outstanding()), (0, 0, 2));
     // The real CQE, naming WR 11's block, retires both.
