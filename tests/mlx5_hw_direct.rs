@@ -646,6 +646,87 @@ fn one_completion_retires_32_unsignalled_writes() {
     r.peer_holds(0, &data);
 }
 
+/// `poll_into`: the completions a scoped post kept for the next poll come
+/// first, then the CQ's, as many as the slice holds each time, every field
+/// as `poll` gives it.
+#[test]
+#[ignore = "needs an mlx5 device: set MLX5DV_TEST_MLX5_DEVICE"]
+fn poll_into_fills_slices_backlog_first() {
+    let mut r = Rig::new();
+    let qpn = r.qp.qp_num();
+    let data = pattern(32 * 64, 9);
+    r.src.write_at(0, &data).unwrap();
+    r.peer.mr.fill(.., 0).unwrap();
+    let remote = r.peer.mr.remote(..).unwrap();
+    fn write<'m>(
+        b: &mut mlx5dv::direct::DirectBatch<'_, 'm, ReliableConnection>,
+        src: &'m MemoryRegion,
+        remote: RemoteBuf,
+        i: u64,
+    ) {
+        let at = i as usize * 64;
+        b.rdma_write(
+            i,
+            SendFlags::SIGNALED,
+            remote.slice(at as u64, 64).unwrap(),
+            src.sge(at..at + 64).unwrap(),
+        )
+        .unwrap();
+    }
+    // Four rung without waiting, then a scoped post, which reads their
+    // completions before its own and keeps them.
+    let mut b = r.qp.batch();
+    for i in 0..4 {
+        write(&mut b, &r.src, remote, i);
+    }
+    // `src` is neither written nor dropped until the completions below.
+    assert_eq!(unsafe { b.ring() }, 4);
+    let src = &r.src;
+    let wcs =
+        r.qp.post_and_wait(WAIT, |b| {
+            b.rdma_write(
+                100,
+                SendFlags::empty(),
+                remote.slice(4 * 64, 64)?,
+                src.sge(4 * 64..5 * 64)?,
+            )
+        })
+        .unwrap();
+    assert_eq!(wcs.len(), 1, "{wcs:?}");
+    check_wc(&wcs[0], 100, WcOpcode::RDMA_WRITE, 1, qpn);
+    let mut out = [DirectWc::default(); 3];
+    assert_eq!(r.qp.poll_into(&mut out).unwrap(), 3);
+    for (i, wc) in out.iter().enumerate() {
+        check_wc(wc, i as u64, WcOpcode::RDMA_WRITE, 1, qpn);
+    }
+    assert_eq!(r.qp.poll_into(&mut out).unwrap(), 1);
+    check_wc(&out[0], 3, WcOpcode::RDMA_WRITE, 1, qpn);
+    assert_eq!(r.qp.poll_into(&mut out).unwrap(), 0);
+
+    // 27 more, read into slices of 8 as they come.
+    let mut b = r.qp.batch();
+    for i in 5..32 {
+        write(&mut b, &r.src, remote, i);
+    }
+    // As above.
+    assert_eq!(unsafe { b.ring() }, 27);
+    let mut out = [DirectWc::default(); 8];
+    let mut next = 5;
+    let deadline = Instant::now() + WAIT;
+    while next < 32 {
+        let n = r.qp.poll_into(&mut out).unwrap();
+        assert!(n <= 8);
+        for wc in &out[..n] {
+            check_wc(wc, next, WcOpcode::RDMA_WRITE, 1, qpn);
+            next += 1;
+        }
+        assert!(Instant::now() < deadline, "only up to {next} of 32 came");
+    }
+    assert_eq!(r.qp.outstanding(), 0);
+    assert_eq!(r.qp.poll_into(&mut out).unwrap(), 0);
+    r.peer_holds(0, &data);
+}
+
 #[test]
 #[ignore = "needs an mlx5 device: set MLX5DV_TEST_MLX5_DEVICE"]
 fn scoped_batches_wrap_the_send_queue() {

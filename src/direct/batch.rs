@@ -112,12 +112,15 @@ pub struct DirectBatch<'q, 'm, T: DirectTransport> {
     /// The most 16-byte units one WQE may take.
     max_units: u32,
     qpn8: u32,
-    /// The sequence number of the last work request written.
-    seq: u32,
     /// Whether the QP has DCI streams.
     streams: bool,
-    /// The producer index of the next WQE (the ring's own moves at `ring`).
-    pub(super) pi: u16,
+    /// The producer index of the next WQE (the ring's own moves at `ring`)
+    /// in bits 48 to 63, the sequence number of the last work request
+    /// written in bits 0 to 31 (bits 32 to 47: 0 when the batch starts,
+    /// then at most a carry of the sequence number). One register moved
+    /// by one addition a WQE, and written whole as the tag of its slot
+    /// ([`Slot`]: `seq`, then `end` in the high 16 bits).
+    state: u64,
     /// The first basic block of the last WQE written (valid once `seq`
     /// moved past the ring's `posted`).
     last: u16,
@@ -219,7 +222,7 @@ pub(super) struct Route<'a> {
 
 impl<'q, 'm, T: DirectTransport> DirectBatch<'q, 'm, T> {
     pub(super) fn new(sq: &'q mut Sq) -> Self {
-        let pi = sq.pi;
+        let state = (u64::from(sq.pi) << 48) | u64::from(sq.posted);
         DirectBatch {
             buf: sq.buf.as_ptr(),
             slots: sq.slots.as_mut_ptr(),
@@ -227,10 +230,9 @@ impl<'q, 'm, T: DirectTransport> DirectBatch<'q, 'm, T> {
             limit: sq.ci.wrapping_add(sq.wqe_cnt as u16),
             max_units: (sq.max_blocks * 4).min(u32::from(crate::wqe::MAX_DS)),
             qpn8: sq.qpn8,
-            seq: sq.posted,
             streams: sq.streams,
             sq,
-            pi,
+            state,
             last: 0,
             _m: PhantomData,
         }
@@ -238,7 +240,7 @@ impl<'q, 'm, T: DirectTransport> DirectBatch<'q, 'm, T> {
 
     /// Work requests written so far.
     pub fn len(&self) -> u32 {
-        self.seq.wrapping_sub(self.sq.posted)
+        self.seq().wrapping_sub(self.sq.posted)
     }
 
     /// Whether no work request was written.
@@ -250,7 +252,19 @@ impl<'q, 'm, T: DirectTransport> DirectBatch<'q, 'm, T> {
     /// batch: an RDMA write or send of one entry, or an atomic, takes one
     /// on an RC QP, two on a DCI.
     pub fn room(&self) -> u32 {
-        u32::from(self.limit.wrapping_sub(self.pi))
+        u32::from(self.limit.wrapping_sub(self.pi()))
+    }
+
+    /// The producer index of the next WQE.
+    #[inline(always)]
+    pub(super) fn pi(&self) -> u16 {
+        (self.state >> 48) as u16
+    }
+
+    /// The sequence number of the last work request written.
+    #[inline(always)]
+    fn seq(&self) -> u32 {
+        self.state as u32
     }
 
     /// The address of the 16-byte unit `unit` of the ring (taken modulo
@@ -307,7 +321,7 @@ impl<'q, 'm, T: DirectTransport> DirectBatch<'q, 'm, T> {
         // A WQE of one basic block fits any QP's WQE: for the operations
         // whose size is known (most), the first test folds away.
         if (units > 4 && units > self.max_units)
-            || blocks > u32::from(self.limit.wrapping_sub(self.pi))
+            || blocks > u32::from(self.limit.wrapping_sub(self.pi()))
         {
             return Err(no_room(
                 units,
@@ -316,7 +330,7 @@ impl<'q, 'm, T: DirectTransport> DirectBatch<'q, 'm, T> {
                 self.sq.wqe_cnt,
             ));
         }
-        let idx = self.pi;
+        let idx = self.pi();
         let first = u32::from(idx) * 4;
         let ctrl = self.ctrl_of(idx);
         let stream = match route {
@@ -352,20 +366,15 @@ impl<'q, 'm, T: DirectTransport> DirectBatch<'q, 'm, T> {
                 }
             }
         }
-        let end = idx.wrapping_add(blocks as u16);
-        self.seq = self.seq.wrapping_add(1);
+        // The producer index past the WQE, and the next sequence number.
+        let next = self.state.wrapping_add((u64::from(blocks) << 48) | 1);
+        let slot = usize::from(idx & self.mask);
+        // Mapped here, where `opcode` is a constant: the poll reads the
+        // completion's opcode as it is.
+        let wc_opcode = super::sq::wc_opcode(opcode as u8).to_raw() as u8;
         // SAFETY: masked, the slot is inside the slot array (one per basic
         // block of the ring).
-        unsafe {
-            self.slots.add(usize::from(idx & self.mask)).write(Slot {
-                wr_id,
-                seq: self.seq,
-                end,
-                // Mapped here, where `opcode` is a constant: the poll
-                // reads the completion's opcode as it is.
-                opcode: super::sq::wc_opcode(opcode as u8).to_raw() as u8,
-            })
-        };
+        unsafe { Slot::write(self.slots.add(slot), wr_id, next, wc_opcode) };
         // The later blocks of a WQE start none: their slots say so (an
         // end at the block itself), so that a stale slot left there by an
         // abandoned batch is never taken for an outstanding WQE.
@@ -376,7 +385,7 @@ impl<'q, 'm, T: DirectTransport> DirectBatch<'q, 'm, T> {
                 unsafe { (*self.slots.add(usize::from(at & self.mask))).end = at };
             }
         }
-        self.pi = end;
+        self.state = next;
         self.last = idx;
         Ok((ctrl, first))
     }
@@ -793,11 +802,12 @@ impl<T: DirectTransport> DirectBatch<'_, '_, T> {
         let n = self.len();
         if n != 0 {
             let last = self.ctrl_of(self.last);
+            let (seq, pi) = (self.seq(), self.pi());
             let sq = &mut *self.sq;
-            sq.posted = self.seq;
+            sq.posted = seq;
             // SAFETY: every WQE in [sq.pi, self.pi) was written whole by
             // this batch, `last` the last one's control segment.
-            unsafe { sq.ring(self.pi, last) };
+            unsafe { sq.ring(pi, last) };
         }
         n
     }

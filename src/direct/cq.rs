@@ -51,6 +51,25 @@ pub struct DirectWc {
     pub covers: u32,
 }
 
+/// A placeholder to fill a slice for [`DirectQp::poll_into`](super::DirectQp::poll_into)
+/// with: work request 0, status `IBV_WC_GENERAL_ERR` (so that an entry
+/// no poll wrote is never taken for a success), every other field 0.
+impl Default for DirectWc {
+    fn default() -> Self {
+        DirectWc {
+            wr_id: 0,
+            status: WcStatus::GENERAL_ERR,
+            opcode: WcOpcode::from_raw(0),
+            byte_len: 0,
+            qp_num: 0,
+            vendor_err: 0,
+            syndrome: 0,
+            wqe_index: 0,
+            covers: 0,
+        }
+    }
+}
+
 impl DirectWc {
     /// Whether it succeeded.
     pub fn is_success(&self) -> bool {
@@ -250,6 +269,36 @@ impl Cqr {
     }
 }
 
+/// Reads the CQEs the device has handed over into `out`, up to its
+/// length, retiring their WQEs from `sq`: how many it wrote, and the error
+/// of a CQE it skipped (which ends the poll). Each kind of CQE stores its
+/// own completion: joined before the store, the completions of both would
+/// be merged field by field, at a cost to the common kind.
+#[inline(always)]
+pub(crate) fn poll_into(cq: &mut Cqr, sq: &mut Idx, out: &mut [DirectWc]) -> (usize, Result<()>) {
+    let mut n = 0;
+    while n < out.len() {
+        let Some((cqe, op_own)) = cq.take() else {
+            break;
+        };
+        if op_own & 0xfc == 0 {
+            match good(cqe, sq) {
+                Ok(wc) => out[n] = wc,
+                Err(e) => return (n, Err(e)),
+            }
+        } else {
+            let (res, moved) = slow_step(cqe, op_own, *sq);
+            *sq = moved;
+            match res {
+                Ok(wc) => out[n] = wc,
+                Err(e) => return (n, Err(e)),
+            }
+        }
+        n += 1;
+    }
+    (n, Ok(()))
+}
+
 /// A plain successful requester CQE (opcode `MLX5_CQE_REQ`, no data
 /// scattered into it), taken ([`Cqr::take`]): its completion, the WQEs it
 /// covers retired from `sq`.
@@ -296,22 +345,35 @@ pub(crate) fn good(cqe: *const u8, sq: &mut Idx) -> Result<DirectWc> {
 fn retire(sq: &mut Idx, counter: u16) -> Result<(sq::Slot, u32)> {
     // SAFETY: masked, the slot is inside the slot array (one per basic
     // block of the ring).
-    let slot = unsafe { *sq.slots.add(usize::from(counter & sq.mask)) };
-    let covers = slot.seq.wrapping_sub(sq.retired);
-    let ends_after = slot.end.wrapping_sub(counter);
+    let slot = unsafe { sq.slots.add(usize::from(counter & sq.mask)) };
+    // Each field read where it is needed (the checks first), so that
+    // fewer values are live at once.
+    // SAFETY: as above.
+    let seq = unsafe { std::ptr::addr_of!((*slot).seq).read() };
+    let covers = seq.wrapping_sub(sq.retired);
     if counter.wrapping_sub(sq.ci) >= sq.pi.wrapping_sub(sq.ci)
         || covers.wrapping_sub(1) >= sq.outstanding()
-        || ends_after.wrapping_sub(1) >= sq.pi.wrapping_sub(counter)
     {
-        return Err(Error::Direct(DirectError::CqeNotOutstanding {
-            counter,
-            ci: sq.ci,
-            pi: sq.pi,
-        }));
+        return Err(not_outstanding(sq, counter));
     }
-    sq.retired = slot.seq;
-    sq.ci = slot.end;
-    Ok((slot, covers))
+    // SAFETY: as above.
+    let end = unsafe { std::ptr::addr_of!((*slot).end).read() };
+    if end.wrapping_sub(counter).wrapping_sub(1) >= sq.pi.wrapping_sub(counter) {
+        return Err(not_outstanding(sq, counter));
+    }
+    sq.retired = seq;
+    sq.ci = end;
+    // SAFETY: as above.
+    Ok((unsafe { *slot }, covers))
+}
+
+#[inline(always)]
+fn not_outstanding(sq: &Idx, counter: u16) -> Error {
+    Error::Direct(DirectError::CqeNotOutstanding {
+        counter,
+        ci: sq.ci,
+        pi: sq.pi,
+    })
 }
 
 /// Every CQE but a plain successful requester one: error CQEs, a

@@ -34,10 +34,11 @@
 //! setters (indirect calls, per-call checks, a lock if the QP has one) and
 //! a completion its readers: about 135 and 210 instructions on libmlx5 44.
 //! The direct path writes the same WQE bytes with a few stores and parses
-//! a CQE with a few loads: on the software device an RC write costs 0.45
-//! (every one signalled) to 0.54 (one in 32) of the instructions through
-//! libmlx5, a DCI write 0.59, a completion 0.49 (`scripts/bench-real`,
-//! the rows named `direct`, in BENCHMARKS.md).
+//! a CQE with a few loads: on the software device an RC write costs 0.38
+//! (every one signalled) to 0.44 (one in 32) of the instructions through
+//! libmlx5, a DCI write 0.47, a completion read with
+//! [`DirectQp::poll_into`] 0.38 (`scripts/bench-real`, the rows named
+//! `direct`, in BENCHMARKS.md).
 //! Choose it for message rate on RC QPs and DCIs whose send completions
 //! nothing else reads; stay with [`WrBatch`](crate::WrBatch) for
 //! everything else (the other transports, memory windows, mkeys, DMA
@@ -201,6 +202,10 @@ pub struct DirectQp<T: DirectTransport> {
     backlog: VecDeque<DirectWc>,
     /// What the last scoped post returned.
     done: Vec<DirectWc>,
+    /// An error [`DirectQp::poll_into`] met after completions it returned:
+    /// the next poll returns it first (boxed: the QP stays small, and the
+    /// error is rare).
+    deferred: Option<Box<Error>>,
     // Dropped in this order: the QP, then its CQ.
     qp: QpEx<T>,
     _cq: CompletionQueue,
@@ -310,6 +315,7 @@ impl<T: DirectTransport> QpEx<T> {
             sq,
             cq: cqr,
             backlog: VecDeque::new(),
+            deferred: None,
             done: Vec::new(),
             qp: self,
             _cq: cq,
@@ -414,11 +420,16 @@ impl<T: DirectTransport> DirectQp<T> {
     }
 
     /// Reads up to `max` completions, oldest first, handing each to `f`.
-    /// Returns how many it read. A CQE that is not a send completion of
-    /// this QP, which the device does not write here, is skipped with an
-    /// error ([`Error::InvalidArgument`]) after the completions before it.
+    /// Returns how many it read. A CQE that cannot be trusted (not a send
+    /// completion of this QP, which the device does not write here, or
+    /// naming no outstanding work request) is skipped with an error
+    /// ([`Error::Direct`]) after the completions before it.
+    /// [`poll_into`](Self::poll_into) is the same into a slice.
     #[inline]
     pub fn poll(&mut self, max: usize, mut f: impl FnMut(DirectWc)) -> Result<usize> {
+        if let Some(e) = self.deferred.take() {
+            return Err(*e);
+        }
         let mut n = 0;
         while n < max {
             let Some(wc) = self.backlog.pop_front() else {
@@ -467,6 +478,83 @@ impl<T: DirectTransport> DirectQp<T> {
             self.cq.publish();
         }
         r.map(|()| n)
+    }
+
+    /// Reads completions into `out`, oldest first: as many as the CQ
+    /// holds, up to `out.len()`. Returns how many it wrote (`out[..n]`).
+    ///
+    /// The same completions as [`poll`](Self::poll), in the form of
+    /// `ibv_poll_cq(3)`: written into a slice, which costs fewer
+    /// instructions per completion than a closure that stores each
+    /// (`scripts/bench-real`, the `direct` poll rows). A CQE that cannot be
+    /// trusted (not a send completion of this QP, or naming no
+    /// outstanding work request: [`Error::Direct`]) is skipped with an
+    /// error: returned at once when no completion came before it in this
+    /// call, else by the next call (of `poll_into` or `poll`), so that the
+    /// completions before it are returned first.
+    ///
+    /// ```no_run
+    /// # use mlx5dv::direct::{DirectRc, DirectWc};
+    /// # fn f(qp: &mut DirectRc) -> mlx5dv::Result<()> {
+    /// let mut wcs = [DirectWc::default(); 32];
+    /// let n = qp.poll_into(&mut wcs)?;
+    /// for wc in &wcs[..n] {
+    ///     wc.ok()?;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    #[inline]
+    pub fn poll_into(&mut self, out: &mut [DirectWc]) -> Result<usize> {
+        if self.deferred.is_some() || !self.backlog.is_empty() {
+            return self.poll_into_slow(out);
+        }
+        let mut cq = self.cq;
+        let mut idx = self.sq.idx();
+        let (n, r) = cq::poll_into(&mut cq, &mut idx, out);
+        self.sq.put(idx);
+        self.cq.ci = cq.ci;
+        if n > 0 || r.is_err() {
+            self.cq.publish();
+        }
+        self.defer_after(n, r)
+    }
+
+    /// `poll_into` with a deferred error or a backlog to hand out first.
+    #[cold]
+    #[inline(never)]
+    fn poll_into_slow(&mut self, out: &mut [DirectWc]) -> Result<usize> {
+        if let Some(e) = self.deferred.take() {
+            return Err(*e);
+        }
+        let mut n = 0;
+        let r = self.poll(out.len(), |wc| {
+            // `poll` hands out at most `out.len()`.
+            if let Some(slot) = out.get_mut(n) {
+                *slot = wc;
+                n += 1;
+            }
+        });
+        self.defer_after(n, r.map(|_| ()))
+    }
+
+    /// `Ok(n)`, or the error: at once after no completion, else kept for
+    /// the next poll.
+    #[inline(always)]
+    fn defer_after(&mut self, n: usize, r: Result<()>) -> Result<usize> {
+        match r {
+            Ok(()) => Ok(n),
+            Err(e) => self.defer(n, e),
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn defer(&mut self, n: usize, e: Error) -> Result<usize> {
+        if n == 0 {
+            return Err(e);
+        }
+        self.deferred = Some(Box::new(e));
+        Ok(n)
     }
 
     /// Arms the CQ: its next completion (with `solicited_only`, its next

@@ -18,17 +18,67 @@ pub(crate) const INLINE_SEG: u32 = ffi::MLX5_INLINE_SEG;
 
 /// What the crate remembers of each posted WQE, in the slot of its first
 /// basic block: what a CQE whose WQE counter names it stands for.
+///
+/// Laid out so that the second word is the batch's state
+/// ([`DirectBatch`](super::DirectBatch)) as it is after the WQE, on a
+/// little-endian machine: `seq` in its low 32 bits, `end` in its high 16
+/// (the byte `opcode` is written over after).
 #[derive(Clone, Copy, Default, Debug)]
+#[repr(C)]
 pub(crate) struct Slot {
     /// The caller's id.
     pub(crate) wr_id: u64,
     /// The sequence number of the work request (counted from the QP's
     /// first), so that a CQE knows how many it retires.
     pub(crate) seq: u32,
-    /// The producer index just past the WQE.
-    pub(crate) end: u16,
     /// The work-completion opcode of the WQE's operation (`IBV_WC_*`).
     pub(crate) opcode: u8,
+    /// Whatever the state's bits 40 to 47 held.
+    pub(crate) _pad: u8,
+    /// The producer index just past the WQE.
+    pub(crate) end: u16,
+}
+
+const _: () = {
+    assert!(std::mem::size_of::<Slot>() == 16);
+    assert!(std::mem::offset_of!(Slot, seq) == 8);
+    assert!(std::mem::offset_of!(Slot, opcode) == 12);
+    assert!(std::mem::offset_of!(Slot, end) == 14);
+};
+
+impl Slot {
+    /// Writes the slot of a WQE: `wr_id`, `state` (the sequence number in
+    /// bits 0 to 31, the end in bits 48 to 63) and `opcode`.
+    ///
+    /// # Safety
+    /// `slot` is valid for writes and aligned.
+    #[inline(always)]
+    pub(crate) unsafe fn write(slot: *mut Slot, wr_id: u64, state: u64, opcode: u8) {
+        if cfg!(target_endian = "little") {
+            // SAFETY: the caller's promise; bytes 8 to 15 of the slot are
+            // `seq`, `opcode`, `_pad` and `end`, plain integers: any bytes
+            // are valid there, and on a little-endian machine the word's
+            // low 32 bits land in `seq` and its high 16 in `end`.
+            unsafe {
+                std::ptr::addr_of_mut!((*slot).wr_id).write(wr_id);
+                std::ptr::addr_of_mut!((*slot).seq)
+                    .cast::<u64>()
+                    .write(state);
+                std::ptr::addr_of_mut!((*slot).opcode).write(opcode);
+            }
+        } else {
+            // SAFETY: the caller's promise.
+            unsafe {
+                slot.write(Slot {
+                    wr_id,
+                    seq: state as u32,
+                    opcode,
+                    _pad: 0,
+                    end: (state >> 48) as u16,
+                })
+            };
+        }
+    }
 }
 
 /// The send queue: libmlx5's buffer and doorbell, with the crate's own

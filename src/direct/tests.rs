@@ -3,7 +3,7 @@
 //! rings in ordinary memory shaped as libmlx5's.
 
 use super::batch::DirectBatch;
-use super::cq::{status_of, Cqr, Step};
+use super::cq::{status_of, Cqr, DirectWc, Step};
 use super::sq::{Slot, Sq};
 use crate::ffi;
 use crate::mr::{RemoteBuf, Sge, SgeMut};
@@ -735,4 +735,73 @@ fn a_stale_slot_of_an_abandoned_batch_is_not_an_outstanding_wqe() {
         panic!()
     };
     assert_eq!((wc.wr_id, wc.covers, sq.outstanding()), (11, 2, 0));
+}
+
+/// The slice poll: every kind of CQE stored in order (a good one, an
+/// error one, a read with its byte count), as many as fit; a CQE it cannot
+/// trust ends the poll with its error after the completions before it, and
+/// the next poll goes on after it.
+#[test]
+fn the_slice_poll_stores_each_kind_and_stops_at_a_stray_cqe() {
+    let mut ring = Ring::new(16);
+    let mut sq = ring.sq(0x5, 0);
+    let mut mem = CqMem::new(8, 64);
+    let mut cq = mem.cqr();
+    post_writes(&mut sq, 6, 1);
+    let w = ffi::MLX5_OPCODE_RDMA_WRITE as u8;
+    let err = ffi::MLX5_CQE_REQ_ERR as u8;
+    mem.produce(0, 0, w, 0x5, 0, 0, 0);
+    mem.produce(
+        1,
+        err,
+        w,
+        0x5,
+        1,
+        0,
+        ffi::MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR as u8,
+    );
+    mem.produce(2, 0, w, 0x5, 2, 0, 0);
+    // A responder CQE: not a send completion.
+    mem.produce(3, ffi::MLX5_CQE_RESP_SEND as u8, 0, 0x5, 0, 4, 0);
+    mem.produce(4, 0, w, 0x5, 3, 0, 0);
+    let mut out = [DirectWc::default(); 8];
+    // Two fit: the good one and the error one.
+    let mut idx = sq.idx();
+    let (n, r) = super::cq::poll_into(&mut cq, &mut idx, &mut out[..2]);
+    sq.put(idx);
+    assert!(r.is_ok());
+    assert_eq!(n, 2);
+    assert_eq!(
+        (out[0].wr_id, out[0].status, out[0].covers),
+        (100, WcStatus::SUCCESS, 1)
+    );
+    assert_eq!(
+        (out[1].wr_id, out[1].status, out[1].syndrome),
+        (
+            101,
+            WcStatus::REM_ACCESS_ERR,
+            ffi::MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR as u8
+        )
+    );
+    // Room for all: one completion, then the stray CQE ends the poll.
+    let mut idx = sq.idx();
+    let (n, r) = super::cq::poll_into(&mut cq, &mut idx, &mut out);
+    sq.put(idx);
+    assert_eq!(n, 1);
+    assert_eq!(out[0].wr_id, 102);
+    assert!(
+        matches!(r, Err(Error::Direct(DirectError::StrayCqe { .. }))),
+        "{r:?}"
+    );
+    assert_eq!(cq.ci, 4);
+    // The next poll goes on after it; nothing more is there after that.
+    let mut idx = sq.idx();
+    let (n, r) = super::cq::poll_into(&mut cq, &mut idx, &mut out);
+    sq.put(idx);
+    assert!(r.is_ok());
+    assert_eq!((n, out[0].wr_id, sq.outstanding()), (1, 103, 2));
+    let mut idx = sq.idx();
+    assert_eq!(super::cq::poll_into(&mut cq, &mut idx, &mut out).0, 0);
+    // An unwritten entry is never a success.
+    assert!(!DirectWc::default().is_success());
 }

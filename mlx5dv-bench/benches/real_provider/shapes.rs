@@ -313,11 +313,5 @@ pub fn rust_direct_dci_write_sge_stream(
 #[no_mangle]
 #[inline(never)]
 pub fn rust_direct_poll(qp: &mut DirectRc, out: &mut [DirectWc; BATCH]) -> Result<usize> {
-    let mut i = 0;
-    qp.poll(BATCH, |wc| {
-        if let Some(slot) = out.get_mut(i) {
-            *slot = wc;
-        }
-        i += 1;
-    })
+    qp.poll_into(out)
 }
