@@ -66,12 +66,18 @@ impl ConnectRequest {
         accept_finish(id, qp, param, rts, ev)
     }
 
-    /// Checks, moves `qp` to RTR with the CM's attributes, answers the
-    /// peer (`rdma_accept`) and asks the CM for the RTS attributes at once,
-    /// to fall back on should it refuse them at `ESTABLISHED` (it does
-    /// once the peer has begun to disconnect); the caller awaits
-    /// `ESTABLISHED` and calls [`accept_finish`]. A failure after the
-    /// checks moves the QP to ERR.
+    /// Checks, moves `qp` to RTR with the CM's attributes, asks the CM
+    /// for the RTS attributes, then answers the peer (`rdma_accept`); the
+    /// caller awaits `ESTABLISHED` and calls [`accept_finish`]. The RTS
+    /// attributes are the fallback should the CM refuse them at
+    /// `ESTABLISHED` (it does once the peer has begun to disconnect).
+    /// They are asked for before the answer, as rdma_cm itself moves a QP
+    /// it manages to RTR and RTS before answering (the CM gives the same
+    /// attributes before and after it): once the answer is out, the peer
+    /// may connect and disconnect before the next call (seen with a client
+    /// that drops its id as soon as `connect` returns, on a loaded
+    /// machine), and the CM then refuses them. A failure after the checks
+    /// moves the QP to ERR.
     pub(super) fn accept_start(
         self,
         qp: &RcQp,
@@ -84,6 +90,7 @@ impl ConnectRequest {
         let result = (|| {
             id.init_if_reset(qp)?;
             id.to_rtr(qp, param)?;
+            let rts = id.rts_attr(param)?;
             let mut raw = param.to_raw(qp.qp_num());
             let ((), step) = id.ask(CmEventKind::Established, || {
                 // SAFETY: the id is live; `raw` and its private data are
@@ -94,7 +101,7 @@ impl ConnectRequest {
                 }
                 Ok(())
             })?;
-            Ok((id.rts_attr(param)?, step))
+            Ok((rts, step))
         })();
         match result {
             Ok((rts, step)) => Ok((id, what, rts, step)),
@@ -141,7 +148,7 @@ pub(super) fn accept_finish(
     ev: Result<CmEvent>,
 ) -> Result<CmId> {
     // The CM's RTS attributes as of now; when it refuses them (the peer
-    // has begun to disconnect already), those it gave right after
+    // has begun to disconnect already), those it gave before
     // `rdma_accept`.
     let rts = |_| id.rts_attr(param).or(Ok::<_, Error>(early));
     match ev.and_then(rts).and_then(|rts| rts.apply(qp)) {
