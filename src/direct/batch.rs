@@ -318,9 +318,12 @@ impl<'q, 'm, T: DirectTransport> DirectBatch<'q, 'm, T> {
     ) -> Result<(*mut u8, u32)> {
         let units = units + if route.is_some() { 3 } else { 0 };
         let blocks = (units + 3) >> 2;
-        // A WQE of one basic block fits any QP's WQE: for the operations
-        // whose size is known (most), the first test folds away.
-        if (units > 4 && units > self.max_units)
+        // A WQE of one basic block fits any QP's WQE, one of two any
+        // DCI's (its datagram segment alone takes three units: `into_direct`
+        // takes no DCI whose WQEs are smaller): for the operations whose
+        // size is known (most), the first test folds away.
+        let always_fits = if T::DC { 8 } else { 4 };
+        if (units > always_fits && units > self.max_units)
             || blocks > u32::from(self.limit.wrapping_sub(self.pi()))
         {
             return Err(no_room(

@@ -333,9 +333,12 @@ impl<T: DirectTransport> QpEx<T> {
                 dv.sq.stride
             )));
         }
-        if !cnt.is_power_of_two() || cnt > 1 << 15 {
+        // A DCI's WQEs take two basic blocks at least (control, datagram,
+        // remote address, data: the writers count on it).
+        if !cnt.is_power_of_two() || cnt > 1 << 15 || (T::DC && cnt < 2) {
             return Err(unsupported(format!(
-                "a send queue of {cnt} basic blocks (a power of two up to 2^15 expected)"
+                "a send queue of {cnt} basic blocks (a power of two up to 2^15 expected, \
+                 two at least for a DCI)"
             )));
         }
         let (Some(buf), Some(dbrec), Some(reg)) = (
