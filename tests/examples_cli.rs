@@ -269,6 +269,11 @@ fn every_example_refuses_bad_usage_with_status_2_before_the_device() {
         ("rc_pingpong", &["-l", "256"], "--sl: 256 is out of range"),
         (
             "rc_pingpong",
+            &["--direct", "-e"],
+            "-e does not go with --direct",
+        ),
+        (
+            "rc_pingpong",
             &["--rx-depth=0x100000000"],
             "--rx-depth: 0x100000000 is out of range",
         ),

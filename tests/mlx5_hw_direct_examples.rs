@@ -119,3 +119,60 @@ fn rc_write_direct_loopback_checks_the_data() {
     assert!(rate.contains("(direct path"), "{rate}");
     println!("{rate}");
 }
+
+/// `rc_pingpong --direct` against rdma-core's `ibv_rc_pingpong`, one as
+/// server and the other as client (`direct_serves`): both exit 0, the C
+/// tool reports its iterations, and the direct side has checked every
+/// byte of every message and sent as many on the direct path.
+fn pingpong_direct_against_the_c_tool(direct_serves: bool, port: &str) {
+    let (dev, gid) = mlx5_device_and_gid();
+    let common = [
+        "-d", &dev, "-g", &gid, "-n", "200", "-s", "2048", "-p", port,
+    ];
+    let direct_args = [&common[..], &["--direct"]].concat();
+    let (server, client) = if direct_serves {
+        let server = spawn(Command::new(example("rc_pingpong")).args(&direct_args));
+        let client = run_client("ibv_rc_pingpong", &[&common[..], &["127.0.0.1"]].concat());
+        (finish(server, "rc_pingpong --direct server"), client)
+    } else {
+        let server = spawn(Command::new("ibv_rc_pingpong").args(common));
+        let client = run_client(
+            example("rc_pingpong"),
+            &[&direct_args[..], &["127.0.0.1"]].concat(),
+        );
+        (finish(server, "ibv_rc_pingpong server"), client)
+    };
+    assert_status(&client, 0, "client");
+    assert_status(&server, 0, "server");
+    let (direct, c) = if direct_serves {
+        (&server, &client)
+    } else {
+        (&client, &server)
+    };
+    let d = String::from_utf8_lossy(&direct.stdout);
+    assert!(
+        d.contains(
+            "200 messages of 2048 bytes received and checked (every byte 0x7b); \
+             200 sent on the direct path"
+        ),
+        "{}",
+        text(direct)
+    );
+    assert!(
+        String::from_utf8_lossy(&c.stdout).contains("200 iters in"),
+        "{}",
+        text(c)
+    );
+}
+
+#[test]
+#[ignore = "needs an mlx5 device: set MLX5DV_TEST_MLX5_DEVICE"]
+fn rc_pingpong_direct_client_against_ibv_rc_pingpong_server() {
+    pingpong_direct_against_the_c_tool(false, "19150");
+}
+
+#[test]
+#[ignore = "needs an mlx5 device: set MLX5DV_TEST_MLX5_DEVICE"]
+fn ibv_rc_pingpong_client_against_rc_pingpong_direct_server() {
+    pingpong_direct_against_the_c_tool(true, "19151");
+}

@@ -9,7 +9,8 @@
 //! (mlx5 only), a malformed perftest exchange refused, `devinfo`, and on a
 //! device that is not mlx5 the clean refusal (exit status 3, the missing
 //! capability named, no panic) of each mlx5-only example (and of
-//! `rc_write --direct`). On an mlx5 device those run for real instead.
+//! `rc_write --direct`, `rc_pingpong --direct`). On an mlx5 device those
+//! run for real instead.
 //! On the software mlx5 device (`mlx5dv-sim`, InfiniBand or `--roce`)
 //! every process under one `scripts/mlx5-sim` is a host of one fabric,
 //! so the two-process runs run there too.
@@ -357,6 +358,16 @@ fn mlx5_only_examples_refuse_other_devices_with_status_3() {
     cases.push((
         "dc_write",
         vec!["-d".into(), dev.clone(), "127.0.0.1".into()],
+    ));
+    cases.push((
+        "rc_pingpong",
+        vec![
+            "-d".into(),
+            dev.clone(),
+            "--direct".into(),
+            "-p".into(),
+            "19152".into(),
+        ],
     ));
     for (name, args) in cases {
         let what = format!("{name} {}", args.join(" "));

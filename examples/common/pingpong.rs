@@ -17,6 +17,12 @@ pub fn options() -> Vec<super::Opt> {
 
 /// The usage text of `prog`, the port of rdma-core's `tool`.
 pub fn usage(prog: &str, tool: &str) -> String {
+    usage_with(prog, tool, &[])
+}
+
+/// The usage text of `prog`, the port of rdma-core's `tool`, with the
+/// lines of its own options (`extra`) before `-h`.
+pub fn usage_with(prog: &str, tool: &str, extra: &[&str]) -> String {
     pp::usage(
         prog,
         tool,
@@ -32,6 +38,7 @@ pub fn usage(prog: &str, tool: &str) -> String {
             "  -e, --events           sleep on CQ events (default: poll)\n",
             line::GID_IDX,
             CHK_LINE,
+            &extra.concat(),
             line::HELP,
         ],
     )
@@ -89,17 +96,7 @@ pub fn run<T: Connected>(
 ) -> Result<(), Failure> {
     let pd = ProtectionDomain::new(ctx)?;
     // The memory: one send buffer, and one receive slot per posted receive.
-    let mut send_mr = MemoryRegion::new(&pd, cfg.pp.size, AccessFlags::LOCAL_WRITE)?;
-    send_mr.as_mut_slice()?.fill(PAYLOAD);
-    if cfg.chk && cfg.pp.host.is_some() {
-        // What the C client does with -c: byte i / page_size % 1, a zero,
-        // at the start of each page.
-        for b in send_mr.as_mut_slice()?.iter_mut().step_by(page_size()) {
-            *b = 0;
-        }
-    }
-    let recv_len = cfg.pp.recv_len()?;
-    let recv_mr = MemoryRegion::new(&pd, recv_len, AccessFlags::LOCAL_WRITE)?;
+    let (send_mr, recv_mr) = buffers(&pd, cfg)?;
     let channel = if cfg.events {
         Some(CompletionChannel::new(ctx)?)
     } else {
@@ -206,6 +203,135 @@ pub fn run<T: Connected>(
     // The receives still posted are flushed when the QP is destroyed, on
     // drop, before the memory is deregistered.
     Ok(())
+}
+
+/// The same ping-pong with the sends on mlx5's direct path
+/// ([`mlx5dv::direct`]): the QP's send queue and send CQ are taken by the
+/// crate before it is connected (`QpEx::into_direct`: the crate writes
+/// each send's WQE and reads its CQE), its receives go through libmlx5 on
+/// a CQ of their own. Each send is a scoped `post_and_wait`, which returns
+/// once the send has completed, so the C tools' flow holds (a side sends
+/// its next message once its previous send and a receive have both
+/// completed) and the peer (`ibv_rc_pingpong`, or this program without
+/// `--direct`) sees the same messages. RC only; polls (no `-e`).
+pub fn run_direct(ctx: &Context, cfg: &Config) -> Result<(), Failure> {
+    let pd = ProtectionDomain::new(ctx)?;
+    let (send_mr, recv_mr) = buffers(&pd, cfg)?;
+    let send_cq = CompletionQueue::new(ctx, 2)?;
+    let mut recv_cq = CompletionQueue::new(ctx, cfg.pp.rx_depth + 1)?;
+    // Declared after the memory, so dropped (destroyed, with its CQ)
+    // before it. In RESET, never posted: the direct path takes its send
+    // queue and `send_cq`.
+    let qp = QpBuilder::rc(&pd, &send_cq, &recv_cq)
+        .caps(caps(cfg))
+        .send_ops(SendOps::SEND)
+        .build()?;
+    let mut qp = qp.into_direct(send_cq)?;
+
+    let me = Dest::of(&qp.endpoint(random_psn(), &cfg.pp.opts)?);
+    me.print("local");
+    // RESET to RTS (the C tool's attributes: ConnectOptions' defaults),
+    // then the receives: the server does it before it answers, the client
+    // before its first send, so that the peer's first message finds one.
+    let ready = |qp: &mut direct::DirectRc, peer: &Dest| -> Result<(), Failure> {
+        qp.connect_to(&peer.endpoint(), &cfg.pp.opts)?;
+        for slot in 0..cfg.pp.rx_depth as usize {
+            let sge = recv_mr.sge(slot * cfg.pp.size..(slot + 1) * cfg.pp.size)?;
+            // SAFETY: as `post_recv`'s.
+            unsafe { qp.post_recv(slot as u64, &[sge])? };
+        }
+        Ok(())
+    };
+    let peer = pp::exchange_one(cfg.pp.host.as_deref(), cfg.pp.tcp_port, me, |peer| {
+        ready(&mut qp, peer)
+    })?;
+    peer.print("remote");
+    let client = cfg.pp.host.is_some();
+    if client {
+        ready(&mut qp, &peer)?;
+    }
+    let page_starts = if cfg.chk {
+        PageStarts::ZeroOrPayload
+    } else {
+        PageStarts::Payload
+    };
+    let send = |qp: &mut direct::DirectRc| -> Result<(), Failure> {
+        let wcs = qp.post_and_wait(STALL, |b| {
+            b.send(SEND_WRID, SendFlags::SIGNALED, send_mr.sge(0..cfg.pp.size)?)
+        })?;
+        for wc in wcs {
+            wc.ok()?;
+        }
+        if wcs.last().map(|wc| (wc.wr_id, wc.opcode)) != Some((SEND_WRID, WcOpcode::SEND)) {
+            return Err(Failure::Failed(format!(
+                "the send's completion is missing: {wcs:?}"
+            )));
+        }
+        Ok(())
+    };
+    let start = Instant::now();
+    let (mut rcnt, mut scnt) = (0u64, 0u64);
+    if client {
+        send(&mut qp)?;
+        scnt += 1;
+    }
+    while rcnt < cfg.pp.iters {
+        let last_progress = Instant::now();
+        let wc = loop {
+            if let Some(wc) = super::poll_one(&mut recv_cq)? {
+                break wc;
+            }
+            if last_progress.elapsed() > STALL {
+                return Err(stalled("no receive completion".into(), scnt, rcnt, cfg));
+            }
+            std::hint::spin_loop();
+        };
+        wc.ok()?;
+        let slot = wc.wr_id as usize;
+        let m = Message {
+            slot,
+            size: cfg.pp.size,
+            byte_len: wc.byte_len,
+            n: rcnt,
+            page_starts,
+        };
+        check_message(&recv_mr, &m)?;
+        let sge = recv_mr.sge(slot * cfg.pp.size..(slot + 1) * cfg.pp.size)?;
+        // SAFETY: as `post_recv`'s.
+        unsafe { qp.post_recv(slot as u64, &[sge])? };
+        rcnt += 1;
+        if scnt < cfg.pp.iters {
+            send(&mut qp)?;
+            scnt += 1;
+        }
+    }
+    pp::report(cfg.pp.size, cfg.pp.iters, start.elapsed());
+    println!(
+        "{rcnt} messages of {} bytes received and checked (every byte {PAYLOAD:#04x}{}); \
+         {scnt} sent on the direct path",
+        cfg.pp.size,
+        match page_starts {
+            PageStarts::Payload => "",
+            PageStarts::ZeroOrPayload => " but the first of each page, 0 or that",
+        }
+    );
+    Ok(())
+}
+
+/// The send buffer (every byte the payload; with `-c` on the client, each
+/// page's first byte 0, as the C client does) and the receive slots.
+fn buffers(pd: &ProtectionDomain, cfg: &Config) -> Result<(MemoryRegion, MemoryRegion), Failure> {
+    let mut send_mr = MemoryRegion::new(pd, cfg.pp.size, AccessFlags::LOCAL_WRITE)?;
+    send_mr.as_mut_slice()?.fill(PAYLOAD);
+    if cfg.chk && cfg.pp.host.is_some() {
+        // What the C client does with -c: byte i / page_size % 1, a zero,
+        // at the start of each page.
+        for b in send_mr.as_mut_slice()?.iter_mut().step_by(page_size()) {
+            *b = 0;
+        }
+    }
+    let recv_mr = MemoryRegion::new(pd, cfg.pp.recv_len()?, AccessFlags::LOCAL_WRITE)?;
+    Ok((send_mr, recv_mr))
 }
 
 /// The error of a loop that waited [`STALL`] for a completion.
