@@ -14,7 +14,9 @@
  * The DCI loops do the same on a DCI's send queue: each WQE two basic
  * blocks (control segment with the stream id, the 48-byte address vector
  * of the address handle with the DCT number and key, remote address, data),
- * as mlx5dv_wr_set_dc_addr[_stream] writes them. The "checked" RC loops
+ * as mlx5dv_wr_set_dc_addr[_stream] writes them, and the second block's
+ * slot marked as starting no WQE (the Rust's guard against a stale slot
+ * being taken for an outstanding work request). The "checked" RC loops
  * are the same writes with the checks the crate's safe writer makes per
  * work request: the room for the WQE, the local length against the remote
  * buffer's, and an empty entry left out (its DS one less), so that what
@@ -142,8 +144,8 @@ write_wqe(struct direct_qp *d, uint16_t idx, uint32_t seq, uint64_t wr_id, uint8
 	c[2] = htobe32(fm_ce_se);
 	c[3] = 0;
 	*(uint64_t *)(ctrl + 16) = htobe64(raddr);
-	*(uint32_t *)(ctrl + 24) = htobe32(rkey);
-	*(uint32_t *)(ctrl + 28) = 0;
+	/* The rkey, then 4 reserved bytes of 0: one 8-byte store. */
+	*(uint64_t *)(ctrl + 24) = htobe64((uint64_t)rkey << 32);
 	*(uint32_t *)(ctrl + 32) = htobe32(s->length);
 	*(uint32_t *)(ctrl + 36) = htobe32(s->lkey);
 	*(uint64_t *)(ctrl + 40) = htobe64(s->addr);
@@ -501,8 +503,7 @@ static inline __attribute__((always_inline)) int dci_writes(struct direct_qp *d,
 		c[3] = 0;
 		memcpy(ctrl + 16, av->words, sizeof(av->words));
 		*(uint64_t *)next = htobe64(p->raddr[i]);
-		*(uint32_t *)(next + 8) = htobe32(rkey);
-		*(uint32_t *)(next + 12) = 0;
+		*(uint64_t *)(next + 8) = htobe64((uint64_t)rkey << 32);
 		*(uint32_t *)(next + 16) = htobe32(s->length);
 		*(uint32_t *)(next + 20) = htobe32(s->lkey);
 		*(uint64_t *)(next + 24) = htobe64(s->addr);
@@ -510,6 +511,8 @@ static inline __attribute__((always_inline)) int dci_writes(struct direct_qp *d,
 		slot->seq = ++seq;
 		slot->end = (uint16_t)(pi + 2);
 		slot->opcode = IBV_WC_RDMA_WRITE; /* mapped when written, as the Rust does */
+		/* The second block starts no WQE: its slot says so, as the Rust's. */
+		d->slots[(uint16_t)(pi + 1) & d->sq_mask].end = (uint16_t)(pi + 1);
 		last = ctrl;
 		pi += 2;
 	}

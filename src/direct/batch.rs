@@ -399,8 +399,8 @@ impl<'q, 'm, T: DirectTransport> DirectBatch<'q, 'm, T> {
         // SAFETY: a unit of the WQE `begin` reserved.
         unsafe {
             be64(p, remote.addr);
-            be32(p.add(8), remote.rkey);
-            p.add(12).cast::<u32>().write(0);
+            // The rkey, then 4 reserved bytes of 0: one 8-byte store.
+            be64(p.add(8), u64::from(remote.rkey) << 32);
         }
     }
 
