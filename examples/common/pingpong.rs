@@ -173,15 +173,7 @@ pub fn run<T: Connected>(
             scnt += 1;
             pending &= !SEND;
         } else {
-            let slot = wc.wr_id as usize;
-            let m = Message {
-                slot,
-                size: cfg.pp.size,
-                byte_len: wc.byte_len,
-                n: rcnt,
-                page_starts,
-            };
-            check_message(&recv_mr, &m)?;
+            let slot = received(&recv_mr, cfg, &wc, rcnt, page_starts)?;
             post_recv(&mut qp, &recv_mr, slot, cfg.pp.size)?;
             rcnt += 1;
             pending &= !RECV;
@@ -236,9 +228,8 @@ pub fn run_direct(ctx: &Context, cfg: &Config) -> Result<(), Failure> {
     let ready = |qp: &mut direct::DirectRc, peer: &Dest| -> Result<(), Failure> {
         qp.connect_to(&peer.endpoint(), &cfg.pp.opts)?;
         for slot in 0..cfg.pp.rx_depth as usize {
-            let sge = recv_mr.sge(slot * cfg.pp.size..(slot + 1) * cfg.pp.size)?;
             // SAFETY: as `post_recv`'s.
-            unsafe { qp.post_recv(slot as u64, &[sge])? };
+            unsafe { qp.post_recv(slot as u64, &[recv_sge(&recv_mr, slot, cfg)?])? };
         }
         Ok(())
     };
@@ -287,18 +278,9 @@ pub fn run_direct(ctx: &Context, cfg: &Config) -> Result<(), Failure> {
             std::hint::spin_loop();
         };
         wc.ok()?;
-        let slot = wc.wr_id as usize;
-        let m = Message {
-            slot,
-            size: cfg.pp.size,
-            byte_len: wc.byte_len,
-            n: rcnt,
-            page_starts,
-        };
-        check_message(&recv_mr, &m)?;
-        let sge = recv_mr.sge(slot * cfg.pp.size..(slot + 1) * cfg.pp.size)?;
+        let slot = received(&recv_mr, cfg, &wc, rcnt, page_starts)?;
         // SAFETY: as `post_recv`'s.
-        unsafe { qp.post_recv(slot as u64, &[sge])? };
+        unsafe { qp.post_recv(slot as u64, &[recv_sge(&recv_mr, slot, cfg)?])? };
         rcnt += 1;
         if scnt < cfg.pp.iters {
             send(&mut qp)?;
@@ -316,6 +298,33 @@ pub fn run_direct(ctx: &Context, cfg: &Config) -> Result<(), Failure> {
         }
     );
     Ok(())
+}
+
+/// Checks the message a receive completion `wc` (the `n`-th) reports:
+/// its slot's length and bytes. Returns the slot, to post again.
+fn received(
+    recv_mr: &MemoryRegion,
+    cfg: &Config,
+    wc: &WorkCompletion,
+    n: u64,
+    page_starts: PageStarts,
+) -> Result<usize, Failure> {
+    let slot = wc.wr_id as usize;
+    let m = Message {
+        slot,
+        size: cfg.pp.size,
+        byte_len: wc.byte_len,
+        n,
+        page_starts,
+    };
+    check_message(recv_mr, &m)?;
+    Ok(slot)
+}
+
+/// Receive slot `slot` of the receive buffer.
+fn recv_sge<'m>(recv_mr: &'m MemoryRegion, slot: usize, cfg: &Config) -> Result<Sge<'m>, Failure> {
+    let size = cfg.pp.size;
+    Ok(recv_mr.sge(slot * size..(slot + 1) * size)?)
 }
 
 /// The send buffer (every byte the payload; with `-c` on the client, each
