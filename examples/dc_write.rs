@@ -9,6 +9,7 @@
 //! dc_write [-d DEV] [-g GID] [-s SIZE] [-n ITERS] [-b BATCH]                 # server: the DCT
 //! dc_write [-d DEV] [-g GID] [-s SIZE] [-n ITERS] [-b BATCH] [--streams L] HOST   # client: the DCI
 //! dc_write --loopback [-d DEV] [--streams L]                                 # both in one process
+//! dc_write --direct [-d DEV] [--streams L] (HOST | --loopback)                # the DCI on mlx5's direct path
 //! dc_write --perftest [-d DEV] [-i PORT] [-g|-x GID] [-s SIZE] [-n ITERS] [-p PORT] [HOST]
 //!                                                    # perftest's exchange, against ib_write_bw -c DC
 //!
@@ -33,6 +34,19 @@
 //! byte of its memory against the pattern the client wrote. The client
 //! says that it waits for its server and, as perftest's `ib_write_bw`
 //! client does, tries once: with no server listening it fails at once.
+//!
+//! ## `--direct`: the DCI on mlx5's direct path
+//!
+//! With `--direct` (client or `--loopback`) the DCI is taken for
+//! [`mlx5dv::direct`] before it is moved to RTS (`QpEx::into_direct`, its
+//! CQ its own): the crate writes each WQE itself (control segment with
+//! the stream id, the address vector copied once per target by
+//! `DirectQp::dc_addr`, remote address, data) and reads each CQE, one
+//! scoped `post_and_wait` a batch, which returns once the batch has
+//! completed and checks that its completions retire all its writes. The
+//! server is the same: a `--direct` client writes to a plain server, which
+//! checks every byte (`tests/mlx5_hw_direct_examples.rs`, on the software
+//! mlx5 device).
 //!
 //! ## `--perftest`: against `ib_write_bw -c DC`
 //!
@@ -114,6 +128,9 @@ Options:
       --streams=L        use 2^L DCI streams (mlx5dv_wr_set_dc_addr_stream)
       --loopback         run server and client in this process
       --perftest         perftest's default exchange (TCP), as ib_write_bw -c DC
+      --direct           the DCI (client or --loopback) posts on mlx5's direct
+                         path (mlx5dv::direct: WQEs and CQEs handled by the
+                         crate), one scoped post a batch
   -h, --help             this text
 
 Exit status: 0 success, 1 failure, 2 bad usage, 3 not an mlx5 device or no
@@ -132,6 +149,8 @@ struct Shape {
     batch: u32,
     /// log2 of the DCI streams, if any.
     streams: Option<u8>,
+    /// `--direct`: the DCI on the direct path.
+    direct: bool,
 }
 
 impl Shape {
@@ -160,6 +179,7 @@ fn main() -> ExitCode {
             val('S', "streams"),
             flag('L', "loopback"),
             flag('P', "perftest"),
+            flag('D', "direct"),
             // perftest's spelling of -g (--gid-index).
             val('x', "gid-idx"),
         ],
@@ -174,6 +194,7 @@ fn run(cli: &Cli) -> Result<(), Failure> {
         iters,
         batch,
         streams: cli.num("streams"),
+        direct: cli.flag("direct"),
     };
     if shape.streams.is_some_and(|l| l > 15) {
         common::usage_error(PROG, "--streams is log2 of the stream count: at most 15");
@@ -185,6 +206,16 @@ fn run(cli: &Cli) -> Result<(), Failure> {
     let perftest = cli.flag("perftest");
     if perftest {
         common::refuse_with(PROG, "--perftest", &[(cli.flag("loopback"), "--loopback")]);
+    }
+    if shape.direct {
+        common::refuse_with(PROG, "--direct", &[(perftest, "--perftest")]);
+        if host.is_none() && !cli.flag("loopback") {
+            common::usage_error(
+                PROG,
+                "--direct is the DCI's: give the server's HOST, or --loopback \
+                 (the server needs no option)",
+            );
+        }
     }
     let (ib_port, gid_index, mtu) = (cli.num_or("ib-port", 1), cli.num("gid-idx"), cli.mtu());
     let port: u16 = cli.num_or(
@@ -390,9 +421,15 @@ fn initiate(
             info.remote.len
         )));
     }
-    let mut ini = Initiator::new(pd, opts, len, shape)?;
-    ini.src.write_at(0, &pattern(len, seed))?;
-    let (posted, elapsed) = ini.write(info, shape, |k| shape.slot(k))?;
+    let (posted, elapsed) = if shape.direct {
+        let mut ini = DirectInitiator::new(pd, opts, len, shape)?;
+        ini.src.write_at(0, &pattern(len, seed))?;
+        ini.write(info, shape)?
+    } else {
+        let mut ini = Initiator::new(pd, opts, len, shape)?;
+        ini.src.write_at(0, &pattern(len, seed))?;
+        ini.write(info, shape, |k| shape.slot(k))?
+    };
     report_bw(shape.size, posted, elapsed);
     Ok(posted)
 }
@@ -420,24 +457,7 @@ impl Initiator {
         let ctx = pd.context();
         let src = MemoryRegion::new(pd, len, AccessFlags::LOCAL_WRITE)?;
         let cq = CompletionQueue::new(ctx, shape.batch * IN_FLIGHT + 16)?;
-        let mut builder = QpBuilder::dci(pd, &cq);
-        builder
-            .caps(QpCaps {
-                max_send_wr: shape.batch * IN_FLIGHT,
-                max_recv_wr: 0,
-                max_send_sge: 1,
-                max_recv_sge: 0,
-                max_inline_data: 0,
-            })
-            .send_ops(SendOps::RDMA_WRITE);
-        if let Some(log) = shape.streams {
-            let errored = ctx
-                .mlx5_caps()?
-                .dci_streams_caps
-                .map_or(0, |c| c.max_log_num_errored.min(log));
-            builder.dci_streams(log, errored);
-        }
-        let dci = builder.build()?;
+        let dci = dci_builder(pd, &cq, shape.batch * IN_FLIGHT, shape)?.build()?;
         let psn = random_psn();
         dci.ready(psn, opts)?;
         Ok(Initiator {
@@ -499,4 +519,112 @@ impl Initiator {
             },
         )
     }
+}
+
+/// The client's side on the direct path: a DCI taken for
+/// [`mlx5dv::direct`], ready, and its source memory.
+struct DirectInitiator {
+    // Fields drop in order: the DCI (and its CQ) goes before the memory it
+    // reads.
+    dci: direct::DirectDci,
+    src: MemoryRegion,
+    opts: ConnectOptions,
+}
+
+impl DirectInitiator {
+    /// A DCI (with 2^L streams with `--streams L`) taken for the direct
+    /// path in RESET, then moved to RTS, and `len` bytes of source memory.
+    /// Its send queue holds one batch: `post_and_wait` has one in flight.
+    fn new(
+        pd: &ProtectionDomain,
+        opts: &ConnectOptions,
+        len: usize,
+        shape: Shape,
+    ) -> Result<DirectInitiator, Failure> {
+        let ctx = pd.context();
+        let src = MemoryRegion::new(pd, len, AccessFlags::LOCAL_WRITE)?;
+        let cq = CompletionQueue::new(ctx, shape.batch + 16)?;
+        let dci = dci_builder(pd, &cq, shape.batch, shape)?.build()?;
+        let dci = dci.into_direct(cq)?;
+        dci.ready(random_psn(), opts)?;
+        Ok(DirectInitiator {
+            dci,
+            src,
+            opts: *opts,
+        })
+    }
+
+    /// Posts `shape.iters` writes to the DCT of `info`, write `k` from and
+    /// to slot `k mod batch`, one scoped post a batch (only its last work
+    /// request signalled); stream ids go round robin. Returns the writes
+    /// done and the time they took.
+    fn write(&mut self, info: &DctInfo, shape: Shape) -> Result<(u64, Duration), Failure> {
+        let pd = self.src.pd();
+        let ah = AddressHandle::new(pd, &AhAttr::towards(info.lid, info.gid, &self.opts))?;
+        // The address vector, DCT number and key, copied once.
+        let to = self
+            .dci
+            .dc_addr(&DcAddr::new(&ah, info.dctn, info.dc_key))?;
+        println!(
+            "dc_write: DCI {:#x} ready on the direct path; writing to DCT {:#x} (key {:#x})",
+            self.dci.qp_num(),
+            info.dctn,
+            info.dc_key
+        );
+        let streams = shape.streams.map(|l| 1u64 << l);
+        let (dci, src, size) = (&mut self.dci, &self.src, shape.size);
+        let start = std::time::Instant::now();
+        let mut done = 0u64;
+        while done < shape.iters {
+            let n = (shape.iters - done).min(u64::from(shape.batch));
+            let wcs = dci.post_and_wait(common::WAIT, |b| {
+                for k in done..done + n {
+                    let off = shape.slot(k);
+                    let wr = match streams {
+                        Some(s) => b.dc_stream(&to, (k % s) as u16),
+                        None => b.dc(&to),
+                    };
+                    wr.rdma_write(
+                        k,
+                        SendFlags::empty(),
+                        info.remote.slice(off as u64, size as u64)?,
+                        src.sge(off..off + size)?,
+                    )?;
+                }
+                Ok(())
+            })?;
+            common::check_covered(wcs, done, n)?;
+            done += n;
+        }
+        Ok((done, start.elapsed()))
+    }
+}
+
+/// The DCI's builder: `depth` RDMA writes of one entry, with 2^L streams
+/// with `--streams L`.
+fn dci_builder<'a>(
+    pd: &'a ProtectionDomain,
+    cq: &'a CompletionQueue,
+    depth: u32,
+    shape: Shape,
+) -> Result<QpBuilder<'a, DcInitiator>, Failure> {
+    let mut builder = QpBuilder::dci(pd, cq);
+    builder
+        .caps(QpCaps {
+            max_send_wr: depth,
+            max_recv_wr: 0,
+            max_send_sge: 1,
+            max_recv_sge: 0,
+            max_inline_data: 0,
+        })
+        .send_ops(SendOps::RDMA_WRITE);
+    if let Some(log) = shape.streams {
+        let errored = pd
+            .context()
+            .mlx5_caps()?
+            .dci_streams_caps
+            .map_or(0, |c| c.max_log_num_errored.min(log));
+        builder.dci_streams(log, errored);
+    }
+    Ok(builder)
 }

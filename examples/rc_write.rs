@@ -653,17 +653,7 @@ impl DirectSide {
                 }
                 Ok(())
             })?;
-            let mut covered = 0u64;
-            for wc in wcs {
-                wc.ok().map_err(|e| format!("{e} ({wc:?})"))?;
-                covered += u64::from(wc.covers);
-            }
-            if covered != n {
-                return Err(Failure::Failed(format!(
-                    "writes {done}..{}: the completions retired {covered} of {n} ({wcs:?})",
-                    done + n
-                )));
-            }
+            common::check_covered(wcs, done, n)?;
             done += n;
         }
         Ok((done, start.elapsed()))

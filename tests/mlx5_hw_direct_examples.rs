@@ -176,3 +176,84 @@ fn rc_pingpong_direct_client_against_ibv_rc_pingpong_server() {
 fn ibv_rc_pingpong_client_against_rc_pingpong_direct_server() {
     pingpong_direct_against_the_c_tool(true, "19151");
 }
+
+/// `dc_write --direct` (the DCI on the direct path) against a plain
+/// `dc_write` server in another process, with `streams` DCI streams (log2):
+/// both exit 0, and the server checked every byte of its memory.
+fn dc_write_direct_against_a_plain_server(port: &str, streams: Option<&str>) {
+    let (dev, gid) = mlx5_device_and_gid();
+    let mut args = vec![
+        "-d", &dev, "-g", &gid, "-n", "300", "-s", "4096", "-b", "8", "-p", port,
+    ];
+    if let Some(log) = streams {
+        args.extend(["--streams", log]);
+    }
+    let server = spawn(Command::new(example("dc_write")).args(&args));
+    let client = run_client(
+        example("dc_write"),
+        &[&args[..], &["--direct", "127.0.0.1"]].concat(),
+    );
+    let server = finish(server, "dc_write server");
+    assert_status(&client, 0, "dc_write --direct client");
+    assert_status(&server, 0, "dc_write server");
+    let c = String::from_utf8_lossy(&client.stdout);
+    assert!(
+        c.contains("ready on the direct path; writing to DCT"),
+        "{c}"
+    );
+    assert!(
+        c.contains("the server checked its 32768 bytes: all as written"),
+        "{c}"
+    );
+    let s = String::from_utf8_lossy(&server.stdout);
+    assert!(
+        s.contains("300 writes received; all 32768 bytes of the target checked"),
+        "{s}"
+    );
+}
+
+#[test]
+#[ignore = "needs an mlx5 device: set MLX5DV_TEST_MLX5_DEVICE"]
+fn dc_write_direct_client_writes_to_a_plain_server_which_checks_the_data() {
+    dc_write_direct_against_a_plain_server("19153", None);
+}
+
+#[test]
+#[ignore = "needs an mlx5 device: set MLX5DV_TEST_MLX5_DEVICE"]
+fn dc_write_direct_client_on_four_dci_streams_writes_to_a_plain_server() {
+    let caps = hw::open().mlx5_caps().expect("mlx5 caps").dci_streams_caps;
+    assert!(
+        caps.is_some_and(|c| c.max_log_num_concurent >= 2),
+        "the device has no 4 DCI streams: {caps:?}"
+    );
+    dc_write_direct_against_a_plain_server("19154", Some("2"));
+}
+
+/// `dc_write --direct --loopback`: the direct DCI and the DCT in one
+/// process, every byte of the target checked.
+#[test]
+#[ignore = "needs an mlx5 device: set MLX5DV_TEST_MLX5_DEVICE"]
+fn dc_write_direct_loopback_checks_the_data() {
+    let (dev, gid) = mlx5_device_and_gid();
+    let out = run(Command::new(example("dc_write")).args([
+        "--direct",
+        "--loopback",
+        "-d",
+        &dev,
+        "-g",
+        &gid,
+        "-n",
+        "1000",
+        "-s",
+        "4096",
+        "-b",
+        "32",
+    ]));
+    assert_status(&out, 0, "dc_write --direct --loopback");
+    let s = String::from_utf8_lossy(&out.stdout);
+    assert!(s.contains("ready on the direct path"), "{s}");
+    assert!(
+        s.contains("1000 writes received; all 131072 bytes of the target checked"),
+        "{s}"
+    );
+}

@@ -9,8 +9,8 @@
 //! (mlx5 only), a malformed perftest exchange refused, `devinfo`, and on a
 //! device that is not mlx5 the clean refusal (exit status 3, the missing
 //! capability named, no panic) of each mlx5-only example (and of
-//! `rc_write --direct`, `rc_pingpong --direct`). On an mlx5 device those
-//! run for real instead.
+//! `rc_write --direct`, `rc_pingpong --direct`, `dc_write --direct`). On
+//! an mlx5 device those run for real instead.
 //! On the software mlx5 device (`mlx5dv-sim`, InfiniBand or `--roce`)
 //! every process under one `scripts/mlx5-sim` is a host of one fabric,
 //! so the two-process runs run there too.
@@ -339,6 +339,10 @@ fn mlx5_examples(dev: &str, gid: &str) -> Vec<(&'static str, Vec<String>)> {
         ("raw_wqe", base(&["-n", "5"])),
         (
             "rc_write",
+            base(&["--direct", "--loopback", "-n", "200", "-s", "4096"]),
+        ),
+        (
+            "dc_write",
             base(&["--direct", "--loopback", "-n", "200", "-s", "4096"]),
         ),
     ]

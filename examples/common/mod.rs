@@ -372,6 +372,24 @@ pub fn check_pattern(buf: &[u8], seed: u8) -> Option<usize> {
 /// (soft-RoCE under emulation is slow).
 pub const WAIT: Duration = Duration::from_secs(30);
 
+/// Checks the completions of a scoped direct post of the `n` work
+/// requests from `first` on: each succeeded, and together they retire all
+/// `n` (the unsignalled ones included: [`direct::DirectWc::covers`]).
+pub fn check_covered(wcs: &[direct::DirectWc], first: u64, n: u64) -> Result<(), Failure> {
+    let mut covered = 0u64;
+    for wc in wcs {
+        wc.ok().map_err(|e| format!("{e} ({wc:?})"))?;
+        covered += u64::from(wc.covers);
+    }
+    if covered != n {
+        return Err(Failure::Failed(format!(
+            "work requests {first}..{}: the completions retired {covered} of {n} ({wcs:?})",
+            first + n
+        )));
+    }
+    Ok(())
+}
+
 /// The target's end of a write run, after the writer's `done`: checks
 /// every byte of `mem` against the pattern of `seed`, tells the writer
 /// (`ok`, or `bad` and the offset), and prints the verdict.
