@@ -805,3 +805,305 @@ fn the_slice_poll_stores_each_kind_and_stops_at_a_stray_cqe() {
     // An unwritten entry is never a success.
     assert!(!DirectWc::default().is_success());
 }
+
+/// The batch's state word across both wraps at once: the producer index
+/// past 2^16 and the sequence number past 2^32 (whose carry lands in the
+/// slot's opcode byte before the opcode is written over it). Each slot
+/// keeps its own sequence number, end and opcode; a block inside a WQE
+/// stays no WQE's start; CQEs retire across both wraps.
+#[test]
+fn the_state_word_wraps_the_producer_index_and_the_sequence_number() {
+    let mut ring = Ring::new(16);
+    let mut sq = ring.sq(0x5, 0);
+    sq.pi = 0xfffc;
+    sq.ci = 0xfffc;
+    sq.posted = u32::MAX - 1;
+    sq.retired = u32::MAX - 1;
+    let mut b = Batch::new(&mut sq);
+    // Blocks 0xfffc-0xfffd, 0xfffe, 0xffff-0x0000, 0x0001.
+    b.send_inline(1, SendFlags::empty(), &[1; 60]).unwrap();
+    b.rdma_write(2, SendFlags::empty(), remote(0, 8, 1), sge(0, 8, 1))
+        .unwrap();
+    b.send_inline(3, SendFlags::empty(), &[3; 60]).unwrap();
+    b.rdma_write(4, SendFlags::SIGNALED, remote(0, 8, 1), sge(0, 8, 1))
+        .unwrap();
+    assert_eq!((b.len(), b.pi(), b.room()), (4, 2, 10));
+    // SAFETY: nothing reads the test's ring.
+    assert_eq!(unsafe { b.ring() }, 4);
+    assert_eq!((sq.pi, sq.posted, sq.outstanding()), (2, 2, 4));
+    let send = WcOpcode::SEND.to_raw() as u8;
+    let write = WcOpcode::RDMA_WRITE.to_raw() as u8;
+    let s = |i: u16| sq.slots[usize::from(i & sq.mask)];
+    let first = [
+        (0xfffc, 1, u32::MAX, 0xfffe, send),
+        (0xfffe, 2, 0, 0xffff, write),
+        (0xffff, 3, 1, 0x0001, send),
+        (0x0001, 4, 2, 0x0002, write),
+    ];
+    for (at, wr_id, seq, end, opcode) in first {
+        let slot = s(at);
+        assert_eq!(
+            (slot.wr_id, slot.seq, slot.end, slot.opcode, slot._pad),
+            (wr_id, seq, end, opcode, 0),
+            "slot {at:#x}"
+        );
+    }
+    assert_eq!((s(0xfffd).end, s(0x0000).end), (0xfffd, 0x0000));
+    let mut mem = CqMem::new(8, 64);
+    let mut cq = mem.cqr();
+    let w = ffi::MLX5_OPCODE_RDMA_WRITE as u8;
+    // The inner block of the WQE that wraps the ring: no start.
+    mem.produce(0, 0, w, 0x5, 0x0000, 0, 0);
+    assert!(matches!(
+        cq.step_sq(&mut sq),
+        Err(Error::Direct(DirectError::CqeNotOutstanding {
+            counter: 0,
+            ..
+        }))
+    ));
+    mem.produce(1, 0, w, 0x5, 0xfffe, 0, 0);
+    let Ok(Step::Wc(wc)) = cq.step_sq(&mut sq) else {
+        panic!()
+    };
+    assert_eq!(
+        (wc.wr_id, wc.covers, wc.opcode),
+        (2, 2, WcOpcode::RDMA_WRITE)
+    );
+    assert_eq!((sq.ci, sq.retired, sq.outstanding()), (0xffff, 0, 2));
+    mem.produce(2, 0, w, 0x5, 0x0001, 0, 0);
+    let Ok(Step::Wc(wc)) = cq.step_sq(&mut sq) else {
+        panic!()
+    };
+    assert_eq!((wc.wr_id, wc.covers), (4, 2));
+    assert_eq!(
+        (sq.ci, sq.retired, sq.outstanding(), sq.room()),
+        (2, 2, 0, 16)
+    );
+}
+
+/// The largest batch: 2^15 one-block WQEs filling a ring of 2^15 blocks,
+/// started with the producer index and the sequence number both just
+/// short of their wraps. One CQE for the last retires them all.
+#[test]
+fn a_batch_of_the_largest_ring_wraps_both_counters_and_retires_whole() {
+    let cnt: u32 = 1 << 15;
+    let mut ring = Ring::new(cnt);
+    let mut sq = ring.sq(0x5, 0);
+    sq.pi = 0xfff0;
+    sq.ci = 0xfff0;
+    sq.posted = u32::MAX - 7;
+    sq.retired = u32::MAX - 7;
+    let mut b = Batch::new(&mut sq);
+    for i in 0..u64::from(cnt) {
+        b.rdma_write(i, SendFlags::empty(), remote(0, 8, 1), sge(0, 8, 1))
+            .unwrap();
+    }
+    assert_eq!((b.len(), b.room()), (cnt, 0));
+    assert!(matches!(
+        b.rdma_write(0, SendFlags::empty(), remote(0, 8, 1), sge(0, 8, 1)),
+        Err(Error::SendQueueFull { .. })
+    ));
+    // SAFETY: nothing reads the test's ring.
+    assert_eq!(unsafe { b.ring() }, cnt);
+    let last = 0xfff0u16.wrapping_add((cnt - 1) as u16);
+    assert_eq!(sq.pi, last.wrapping_add(1));
+    assert_eq!(sq.posted, (u32::MAX - 7).wrapping_add(cnt));
+    let slot = sq.slots[usize::from(last & sq.mask)];
+    assert_eq!(
+        (slot.seq, slot.end, slot.opcode, slot._pad),
+        (sq.posted, sq.pi, WcOpcode::RDMA_WRITE.to_raw() as u8, 0)
+    );
+    let mut mem = CqMem::new(8, 64);
+    let mut cq = mem.cqr();
+    mem.produce(0, 0, ffi::MLX5_OPCODE_RDMA_WRITE as u8, 0x5, last, 0, 0);
+    let Ok(Step::Wc(wc)) = cq.step_sq(&mut sq) else {
+        panic!()
+    };
+    assert_eq!((wc.wr_id, wc.covers), (u64::from(cnt) - 1, cnt));
+    assert_eq!((sq.outstanding(), sq.room()), (0, cnt));
+}
+
+/// Batches abandoned (one forgotten, one dropped) leave slots past the
+/// producer index; later batches rung over them, laid out differently,
+/// must not let a CQE naming one of those stale slots retire anything.
+#[test]
+fn slots_of_forgotten_and_dropped_batches_never_retire() {
+    let mut ring = Ring::new(16);
+    let mut sq = ring.sq(5, 0);
+    // Forgotten: one-block WQEs at 0..8 (sequence numbers 1..=8).
+    {
+        let mut a = Batch::new(&mut sq);
+        for i in 0..8 {
+            a.send_inline(100 + i, SendFlags::empty(), &[1; 8]).unwrap();
+        }
+        // The batch has no `Drop` today: forgotten is dropped; kept should
+        // one come.
+        #[allow(clippy::forget_non_drop)]
+        std::mem::forget(a);
+    }
+    assert_eq!((sq.pi, sq.posted), (0, 0));
+    // Dropped: two-block WQEs at 0, 2, 4, 6.
+    {
+        let mut a = Batch::new(&mut sq);
+        for i in 0..4 {
+            a.send_inline(200 + i, SendFlags::empty(), &[1; 60])
+                .unwrap();
+        }
+    }
+    // Rung: a one-block WQE at 0, a two-block one at 1.
+    let mut b = Batch::new(&mut sq);
+    b.send_inline(10, SendFlags::empty(), &[1; 8]).unwrap();
+    b.send_inline(11, SendFlags::empty(), &[1; 60]).unwrap();
+    // SAFETY: nothing reads the test's ring.
+    unsafe { b.ring() };
+    // Rung: a two-block WQE at 3 (over the dropped batch's 2-3 and 4's
+    // first block), one block at 5.
+    let mut b = Batch::new(&mut sq);
+    b.send_inline(12, SendFlags::empty(), &[1; 60]).unwrap();
+    b.send_inline(13, SendFlags::empty(), &[1; 8]).unwrap();
+    // SAFETY: as above.
+    unsafe { b.ring() };
+    assert_eq!((sq.pi, sq.posted, sq.outstanding()), (6, 4, 4));
+    let mut mem = CqMem::new(16, 64);
+    let mut cq = mem.cqr();
+    let s = ffi::MLX5_OPCODE_SEND as u8;
+    // Inner blocks (2, 4) and stale slots past the producer index (6, 7):
+    // each skipped, nothing retired.
+    for (n, counter) in [2u16, 4, 6, 7].into_iter().enumerate() {
+        mem.produce(n, 0, s, 5, counter, 0, 0);
+        let r = cq.step_sq(&mut sq);
+        assert!(
+            matches!(r, Err(Error::Direct(DirectError::CqeNotOutstanding { .. }))),
+            "counter {counter}"
+        );
+        assert_eq!((sq.retired, sq.ci), (0, 0));
+    }
+    mem.produce(4, 0, s, 5, 3, 0, 0);
+    let Ok(Step::Wc(wc)) = cq.step_sq(&mut sq) else {
+        panic!()
+    };
+    assert_eq!((wc.wr_id, wc.covers, sq.ci), (12, 3, 5));
+    // Block 1 is retired now: a second CQE for it is not outstanding.
+    mem.produce(5, 0, s, 5, 1, 0, 0);
+    assert!(cq.step_sq(&mut sq).is_err());
+    mem.produce(6, 0, s, 5, 5, 0, 0);
+    let Ok(Step::Wc(wc)) = cq.step_sq(&mut sq) else {
+        panic!()
+    };
+    assert_eq!((wc.wr_id, wc.covers, sq.outstanding()), (13, 1, 0));
+}
+
+/// Garbage in every byte of every CQE the device handed over: the poll
+/// returns errors or completions, never panics, and never retires more
+/// than was posted.
+#[test]
+fn garbage_cqes_never_panic_nor_over_retire() {
+    let mut seed = 0x2545_f491_4f6c_dd1du64;
+    let mut next = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    for size in [64usize, 128] {
+        let mut ring = Ring::new(16);
+        let mut sq = ring.sq(5, 0);
+        let mut mem = CqMem::new(8, size);
+        let mut cq = mem.cqr();
+        let mut out = [DirectWc::default(); 3];
+        for round in 0..4000usize {
+            if sq.room() >= 2 && round % 3 == 0 {
+                let mut b = Batch::new(&mut sq);
+                b.send_inline(round as u64, SendFlags::empty(), &[1; 60])
+                    .unwrap();
+                // SAFETY: nothing reads the test's ring.
+                unsafe { b.ring() };
+            }
+            let n = cq.ci as usize;
+            let c = mem.cqe(n % 8);
+            for b in c.iter_mut() {
+                *b = next() as u8;
+            }
+            // Sometimes a plausible counter, sometimes a good opcode.
+            if round % 2 == 0 {
+                c[60..62].copy_from_slice(&((next() as u16) & 0x1f).to_be_bytes());
+            }
+            c[63] = (c[63] & !1) | ((n / 8) & 1) as u8;
+            if round % 5 == 0 {
+                c[63] &= 0x0f;
+            }
+            let before = sq.outstanding();
+            let mut idx = sq.idx();
+            let (k, _) = super::cq::poll_into(&mut cq, &mut idx, &mut out);
+            sq.put(idx);
+            assert!(k <= 1);
+            assert!(sq.outstanding() <= before);
+            assert!(u32::from(sq.pi.wrapping_sub(sq.ci)) <= 16);
+        }
+    }
+}
+
+/// A DCI's WQE of up to eight units skips the size test (it always fits):
+/// `into_direct` takes no DCI send queue of fewer than two blocks, and the
+/// WQE size it derives for a DCI is two blocks at least whatever the
+/// capabilities. A longer WQE is still tested.
+#[test]
+fn a_dci_always_has_room_in_its_wqe_for_two_blocks() {
+    use crate::qp::{DcInitiator, QpEx};
+    let mut ring = Ring::new(2);
+    for cnt in [1u32, 2, 4, 1 << 15] {
+        let mut dv = ffi::mlx5dv_qp::default();
+        dv.sq.buf = ring.buf.as_mut_ptr().cast();
+        dv.sq.wqe_cnt = cnt;
+        dv.sq.stride = 64;
+        dv.dbrec = &mut ring.db[0];
+        dv.bf.reg = ring.bf.as_mut_ptr().cast();
+        for (inline, sge) in [(0, 0), (0, 1), (12, 1), (1024, 30)] {
+            let caps = crate::QpCaps {
+                max_send_wr: 1,
+                max_recv_wr: 0,
+                max_send_sge: sge,
+                max_recv_sge: 0,
+                max_inline_data: inline,
+            };
+            match QpEx::<DcInitiator>::take_sq(&dv, 1, caps, "a DCI") {
+                Ok(sq) => {
+                    assert!(cnt >= 2);
+                    assert!(
+                        sq.max_blocks >= 2 && sq.max_blocks <= cnt,
+                        "{cnt} {inline} {sge}"
+                    );
+                }
+                Err(e) => assert!(cnt < 2 && matches!(e, Error::Unsupported { .. }), "{e}"),
+            }
+        }
+    }
+    // The smallest DCI: two blocks, WQEs of two. An RDMA write (6 units
+    // with the datagram segment) fits; inline data to 9 units does not.
+    let mut sq = ring.sq(5, 0);
+    sq.max_blocks = 2;
+    sq.max_inline = 64;
+    let to = super::DirectDcAddr { words: [0; 6] };
+    let mut b = DirectBatch::<'_, 'static, DcInitiator>::new(&mut sq);
+    b.dc(&to)
+        .rdma_write(1, SendFlags::empty(), remote(0, 8, 1), sge(0, 8, 1))
+        .unwrap();
+    assert_eq!((b.len(), b.room()), (1, 0));
+    drop(b);
+    let mut b = DirectBatch::<'_, 'static, DcInitiator>::new(&mut sq);
+    // 1 + 3 + ceil((4 + 60) / 16) = 8 units: fits.
+    b.dc(&to)
+        .send_inline(1, SendFlags::empty(), &[0; 60])
+        .unwrap();
+    drop(b);
+    let mut b = DirectBatch::<'_, 'static, DcInitiator>::new(&mut sq);
+    // 1 + 3 + ceil((4 + 61) / 16) = 9 units: refused by the size test.
+    assert!(matches!(
+        b.dc(&to).send_inline(1, SendFlags::empty(), &[0; 61]),
+        Err(Error::Direct(DirectError::TooManyUnits {
+            units: 9,
+            max: 8,
+            by_ds_field: false
+        }))
+    ));
+}
