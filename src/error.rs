@@ -8,7 +8,8 @@ use std::io;
 /// it left as an [`io::Error`] and what it was doing; `EOPNOTSUPP` and
 /// `EPROTONOSUPPORT` become [`Error::Unsupported`]. Input that breaks a rule
 /// of the man pages is refused before any C call, as
-/// [`Error::OutOfRange`] or [`Error::InvalidArgument`].
+/// [`Error::OutOfRange`] or [`Error::InvalidArgument`]; on the direct data
+/// path, which calls no C to post or poll, as [`Error::Direct`].
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {

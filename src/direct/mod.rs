@@ -428,6 +428,10 @@ impl<T: DirectTransport> DirectQp<T> {
     /// naming no outstanding work request) is skipped with an error
     /// ([`Error::Direct`]) after the completions before it.
     /// [`poll_into`](Self::poll_into) is the same into a slice.
+    ///
+    /// If `f` panics, the completions this call read are not marked read:
+    /// a later poll hands them out again (the work requests they retire
+    /// stay outstanding until then, so no memory is given back early).
     #[inline]
     pub fn poll(&mut self, max: usize, mut f: impl FnMut(DirectWc)) -> Result<usize> {
         if let Some(e) = self.deferred.take() {
@@ -700,6 +704,9 @@ impl<T: DirectTransport> DirectQp<T> {
     /// After the QP reached RESET: drops the CQEs before it and restarts
     /// the send queue's indices.
     fn resync(&mut self) {
+        // An error `poll_into` kept for the next poll was of a CQE before
+        // the reset: not the new rings'.
+        self.deferred = None;
         self.cq.drop_handed_over();
         self.cq.publish();
         self.sq.pi = 0;
