@@ -28,7 +28,8 @@ type Invariant<'m> = fn(&'m ()) -> &'m ();
 /// less than 2^31 bytes, never of length 0: mlx5 reads a byte count of 0
 /// as 2^31, so an empty entry is written as no segment, as libmlx5 does),
 /// and a WQE that does not fit the room left is refused before anything
-/// is written ([`Error::SendQueueFull`]).
+/// is written ([`Error::SendQueueFull`], or [`Error::BatchLimit`] past the
+/// batch's [`limit`](DirectBatch::limit)).
 ///
 /// What the typed writers make impossible, at compile time:
 ///
