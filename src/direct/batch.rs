@@ -280,7 +280,7 @@ impl<'q, 'm, T: DirectTransport> DirectBatch<'q, 'm, T> {
     /// # use mlx5dv::*;
     /// # use mlx5dv::direct::DirectRc;
     /// # fn f(qp: &mut DirectRc, mr: &MemoryRegion, remote: RemoteBuf) -> Result<()> {
-    /// let plan: Vec<(RemoteBuf, Sge<'_>)> = (0..32u32)
+    /// let plan: Vec<(RemoteBuf, Sge<'_>)> = (0..32usize)
     ///     .map(|i| Ok((remote.slice(i as u64 * 64, 64)?, mr.sge(i * 64..(i + 1) * 64)?)))
     ///     .collect::<Result<_>>()?;
     /// let mut b = qp.batch();
