@@ -119,7 +119,8 @@ pub enum Error {
     },
 
     /// A work request past the number its batch was limited to
-    /// ([`WrBatch::limit`](crate::WrBatch::limit)), or a later `limit`
+    /// ([`WrBatch::limit`](crate::WrBatch::limit),
+    /// [`DirectBatch::limit`](crate::direct::DirectBatch::limit)), or a later `limit`
     /// asking for more room than an earlier one left: it was not added
     /// (nor the limit changed), and the batch stays open.
     #[error("batch full: it was limited to {}", count(u64::from(*limit), "work request"))]

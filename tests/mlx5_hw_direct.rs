@@ -646,6 +646,63 @@ fn one_completion_retires_32_unsignalled_writes() {
     r.peer_holds(0, &data);
 }
 
+/// A batch held to 32 work requests by `limit` posts them (an empty entry
+/// among them, written as no data segment) and refuses a 33rd, writing
+/// nothing of it; the limit is checked against the send queue's room.
+#[test]
+#[ignore = "needs an mlx5 device: set MLX5DV_TEST_MLX5_DEVICE"]
+fn a_limited_batch_posts_its_writes_and_refuses_one_more() {
+    let mut r = Rig::new();
+    let qpn = r.qp.qp_num();
+    let data = pattern(32 * 64, 11);
+    r.src.write_at(0, &data).unwrap();
+    r.peer.mr.fill(.., 0).unwrap();
+    let remote = r.peer.mr.remote(..).unwrap();
+    let depth = r.qp.depth() as usize;
+
+    let mut b = r.qp.batch();
+    assert!(matches!(
+        b.limit(depth + 1),
+        Err(Error::SendQueueFull { .. })
+    ));
+    b.limit(32).unwrap();
+    let plan: Vec<_> = (0..32usize)
+        .map(|i| {
+            let len = if i == 5 { 0 } else { 64 };
+            let at = i * 64;
+            (
+                remote.slice(at as u64, 64).unwrap(),
+                r.src.sge(at..at + len).unwrap(),
+            )
+        })
+        .collect();
+    for (i, (to, src)) in plan.iter().enumerate() {
+        b.rdma_write(i as u64, SendFlags::SIGNALED, *to, *src)
+            .unwrap();
+    }
+    assert!(matches!(
+        b.rdma_write(32, SendFlags::SIGNALED, plan[0].0, plan[0].1),
+        Err(Error::BatchLimit { limit: 32 })
+    ));
+    assert_eq!((b.len(), b.room()), (32, 0));
+    // `src` is neither written nor dropped until the completions below.
+    assert_eq!(unsafe { b.ring() }, 32);
+    let wcs = poll_n(&mut r.qp, 32);
+    for (i, wc) in wcs.iter().enumerate() {
+        check_wc(wc, i as u64, WcOpcode::RDMA_WRITE, 1, qpn);
+    }
+    assert_eq!(r.qp.outstanding(), 0);
+    let got = r.peer.mr.to_vec(..32 * 64).unwrap();
+    for i in 0..32 {
+        let want: &[u8] = if i == 5 {
+            &[0; 64]
+        } else {
+            &data[i * 64..i * 64 + 64]
+        };
+        assert_eq!(&got[i * 64..i * 64 + 64], want, "write {i}");
+    }
+}
+
 /// `poll_into`: the completions a scoped post kept for the next poll come
 /// first, then the CQ's, as many as the slice holds each time, every field
 /// as `poll` gives it.

@@ -10,6 +10,12 @@
  * a compiler barrier, the doorbell record, sfence, the 64-bit doorbell,
  * sfence). What the C does not do that the Rust does: it checks the room
  * once per batch, not per WQE, and writes the plan's entries unchecked.
+ * Written as the strongest C we know for that work: every invariant of the
+ * batch in a local (the WQE's stores could alias the QP's fields), the
+ * constant words of the WQE byte-swapped once (the control segment's
+ * qpn_ds and flags, the rkey word, the address vector), the WQE's block and
+ * slot walked by pointer and wrapped at the ring's end (as UCX does), the
+ * slot's sequence number and end one running 8-byte tag.
  *
  * The DCI loops do the same on a DCI's send queue: each WQE two basic
  * blocks (control segment with the stream id, the 48-byte address vector
@@ -43,12 +49,18 @@
 #define FLUSH_WRITES() __sync_synchronize()
 #endif
 
+/* Laid out as the Rust's slot: the second word is the writers' running
+ * tag (the sequence number in bits 0 to 31, the end in bits 48 to 63, on a
+ * little-endian machine), one 8-byte store a WQE, the opcode byte written
+ * over after. */
 struct direct_slot {
 	uint64_t wr_id;
 	uint32_t seq;
-	uint16_t end;
 	uint8_t opcode;
+	uint8_t pad;
+	uint16_t end;
 };
+_Static_assert(sizeof(struct direct_slot) == 16, "a slot is 16 bytes");
 
 struct direct_qp {
 	/* send queue */
@@ -86,6 +98,13 @@ struct direct_wc {
 	uint16_t wqe_index;
 	uint8_t syndrome;
 	uint8_t vendor_err;
+};
+
+/* A remote buffer as the Rust side's RemoteBuf: address, length, rkey. */
+struct direct_remote {
+	uint64_t addr;
+	uint64_t len;
+	uint32_t rkey;
 };
 
 /* The CQ doorbell record: the consumer index first (MLX5_CQ_SET_CI = 0). */
@@ -130,32 +149,6 @@ struct direct_qp *c_direct_new(struct ibv_qp *qp, struct ibv_cq_ex *cq)
 	return d;
 }
 
-/* One RDMA write + SGE WQE at the producer index, and its slot. */
-static inline __attribute__((always_inline)) uint8_t *
-write_wqe(struct direct_qp *d, uint16_t idx, uint32_t seq, uint64_t wr_id, uint8_t fm_ce_se,
-	  uint64_t raddr, uint32_t rkey, const struct ibv_sge *s)
-{
-	uint8_t *ctrl = d->sq_buf + ((size_t)(idx & d->sq_mask) << 6);
-	uint32_t *c = (uint32_t *)ctrl;
-	struct direct_slot *slot = &d->slots[idx & d->sq_mask];
-
-	c[0] = htobe32(((uint32_t)idx << 8) | MLX5_OPCODE_RDMA_WRITE);
-	c[1] = htobe32(d->qpn8 | 3);
-	c[2] = htobe32(fm_ce_se);
-	c[3] = 0;
-	*(uint64_t *)(ctrl + 16) = htobe64(raddr);
-	/* The rkey, then 4 reserved bytes of 0: one 8-byte store. */
-	*(uint64_t *)(ctrl + 24) = htobe64((uint64_t)rkey << 32);
-	*(uint32_t *)(ctrl + 32) = htobe32(s->length);
-	*(uint32_t *)(ctrl + 36) = htobe32(s->lkey);
-	*(uint64_t *)(ctrl + 40) = htobe64(s->addr);
-	slot->wr_id = wr_id;
-	slot->seq = seq;
-	slot->end = (uint16_t)(idx + 1);
-	slot->opcode = IBV_WC_RDMA_WRITE; /* mapped when written, as the Rust does */
-	return ctrl;
-}
-
 static inline __attribute__((always_inline)) void ring(struct direct_qp *d, uint16_t pi,
 						       const uint8_t *last)
 {
@@ -168,25 +161,110 @@ static inline __attribute__((always_inline)) void ring(struct direct_qp *d, uint
 	d->bf_offset ^= d->bf_size;
 }
 
+/* The tag's step a WQE of one basic block: the sequence number and the
+ * end both one on. */
+#define TAG_STEP(blocks) (((uint64_t)(blocks) << 48) | 1)
+
+/* Writes a slot's second word: the tag (seq, end), then the opcode. */
+static inline __attribute__((always_inline)) void tag_slot(struct direct_slot *slot,
+							   uint64_t tag, uint8_t opcode)
+{
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+	memcpy(&slot->seq, &tag, sizeof(tag));
+#else
+	slot->seq = (uint32_t)tag;
+	slot->end = (uint16_t)(tag >> 48);
+#endif
+	slot->opcode = opcode;
+}
+
+/* The RC writes: every invariant of the batch in a local (the WQE's stores
+ * could alias *d), the constant words of the control and remote-address
+ * segments byte-swapped once, the plan walked by pointer, one running tag
+ * for the slot's sequence number and end. `r` (the checked loops): each
+ * work request's remote buffer, checked per work request as the Rust's
+ * safe writer does (the room for the WQE, the local length against the
+ * remote buffer's, an empty entry left out with its DS one less); NULL:
+ * the plan's addresses and one rkey, unchecked. */
+static inline __attribute__((always_inline)) int
+rc_writes(struct direct_qp *d, uint32_t rkey, const struct direct_remote *r,
+	  const struct bench_plan *p, int last_only)
+{
+	uint8_t *const buf = d->sq_buf;
+	uint8_t *const end = buf + ((size_t)d->wqe_cnt << 6);
+	struct direct_slot *const slots = d->slots;
+	const uint32_t mask = d->sq_mask;
+	const uint32_t qpn_ds = htobe32(d->qpn8 | 3);
+	const uint32_t qpn_ds_empty = htobe32(d->qpn8 | 2);
+	const uint64_t rkey_word = htobe64((uint64_t)rkey << 32);
+	/* signature, stream id and fm_ce_se, then the immediate: 0. */
+	const uint64_t signalled = htobe32(MLX5_WQE_CTRL_CQ_UPDATE);
+	/* The producer index may reach the consumer index plus the ring. */
+	const uint16_t limit = (uint16_t)(d->sq_ci + d->wqe_cnt);
+	const struct ibv_sge *s = p->sge;
+	const uint64_t *raddr = p->raddr;
+	uint64_t tag = ((uint64_t)d->pi << 48) | d->posted;
+	/* The WQE's block and slot, walked, wrapping at the ring's end (as
+	 * UCX walks its send queue). */
+	uint8_t *ctrl = buf + ((size_t)(d->pi & mask) << 6);
+	struct direct_slot *slot = &slots[d->pi & mask];
+	uint16_t pi;
+
+	/* The room for the batch, once (one basic block per WQE). */
+	if (!r && (uint32_t)(uint16_t)(d->pi - d->sq_ci) + BENCH_BATCH > d->wqe_cnt)
+		return -ENOMEM;
+	for (uint64_t i = 0; i < BENCH_BATCH; i++, s++, raddr++) {
+		const uint32_t idx = (uint32_t)(tag >> 48);
+		uint64_t fm = (!last_only || i == BENCH_BATCH - 1) ? signalled : 0;
+		uint32_t ds = qpn_ds;
+
+		if (r) {
+			/* The remote buffer holds the entry's bytes. */
+			if (s->length > r[i].len)
+				return -EINVAL;
+			/* Room for the WQE (one basic block). */
+			if ((uint16_t)idx == limit)
+				return -ENOMEM;
+			/* An empty entry is no data segment (a byte count of 0
+			 * is 2^31). */
+			if (!s->length)
+				ds = qpn_ds_empty;
+		}
+		((uint32_t *)ctrl)[0] = htobe32((idx << 8) | MLX5_OPCODE_RDMA_WRITE);
+		((uint32_t *)ctrl)[1] = ds;
+		((uint64_t *)ctrl)[1] = fm;
+		if (r) {
+			((uint64_t *)ctrl)[2] = htobe64(r[i].addr);
+			((uint64_t *)ctrl)[3] = htobe64((uint64_t)r[i].rkey << 32);
+		} else {
+			((uint64_t *)ctrl)[2] = htobe64(*raddr);
+			/* The rkey, then 4 reserved bytes of 0: one 8-byte store. */
+			((uint64_t *)ctrl)[3] = rkey_word;
+		}
+		((uint32_t *)ctrl)[8] = htobe32(s->length);
+		((uint32_t *)ctrl)[9] = htobe32(s->lkey);
+		((uint64_t *)ctrl)[5] = htobe64(s->addr);
+		tag += TAG_STEP(1);
+		slot->wr_id = i;
+		/* mapped when written, as the Rust does */
+		tag_slot(slot, tag, IBV_WC_RDMA_WRITE);
+		ctrl += 64;
+		slot++;
+		if (__builtin_expect(ctrl == end, 0)) {
+			ctrl = buf;
+			slot = slots;
+		}
+	}
+	pi = (uint16_t)(tag >> 48);
+	d->posted = (uint32_t)tag;
+	ring(d, pi, buf + ((size_t)((uint16_t)(pi - 1) & mask) << 6));
+	return 0;
+}
+
 static inline __attribute__((always_inline)) int
 writes(struct direct_qp *d, uint32_t rkey, const struct bench_plan *p, int last_only)
 {
-	uint16_t pi = d->pi;
-	uint32_t seq = d->posted;
-	uint8_t *last = NULL;
-
-	/* The room for the batch, once (one basic block per WQE). */
-	if ((uint32_t)(uint16_t)(pi - d->sq_ci) + BENCH_BATCH > d->wqe_cnt)
-		return -ENOMEM;
-	for (unsigned int i = 0; i < BENCH_BATCH; i++) {
-		uint8_t ce = (!last_only || i == BENCH_BATCH - 1) ? MLX5_WQE_CTRL_CQ_UPDATE : 0;
-
-		last = write_wqe(d, pi, ++seq, i, ce, p->raddr[i], rkey, &p->sge[i]);
-		pi++;
-	}
-	d->posted = seq;
-	ring(d, pi, last);
-	return 0;
+	return rc_writes(d, rkey, NULL, p, last_only);
 }
 
 /* Every work request signalled. */
@@ -379,13 +457,6 @@ NOINLINE int c_direct_drain(struct direct_qp *d, struct direct_wc *wc, int max)
 
 /* ----- The checked RC writes: the safe writer's per-WR checks in C ----- */
 
-/* A remote buffer as the Rust side's RemoteBuf: address, length, rkey. */
-struct direct_remote {
-	uint64_t addr;
-	uint64_t len;
-	uint32_t rkey;
-};
-
 /* The plan's remote buffers, BENCH_MSG bytes each (never freed). */
 struct direct_remote *c_direct_remotes_new(const struct bench_plan *p, uint32_t rkey)
 {
@@ -401,43 +472,11 @@ struct direct_remote *c_direct_remotes_new(const struct bench_plan *p, uint32_t 
 	return r;
 }
 
-static inline __attribute__((always_inline)) int
-writes_checked(struct direct_qp *d, const struct direct_remote *r, const struct bench_plan *p,
-	       int last_only)
-{
-	uint16_t pi = d->pi;
-	/* The producer index may reach the consumer index plus the ring. */
-	uint16_t limit = (uint16_t)(d->sq_ci + d->wqe_cnt);
-	uint32_t seq = d->posted;
-	uint8_t *last = NULL;
-
-	for (unsigned int i = 0; i < BENCH_BATCH; i++) {
-		uint8_t ce = (!last_only || i == BENCH_BATCH - 1) ? MLX5_WQE_CTRL_CQ_UPDATE : 0;
-		const struct ibv_sge *s = &p->sge[i];
-		uint8_t *ctrl;
-
-		/* The remote buffer holds the entry's bytes. */
-		if (s->length > r[i].len)
-			return -EINVAL;
-		/* Room for the WQE (one basic block). */
-		if ((uint16_t)(limit - pi) < 1)
-			return -ENOMEM;
-		ctrl = write_wqe(d, pi, ++seq, i, ce, r[i].addr, r[i].rkey, s);
-		/* An empty entry is no data segment (a byte count of 0 is 2^31). */
-		((uint32_t *)ctrl)[1] = htobe32(d->qpn8 | (2u + (s->length != 0)));
-		last = ctrl;
-		pi++;
-	}
-	d->posted = seq;
-	ring(d, pi, last);
-	return 0;
-}
-
 /* c_direct_rc_write_sge with the safe writer's checks per work request. */
 NOINLINE int c_direct_rc_write_sge_checked(struct direct_qp *d, const struct direct_remote *r,
 					   const struct bench_plan *p)
 {
-	return writes_checked(d, r, p, 0);
+	return rc_writes(d, 0, r, p, 0);
 }
 
 /* c_direct_rc_write_sge_last with the safe writer's checks. */
@@ -445,7 +484,7 @@ NOINLINE int c_direct_rc_write_sge_last_checked(struct direct_qp *d,
 						const struct direct_remote *r,
 						const struct bench_plan *p)
 {
-	return writes_checked(d, r, p, 1);
+	return rc_writes(d, 0, r, p, 1);
 }
 
 /* ----- DCI: RDMA write + SGE to a DC target, two basic blocks a WQE ----- */
@@ -476,48 +515,78 @@ int c_direct_dc_addr(struct ibv_ah *ah, uint32_t dctn, uint64_t key, struct dire
 	return 0;
 }
 
+/* The DCI writes, as the RC ones: the invariants in locals (the address
+ * vector's six words too), the constant words byte-swapped once, the plan
+ * walked by pointer, one running tag. */
+/* 16 bytes of the address vector, in one vector register. */
+typedef uint64_t direct_v2 __attribute__((vector_size(16)));
+
 static inline __attribute__((always_inline)) int dci_writes(struct direct_qp *d, uint32_t rkey,
 							    const struct direct_av *av,
 							    const struct bench_plan *p,
 							    int streams)
 {
-	uint16_t pi = d->pi;
-	uint32_t seq = d->posted;
-	uint8_t *last = NULL;
+	uint8_t *const buf = d->sq_buf;
+	uint8_t *const end = buf + ((size_t)d->wqe_cnt << 6);
+	struct direct_slot *const slots = d->slots;
+	const uint32_t mask = d->sq_mask;
+	const uint32_t qpn_ds = htobe32(d->qpn8 | 6);
+	const uint64_t rkey_word = htobe64((uint64_t)rkey << 32);
+	const struct ibv_sge *s = p->sge;
+	const uint64_t *raddr = p->raddr;
+	uint64_t tag = ((uint64_t)d->pi << 48) | d->posted;
+	uint8_t *ctrl = buf + ((size_t)(d->pi & mask) << 6);
+	struct direct_slot *slot = &slots[d->pi & mask];
+	direct_v2 av0, av1, av2;
+	uint16_t pi;
 
+	memcpy(&av0, &av->words[0], 16);
+	memcpy(&av1, &av->words[2], 16);
+	memcpy(&av2, &av->words[4], 16);
 	/* The room for the batch, once (two basic blocks per WQE). */
-	if ((uint32_t)(uint16_t)(pi - d->sq_ci) + 2 * BENCH_BATCH > d->wqe_cnt)
+	if ((uint32_t)(uint16_t)(d->pi - d->sq_ci) + 2 * BENCH_BATCH > d->wqe_cnt)
 		return -ENOMEM;
-	for (unsigned int i = 0; i < BENCH_BATCH; i++) {
-		uint8_t *ctrl = d->sq_buf + ((size_t)(pi & d->sq_mask) << 6);
-		uint8_t *next = d->sq_buf + ((size_t)((uint16_t)(pi + 1) & d->sq_mask) << 6);
-		uint32_t *c = (uint32_t *)ctrl;
-		struct direct_slot *slot = &d->slots[pi & d->sq_mask];
-		const struct ibv_sge *s = &p->sge[i];
-		uint32_t stream = streams ? i % (1u << BENCH_LOG_STREAMS) : 0;
+	for (uint64_t i = 0; i < BENCH_BATCH; i++, s++, raddr++) {
+		const uint32_t idx = (uint32_t)(tag >> 48);
+		uint32_t stream = streams ? (uint32_t)i % (1u << BENCH_LOG_STREAMS) : 0;
+		uint64_t *w = (uint64_t *)ctrl;
+		/* The second block, and its slot. */
+		uint64_t *next = (uint64_t *)(ctrl + 64);
+		struct direct_slot *slot2 = slot + 1;
 
-		c[0] = htobe32(((uint32_t)pi << 8) | MLX5_OPCODE_RDMA_WRITE);
-		c[1] = htobe32(d->qpn8 | 6);
-		/* signature, DCI stream id (big-endian), fm_ce_se */
-		c[2] = htobe32((stream << 8) | MLX5_WQE_CTRL_CQ_UPDATE);
-		c[3] = 0;
-		memcpy(ctrl + 16, av->words, sizeof(av->words));
-		*(uint64_t *)next = htobe64(p->raddr[i]);
-		*(uint64_t *)(next + 8) = htobe64((uint64_t)rkey << 32);
-		*(uint32_t *)(next + 16) = htobe32(s->length);
-		*(uint32_t *)(next + 20) = htobe32(s->lkey);
-		*(uint64_t *)(next + 24) = htobe64(s->addr);
+		if (__builtin_expect((uint8_t *)next == end, 0)) {
+			next = (uint64_t *)buf;
+			slot2 = slots;
+		}
+		((uint32_t *)w)[0] = htobe32((idx << 8) | MLX5_OPCODE_RDMA_WRITE);
+		((uint32_t *)w)[1] = qpn_ds;
+		/* signature, DCI stream id (big-endian), fm_ce_se; immediate 0 */
+		w[1] = htobe32((stream << 8) | MLX5_WQE_CTRL_CQ_UPDATE);
+		/* The address vector: units 1 to 3, 16-aligned. */
+		memcpy(w + 2, &av0, 16);
+		memcpy(w + 4, &av1, 16);
+		memcpy(w + 6, &av2, 16);
+		next[0] = htobe64(*raddr);
+		next[1] = rkey_word;
+		((uint32_t *)next)[4] = htobe32(s->length);
+		((uint32_t *)next)[5] = htobe32(s->lkey);
+		next[3] = htobe64(s->addr);
+		tag += TAG_STEP(2);
 		slot->wr_id = i;
-		slot->seq = ++seq;
-		slot->end = (uint16_t)(pi + 2);
-		slot->opcode = IBV_WC_RDMA_WRITE; /* mapped when written, as the Rust does */
+		/* mapped when written, as the Rust does */
+		tag_slot(slot, tag, IBV_WC_RDMA_WRITE);
 		/* The second block starts no WQE: its slot says so, as the Rust's. */
-		d->slots[(uint16_t)(pi + 1) & d->sq_mask].end = (uint16_t)(pi + 1);
-		last = ctrl;
-		pi += 2;
+		slot2->end = (uint16_t)(idx + 1);
+		ctrl = (uint8_t *)next + 64;
+		slot = slot2 + 1;
+		if (__builtin_expect(ctrl == end, 0)) {
+			ctrl = buf;
+			slot = slots;
+		}
 	}
-	d->posted = seq;
-	ring(d, pi, last);
+	pi = (uint16_t)(tag >> 48);
+	d->posted = (uint32_t)tag;
+	ring(d, pi, buf + ((size_t)((uint16_t)(pi - 2) & mask) << 6));
 	return 0;
 }
 

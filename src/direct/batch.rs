@@ -28,7 +28,8 @@ type Invariant<'m> = fn(&'m ()) -> &'m ();
 /// less than 2^31 bytes, never of length 0: mlx5 reads a byte count of 0
 /// as 2^31, so an empty entry is written as no segment, as libmlx5 does),
 /// and a WQE that does not fit the room left is refused before anything
-/// is written ([`Error::SendQueueFull`]).
+/// is written ([`Error::SendQueueFull`], or [`Error::BatchLimit`] past the
+/// batch's [`limit`](DirectBatch::limit)).
 ///
 /// What the typed writers make impossible, at compile time:
 ///
@@ -106,9 +107,14 @@ pub struct DirectBatch<'q, 'm, T: DirectTransport> {
     slots: *mut Slot,
     /// The ring's basic blocks less one (its slots too: one a block).
     mask: u16,
-    /// The producer index may reach `limit` (the consumer index plus the
-    /// ring's size): `limit - pi` basic blocks are free.
-    limit: u16,
+    /// The basic blocks this batch may still write: those free in the
+    /// ring, or fewer after a [`limit`](DirectBatch::limit). Counted down
+    /// by each WQE, so that within a limit the compiler can fold the test
+    /// into the loop's own.
+    left: u32,
+    /// The work requests the batch was limited to in all (for the error
+    /// past them), or `u32::MAX` when it was not.
+    limited: u32,
     /// The most 16-byte units one WQE may take.
     max_units: u32,
     qpn8: u32,
@@ -178,25 +184,19 @@ unsafe fn be32(p: *mut u8, v: u32) {
     unsafe { p.cast::<u32>().write(v.to_be()) }
 }
 
-/// The refusal of a WQE that does not fit: too many units for the DS
-/// field or the QP's WQE size, or no room left in the send queue. Built
-/// inline from plain values, as every refusal of the writers: a refusal
-/// formatted or allocated by a call would leave the compiler unsure the
-/// call returned an error, and it would keep the whole batch live across
-/// that call, in memory rather than in registers.
+/// The refusal of a WQE of too many units for the DS field or the QP's
+/// WQE size. Built inline from plain values, as every refusal of the
+/// writers: a refusal formatted or allocated by a call would leave the
+/// compiler unsure the call returned an error, and it would keep the
+/// whole batch live across that call, in memory rather than in registers.
 #[inline(always)]
-fn no_room(units: u32, max_units: u32, batch: u32, depth: u32) -> Error {
-    let max_ds = u32::from(crate::wqe::MAX_DS);
-    if units > max_units {
-        // DS is 6 bits of qpn_ds: a longer WQE cannot be described.
-        Error::Direct(DirectError::TooManyUnits {
-            units,
-            max: max_units,
-            by_ds_field: max_units == max_ds,
-        })
-    } else {
-        Error::SendQueueFull { batch, depth }
-    }
+fn too_many_units(units: u32, max_units: u32) -> Error {
+    // DS is 6 bits of qpn_ds: a longer WQE cannot be described.
+    Error::Direct(DirectError::TooManyUnits {
+        units,
+        max: max_units,
+        by_ds_field: max_units == u32::from(crate::wqe::MAX_DS),
+    })
 }
 
 /// The remote side of a work request, checked: `len` bytes fit it.
@@ -227,7 +227,8 @@ impl<'q, 'm, T: DirectTransport> DirectBatch<'q, 'm, T> {
             buf: sq.buf.as_ptr(),
             slots: sq.slots.as_mut_ptr(),
             mask: sq.mask,
-            limit: sq.ci.wrapping_add(sq.wqe_cnt as u16),
+            left: sq.room(),
+            limited: u32::MAX,
             max_units: (sq.max_blocks * 4).min(u32::from(crate::wqe::MAX_DS)),
             qpn8: sq.qpn8,
             streams: sq.streams,
@@ -249,10 +250,79 @@ impl<'q, 'm, T: DirectTransport> DirectBatch<'q, 'm, T> {
     }
 
     /// Basic blocks (64 bytes) still free in the send queue for this
-    /// batch: an RDMA write or send of one entry, or an atomic, takes one
-    /// on an RC QP, two on a DCI.
+    /// batch (within its [`limit`](Self::limit), if it has one): an RDMA
+    /// write or send of one entry, or an atomic, takes one on an RC QP,
+    /// two on a DCI.
     pub fn room(&self) -> u32 {
-        u32::from(self.limit.wrapping_sub(self.pi()))
+        self.left
+    }
+
+    /// The basic blocks of a work request as [`limit`](Self::limit)
+    /// counts them: one on an RC QP, two on a DCI (its datagram segment
+    /// takes three of the eight units).
+    const WR_BLOCKS: u32 = if T::DC { 2 } else { 1 };
+
+    /// Holds the batch to `n` more work requests, and checks now that the
+    /// send queue has room for them ([`Error::SendQueueFull`] if not), and
+    /// the batch's earlier limit ([`Error::BatchLimit`]); on an error the
+    /// batch is unchanged. As [`WrBatch::limit`](crate::WrBatch::limit).
+    ///
+    /// Each work request is counted as one basic block on an RC QP, two on
+    /// a DCI: what every writer's WQE takes but the inline ones with more
+    /// data than fits in the rest of those blocks, which take as many more
+    /// of the limit as they need. Past the limit a work request is refused
+    /// before anything of it is written ([`Error::BatchLimit`]), and the
+    /// batch stays open. Within it, the send queue's room is not tested
+    /// again: when `n` is the trip count of the loop that fills the batch,
+    /// the compiler folds the per-work-request test into the loop's own.
+    ///
+    /// ```no_run
+    /// # use mlx5dv::*;
+    /// # use mlx5dv::direct::DirectRc;
+    /// # fn f(qp: &mut DirectRc, mr: &MemoryRegion, remote: RemoteBuf) -> Result<()> {
+    /// let plan: Vec<(RemoteBuf, Sge<'_>)> = (0..32usize)
+    ///     .map(|i| Ok((remote.slice(i as u64 * 64, 64)?, mr.sge(i * 64..(i + 1) * 64)?)))
+    ///     .collect::<Result<_>>()?;
+    /// let mut b = qp.batch();
+    /// b.limit(plan.len())?;
+    /// for (i, (to, src)) in plan.iter().enumerate() {
+    ///     b.rdma_write(i as u64, SendFlags::SIGNALED, *to, *src)?;
+    /// }
+    /// // SAFETY: the memory stays registered and untouched until the
+    /// // completions are polled.
+    /// unsafe { b.ring() };
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[inline]
+    pub fn limit(&mut self, n: usize) -> Result<()> {
+        let blocks = u32::try_from(n)
+            .ok()
+            .and_then(|n| n.checked_mul(Self::WR_BLOCKS));
+        match blocks {
+            Some(blocks) if blocks <= self.left => {
+                self.left = blocks;
+                self.limited = self.len() + n as u32;
+                Ok(())
+            }
+            _ => Err(self.no_room_for(n.min(u32::MAX as usize) as u32)),
+        }
+    }
+
+    /// The refusal of `n` more work requests than the batch has room
+    /// for: past its limit, or a full send queue.
+    #[inline(always)]
+    fn no_room_for(&self, n: u32) -> Error {
+        if self.limited != u32::MAX {
+            Error::BatchLimit {
+                limit: self.limited,
+            }
+        } else {
+            Error::SendQueueFull {
+                batch: self.len().saturating_add(n),
+                depth: self.sq.wqe_cnt,
+            }
+        }
     }
 
     /// The producer index of the next WQE.
@@ -323,15 +393,11 @@ impl<'q, 'm, T: DirectTransport> DirectBatch<'q, 'm, T> {
         // takes no DCI whose WQEs are smaller): for the operations whose
         // size is known (most), the first test folds away.
         let always_fits = if T::DC { 8 } else { 4 };
-        if (units > always_fits && units > self.max_units)
-            || blocks > u32::from(self.limit.wrapping_sub(self.pi()))
-        {
-            return Err(no_room(
-                units,
-                self.max_units,
-                self.len() + 1,
-                self.sq.wqe_cnt,
-            ));
+        if units > always_fits && units > self.max_units {
+            return Err(too_many_units(units, self.max_units));
+        }
+        if blocks > self.left {
+            return Err(self.no_room_for(1));
         }
         let idx = self.pi();
         let first = u32::from(idx) * 4;
@@ -389,6 +455,7 @@ impl<'q, 'm, T: DirectTransport> DirectBatch<'q, 'm, T> {
             }
         }
         self.state = next;
+        self.left -= blocks;
         self.last = idx;
         Ok((ctrl, first))
     }
@@ -477,22 +544,53 @@ impl<'q, 'm, T: DirectTransport> DirectBatch<'q, 'm, T> {
     ) -> Result<()> {
         let len = sge.length;
         // One test for the common case, an entry of 1 byte up to the
-        // remote buffer's length; an empty entry is no data segment (mlx5
-        // reads a byte count of 0 as 2^31; libmlx5's `mlx5_send_wr_set_sge`
-        // leaves it out too), a longer one is refused.
-        let units = if u64::from(len.wrapping_sub(1)) < remote.len {
-            3
-        } else {
+        // remote buffer's length (in 64 bits: an empty entry fails it
+        // whatever the remote buffer's length); a longer one is refused.
+        if u64::from(len).wrapping_sub(1) >= remote.len {
             check_remote(remote, u64::from(len), what)?;
-            2
-        };
-        let k = Self::body(&route);
-        let (ctrl, first) = self.begin(wr_id, opcode, units, flags, imm, route)?;
-        Self::raddr(self.seg(ctrl, first, k), remote);
-        // An empty entry's unit is written too, past the WQE's DS count
-        // (the device does not read it), inside its last basic block.
-        Self::data(self.seg(ctrl, first, k + 1), len, sge.lkey, sge.addr);
+        }
+        let ctrl = self.remote_wqe(route, wr_id, opcode, flags, imm, remote, sge)?;
+        if len == 0 {
+            // An empty entry is no data segment (mlx5 reads a byte count
+            // of 0 as 2^31; libmlx5's `mlx5_send_wr_set_sge` leaves it out
+            // too): the WQE one unit shorter, set after it was written,
+            // so that the common WQE's size stays a constant.
+            Self::set_units(ctrl, Self::body(&route) + 1);
+        }
         Ok(())
+    }
+
+    /// Sets the DS count of the WQE whose control segment is `ctrl`, written.
+    #[inline(always)]
+    fn set_units(ctrl: *mut u8, units: u32) {
+        // SAFETY: byte 7 of a control segment `begin` wrote: the low byte
+        // of qpn_ds (big-endian), the DS count (6 bits; `units` is below
+        // 64, as `begin` checked for a larger WQE).
+        unsafe { ctrl.add(7).write(units as u8) }
+    }
+
+    /// The WQE of [`op_remote`](Self::op_remote), its data segment
+    /// included; returns its control segment.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    fn remote_wqe(
+        &mut self,
+        route: Option<Route<'_>>,
+        wr_id: u64,
+        opcode: u32,
+        flags: SendFlags,
+        imm: u32,
+        remote: &RemoteBuf,
+        sge: &ffi::ibv_sge,
+    ) -> Result<*mut u8> {
+        let k = Self::body(&route);
+        let (ctrl, first) = self.begin(wr_id, opcode, 3, flags, imm, route)?;
+        Self::raddr(self.seg(ctrl, first, k), remote);
+        // An empty entry's unit is written too, then left past the WQE's
+        // DS count (the device does not read it), inside its last basic
+        // block.
+        Self::data(self.seg(ctrl, first, k + 1), sge.length, sge.lkey, sge.addr);
+        Ok(ctrl)
     }
 
     #[inline(always)]

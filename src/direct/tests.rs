@@ -1107,3 +1107,148 @@ fn a_dci_always_has_room_in_its_wqe_for_two_blocks() {
         }))
     ));
 }
+
+/// An empty entry is written as no data segment (its WQE one unit
+/// shorter), on RC and on a DCI, and the WQE after it is whole again.
+#[test]
+fn an_empty_entry_is_no_data_segment_and_the_next_wqe_is_whole() {
+    use crate::qp::DcInitiator;
+    let mut ring = Ring::new(8);
+    let mut sq = ring.sq(0x21, 0);
+    let mut b = Batch::new(&mut sq);
+    b.rdma_write(1, SendFlags::empty(), remote(0x10, 8, 2), sge(0x20, 0, 3))
+        .unwrap();
+    b.rdma_read(
+        2,
+        SendFlags::empty(),
+        remote(0x10, 8, 2),
+        sge_mut(0x20, 0, 3),
+    )
+    .unwrap();
+    b.rdma_write(3, SendFlags::SIGNALED, remote(0x10, 8, 2), sge(0x20, 8, 3))
+        .unwrap();
+    // SAFETY: nothing reads the test's ring.
+    unsafe { b.ring() };
+    assert_eq!(
+        &ring.bytes(0)[..32],
+        &[
+            ctrl(0, ffi::MLX5_OPCODE_RDMA_WRITE, 0x21, 2, 0, 0),
+            raddr(0x10, 2)
+        ]
+        .concat()[..]
+    );
+    assert_eq!(
+        &ring.bytes(1)[..16],
+        &ctrl(1, ffi::MLX5_OPCODE_RDMA_READ, 0x21, 2, 0, 0)[..]
+    );
+    let whole = [
+        ctrl(2, ffi::MLX5_OPCODE_RDMA_WRITE, 0x21, 3, 8, 0),
+        raddr(0x10, 2),
+        data(8, 3, 0x20),
+    ]
+    .concat();
+    assert_eq!(&ring.bytes(2)[..48], &whole[..]);
+    // A DCI: control, datagram (3 units) and remote-address segments.
+    let mut ring = Ring::new(8);
+    let mut sq = ring.sq(0x22, 0);
+    let to = super::DirectDcAddr { words: [0; 6] };
+    let mut b = DirectBatch::<'_, 'static, DcInitiator>::new(&mut sq);
+    b.dc(&to)
+        .rdma_write(1, SendFlags::empty(), remote(0, 8, 1), sge(0, 0, 1))
+        .unwrap();
+    b.dc(&to)
+        .rdma_write(2, SendFlags::empty(), remote(0, 8, 1), sge(0, 8, 1))
+        .unwrap();
+    // SAFETY: nothing reads the test's ring.
+    unsafe { b.ring() };
+    let ds = |block: usize| ring.bytes(block)[7];
+    assert_eq!((ds(0), ds(2)), (5, 6));
+    // A remote buffer of 4 GiB and more: an empty entry is still none.
+    let mut ring = Ring::new(8);
+    let mut sq = ring.sq(0x23, 0);
+    let mut b = Batch::new(&mut sq);
+    b.rdma_write(1, SendFlags::empty(), remote(0, 1 << 33, 1), sge(0, 0, 1))
+        .unwrap();
+    // SAFETY: nothing reads the test's ring.
+    unsafe { b.ring() };
+    assert_eq!(ring.bytes(0)[7], 2);
+}
+
+/// `limit` holds the batch to as many more work requests (one block each
+/// on RC, two on a DCI), checked against the room once; past it a work
+/// request is refused, nothing of it written, and the batch stays open.
+#[test]
+fn a_limit_holds_the_batch_and_is_checked_against_the_room() {
+    use crate::qp::DcInitiator;
+    let mut ring = Ring::new(8);
+    let mut sq = ring.sq(0x9, 0);
+    let mut b = Batch::new(&mut sq);
+    // More than the ring holds: refused, the batch unchanged.
+    assert!(matches!(
+        b.limit(9),
+        Err(Error::SendQueueFull { batch: 9, depth: 8 })
+    ));
+    assert!(matches!(
+        b.limit(usize::MAX),
+        Err(Error::SendQueueFull { depth: 8, .. })
+    ));
+    assert_eq!(b.room(), 8);
+    b.rdma_write(0, SendFlags::empty(), remote(0, 8, 1), sge(0, 8, 1))
+        .unwrap();
+    b.limit(3).unwrap();
+    assert_eq!((b.len(), b.room()), (1, 3));
+    for i in 1..4 {
+        b.rdma_write(i, SendFlags::empty(), remote(0, 8, 1), sge(0, 8, 1))
+            .unwrap();
+    }
+    // The fifth: past the limit of 1 + 3, though the ring has room.
+    let before = ring.bytes(4);
+    assert!(matches!(
+        b.rdma_write(4, SendFlags::empty(), remote(0, 8, 1), sge(0, 8, 1)),
+        Err(Error::BatchLimit { limit: 4 })
+    ));
+    assert!(matches!(b.limit(1), Err(Error::BatchLimit { limit: 4 })));
+    assert_eq!((b.len(), b.room()), (4, 0));
+    // A limit of none left is no error.
+    b.limit(0).unwrap();
+    // SAFETY: nothing reads the test's ring.
+    assert_eq!(unsafe { b.ring() }, 4);
+    assert_eq!(ring.bytes(4), before);
+    assert_eq!((sq.pi, sq.posted), (4, 4));
+    // The next batch has the ring's room again: a limit is the batch's.
+    let b = Batch::new(&mut sq);
+    assert_eq!(b.room(), 4);
+    drop(b);
+    // On a DCI each work request counts two blocks; a WQE of more takes
+    // more of the limit.
+    let mut ring = Ring::new(8);
+    let mut sq = ring.sq(0x9, 0);
+    sq.max_inline = 64;
+    let to = super::DirectDcAddr { words: [0; 6] };
+    let mut b = DirectBatch::<'_, 'static, DcInitiator>::new(&mut sq);
+    assert!(matches!(
+        b.limit(5),
+        Err(Error::SendQueueFull { batch: 5, depth: 8 })
+    ));
+    b.limit(2).unwrap();
+    assert_eq!(b.room(), 4);
+    // 1 + 3 + 1 + ceil((4 + 40) / 16) = 8 units: two blocks.
+    b.dc(&to)
+        .rdma_write_inline(1, SendFlags::empty(), remote(0, 64, 1), &[7; 40])
+        .unwrap();
+    assert_eq!(b.room(), 2);
+    // 1 + 3 + ceil((4 + 61) / 16) = 9 units: three blocks, more than left.
+    assert!(matches!(
+        b.dc(&to).send_inline(2, SendFlags::empty(), &[0; 61]),
+        Err(Error::BatchLimit { limit: 2 })
+    ));
+    b.dc(&to)
+        .rdma_write(2, SendFlags::empty(), remote(0, 8, 1), sge(0, 8, 1))
+        .unwrap();
+    assert!(matches!(
+        b.dc(&to)
+            .rdma_write(3, SendFlags::empty(), remote(0, 8, 1), sge(0, 8, 1)),
+        Err(Error::BatchLimit { limit: 2 })
+    ));
+    assert_eq!((b.len(), b.room()), (2, 0));
+}

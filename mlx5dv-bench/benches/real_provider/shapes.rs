@@ -232,8 +232,9 @@ pub const SHAPES: &[Shape] = &[
 #[inline(never)]
 pub fn rust_direct_rc_write_sge(qp: &mut DirectRc, p: &Plan<'_>) -> Result<u32> {
     let mut b = qp.batch();
-    for i in 0..BATCH {
-        b.rdma_write(i as u64, SendFlags::SIGNALED, p.remote[i], p.sge[i])?;
+    b.limit(BATCH)?;
+    for (i, (to, src)) in p.remote.iter().zip(&p.sge).enumerate() {
+        b.rdma_write(i as u64, SendFlags::SIGNALED, *to, *src)?;
     }
     // SAFETY: the plan's region and the peer's stay registered for the
     // whole run, and nothing of the program reads or writes them.
@@ -245,13 +246,14 @@ pub fn rust_direct_rc_write_sge(qp: &mut DirectRc, p: &Plan<'_>) -> Result<u32> 
 #[inline(never)]
 pub fn rust_direct_rc_write_sge_last(qp: &mut DirectRc, p: &Plan<'_>) -> Result<u32> {
     let mut b = qp.batch();
-    for i in 0..BATCH {
+    b.limit(BATCH)?;
+    for (i, (to, src)) in p.remote.iter().zip(&p.sge).enumerate() {
         let flags = if i == BATCH - 1 {
             SendFlags::SIGNALED
         } else {
             SendFlags::empty()
         };
-        b.rdma_write(i as u64, flags, p.remote[i], p.sge[i])?;
+        b.rdma_write(i as u64, flags, *to, *src)?;
     }
     // SAFETY: as `rust_direct_rc_write_sge`.
     Ok(unsafe { b.ring() })
@@ -283,9 +285,10 @@ pub fn rust_direct_dci_write_sge(
     to: &DirectDcAddr,
 ) -> Result<u32> {
     let mut b = qp.batch();
-    for i in 0..BATCH {
+    b.limit(BATCH)?;
+    for (i, (remote, src)) in p.remote.iter().zip(&p.sge).enumerate() {
         b.dc(to)
-            .rdma_write(i as u64, SendFlags::SIGNALED, p.remote[i], p.sge[i])?;
+            .rdma_write(i as u64, SendFlags::SIGNALED, *remote, *src)?;
     }
     // SAFETY: as `rust_direct_rc_write_sge`.
     Ok(unsafe { b.ring() })
@@ -300,10 +303,11 @@ pub fn rust_direct_dci_write_sge_stream(
     to: &DirectDcAddr,
 ) -> Result<u32> {
     let mut b = qp.batch();
-    for i in 0..BATCH {
+    b.limit(BATCH)?;
+    for (i, (remote, src)) in p.remote.iter().zip(&p.sge).enumerate() {
         let stream = (i % (1 << LOG_STREAMS)) as u16;
         b.dc_stream(to, stream)
-            .rdma_write(i as u64, SendFlags::SIGNALED, p.remote[i], p.sge[i])?;
+            .rdma_write(i as u64, SendFlags::SIGNALED, *remote, *src)?;
     }
     // SAFETY: as `rust_direct_rc_write_sge`.
     Ok(unsafe { b.ring() })
