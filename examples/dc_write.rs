@@ -12,6 +12,7 @@
 //! dc_write --direct [-d DEV] [--streams L] (HOST | --loopback)                # the DCI on mlx5's direct path
 //! dc_write --perftest [-d DEV] [-i PORT] [-g|-x GID] [-s SIZE] [-n ITERS] [-p PORT] [HOST]
 //!                                                    # perftest's exchange, against ib_write_bw -c DC
+//! dc_write --perftest --direct [OPTIONS] HOST        # so, the DCI on mlx5's direct path
 //!
 //! cargo run --example dc_write -- --loopback -d mlx5_0
 //!
@@ -46,7 +47,10 @@
 //! completed and checks that its completions retire all its writes. The
 //! server is the same: a `--direct` client writes to a plain server, which
 //! checks every byte (`tests/mlx5_hw_direct_examples.rs`, on the software
-//! mlx5 device).
+//! mlx5 device). With `--perftest` too, the direct DCI speaks perftest's
+//! exchange and writes at perftest's offsets: its target may be
+//! `ib_write_bw -c DC`'s DCT (the same tests run it against that and
+//! against `dc_write --perftest`, which checks every byte).
 //!
 //! ## `--perftest`: against `ib_write_bw -c DC`
 //!
@@ -104,6 +108,8 @@ Usage:
   dc_write --perftest [OPTIONS] [HOST]
                                    serve or write speaking perftest's default
                                    exchange (ib_write_bw -c DC), either side
+  dc_write --perftest --direct [OPTIONS] HOST
+                                   write so to HOST on mlx5's direct path
 
 RDMA writes from an mlx5 DCI to a DCT (mlx5dv_wr_set_dc_addr), checked at
 the target. With --perftest either side may be perftest's ib_write_bw -c DC,
@@ -207,15 +213,12 @@ fn run(cli: &Cli) -> Result<(), Failure> {
     if perftest {
         common::refuse_with(PROG, "--perftest", &[(cli.flag("loopback"), "--loopback")]);
     }
-    if shape.direct {
-        common::refuse_with(PROG, "--direct", &[(perftest, "--perftest")]);
-        if host.is_none() && !cli.flag("loopback") {
-            common::usage_error(
-                PROG,
-                "--direct is the DCI's: give the server's HOST, or --loopback \
-                 (the server needs no option)",
-            );
-        }
+    if shape.direct && host.is_none() && !cli.flag("loopback") {
+        common::usage_error(
+            PROG,
+            "--direct is the DCI's: give the server's HOST, or --loopback \
+             (the server needs no option)",
+        );
     }
     let (ib_port, gid_index, mtu) = (cli.num_or("ib-port", 1), cli.num("gid-idx"), cli.mtu());
     let port: u16 = cli.num_or(
@@ -424,7 +427,7 @@ fn initiate(
     let (posted, elapsed) = if shape.direct {
         let mut ini = DirectInitiator::new(pd, opts, len, shape)?;
         ini.src.write_at(0, &pattern(len, seed))?;
-        ini.write(info, shape)?
+        ini.write(info, shape, |k| shape.slot(k))?
     } else {
         let mut ini = Initiator::new(pd, opts, len, shape)?;
         ini.src.write_at(0, &pattern(len, seed))?;
@@ -528,6 +531,7 @@ struct DirectInitiator {
     // reads.
     dci: direct::DirectDci,
     src: MemoryRegion,
+    psn: u32,
     opts: ConnectOptions,
 }
 
@@ -546,19 +550,26 @@ impl DirectInitiator {
         let cq = CompletionQueue::new(ctx, shape.batch + 16)?;
         let dci = dci_builder(pd, &cq, shape.batch, shape)?.build()?;
         let dci = dci.into_direct(cq)?;
-        dci.ready(random_psn(), opts)?;
+        let psn = random_psn();
+        dci.ready(psn, opts)?;
         Ok(DirectInitiator {
             dci,
             src,
+            psn,
             opts: *opts,
         })
     }
 
     /// Posts `shape.iters` writes to the DCT of `info`, write `k` from and
-    /// to slot `k mod batch`, one scoped post a batch (only its last work
+    /// to offset `offset(k)`, one scoped post a batch (only its last work
     /// request signalled); stream ids go round robin. Returns the writes
     /// done and the time they took.
-    fn write(&mut self, info: &DctInfo, shape: Shape) -> Result<(u64, Duration), Failure> {
+    fn write(
+        &mut self,
+        info: &DctInfo,
+        shape: Shape,
+        offset: impl Fn(u64) -> usize,
+    ) -> Result<(u64, Duration), Failure> {
         let pd = self.src.pd();
         let ah = AddressHandle::new(pd, &AhAttr::towards(info.lid, info.gid, &self.opts))?;
         // The address vector, DCT number and key, copied once.
@@ -579,7 +590,7 @@ impl DirectInitiator {
             let n = (shape.iters - done).min(u64::from(shape.batch));
             let wcs = dci.post_and_wait(common::WAIT, |b| {
                 for k in done..done + n {
-                    let off = shape.slot(k);
+                    let off = offset(k);
                     let wr = match streams {
                         Some(s) => b.dc_stream(&to, (k % s) as u16),
                         None => b.dc(&to),

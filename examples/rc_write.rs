@@ -11,6 +11,7 @@
 //! rc_write -R [-d DEV] [-s SIZE] [-n ITERS] [-b BATCH] [HOST]         # perftest's rdma_cm protocol
 //! rc_write --perftest [-d DEV] [-i PORT] [-g|-x GID] [-s SIZE] [-n ITERS] [-p PORT] [HOST]
 //!                                                                     # perftest's default (TCP) exchange
+//! rc_write --perftest --direct [OPTIONS] HOST                         # so, on mlx5's direct path
 //!
 //! # two soft-RoCE guests (scripts/rxe-vm --hosts 2): guest 1 serves, guest 2 writes
 //! rc_write -d rxe0 -g 1                 # in guest 1
@@ -62,6 +63,13 @@
 //! `rc_write` server, which checks every byte as before. Both kinds of
 //! client print their message rate (`writes/s`) and which path they took,
 //! so the two can be compared on the same device and shape.
+//!
+//! With `--perftest` too, the direct client speaks perftest's exchange
+//! (below) and writes at perftest's offsets: its peer may be perftest's
+//! `ib_write_bw` server, whose QP is an ordinary verbs QP
+//! (`tests/mlx5_hw_direct_examples.rs` runs it against `ib_write_bw` and
+//! against `rc_write --perftest`, which checks every byte, on the
+//! software mlx5 device).
 //!
 //! ## `-R`: perftest's rdma_cm protocol
 //!
@@ -158,6 +166,9 @@ Usage:
   rc_write --perftest [OPTIONS] [HOST]
                                    serve or write speaking perftest's default
                                    TCP exchange (ib_write_bw without -R)
+  rc_write --perftest --direct [OPTIONS] HOST
+                                   write so to HOST (ib_write_bw or another
+                                   rc_write --perftest) on mlx5's direct path
 
 Batched RDMA writes through mlx5dv's WrBatch (with --direct, its direct
 path), checked at the target. The writer prints its rate in writes/s.
@@ -192,7 +203,7 @@ Options:
                          direct path (mlx5dv::direct: WQEs and CQEs handled
                          by the crate), one scoped post_and_wait per batch,
                          so one batch in flight (without it: up to 4); the
-                         server needs no option. Not with -R or --perftest
+                         server needs no option. Not with -R
   -R, --rdma_cm          connect through rdma_cm, as perftest's -R
       --perftest         perftest's default exchange (TCP), as ib_write_bw
   -h, --help             this text
@@ -265,14 +276,7 @@ fn run(cli: &Cli) -> Result<(), Failure> {
     }
     let direct = cli.flag("direct");
     if direct {
-        common::refuse_with(
-            PROG,
-            "--direct",
-            &[
-                (cli.flag("rdma_cm"), "-R"),
-                (cli.flag("perftest"), "--perftest"),
-            ],
-        );
+        common::refuse_with(PROG, "--direct", &[(cli.flag("rdma_cm"), "-R")]);
         if host.is_none() && !cli.flag("loopback") {
             common::usage_error(
                 PROG,
@@ -332,7 +336,7 @@ fn run(cli: &Cli) -> Result<(), Failure> {
         if direct { ", direct path" } else { "" }
     );
     if perftest {
-        with_tcp::run(&pd, opts, shape, host, port)
+        with_tcp::run(&pd, opts, shape, host, port, direct)
     } else if cli.flag("loopback") {
         loopback(&pd, &opts, shape, direct)
     } else if let Some(host) = host {
@@ -524,7 +528,7 @@ impl Writer {
     /// when `direct`.
     fn new(pd: &ProtectionDomain, shape: Shape, direct: bool) -> Result<Writer, Failure> {
         Ok(if direct {
-            Writer::Direct(DirectSide::new(pd, shape)?)
+            Writer::Direct(DirectSide::new(pd, shape.slots_len(), shape)?)
         } else {
             Writer::Verbs(Side::new(pd, shape.slots_len(), shape)?)
         })
@@ -569,7 +573,7 @@ impl Writer {
     ) -> Result<(u64, std::time::Duration), Failure> {
         match self {
             Writer::Verbs(s) => write_all(s, remote, shape, |k| shape.slot(k)),
-            Writer::Direct(d) => d.write_all(remote, shape),
+            Writer::Direct(d) => d.write_all(remote, shape, |k| shape.slot(k)),
         }
     }
 
@@ -587,7 +591,7 @@ impl Writer {
 /// The writer on mlx5's direct path: an RC QP taken with
 /// `QpEx::into_direct` before it was connected, its send CQ its own (its
 /// receives, which this run never posts, complete on another), and the
-/// `batch` slots it writes from.
+/// memory it writes from (`batch` slots, or perftest's layout).
 struct DirectSide {
     // Fields drop in order: the QP (and its CQs) before the memory its
     // writes read.
@@ -597,10 +601,11 @@ struct DirectSide {
 }
 
 impl DirectSide {
-    /// A send queue for one batch: `post_and_wait` has one in flight.
-    fn new(pd: &ProtectionDomain, shape: Shape) -> Result<DirectSide, Failure> {
+    /// `len` bytes of memory and a send queue for one batch:
+    /// `post_and_wait` has one in flight.
+    fn new(pd: &ProtectionDomain, len: usize, shape: Shape) -> Result<DirectSide, Failure> {
         let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
-        let mr = MemoryRegion::new(pd, shape.slots_len(), access)?;
+        let mr = MemoryRegion::new(pd, len, access)?;
         let cq = CompletionQueue::new(pd.context(), shape.batch + 16)?;
         let rq = CompletionQueue::new(pd.context(), 1)?;
         let qp = QpBuilder::rc(pd, &cq, &rq)
@@ -624,7 +629,7 @@ impl DirectSide {
     }
 
     /// [`write_all`] on the direct path: each batch of `shape.batch`
-    /// writes (write `k` from slot `k mod batch` to the same slot of
+    /// writes (write `k` from offset `offset(k)` to the same offset of
     /// `remote`, unsignalled but the last) is written into the send queue
     /// by the crate and posted with one doorbell by `post_and_wait`, which
     /// returns when the batch has completed: the borrow of the slots ends
@@ -634,6 +639,7 @@ impl DirectSide {
         &mut self,
         remote: RemoteBuf,
         shape: Shape,
+        offset: impl Fn(u64) -> usize,
     ) -> Result<(u64, std::time::Duration), Failure> {
         let size = shape.size;
         let (qp, mr) = (&mut self.qp, &self.mr);
@@ -643,7 +649,7 @@ impl DirectSide {
             let n = (shape.iters - done).min(u64::from(shape.batch));
             let wcs = qp.post_and_wait(common::WAIT, |b| {
                 for k in done..done + n {
-                    let at = shape.slot(k);
+                    let at = offset(k);
                     b.rdma_write(
                         k,
                         SendFlags::empty(),

@@ -248,8 +248,13 @@ fn every_example_refuses_bad_usage_with_status_2_before_the_device() {
         ),
         (
             "rc_write",
-            &["--direct", "--perftest", "host"],
-            "--perftest does not go with --direct",
+            &["--direct", "--perftest"],
+            "--direct is the writer's",
+        ),
+        (
+            "dc_write",
+            &["--direct", "--perftest"],
+            "--direct is the DCI's",
         ),
         (
             "dc_write",

@@ -2,6 +2,11 @@
 //! direct path (`QpEx::into_direct`, `DirectQp::post_and_wait`) to a
 //! plain `rc_write` server in another process, which checks every byte
 //! it received; and `--direct --loopback`, both sides in one process.
+//! `rc_pingpong --direct` against rdma-core's `ibv_rc_pingpong`;
+//! `dc_write --direct` against a plain `dc_write` server; and
+//! `rc_write`/`dc_write --perftest --direct` against perftest's
+//! `ib_write_bw` (RC, and `-c DC`) and against the examples' own
+//! `--perftest` servers, which check every byte.
 //!
 //! The direct path needs mlx5 (`mlx5dv_init_obj`), so these tests run
 //! only where one is named: they are `#[ignore]`d; run them with
@@ -255,5 +260,152 @@ fn dc_write_direct_loopback_checks_the_data() {
     assert!(
         s.contains("1000 writes received; all 131072 bytes of the target checked"),
         "{s}"
+    );
+}
+
+/// `-d DEV [-x GID] -s SIZE -n ITERS -p PORT`, as perftest and the
+/// examples' `--perftest` take them (`-x` on RoCE only: perftest on
+/// InfiniBand goes by LID).
+fn perftest_args(size: &str, iters: &str, port: &str) -> Vec<String> {
+    let ctx = hw::open();
+    let mut v = vec!["-d".to_string(), ctx.name().to_string()];
+    if let Some(i) = rig::connect_options(&ctx).gid_index {
+        v.extend(["-x".to_string(), i.to_string()]);
+    }
+    for a in ["-s", size, "-n", iters, "-p", port] {
+        v.push(a.to_string());
+    }
+    v
+}
+
+/// `server` (a command line: program and arguments) spawned, then the
+/// direct client `example --perftest --direct` with `extra`, tried until
+/// it reaches it; both must exit 0. Returns the server's and the
+/// client's standard output.
+fn direct_perftest_client(
+    server: (&str, &[String]),
+    example_name: &str,
+    args: &[String],
+    extra: &[&str],
+) -> (String, String) {
+    let (prog, sargs) = server;
+    let s = if prog == example_name {
+        spawn(Command::new(example(prog)).args(sargs))
+    } else {
+        spawn(Command::new(prog).args(sargs))
+    };
+    let mut cargs: Vec<&str> = args.iter().map(String::as_str).collect();
+    cargs.extend(["--perftest", "--direct"]);
+    cargs.extend(extra);
+    cargs.push("127.0.0.1");
+    let c = run_client(example(example_name), &cargs);
+    let s = finish(s, prog);
+    let what = format!("{example_name} {}", cargs.join(" "));
+    assert_status(&c, 0, &what);
+    assert_status(&s, 0, &format!("{prog} server, against {what}"));
+    let out = |o: &Output| String::from_utf8_lossy(&o.stdout).into_owned();
+    (out(&s), out(&c))
+}
+
+/// perftest's report, which its run prints when it completed.
+fn perftest_reported(out: &str) -> bool {
+    // perftest 6.06 (Debian 12) says MB/sec; later releases MiB/sec.
+    out.contains("BW average[MB/sec]") || out.contains("BW average[MiB/sec]")
+}
+
+/// The direct client as perftest's peer: 200 writes completed, perftest
+/// (which checks nothing) said so.
+fn says_perftest_checks_nothing(prog: &str, mine: &str) -> bool {
+    mine.lines().any(|l| {
+        l.starts_with(&format!(
+            "{prog}: 200 writes completed; the peer is perftest \""
+        )) && l.ends_with("\", which does not check the data")
+    })
+}
+
+/// `rc_write --perftest --direct` against perftest's `ib_write_bw`
+/// server (an ordinary verbs QP): the writes on the direct path, each
+/// batch's completion covering its writes, perftest's run complete.
+#[test]
+#[ignore = "needs an mlx5 device: set MLX5DV_TEST_MLX5_DEVICE"]
+fn rc_write_perftest_direct_client_against_ib_write_bw_server() {
+    let args = perftest_args("4096", "200", "19155");
+    let (theirs, mine) = direct_perftest_client(("ib_write_bw", &args), "rc_write", &args, &[]);
+    assert!(perftest_reported(&theirs), "{theirs}");
+    assert!(mine.contains(", direct path"), "{mine}");
+    assert!(says_perftest_checks_nothing("rc_write", &mine), "{mine}");
+}
+
+/// `rc_write --perftest --direct` against `rc_write --perftest`, whose
+/// server checks every byte the writes covered (at perftest's offsets)
+/// and that the rest is untouched.
+#[test]
+#[ignore = "needs an mlx5 device: set MLX5DV_TEST_MLX5_DEVICE"]
+fn rc_write_perftest_direct_client_against_rc_write_perftest_server() {
+    let args = perftest_args("100", "300", "19156");
+    let mut sargs = args.clone();
+    sargs.extend(["--perftest".to_string(), "-b".to_string(), "8".to_string()]);
+    let (server, client) =
+        direct_perftest_client(("rc_write", &sargs), "rc_write", &args, &["-b", "8"]);
+    assert!(
+        server.contains(
+            "data check: the 3200 bytes the writes covered hold what was written, \
+             the other 896 are untouched"
+        ),
+        "{server}"
+    );
+    assert!(client.contains(", direct path"), "{client}");
+    assert!(
+        client.contains("the server checked the bytes written: all as written"),
+        "{client}"
+    );
+}
+
+/// `dc_write --perftest --direct` on four DCI streams against perftest's
+/// `ib_write_bw -c DC` server: the DCI on the direct path writing to
+/// perftest's DCT, perftest's run complete.
+#[test]
+#[ignore = "needs an mlx5 device: set MLX5DV_TEST_MLX5_DEVICE"]
+fn dc_write_perftest_direct_client_against_ib_write_bw_dc_server() {
+    let args = perftest_args("4096", "200", "19157");
+    let mut theirs_args = args.clone();
+    theirs_args.extend(["-c".to_string(), "DC".to_string()]);
+    let (theirs, mine) = direct_perftest_client(
+        ("ib_write_bw", &theirs_args),
+        "dc_write",
+        &args,
+        &["--streams", "2"],
+    );
+    assert!(perftest_reported(&theirs), "{theirs}");
+    assert!(theirs.contains("Connection type : DC"), "{theirs}");
+    assert!(
+        mine.contains("ready on the direct path; writing to DCT")
+            && mine.contains("(key 0xffeeddcc)"),
+        "{mine}"
+    );
+    assert!(says_perftest_checks_nothing("dc_write", &mine), "{mine}");
+}
+
+/// `dc_write --perftest --direct` against `dc_write --perftest`, whose
+/// server checks every byte the writes covered.
+#[test]
+#[ignore = "needs an mlx5 device: set MLX5DV_TEST_MLX5_DEVICE"]
+fn dc_write_perftest_direct_client_against_dc_write_perftest_server() {
+    let args = perftest_args("100", "300", "19158");
+    let mut sargs = args.clone();
+    sargs.extend(["--perftest".to_string(), "-b".to_string(), "8".to_string()]);
+    let (server, client) =
+        direct_perftest_client(("dc_write", &sargs), "dc_write", &args, &["-b", "8"]);
+    assert!(
+        server.contains(
+            "data check: the 3200 bytes the writes covered hold what was written, \
+             the other 896 are untouched"
+        ),
+        "{server}"
+    );
+    assert!(client.contains("ready on the direct path"), "{client}");
+    assert!(
+        client.contains("the server checked the bytes written: all as written"),
+        "{client}"
     );
 }
