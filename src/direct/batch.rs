@@ -105,8 +105,10 @@ pub struct DirectBatch<'q, 'm, T: DirectTransport> {
     /// them again from the `Sq` behind the reference.
     buf: *mut u8,
     slots: *mut Slot,
-    /// The ring's basic blocks less one (its slots too: one a block).
-    mask: u16,
+    /// The ring's bytes less one basic block (the ring's blocks less one,
+    /// times 64): a block's byte offset in the ring is masked by it, and
+    /// its slot's is a quarter of it (one 16-byte slot a 64-byte block).
+    bmask: u32,
     /// The basic blocks this batch may still write: those free in the
     /// ring, or fewer after a [`limit`](DirectBatch::limit). Counted down
     /// by each WQE, so that within a limit the compiler can fold the test
@@ -143,19 +145,12 @@ pub struct DirectBatch<'q, 'm, T: DirectTransport> {
 /// are ignored.
 #[inline(always)]
 fn fm_ce_se(flags: SendFlags) -> u8 {
-    // A table of the eight combinations: one load where the flags are not
-    // a constant (a work request signalled or not by a test), where the
-    // shifts and masks would be eight instructions.
-    const TABLE: [u8; 8] = {
-        let mut t = [0u8; 8];
-        let mut f = 0;
-        while f < 8 {
-            t[f] = (((f & 1) << 7) | ((f & 2) << 2) | ((f & 4) >> 1)) as u8;
-            f += 1;
-        }
-        t
-    };
-    TABLE[(flags.bits() & 7) as usize]
+    // Shifts and masks, not a table: where the flags are chosen by a test
+    // (`if last { SIGNALED } else { empty() }`), the compiler knows which
+    // bits may be set and folds this to one shift of the test's result;
+    // a table's load it could not fold.
+    let f = flags.bits();
+    (((f & 1) << 7) | ((f & 2) << 2) | ((f & 4) >> 1)) as u8
 }
 
 const _: () = {
@@ -216,8 +211,70 @@ fn check_remote(remote: &RemoteBuf, len: u64, what: &'static str) -> Result<()> 
 /// datagram segment carries it, and the DCI stream.
 #[derive(Clone, Copy)]
 pub(super) struct Route<'a> {
-    av: &'a [u64; 6],
+    av: Av,
+    _to: PhantomData<&'a [u64; 6]>,
     stream: Option<u16>,
+}
+
+/// A DCI's address vector (48 bytes, the WQE's datagram segment), on
+/// x86-64 as three 16-byte vectors: read from the
+/// [`DirectDcAddr`](super::DirectDcAddr) where the compiler can hoist the
+/// loads out of a loop of work requests (it did not hoist the six 8-byte
+/// loads of the words), kept in vector registers (not the general ones
+/// the writers need), and written with three stores. Elsewhere the six
+/// words.
+#[derive(Clone, Copy)]
+struct Av(AvParts);
+
+#[cfg(target_arch = "x86_64")]
+type AvParts = [std::arch::x86_64::__m128i; 3];
+#[cfg(not(target_arch = "x86_64"))]
+type AvParts = [u64; 6];
+
+impl Av {
+    #[inline(always)]
+    fn load(words: &[u64; 6]) -> Av {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: SSE2 is part of x86-64; each load reads 16 bytes of
+        // `words` (unaligned loads).
+        let parts = unsafe {
+            use std::arch::x86_64::{__m128i, _mm_loadu_si128};
+            let p = words.as_ptr().cast::<__m128i>();
+            [
+                _mm_loadu_si128(p),
+                _mm_loadu_si128(p.add(1)),
+                _mm_loadu_si128(p.add(2)),
+            ]
+        };
+        #[cfg(not(target_arch = "x86_64"))]
+        let parts = *words;
+        Av(parts)
+    }
+
+    /// Writes the 48 bytes at `p`.
+    ///
+    /// # Safety
+    /// `p` is valid for 48 bytes of writes, 16-aligned.
+    #[inline(always)]
+    unsafe fn store(self, p: *mut u8) {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: the caller's promise (stores of 16 bytes each).
+        unsafe {
+            use std::arch::x86_64::{__m128i, _mm_storeu_si128};
+            let p = p.cast::<__m128i>();
+            for (i, v) in self.0.into_iter().enumerate() {
+                _mm_storeu_si128(p.add(i), v);
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        // SAFETY: as above.
+        unsafe {
+            let p = p.cast::<u64>();
+            for (i, w) in self.0.into_iter().enumerate() {
+                p.add(i).write(w);
+            }
+        }
+    }
 }
 
 impl<'q, 'm, T: DirectTransport> DirectBatch<'q, 'm, T> {
@@ -226,7 +283,7 @@ impl<'q, 'm, T: DirectTransport> DirectBatch<'q, 'm, T> {
         DirectBatch {
             buf: sq.buf.as_ptr(),
             slots: sq.slots.as_mut_ptr(),
-            mask: sq.mask,
+            bmask: u32::from(sq.mask) << 6,
             left: sq.room(),
             limited: u32::MAX,
             max_units: (sq.max_blocks * 4).min(u32::from(crate::wqe::MAX_DS)),
@@ -341,16 +398,31 @@ impl<'q, 'm, T: DirectTransport> DirectBatch<'q, 'm, T> {
     /// the ring).
     #[inline(always)]
     fn at(&self, unit: u32) -> *mut u8 {
-        let units_mask = (u32::from(self.mask) << 2) | 3;
+        let offset = (unit << 4) & (self.bmask | 63);
         // SAFETY: masked, the unit lies inside the ring.
-        unsafe { self.buf.add(((unit & units_mask) as usize) * DS) }
+        unsafe { self.buf.add(offset as usize) }
     }
 
     /// The control segment of the WQE starting at basic block `idx`.
     #[inline(always)]
     fn ctrl_of(&self, idx: u16) -> *mut u8 {
+        self.block(u32::from(idx))
+    }
+
+    /// Basic block `b` of the ring, taken modulo the ring.
+    #[inline(always)]
+    fn block(&self, b: u32) -> *mut u8 {
         // SAFETY: masked, the block lies inside the ring.
-        unsafe { self.buf.add(usize::from(idx & self.mask) * super::sq::BB) }
+        unsafe { self.buf.add(((b << 6) & self.bmask) as usize) }
+    }
+
+    /// The slot of the block at byte offset `offset` (masked) of the ring.
+    #[inline(always)]
+    fn slot_at(&self, offset: u32) -> *mut Slot {
+        const _: () = assert!(super::sq::BB == 4 * std::mem::size_of::<Slot>());
+        // SAFETY: a block's offset over 64 is its index, below the ring's
+        // blocks, the slots' number; a slot is a quarter of a block.
+        unsafe { self.slots.byte_add((offset >> 2) as usize) }
     }
 
     /// Unit `k` of the WQE whose control segment is `ctrl`, unit `first`
@@ -364,9 +436,10 @@ impl<'q, 'm, T: DirectTransport> DirectBatch<'q, 'm, T> {
         } else {
             // Unit k % 4 of the WQE's block k / 4 (a block is contiguous;
             // the ring wraps between blocks).
-            let block = self.ctrl_of(((first >> 2) + (k >> 2)) as u16);
-            // SAFETY: inside that block.
-            unsafe { block.add((k & 3) as usize * DS) }
+            // (`first` is a whole block's: its offset is `first << 4`.)
+            let offset = ((first << 4) + ((k >> 2) << 6)) & self.bmask;
+            // SAFETY: masked, a block of the ring; inside that block.
+            unsafe { self.buf.add(offset as usize + (k & 3) as usize * DS) }
         }
     }
 
@@ -400,8 +473,12 @@ impl<'q, 'm, T: DirectTransport> DirectBatch<'q, 'm, T> {
             return Err(self.no_room_for(1));
         }
         let idx = self.pi();
-        let first = u32::from(idx) * 4;
-        let ctrl = self.ctrl_of(idx);
+        // The WQE's byte offset in the ring, straight from the state's
+        // producer index (bits 48 to 63, so 42 to 57 are its offset).
+        let offset = (self.state >> 42) as u32 & self.bmask;
+        let first = offset >> 4;
+        // SAFETY: masked, a block of the ring.
+        let ctrl = unsafe { self.buf.add(offset as usize) };
         let stream = match route {
             Some(Route {
                 stream: Some(s), ..
@@ -418,7 +495,8 @@ impl<'q, 'm, T: DirectTransport> DirectBatch<'q, 'm, T> {
         // above: the device does not read it until a doorbell names it);
         // 16 bytes, 16-aligned.
         unsafe {
-            be32(ctrl, (u32::from(idx) << 8) | opcode);
+            // The WQE index (the producer index) in bits 8 to 23.
+            be32(ctrl, ((self.state >> 40) as u32 & 0x00ff_ff00) | opcode);
             be32(ctrl.add(4), self.qpn8 | units);
             // signature, DCI stream id, fm_ce_se.
             ctrl.add(8)
@@ -428,30 +506,24 @@ impl<'q, 'm, T: DirectTransport> DirectBatch<'q, 'm, T> {
         }
         if let Some(r) = route {
             // SAFETY: units 1..4 of the WQE, in its first basic block.
-            unsafe {
-                let p = ctrl.add(DS).cast::<u64>();
-                for (i, w) in r.av.iter().enumerate() {
-                    p.add(i).write(*w);
-                }
-            }
+            unsafe { r.av.store(ctrl.add(DS)) };
         }
         // The producer index past the WQE, and the next sequence number.
         let next = self.state.wrapping_add((u64::from(blocks) << 48) | 1);
-        let slot = usize::from(idx & self.mask);
         // Mapped here, where `opcode` is a constant: the poll reads the
         // completion's opcode as it is.
         let wc_opcode = super::sq::wc_opcode(opcode as u8).to_raw() as u8;
-        // SAFETY: masked, the slot is inside the slot array (one per basic
-        // block of the ring).
-        unsafe { Slot::write(self.slots.add(slot), wr_id, next, wc_opcode) };
+        // SAFETY: the slot of the WQE's block, inside the slot array (one
+        // per basic block of the ring).
+        unsafe { Slot::write(self.slot_at(offset), wr_id, next, wc_opcode) };
         // The later blocks of a WQE start none: their slots say so (an
         // end at the block itself), so that a stale slot left there by an
         // abandoned batch is never taken for an outstanding WQE.
         if blocks > 1 {
-            for b in 1..blocks as u16 {
-                let at = idx.wrapping_add(b);
-                // SAFETY: masked, inside the slot array.
-                unsafe { (*self.slots.add(usize::from(at & self.mask))).end = at };
+            for b in 1..blocks {
+                let at = (offset + (b << 6)) & self.bmask;
+                // SAFETY: the slot of a block of the ring.
+                unsafe { (*self.slot_at(at)).end = idx.wrapping_add(b as u16) };
             }
         }
         self.state = next;
@@ -850,7 +922,8 @@ impl<'q, 'm> DirectBatch<'q, 'm, DcInitiator> {
         DcWr {
             batch: self,
             route: Route {
-                av: to.words(),
+                av: Av::load(to.words()),
+                _to: PhantomData,
                 stream: None,
             },
         }
@@ -870,7 +943,8 @@ impl<'q, 'm> DirectBatch<'q, 'm, DcInitiator> {
         DcWr {
             batch: self,
             route: Route {
-                av: to.words(),
+                av: Av::load(to.words()),
+                _to: PhantomData,
                 stream: Some(stream_id),
             },
         }

@@ -34,9 +34,9 @@
 //! setters (indirect calls, per-call checks, a lock if the QP has one) and
 //! a completion its readers: about 135 and 210 instructions on libmlx5 44.
 //! The direct path writes the same WQE bytes with a few stores and parses
-//! a CQE with a few loads: on the software device an RC write costs 0.37
-//! (every one signalled) to 0.43 (one in 32) of the instructions through
-//! libmlx5, a DCI write 0.46, a completion read with
+//! a CQE with a few loads: on the software device an RC write costs 0.36
+//! (every one signalled) to 0.40 (one in 32) of the instructions through
+//! libmlx5, a DCI write 0.41 to 0.44, a completion read with
 //! [`DirectQp::poll_into`] 0.38 (`scripts/bench-real`, the rows named
 //! `direct`, in BENCHMARKS.md).
 //! Choose it for message rate on RC QPs and DCIs whose send completions
