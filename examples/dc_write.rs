@@ -424,17 +424,65 @@ fn initiate(
             info.remote.len
         )));
     }
-    let (posted, elapsed) = if shape.direct {
-        let mut ini = DirectInitiator::new(pd, opts, len, shape)?;
-        ini.src.write_at(0, &pattern(len, seed))?;
-        ini.write(info, shape, |k| shape.slot(k))?
-    } else {
-        let mut ini = Initiator::new(pd, opts, len, shape)?;
-        ini.src.write_at(0, &pattern(len, seed))?;
-        ini.write(info, shape, |k| shape.slot(k))?
-    };
+    let mut ini = AnyInitiator::new(pd, opts, len, shape)?;
+    ini.src_mut().write_at(0, &pattern(len, seed))?;
+    let (posted, elapsed) = ini.write(info, shape, |k| shape.slot(k))?;
     report_bw(shape.size, posted, elapsed);
     Ok(posted)
+}
+
+/// The client's side, its DCI on libmlx5's builders or, with `--direct`,
+/// on the direct path.
+enum AnyInitiator {
+    Verbs(Initiator),
+    Direct(DirectInitiator),
+}
+
+impl AnyInitiator {
+    /// A DCI moved to RTS and `len` bytes of source memory, on the direct
+    /// path with `--direct`.
+    fn new(
+        pd: &ProtectionDomain,
+        opts: &ConnectOptions,
+        len: usize,
+        shape: Shape,
+    ) -> Result<AnyInitiator, Failure> {
+        Ok(if shape.direct {
+            AnyInitiator::Direct(DirectInitiator::new(pd, opts, len, shape)?)
+        } else {
+            AnyInitiator::Verbs(Initiator::new(pd, opts, len, shape)?)
+        })
+    }
+
+    /// The DCI's number and first PSN, its options and its memory (what a
+    /// perftest exchange sends of it).
+    fn parts(&self) -> (u32, u32, &ConnectOptions, &MemoryRegion) {
+        match self {
+            AnyInitiator::Verbs(i) => (i.dci.qp_num(), i.psn, &i.opts, &i.src),
+            AnyInitiator::Direct(i) => (i.dci.qp_num(), i.psn, &i.opts, &i.src),
+        }
+    }
+
+    fn src_mut(&mut self) -> &mut MemoryRegion {
+        match self {
+            AnyInitiator::Verbs(i) => &mut i.src,
+            AnyInitiator::Direct(i) => &mut i.src,
+        }
+    }
+
+    /// Writes `shape.iters` times to the DCT of `info`, write `k` from and
+    /// to `offset(k)`: [`Initiator::write`] or [`DirectInitiator::write`].
+    fn write(
+        &mut self,
+        info: &DctInfo,
+        shape: Shape,
+        offset: impl Fn(u64) -> usize,
+    ) -> Result<(u64, Duration), Failure> {
+        match self {
+            AnyInitiator::Verbs(i) => i.write(info, shape, offset),
+            AnyInitiator::Direct(i) => i.write(info, shape, offset),
+        }
+    }
 }
 
 /// The client's side: a DCI, ready, and its source memory.

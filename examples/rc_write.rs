@@ -452,7 +452,7 @@ fn client(
     port: u16,
     direct: bool,
 ) -> Result<(), Failure> {
-    let mut side = Writer::new(pd, shape, direct)?;
+    let mut side = Writer::new(pd, shape.slots_len(), shape, direct)?;
     let seed = (random_psn() % 251) as u8;
     // One attempt, as perftest's ib_write_bw makes (ethernet_client_connect).
     let mut stream = common::connect_to_server(host, port, common::Wait::Once)?;
@@ -475,7 +475,7 @@ fn client(
         )));
     }
     side.mr_mut().write_at(0, &pattern(len, seed))?;
-    let (iters, elapsed) = side.write(remote, shape)?;
+    let (iters, elapsed) = side.write(remote, shape, |k| shape.slot(k))?;
     report_bw(shape.size, iters, elapsed);
     report_rate(iters, elapsed, &side.path());
     Msg::new("done").num("writes", iters).send(&mut stream)?;
@@ -489,13 +489,13 @@ fn loopback(
     direct: bool,
 ) -> Result<(), Failure> {
     let target = Side::new(pd, shape.slots_len(), shape)?;
-    let mut writer = Writer::new(pd, shape, direct)?;
+    let mut writer = Writer::new(pd, shape.slots_len(), shape, direct)?;
     target.connect(&writer.endpoint(opts)?, opts)?;
     writer.connect(&target.endpoint(opts)?, opts)?;
     let seed = (random_psn() % 251) as u8;
     let len = writer.mr().len();
     writer.mr_mut().write_at(0, &pattern(len, seed))?;
-    let (iters, elapsed) = writer.write(target.mr.remote(..)?, shape)?;
+    let (iters, elapsed) = writer.write(target.mr.remote(..)?, shape, |k| shape.slot(k))?;
     report_bw(shape.size, iters, elapsed);
     report_rate(iters, elapsed, &writer.path());
     common::report_check(
@@ -524,14 +524,26 @@ enum Writer {
 }
 
 impl Writer {
-    /// `shape.slots_len()` bytes of memory and a QP, on the direct path
-    /// when `direct`.
-    fn new(pd: &ProtectionDomain, shape: Shape, direct: bool) -> Result<Writer, Failure> {
+    /// `len` bytes of memory and a QP, on the direct path when `direct`.
+    fn new(
+        pd: &ProtectionDomain,
+        len: usize,
+        shape: Shape,
+        direct: bool,
+    ) -> Result<Writer, Failure> {
         Ok(if direct {
-            Writer::Direct(DirectSide::new(pd, shape.slots_len(), shape)?)
+            Writer::Direct(DirectSide::new(pd, len, shape)?)
         } else {
-            Writer::Verbs(Side::new(pd, shape.slots_len(), shape)?)
+            Writer::Verbs(Side::new(pd, len, shape)?)
         })
+    }
+
+    /// The QP's number and the PSN it sends from.
+    fn qpn_psn(&self) -> (u32, u32) {
+        match self {
+            Writer::Verbs(s) => (s.qp.qp_num(), s.psn),
+            Writer::Direct(d) => (d.qp.qp_num(), d.psn),
+        }
     }
 
     fn endpoint(&self, opts: &ConnectOptions) -> Result<Endpoint, Failure> {
@@ -541,12 +553,15 @@ impl Writer {
         }
     }
 
-    /// Connects to `peer`; on the direct path with the PSN its
-    /// [`endpoint`](Self::endpoint) gave.
+    /// Connects to `peer`, sending from the side's PSN (on the direct
+    /// path `connect_to` sends from the PSN its QP's `endpoint` gave).
     fn connect(&self, peer: &Endpoint, opts: &ConnectOptions) -> Result<(), Failure> {
         match self {
             Writer::Verbs(s) => s.connect(peer, opts),
-            Writer::Direct(d) => Ok(d.qp.connect_to(peer, opts)?),
+            Writer::Direct(d) => {
+                d.qp.endpoint(d.psn, opts)?;
+                Ok(d.qp.connect_to(peer, opts)?)
+            }
         }
     }
 
@@ -564,16 +579,18 @@ impl Writer {
         }
     }
 
-    /// Writes `shape.iters` writes from the slots to the same slots of
-    /// `remote`; returns the writes done and their time.
+    /// Writes `shape.iters` writes, write `k` from offset `offset(k)` of
+    /// the memory to the same offset of `remote`; returns the writes done
+    /// and their time.
     fn write(
         &mut self,
         remote: RemoteBuf,
         shape: Shape,
+        offset: impl Fn(u64) -> usize,
     ) -> Result<(u64, std::time::Duration), Failure> {
         match self {
-            Writer::Verbs(s) => write_all(s, remote, shape, |k| shape.slot(k)),
-            Writer::Direct(d) => d.write_all(remote, shape, |k| shape.slot(k)),
+            Writer::Verbs(s) => write_all(s, remote, shape, offset),
+            Writer::Direct(d) => d.write_all(remote, shape, offset),
         }
     }
 

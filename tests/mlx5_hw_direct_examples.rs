@@ -336,17 +336,16 @@ fn rc_write_perftest_direct_client_against_ib_write_bw_server() {
     assert!(says_perftest_checks_nothing("rc_write", &mine), "{mine}");
 }
 
-/// `rc_write --perftest --direct` against `rc_write --perftest`, whose
+/// `example --perftest --direct` against `example --perftest`, whose
 /// server checks every byte the writes covered (at perftest's offsets)
-/// and that the rest is untouched.
-#[test]
-#[ignore = "needs an mlx5 device: set MLX5DV_TEST_MLX5_DEVICE"]
-fn rc_write_perftest_direct_client_against_rc_write_perftest_server() {
-    let args = perftest_args("100", "300", "19156");
+/// and that the rest is untouched; `direct_says` is what the client prints
+/// of its direct path.
+fn against_own_perftest_server(example_name: &str, port: &str, direct_says: &str) {
+    let args = perftest_args("100", "300", port);
     let mut sargs = args.clone();
     sargs.extend(["--perftest".to_string(), "-b".to_string(), "8".to_string()]);
     let (server, client) =
-        direct_perftest_client(("rc_write", &sargs), "rc_write", &args, &["-b", "8"]);
+        direct_perftest_client((example_name, &sargs), example_name, &args, &["-b", "8"]);
     assert!(
         server.contains(
             "data check: the 3200 bytes the writes covered hold what was written, \
@@ -354,11 +353,17 @@ fn rc_write_perftest_direct_client_against_rc_write_perftest_server() {
         ),
         "{server}"
     );
-    assert!(client.contains(", direct path"), "{client}");
+    assert!(client.contains(direct_says), "{client}");
     assert!(
         client.contains("the server checked the bytes written: all as written"),
         "{client}"
     );
+}
+
+#[test]
+#[ignore = "needs an mlx5 device: set MLX5DV_TEST_MLX5_DEVICE"]
+fn rc_write_perftest_direct_client_against_rc_write_perftest_server() {
+    against_own_perftest_server("rc_write", "19156", ", direct path");
 }
 
 /// `dc_write --perftest --direct` on four DCI streams against perftest's
@@ -391,21 +396,5 @@ fn dc_write_perftest_direct_client_against_ib_write_bw_dc_server() {
 #[test]
 #[ignore = "needs an mlx5 device: set MLX5DV_TEST_MLX5_DEVICE"]
 fn dc_write_perftest_direct_client_against_dc_write_perftest_server() {
-    let args = perftest_args("100", "300", "19158");
-    let mut sargs = args.clone();
-    sargs.extend(["--perftest".to_string(), "-b".to_string(), "8".to_string()]);
-    let (server, client) =
-        direct_perftest_client(("dc_write", &sargs), "dc_write", &args, &["-b", "8"]);
-    assert!(
-        server.contains(
-            "data check: the 3200 bytes the writes covered hold what was written, \
-             the other 896 are untouched"
-        ),
-        "{server}"
-    );
-    assert!(client.contains("ready on the direct path"), "{client}");
-    assert!(
-        client.contains("the server checked the bytes written: all as written"),
-        "{client}"
-    );
+    against_own_perftest_server("dc_write", "19158", "ready on the direct path");
 }

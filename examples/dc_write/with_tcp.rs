@@ -16,23 +16,15 @@ pub(super) fn run(
     port: u16,
 ) -> Result<(), Failure> {
     let run = Run::new(PROG, &opts, (shape.size, shape.iters), port, host);
-    let target =
-        |layout: Layout, mtu| Target::new(pd, &opts.mtu(mtu), layout.len, perftest::DC_KEY);
-    if shape.direct {
-        // The client's DCI on the direct path (`--direct` needs a HOST).
-        return run.run(target, |layout: Layout, mtu| {
-            Ok(DirectWriter {
-                ini: DirectInitiator::new(pd, &opts.mtu(mtu), layout.len, shape)?,
+    run.run(
+        |layout: Layout, mtu| Target::new(pd, &opts.mtu(mtu), layout.len, perftest::DC_KEY),
+        |layout: Layout, mtu| {
+            Ok(Writer {
+                ini: AnyInitiator::new(pd, &opts.mtu(mtu), layout.len, shape)?,
                 shape,
             })
-        });
-    }
-    run.run(target, |layout: Layout, mtu| {
-        Ok(Writer {
-            ini: Initiator::new(pd, &opts.mtu(mtu), layout.len, shape)?,
-            shape,
-        })
-    })
+        },
+    )
 }
 
 impl tcp::Side for Target {
@@ -48,20 +40,21 @@ impl tcp::Side for Target {
     }
 }
 
-/// The client: a DCI and the run's shape.
+/// The client: a DCI (on the direct path with `--direct`) and the run's
+/// shape.
 struct Writer {
-    ini: Initiator,
+    ini: AnyInitiator,
     shape: Shape,
 }
 
 impl tcp::Side for Writer {
     fn dest(&self) -> Result<Dest, Failure> {
-        let i = &self.ini;
-        Dest::local(i.src.pd().context(), &i.opts, i.dci.qp_num(), i.psn, &i.src)
+        let (qpn, psn, opts, src) = self.ini.parts();
+        Dest::local(src.pd().context(), opts, qpn, psn, src)
     }
 
     fn memory(&mut self) -> &mut MemoryRegion {
-        &mut self.ini.src
+        self.ini.src_mut()
     }
 }
 
@@ -99,38 +92,4 @@ fn dct_info(peer: &Dest, layout: Layout) -> Result<DctInfo, Failure> {
         dc_key: perftest::DC_KEY,
         remote: peer.remote(layout.len),
     })
-}
-
-/// The client on mlx5's direct path: a DCI taken for [`mlx5dv::direct`]
-/// in RESET, then made ready, as [`Writer`]'s.
-struct DirectWriter {
-    ini: DirectInitiator,
-    shape: Shape,
-}
-
-impl tcp::Side for DirectWriter {
-    fn dest(&self) -> Result<Dest, Failure> {
-        let i = &self.ini;
-        Dest::local(i.src.pd().context(), &i.opts, i.dci.qp_num(), i.psn, &i.src)
-    }
-
-    fn memory(&mut self) -> &mut MemoryRegion {
-        &mut self.ini.src
-    }
-}
-
-impl tcp::Writer for DirectWriter {
-    fn write(
-        &mut self,
-        peer: &Dest,
-        layout: Layout,
-        iters: u64,
-    ) -> Result<(u64, Duration), Failure> {
-        let info = dct_info(peer, layout)?;
-        let shape = Shape {
-            iters,
-            ..self.shape
-        };
-        self.ini.write(&info, shape, |k| layout.offset(k))
-    }
 }
