@@ -22,11 +22,11 @@
  * of the address handle with the DCT number and key, remote address, data),
  * as mlx5dv_wr_set_dc_addr[_stream] writes them, and the second block's
  * slot marked as starting no WQE (the Rust's guard against a stale slot
- * being taken for an outstanding work request). The "checked" RC loops
- * are the same writes with the checks the crate's safe writer makes per
- * work request: the room for the WQE, the local length against the remote
- * buffer's, and an empty entry left out (its DS one less), so that what
- * the checks cost shows in C too.
+ * being taken for an outstanding work request). The "checked" loops are
+ * the same writes with the checks the crate's safe writer makes per work
+ * request: the room for the WQE, the local length against the remote
+ * buffer's, an empty entry left out (its DS one less) and, on a stream,
+ * that the DCI has streams, so that what the checks cost shows in C too.
  */
 #include <endian.h>
 #include <errno.h>
@@ -77,6 +77,8 @@ struct direct_qp {
 	uint32_t bf_size;
 	uint32_t bf_offset;
 	struct direct_slot *slots;
+	/* Whether the QP is a DCI with streams (the checked DCI loops). */
+	uint32_t streams;
 	/* CQ */
 	uint8_t *cq_buf;
 	uint32_t cqe_cnt;
@@ -522,6 +524,7 @@ int c_direct_dc_addr(struct ibv_ah *ah, uint32_t dctn, uint64_t key, struct dire
 typedef uint64_t direct_v2 __attribute__((vector_size(16)));
 
 static inline __attribute__((always_inline)) int dci_writes(struct direct_qp *d, uint32_t rkey,
+							    const struct direct_remote *r,
 							    const struct direct_av *av,
 							    const struct bench_plan *p,
 							    int streams)
@@ -531,7 +534,11 @@ static inline __attribute__((always_inline)) int dci_writes(struct direct_qp *d,
 	struct direct_slot *const slots = d->slots;
 	const uint32_t mask = d->sq_mask;
 	const uint32_t qpn_ds = htobe32(d->qpn8 | 6);
+	const uint32_t qpn_ds_empty = htobe32(d->qpn8 | 5);
 	const uint64_t rkey_word = htobe64((uint64_t)rkey << 32);
+	const uint32_t has_streams = d->streams;
+	/* The producer index may reach the consumer index plus the ring. */
+	const uint16_t limit = (uint16_t)(d->sq_ci + d->wqe_cnt);
 	const struct ibv_sge *s = p->sge;
 	const uint64_t *raddr = p->raddr;
 	uint64_t tag = ((uint64_t)d->pi << 48) | d->posted;
@@ -544,7 +551,7 @@ static inline __attribute__((always_inline)) int dci_writes(struct direct_qp *d,
 	memcpy(&av1, &av->words[2], 16);
 	memcpy(&av2, &av->words[4], 16);
 	/* The room for the batch, once (two basic blocks per WQE). */
-	if ((uint32_t)(uint16_t)(d->pi - d->sq_ci) + 2 * BENCH_BATCH > d->wqe_cnt)
+	if (!r && (uint32_t)(uint16_t)(d->pi - d->sq_ci) + 2 * BENCH_BATCH > d->wqe_cnt)
 		return -ENOMEM;
 	for (uint64_t i = 0; i < BENCH_BATCH; i++, s++, raddr++) {
 		const uint32_t idx = (uint32_t)(tag >> 48);
@@ -553,21 +560,41 @@ static inline __attribute__((always_inline)) int dci_writes(struct direct_qp *d,
 		/* The second block, and its slot. */
 		uint64_t *next = (uint64_t *)(ctrl + 64);
 		struct direct_slot *slot2 = slot + 1;
+		uint32_t ds = qpn_ds;
 
+		if (r) {
+			/* The remote buffer holds the entry's bytes. */
+			if (s->length > r[i].len)
+				return -EINVAL;
+			/* Room for the WQE (two basic blocks). */
+			if ((uint16_t)(limit - (uint16_t)idx) < 2)
+				return -ENOMEM;
+			/* A stream only on a DCI with streams. */
+			if (streams && !has_streams)
+				return -EINVAL;
+			/* An empty entry is no data segment. */
+			if (!s->length)
+				ds = qpn_ds_empty;
+		}
 		if (__builtin_expect((uint8_t *)next == end, 0)) {
 			next = (uint64_t *)buf;
 			slot2 = slots;
 		}
 		((uint32_t *)w)[0] = htobe32((idx << 8) | MLX5_OPCODE_RDMA_WRITE);
-		((uint32_t *)w)[1] = qpn_ds;
+		((uint32_t *)w)[1] = ds;
 		/* signature, DCI stream id (big-endian), fm_ce_se; immediate 0 */
 		w[1] = htobe32((stream << 8) | MLX5_WQE_CTRL_CQ_UPDATE);
 		/* The address vector: units 1 to 3, 16-aligned. */
 		memcpy(w + 2, &av0, 16);
 		memcpy(w + 4, &av1, 16);
 		memcpy(w + 6, &av2, 16);
-		next[0] = htobe64(*raddr);
-		next[1] = rkey_word;
+		if (r) {
+			next[0] = htobe64(r[i].addr);
+			next[1] = htobe64((uint64_t)r[i].rkey << 32);
+		} else {
+			next[0] = htobe64(*raddr);
+			next[1] = rkey_word;
+		}
 		((uint32_t *)next)[4] = htobe32(s->length);
 		((uint32_t *)next)[5] = htobe32(s->lkey);
 		next[3] = htobe64(s->addr);
@@ -594,7 +621,7 @@ static inline __attribute__((always_inline)) int dci_writes(struct direct_qp *d,
 NOINLINE int c_direct_dci_write_sge(struct direct_qp *d, uint32_t rkey,
 				    const struct direct_av *av, const struct bench_plan *p)
 {
-	return dci_writes(d, rkey, av, p, 0);
+	return dci_writes(d, rkey, NULL, av, p, 0);
 }
 
 /* The same on DCI stream i % 4 (the control segment's stream id). */
@@ -602,5 +629,29 @@ NOINLINE int c_direct_dci_write_sge_stream(struct direct_qp *d, uint32_t rkey,
 					   const struct direct_av *av,
 					   const struct bench_plan *p)
 {
-	return dci_writes(d, rkey, av, p, 1);
+	return dci_writes(d, rkey, NULL, av, p, 1);
+}
+
+/* c_direct_dci_write_sge with the safe writer's checks per work request. */
+NOINLINE int c_direct_dci_write_sge_checked(struct direct_qp *d, const struct direct_remote *r,
+					    const struct direct_av *av,
+					    const struct bench_plan *p)
+{
+	return dci_writes(d, 0, r, av, p, 0);
+}
+
+/* c_direct_dci_write_sge_stream with the safe writer's checks. */
+NOINLINE int c_direct_dci_write_sge_stream_checked(struct direct_qp *d,
+						   const struct direct_remote *r,
+						   const struct direct_av *av,
+						   const struct bench_plan *p)
+{
+	return dci_writes(d, 0, r, av, p, 1);
+}
+
+/* Marks a DCI as one with streams (its streams checked by the checked
+ * loops, as the Rust's writer checks them). */
+void c_direct_set_streams(struct direct_qp *d, uint32_t streams)
+{
+	d->streams = streams;
 }

@@ -5,7 +5,7 @@
 //! connected to a peer of its own, or a DCI writing to the DCT), and
 //! against C through libmlx5 (C best of the rows `RC write + SGE`, `DCI
 //! write + SGE + DC address`, `DCI write, stream` and `cq.poll_into`). The
-//! RC writes also against C direct checked (`c_direct_*_checked`: the
+//! writes also against C direct checked (`c_direct_*_checked`: the
 //! same C loop with the checks the safe writer makes per work request),
 //! which shows what the checks cost in C; the goals are against the
 //! unchecked C.
@@ -49,6 +49,18 @@ extern "C" {
     fn c_direct_dci_write_sge_stream(
         d: *mut c_void,
         rkey: u32,
+        av: *const [u64; 6],
+        plan: *const c_void,
+    ) -> c_int;
+    fn c_direct_dci_write_sge_checked(
+        d: *mut c_void,
+        remotes: *const c_void,
+        av: *const [u64; 6],
+        plan: *const c_void,
+    ) -> c_int;
+    fn c_direct_dci_write_sge_stream_checked(
+        d: *mut c_void,
+        remotes: *const c_void,
         av: *const [u64; 6],
         plan: *const c_void,
     ) -> c_int;
@@ -128,7 +140,7 @@ fn rec_c(w: &CDirectWc, qpn: u32) -> Rec {
 pub enum V {
     Rust,
     C,
-    /// C direct with the safe writer's per-WR checks (the RC writes).
+    /// C direct with the safe writer's per-WR checks (the writes).
     CChecked,
 }
 
@@ -187,7 +199,7 @@ pub const DROWS: &[DRow] = &[
         lib_goal: Some(0.35),
         lib: "dci_write_sge",
         work: Work::Dci { stream: false },
-        checked: false,
+        checked: true,
     },
     DRow {
         name: "dci_write_sge_stream",
@@ -196,7 +208,7 @@ pub const DROWS: &[DRow] = &[
         lib_goal: Some(0.35),
         lib: "dci_write_sge_stream",
         work: Work::Dci { stream: true },
-        checked: false,
+        checked: true,
     },
     DRow {
         name: "poll",
@@ -302,7 +314,18 @@ impl DRow {
                 // live for the whole run; the regions stay registered.
                 ok(unsafe { f(rig.cdirect_dci, c.rkey, &*rig.cav, c.plan) })
             }
-            (V::CChecked, _) => unreachable!("{}: no C direct checked", self.name),
+            (V::CChecked, Work::Dci { stream }) => {
+                let remotes = rig.c_remotes(c);
+                let f = if stream {
+                    c_direct_dci_write_sge_stream_checked
+                } else {
+                    c_direct_dci_write_sge_checked
+                };
+                // SAFETY: as above; `remotes` is the plan's remote buffers,
+                // never freed.
+                ok(unsafe { f(rig.cdirect_dci, remotes, &*rig.cav, c.plan) })
+            }
+            (V::CChecked, Work::Poll) => unreachable!("{}: no C direct checked", self.name),
             (V::C, Work::Poll) => {
                 // SAFETY: C direct's QP lives for the whole run; `cdwcs`
                 // has room for the BATCH completions it reads at most.

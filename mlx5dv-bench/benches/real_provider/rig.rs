@@ -37,6 +37,7 @@ extern "C" {
     fn bench_wc_new() -> *mut c_void;
     // `c/direct.c`.
     fn c_direct_new(qp: *mut ffi::ibv_qp, cq: *mut ffi::ibv_cq_ex) -> *mut c_void;
+    fn c_direct_set_streams(d: *mut c_void, streams: u32);
     fn c_direct_remotes_new(plan: *const c_void, rkey: u32) -> *mut c_void;
     fn c_direct_dc_addr(ah: *mut ffi::ibv_ah, dctn: u32, key: u64, out: *mut [u64; 6]) -> c_int;
     // glibc.
@@ -227,6 +228,8 @@ impl Rig {
         // direct polls from here on; never freed.
         let cdirect_dci = unsafe { c_direct_new(cdirect_dci_qp.as_ptr(), cdcq.as_ptr()) };
         assert!(!cdirect_dci.is_null(), "c_direct_new of the DCI");
+        // SAFETY: the live C direct DCI just made; it has streams.
+        unsafe { c_direct_set_streams(cdirect_dci, 1) };
         let mut cav = Box::new([0u64; 6]);
         // SAFETY: a live AH; room for the 48-byte address vector.
         let got = unsafe { c_direct_dc_addr(ah.as_ptr(), dct.dctn(), DC_KEY, &mut *cav) };
