@@ -10,6 +10,7 @@ use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+use std::sync::Mutex;
 
 mod common;
 use common::{runner, text};
@@ -25,7 +26,14 @@ fn scratch(name: &str) -> PathBuf {
 
 /// Copies the runner alone into `<root>/bin/` and runs `sh -c script`
 /// under it from `root`, with `TMPDIR` set to `<root>/tmp`.
+///
+/// One at a time: while one test writes its copy, a process another test
+/// forks inherits the copy's open file until that child execs, and the
+/// first test's exec of its copy then fails with `ETXTBSY` ("Text file
+/// busy"; it did, now and then).
 fn run_lone(root: &Path, script: &str, envs: &[(&str, &str)]) -> Output {
+    static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let bin = root.join("bin");
     fs::create_dir_all(&bin).expect("create bin/");
     fs::create_dir_all(root.join("tmp")).expect("create tmp/");
