@@ -210,9 +210,8 @@ fn check_remote(remote: &RemoteBuf, len: u64, what: &'static str) -> Result<()> 
 /// Where a DCI's work request goes: the address vector as the WQE's
 /// datagram segment carries it, and the DCI stream.
 #[derive(Clone, Copy)]
-pub(super) struct Route<'a> {
+pub(super) struct Route {
     av: Av,
-    _to: PhantomData<&'a [u64; 6]>,
     stream: Option<u16>,
 }
 
@@ -436,10 +435,9 @@ impl<'q, 'm, T: DirectTransport> DirectBatch<'q, 'm, T> {
         } else {
             // Unit k % 4 of the WQE's block k / 4 (a block is contiguous;
             // the ring wraps between blocks).
-            // (`first` is a whole block's: its offset is `first << 4`.)
-            let offset = ((first << 4) + ((k >> 2) << 6)) & self.bmask;
-            // SAFETY: masked, a block of the ring; inside that block.
-            unsafe { self.buf.add(offset as usize + (k & 3) as usize * DS) }
+            let block = self.block((first >> 2) + (k >> 2));
+            // SAFETY: inside that block.
+            unsafe { block.add((k & 3) as usize * DS) }
         }
     }
 
@@ -457,7 +455,7 @@ impl<'q, 'm, T: DirectTransport> DirectBatch<'q, 'm, T> {
         units: u32,
         flags: SendFlags,
         imm: u32,
-        route: Option<Route<'_>>,
+        route: Option<Route>,
     ) -> Result<(*mut u8, u32)> {
         let units = units + if route.is_some() { 3 } else { 0 };
         let blocks = (units + 3) >> 2;
@@ -592,7 +590,7 @@ impl<'q, 'm, T: DirectTransport> DirectBatch<'q, 'm, T> {
 
     /// The first unit of the operation's own segments.
     #[inline(always)]
-    fn body(route: &Option<Route<'_>>) -> u32 {
+    fn body(route: &Option<Route>) -> u32 {
         if route.is_some() {
             4
         } else {
@@ -605,7 +603,7 @@ impl<'q, 'm, T: DirectTransport> DirectBatch<'q, 'm, T> {
     #[inline(always)]
     fn op_remote(
         &mut self,
-        route: Option<Route<'_>>,
+        route: Option<Route>,
         wr_id: u64,
         opcode: u32,
         flags: SendFlags,
@@ -647,7 +645,7 @@ impl<'q, 'm, T: DirectTransport> DirectBatch<'q, 'm, T> {
     #[inline(always)]
     fn remote_wqe(
         &mut self,
-        route: Option<Route<'_>>,
+        route: Option<Route>,
         wr_id: u64,
         opcode: u32,
         flags: SendFlags,
@@ -668,7 +666,7 @@ impl<'q, 'm, T: DirectTransport> DirectBatch<'q, 'm, T> {
     #[inline(always)]
     fn op_write_inline(
         &mut self,
-        route: Option<Route<'_>>,
+        route: Option<Route>,
         wr_id: u64,
         flags: SendFlags,
         remote: &RemoteBuf,
@@ -689,7 +687,7 @@ impl<'q, 'm, T: DirectTransport> DirectBatch<'q, 'm, T> {
     #[inline(always)]
     fn op_send(
         &mut self,
-        route: Option<Route<'_>>,
+        route: Option<Route>,
         wr_id: u64,
         opcode: u32,
         flags: SendFlags,
@@ -709,7 +707,7 @@ impl<'q, 'm, T: DirectTransport> DirectBatch<'q, 'm, T> {
     #[inline(always)]
     fn op_send_inline(
         &mut self,
-        route: Option<Route<'_>>,
+        route: Option<Route>,
         wr_id: u64,
         flags: SendFlags,
         data: &[u8],
@@ -727,7 +725,7 @@ impl<'q, 'm, T: DirectTransport> DirectBatch<'q, 'm, T> {
     #[inline(always)]
     fn op_atomic(
         &mut self,
-        route: Option<Route<'_>>,
+        route: Option<Route>,
         wr_id: u64,
         opcode: u32,
         flags: SendFlags,
@@ -912,7 +910,7 @@ impl<'m> DirectBatch<'_, 'm, ReliableConnection> {
 #[must_use = "a work request is added only by one of its writers"]
 pub struct DcWr<'b, 'q, 'm> {
     batch: &'b mut DirectBatch<'q, 'm, DcInitiator>,
-    route: Route<'b>,
+    route: Route,
 }
 
 impl<'q, 'm> DirectBatch<'q, 'm, DcInitiator> {
@@ -923,7 +921,6 @@ impl<'q, 'm> DirectBatch<'q, 'm, DcInitiator> {
             batch: self,
             route: Route {
                 av: Av::load(to.words()),
-                _to: PhantomData,
                 stream: None,
             },
         }
@@ -944,7 +941,6 @@ impl<'q, 'm> DirectBatch<'q, 'm, DcInitiator> {
             batch: self,
             route: Route {
                 av: Av::load(to.words()),
-                _to: PhantomData,
                 stream: Some(stream_id),
             },
         }
