@@ -30,8 +30,10 @@
 //! Beyond the C tool, the server with `-V` also checks each ping against
 //! the pattern the client sends, and refuses a ping larger than its `-S`.
 //!
-//! Exit status: 0 every ping went both ways (and checked out); 1 a
-//! connection, verbs or data failure; 2 bad usage.
+//! Exit status: 0 every ping went both ways (and checked out), or, for the
+//! server, the client disconnected (also when the "go ahead" SEND it had
+//! just been sent never completed: see `go_ahead`); 1 a connection, verbs
+//! or data failure; 2 bad usage.
 
 use mlx5dv::cm::{CmEventKind, CmId, ConnParam};
 use mlx5dv::*;
@@ -430,7 +432,9 @@ fn server(cfg: &Cfg) -> Res {
         }
         start = if start >= 122 { 65 } else { start + 1 };
         ping += 1;
-        conn.send_info(None)?;
+        if !go_ahead(&mut conn, &id)? {
+            break;
+        }
         // The client's sink buffer.
         let Some((addr, rkey, sink_len)) = conn.recv_info(&id)? else {
             eprintln!("server DISCONNECT EVENT...");
@@ -449,9 +453,38 @@ fn server(cfg: &Cfg) -> Res {
             b.wr(3).rdma_write(remote).sge(rdma.sge(..n)?)
         })?;
         wcs[0].ok()?;
-        conn.send_info(None)?;
+        if !go_ahead(&mut conn, &id)? {
+            break;
+        }
     }
     conn.qp.to_error()?;
     drop(id);
     Ok(())
+}
+
+/// The server's "go ahead" SEND; `false` when it did not complete because
+/// the client has disconnected.
+///
+/// rping's C server posts this SEND and waits for the client's next message
+/// or its disconnect, never for the SEND's own completion. That completion
+/// can fail to come although the client got the message: the responder may
+/// report the receive before it acknowledges it, and a client that leaves
+/// at once (after its last ping) moves its QP to ERR before the
+/// acknowledgement goes out; this side then retransmits into a QP that
+/// answers nothing until its retries run out. Waited for here, such a SEND
+/// ends in a timeout or a retry error: an error only if the client is still
+/// connected.
+fn go_ahead(conn: &mut Conn, id: &CmId) -> Res<bool> {
+    let Err(e) = conn.send_info(None) else {
+        return Ok(true);
+    };
+    // A client that left has sent its disconnect request well before a
+    // SEND's wait times out or its retries run out.
+    match id.wait_disconnected(Duration::from_millis(200)) {
+        Ok(()) => {
+            eprintln!("server DISCONNECT EVENT...");
+            Ok(false)
+        }
+        Err(_) => Err(e),
+    }
 }

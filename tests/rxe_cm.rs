@@ -455,6 +455,104 @@ fn rdma_core_rping_client_against_rping_example_server() {
     check_pings(&server, "server ping data: ", 10);
 }
 
+/// rping's 16-byte `struct rping_rdma_info`: address, rkey, length, all
+/// big-endian.
+fn rping_info(addr: u64, rkey: u32, len: u32) -> [u8; 16] {
+    let mut b = [0u8; 16];
+    b[0..8].copy_from_slice(&addr.to_be_bytes());
+    b[8..12].copy_from_slice(&rkey.to_be_bytes());
+    b[12..16].copy_from_slice(&len.to_be_bytes());
+    b
+}
+
+/// The example server's last "go ahead" SEND can fail to complete although
+/// the client is done: a client that got every ping and left at once may
+/// never acknowledge it (soft-RoCE reports a receive before it sends the
+/// acknowledgement). Like rping's C server, the example then ends with the
+/// client's disconnect, not with the SEND's timeout. Here a client runs
+/// one ping by rping's protocol but posts no receive for that last SEND,
+/// so it cannot complete, and disconnects once the echo has arrived.
+#[test]
+#[ignore = "needs an RDMA device: set MLX5DV_TEST_DEVICE"]
+fn the_rping_example_server_ends_at_a_disconnect_that_leaves_its_last_send_unacknowledged() {
+    rig::device_name();
+    const PING: usize = 100;
+    const SINK: usize = 1024;
+    const RECV: usize = 2048;
+    const SEND: usize = 3072;
+    let a = addr().to_string();
+    let server = Command::new(example("rping"))
+        .args(["-s", "-v", "-S", "100", "-a", &a, "-p", "7418"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the rping example");
+    let param = ConnParam::new()
+        .responder_resources(1)
+        .initiator_depth(1)
+        .retry_count(7)
+        .rnr_retry_count(7);
+    let mut tries = 0;
+    let (id, mut c) = loop {
+        thread::sleep(Duration::from_millis(500));
+        let id = resolved(7418);
+        let mut c = side(&id);
+        id.init_qp(&c.qp).expect("INIT before the receive");
+        let sge = c.mr.sge(RECV..RECV + 16).unwrap();
+        unsafe { c.qp.post_recv(1, &[sge]).expect("post_recv") };
+        match id.connect(&c.qp, &param, T) {
+            Ok(_) => break (id, c),
+            Err(e) if tries < 30 => {
+                tries += 1;
+                eprintln!("not listening yet: {e}");
+            }
+            Err(e) => panic!("the example server never accepted: {e}"),
+        }
+    };
+    let mut ping = b"rdma-ping-0: ".to_vec();
+    ping.extend((0..).map(|i| b'A' + i % 26).take(PING - 1 - ping.len()));
+    ping.push(0);
+    c.mr.write_at(0, &ping).unwrap();
+    let send = |c: &mut Side, info: [u8; 16]| {
+        c.mr.write_at(SEND, &info).unwrap();
+        let mr = &c.mr;
+        let wcs =
+            c.qp.post_and_wait(&mut c.send_cq, T, |b| {
+                b.wr(2).send().sge(mr.sge(SEND..SEND + 16)?)
+            })
+            .expect("send the buffer's address");
+        assert_eq!(wcs[0].status, WcStatus::SUCCESS);
+    };
+    // The source: the server reads it, then says go ahead.
+    let base = c.mr.addr();
+    let rkey = c.mr.rkey();
+    send(&mut c, rping_info(base, rkey, PING as u32));
+    let wc = c.recv_cq.wait(1, T).expect("the first go ahead")[0];
+    assert_eq!((wc.status, wc.byte_len), (WcStatus::SUCCESS, 16));
+    // The sink, with no receive posted for the go ahead after the write.
+    send(&mut c, rping_info(base + SINK as u64, rkey, PING as u32));
+    let start = Instant::now();
+    while c.mr.to_vec(SINK..SINK + PING).unwrap() != ping {
+        assert!(start.elapsed() < T, "the server's echo never arrived");
+        thread::sleep(Duration::from_millis(10));
+    }
+    id.disconnect().expect("disconnect");
+    c.qp.to_error().expect("the client's QP to ERR");
+    let out = server.wait_with_output().expect("the example server");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "the server failed: {text}");
+    assert!(
+        text.contains("server ping data: rdma-ping-0: ABCDEFGHIJ"),
+        "{text}"
+    );
+    assert!(text.contains("server DISCONNECT EVENT..."), "{text}");
+    drop(id);
+}
+
 #[test]
 #[ignore = "needs an RDMA device: set MLX5DV_TEST_DEVICE"]
 fn the_psn_is_given_once_and_the_path_options_reach_the_qp() {
