@@ -30,8 +30,10 @@
  */
 #include <endian.h>
 #include <errno.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "bench.h"
 
@@ -87,6 +89,15 @@ struct direct_qp {
 	uint32_t cqe64_at;
 	uint32_t cq_ci;
 	volatile uint32_t *cq_dbrec;
+	/* Arming (the scoped post): the CQ's UAR and number, its channel
+	 * and CQ for ibv_get_cq_event, the events read (the arm sequence
+	 * number) and those not yet acknowledged. */
+	uint8_t *cq_uar;
+	uint32_t cqn;
+	struct ibv_comp_channel *channel;
+	struct ibv_cq *ibcq;
+	uint32_t events;
+	uint32_t unacked;
 };
 
 /* Every field of the Rust side's DirectWc. */
@@ -144,6 +155,10 @@ struct direct_qp *c_direct_new(struct ibv_qp *qp, struct ibv_cq_ex *cq)
 	d->cqe64_at = dc.cqe_size - 64;
 	d->cq_ci = be32toh(dc.dbrec[0]) & 0xffffff;
 	d->cq_dbrec = &dc.dbrec[0];
+	d->cq_uar = dc.cq_uar;
+	d->cqn = dc.cqn;
+	d->ibcq = ibv_cq_ex_to_cq(cq);
+	d->channel = d->ibcq->channel;
 	if (!d->slots) {
 		free(d);
 		return NULL;
@@ -425,7 +440,7 @@ step(const struct direct_qp *d, struct poll_idx *x, struct direct_wc *wc)
 	return 1;
 }
 
-static inline __attribute__((always_inline)) int poll(struct direct_qp *d, struct direct_wc *wc,
+static inline __attribute__((always_inline)) int cq_poll(struct direct_qp *d, struct direct_wc *wc,
 						      int max)
 {
 	struct poll_idx x = { d->cq_ci, d->sq_ci, d->retired };
@@ -448,13 +463,13 @@ static inline __attribute__((always_inline)) int poll(struct direct_qp *d, struc
 }
 NOINLINE int c_direct_poll(struct direct_qp *d, struct direct_wc *wc)
 {
-	return poll(d, wc, BENCH_BATCH);
+	return cq_poll(d, wc, BENCH_BATCH);
 }
 
 /* The same, not measured: the harness's drain. */
 NOINLINE int c_direct_drain(struct direct_qp *d, struct direct_wc *wc, int max)
 {
-	return poll(d, wc, max);
+	return cq_poll(d, wc, max);
 }
 
 /* ----- The checked RC writes: the safe writer's per-WR checks in C ----- */
@@ -654,4 +669,119 @@ NOINLINE int c_direct_dci_write_sge_stream_checked(struct direct_qp *d,
 void c_direct_set_streams(struct direct_qp *d, uint32_t streams)
 {
 	d->streams = streams;
+}
+
+/* ----- The scoped post: 32 writes, then the wait for their completion ----- */
+
+/* Arms the CQ for the next completion with C direct's own consumer index,
+ * as libmlx5's mlx5_arm_cq does: the arm word in the doorbell record
+ * (sequence number, command REQ_NOT, consumer index), then the same word
+ * and the CQ number to the CQ doorbell of the UAR. */
+static inline __attribute__((always_inline)) void arm(struct direct_qp *d)
+{
+	uint32_t word = ((d->events & 3) << 28) | (d->cq_ci & 0xffffff);
+
+	d->cq_dbrec[1] = htobe32(word);
+	TO_DEVICE();
+	*(volatile uint64_t *)(d->cq_uar + 0x20) = htobe64(((uint64_t)word << 32) | d->cqn);
+}
+
+/* Whether the CQE at the consumer index is the device's (its owner bit
+ * that of the pass). */
+static inline __attribute__((always_inline)) int ready(const struct direct_qp *d)
+{
+	const uint8_t *cqe = d->cq_buf + ((size_t)(d->cq_ci & d->cq_mask) << d->cq_shift) +
+			     d->cqe64_at;
+	uint8_t op_own = *(volatile const uint8_t *)(cqe + 63);
+
+	return (op_own >> 4) != MLX5_CQE_INVALID && (op_own & 1) == !!(d->cq_ci & d->cqe_cnt);
+}
+
+/* Nanoseconds of the monotonic clock. */
+static inline __attribute__((always_inline)) int64_t now_ns(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}
+
+/* 32 RDMA writes + SGE, only the last signalled, one doorbell; then waits
+ * up to timeout_ms for the batch's completion, as the Rust's scoped post
+ * does: polls; the clock read at the first poll that finds nothing; 64
+ * idle polls with a pause each; then, each round, the timeout checked,
+ * the CQ armed, polled once more, and a sleep on its channel (poll(2) with
+ * the time left, then ibv_get_cq_event, the events acknowledged 32 at a
+ * time). Returns the completions read (into wc, room for BENCH_BATCH),
+ * the last covering the batch, or a negative error. */
+NOINLINE int c_direct_scoped_rc_write_sge(struct direct_qp *d, uint32_t rkey,
+					  const struct bench_plan *p, struct direct_wc *wc,
+					  int timeout_ms)
+{
+	const int64_t timeout = (int64_t)timeout_ms * 1000000;
+	int64_t t0 = 0;
+	uint32_t end;
+	int n = 0, idle = 0;
+
+	if (writes(d, rkey, p, 1))
+		return -ENOMEM;
+	end = d->posted;
+	for (;;) {
+		int r = cq_poll(d, &wc[n], 1);
+		int64_t left;
+
+		if (r < 0)
+			return r;
+		if (r > 0) {
+			idle = 0;
+			if (d->retired == end)
+				return n + 1;
+			if (++n == BENCH_BATCH)
+				return -EOVERFLOW;
+			continue;
+		}
+		if (!t0)
+			t0 = now_ns();
+		if (idle < 64) {
+			idle++;
+#if defined(__x86_64__)
+			__builtin_ia32_pause();
+#endif
+			continue;
+		}
+		left = timeout - (now_ns() - t0);
+		if (left <= 0)
+			return -ETIMEDOUT;
+		arm(d);
+		if (ready(d))
+			continue;
+		{
+			struct pollfd pfd = { .fd = d->channel->fd, .events = POLLIN };
+			struct ibv_cq *cq;
+			void *ctx;
+			int rc = poll(&pfd, 1, (int)((left + 999999) / 1000000));
+
+			if (rc < 0)
+				return -errno;
+			if (rc == 0)
+				continue;
+			if (ibv_get_cq_event(d->channel, &cq, &ctx))
+				return -EIO;
+			d->events++;
+			if (++d->unacked == 32) {
+				ibv_ack_cq_events(cq, d->unacked);
+				d->unacked = 0;
+			}
+		}
+	}
+}
+
+/* Acknowledges the events the scoped post read and has not acknowledged
+ * (ibv_destroy_cq waits for them). */
+void c_direct_ack_events(struct direct_qp *d)
+{
+	if (d->unacked) {
+		ibv_ack_cq_events(d->ibcq, d->unacked);
+		d->unacked = 0;
+	}
 }

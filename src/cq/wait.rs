@@ -158,6 +158,7 @@ impl CompletionQueue {
 
 /// Spins briefly, then yields, then sleeps 50 µs at a time, so that a wait
 /// on a CQ without a channel does not burn a core for long.
+#[inline]
 pub(crate) fn back_off(rounds: &mut u32) {
     // Saturating: a wait of days must not overflow (and panic, unwinding
     // out of a scoped post whose work requests still run).

@@ -157,6 +157,7 @@ use crate::qp::{
     ReliableConnection, Transport,
 };
 use cq::{Cqr, Step};
+use scoped::SPINS;
 use sq::{Slot, Sq, BB};
 use std::collections::VecDeque;
 use std::fmt;
@@ -619,7 +620,7 @@ impl<T: DirectTransport> DirectQp<T> {
             if n > 0 || max == 0 {
                 return Ok(n);
             }
-            if start.elapsed() >= timeout {
+            if idle >= SPINS && start.elapsed() >= timeout {
                 return Err(Error::Timeout {
                     what: format!("a completion of direct {}", self.qp.describe()),
                     waited_ms: start.elapsed().as_millis() as u64,
@@ -633,7 +634,7 @@ impl<T: DirectTransport> DirectQp<T> {
     /// its event or `deadline` (arming it first, and not sleeping when a
     /// CQE came before the arm took), or backs off without a channel.
     pub(crate) fn idle(&mut self, idle: &mut u32, deadline: Option<Instant>) -> Result<()> {
-        if self._cq.channel().is_none() || *idle < 64 {
+        if self._cq.channel().is_none() || *idle < SPINS {
             crate::cq::back_off(idle);
             return Ok(());
         }

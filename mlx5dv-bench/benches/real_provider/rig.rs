@@ -11,12 +11,15 @@ use mlx5dv::direct::{DirectDcAddr, DirectDci, DirectRc, DirectWc};
 use mlx5dv::ffi;
 use mlx5dv::wqe::{Opcode, Wqe, WqeBuilder};
 use mlx5dv::{
-    AccessFlags, AddressHandle, AhAttr, CompletionQueue, ConnectOptions, Context, DcAddr, DciQp,
-    Dct, Gid, MemoryRegion, Mkey, Mlx5SendOps, ProtectionDomain, QpBuilder, QpCaps, RcQp,
-    RemoteBuf, Result, SendFlags, SendOps, SharedReceiveQueue, WcStatus, WorkCompletion,
+    AccessFlags, AddressHandle, AhAttr, CompletionChannel, CompletionQueue, ConnectOptions,
+    Context, DcAddr, DciQp, Dct, Gid, MemoryRegion, Mkey, Mlx5SendOps, ProtectionDomain, QpBuilder,
+    QpCaps, RcQp, RemoteBuf, Result, SendFlags, SendOps, SharedReceiveQueue, WcStatus,
+    WorkCompletion,
 };
 use std::ffi::{c_char, c_int, c_void};
 use std::ptr::{self, NonNull};
+use std::sync::mpsc;
+use std::time::Duration;
 
 /// Calls made back to back before the device runs them: the send queues
 /// hold `GROUP` batches, and the poll shape finds `GROUP` rounds waiting.
@@ -28,6 +31,8 @@ const LOCAL_LEN: usize = 16384;
 /// The DC access key of the DCT.
 const DC_KEY: u64 = 0x0bad_c0de_0000_1234;
 const PSN: u32 = 0x1234;
+/// How long after a scoped post starts the stepper runs the device.
+const SCOPED_STEP_DELAY: Duration = Duration::from_millis(10);
 /// The device name scripts/mlx5-sim gives its device.
 const DEVICE: &str = "mlx5_0";
 
@@ -38,6 +43,7 @@ extern "C" {
     // `c/direct.c`.
     fn c_direct_new(qp: *mut ffi::ibv_qp, cq: *mut ffi::ibv_cq_ex) -> *mut c_void;
     fn c_direct_set_streams(d: *mut c_void, streams: u32);
+    fn c_direct_ack_events(d: *mut c_void);
     fn c_direct_remotes_new(plan: *const c_void, rkey: u32) -> *mut c_void;
     fn c_direct_dc_addr(ah: *mut ffi::ibv_ah, dctn: u32, key: u64, out: *mut [u64; 6]) -> c_int;
     // glibc.
@@ -73,6 +79,23 @@ pub struct Rig {
     /// The plan's remote buffers as C direct checked takes them
     /// (`struct direct_remote`: address, length, rkey).
     pub cremotes: *mut c_void,
+    /// The scoped posts' QPs, Rust's and C direct's, each with a send CQ
+    /// on a completion channel of its own (the waits sleep on it), each
+    /// connected to a peer of its own; where their completions go.
+    pub direct_scoped: DirectRc,
+    pub cdirect_scoped: *mut c_void,
+    pub direct_scoped_sq: SqView,
+    pub cdirect_scoped_sq: SqView,
+    pub scoped_wcs: Vec<DirectWc>,
+    cdirect_scoped_qp: RcQp,
+    _scoped_peers: [RcQp; 2],
+    _scoped_cqs: [CompletionQueue; 3],
+    _scoped_channels: [CompletionChannel; 2],
+    /// The thread that runs the device for a scoped post while it waits,
+    /// and its word that it has (each step ends before the next call).
+    stepper: mpsc::Sender<()>,
+    stepped: mpsc::Receiver<()>,
+    step_pending: bool,
     cdirect_qp: RcQp,
     cdirect_dci_qp: DciQp,
     _direct_peers: [RcQp; 2],
@@ -106,6 +129,15 @@ pub struct Rig {
     rc_sq: SqView,
     dci_sq: SqView,
     drained: Vec<WorkCompletion>,
+}
+
+impl Drop for Rig {
+    fn drop(&mut self) {
+        // SAFETY: C direct's scoped QP, live; its CQ is destroyed after
+        // this (a field), and waits for the events C read to be
+        // acknowledged.
+        unsafe { c_direct_ack_events(self.cdirect_scoped) };
+    }
 }
 
 /// Why the bench cannot run: it needs the software device in step mode.
@@ -235,6 +267,57 @@ impl Rig {
         let got = unsafe { c_direct_dc_addr(ah.as_ptr(), dct.dctn(), DC_KEY, &mut *cav) };
         assert_eq!(got, 0, "c_direct_dc_addr");
 
+        // The scoped posts' QPs: send CQs on channels of their own.
+        let (sch, csch) = (CompletionChannel::new(&ctx)?, CompletionChannel::new(&ctx)?);
+        let scq = CompletionQueue::with_channel(&ctx, depth, &sch)?;
+        let srcq = CompletionQueue::new(&ctx, 16)?;
+        let sqp = QpBuilder::rc(&pd, &scq, &srcq).caps(caps).build()?;
+        let direct_scoped_sq = SqView::of(sqp.as_ptr());
+        let direct_scoped = sqp.into_direct(scq)?;
+        let speer = QpBuilder::rc(&pd, &peer_cq, &peer_cq).caps(caps).build()?;
+        let (e_s, e_sp) = (
+            direct_scoped.endpoint(PSN, &opts)?,
+            speer.endpoint(PSN, &opts)?,
+        );
+        direct_scoped.connect_to(&e_sp, &opts)?;
+        speer.connect(&e_s, PSN, &opts)?;
+        let cscq = CompletionQueue::with_channel(&ctx, depth, &csch)?;
+        let csrq = CompletionQueue::new(&ctx, 16)?;
+        let cdirect_scoped_qp = QpBuilder::rc(&pd, &cscq, &csrq).caps(caps).build()?;
+        let cspeer = QpBuilder::rc(&pd, &peer_cq, &peer_cq).caps(caps).build()?;
+        let (e_cs, e_csp) = (
+            cdirect_scoped_qp.endpoint(PSN, &opts)?,
+            cspeer.endpoint(PSN, &opts)?,
+        );
+        cdirect_scoped_qp.connect(&e_csp, PSN, &opts)?;
+        cspeer.connect(&e_cs, PSN, &opts)?;
+        let cdirect_scoped_sq = SqView::of(cdirect_scoped_qp.as_ptr());
+        // SAFETY: a live mlx5 RC QP, never posted, and its send CQ, which
+        // only C direct polls, arms and reads the events of from here on
+        // (nothing of the crate waits on its channel); never freed.
+        let cdirect_scoped = unsafe { c_direct_new(cdirect_scoped_qp.as_ptr(), cscq.as_ptr()) };
+        assert!(!cdirect_scoped.is_null(), "c_direct_new of the scoped QP");
+        // The device runs 10 ms after a scoped post starts: long after its
+        // waiter, Rust's or C's, has armed the CQ and gone to sleep on the
+        // channel (microseconds, even under callgrind), so that each call
+        // does the same work, and its count repeats.
+        let (stepper, steps) = mpsc::channel::<()>();
+        let (done, stepped) = mpsc::channel::<()>();
+        std::thread::Builder::new()
+            .name("scoped-stepper".into())
+            .spawn(move || {
+                for () in steps {
+                    std::thread::sleep(SCOPED_STEP_DELAY);
+                    // SAFETY: the device's step runs what was posted; it
+                    // takes the device's lock (the waiter is asleep).
+                    unsafe { step() };
+                    if done.send(()).is_err() {
+                        break;
+                    }
+                }
+            })
+            .expect("the stepper thread");
+
         let local = MemoryRegion::new(&pd, LOCAL_LEN, AccessFlags::LOCAL_WRITE)?;
         let remote_mr = MemoryRegion::new(
             &pd,
@@ -264,6 +347,18 @@ impl Rig {
             cav,
             // Made from the C plan (`c_remotes`).
             cremotes: ptr::null_mut(),
+            direct_scoped,
+            cdirect_scoped,
+            direct_scoped_sq,
+            cdirect_scoped_sq,
+            scoped_wcs: Vec::with_capacity(BATCH),
+            cdirect_scoped_qp,
+            _scoped_peers: [speer, cspeer],
+            _scoped_cqs: [cscq, csrq, srcq],
+            _scoped_channels: [sch, csch],
+            stepper,
+            stepped,
+            step_pending: false,
             cdirect_qp,
             cdirect_dci_qp,
             _direct_peers: [dpeer, cpeer],
@@ -383,6 +478,23 @@ impl Rig {
             }
         }
         &self.drained
+    }
+
+    /// Has the stepper thread run the device once, `SCOPED_STEP_DELAY`
+    /// from now: for a scoped post about to wait.
+    /// The step of the call before has ended first: it must not run this
+    /// call's work requests early.
+    pub fn step_later(&mut self) {
+        if self.step_pending {
+            self.stepped.recv().expect("the stepper thread");
+        }
+        self.stepper.send(()).expect("the stepper thread");
+        self.step_pending = true;
+    }
+
+    /// C direct's scoped QP's number.
+    pub fn cdirect_scoped_qpn(&self) -> u32 {
+        self.cdirect_scoped_qp.qp_num()
     }
 
     /// Runs the device once (`mlx5dv_sim_step`).

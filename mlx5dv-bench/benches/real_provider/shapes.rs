@@ -319,3 +319,27 @@ pub fn rust_direct_dci_write_sge_stream(
 pub fn rust_direct_poll(qp: &mut DirectRc, out: &mut [DirectWc; BATCH]) -> Result<usize> {
     qp.poll_into(out)
 }
+
+/// How long a scoped direct post of the bench waits for its completion.
+pub const SCOPED_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// 32 RDMA writes + SGE through the scoped direct post (the last signalled
+/// by the post, the others not): posted with one doorbell, then waited for
+/// until the completion covering them is in `out` (cleared first).
+#[no_mangle]
+#[inline(never)]
+pub fn rust_direct_scoped_rc_write_sge(
+    qp: &mut DirectRc,
+    p: &Plan<'_>,
+    out: &mut Vec<DirectWc>,
+) -> Result<usize> {
+    out.clear();
+    qp.post_and_wait_into(SCOPED_TIMEOUT, out, |b| {
+        b.limit(BATCH)?;
+        for (i, (to, src)) in p.remote.iter().zip(&p.sge).enumerate() {
+            b.rdma_write(i as u64, SendFlags::empty(), *to, *src)?;
+        }
+        Ok(())
+    })?;
+    Ok(out.len())
+}
