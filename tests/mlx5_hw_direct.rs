@@ -1385,6 +1385,72 @@ fn scoped_post_times_out_and_recovers() {
     r.peer_holds(0, &sent);
 }
 
+/// The CPU time the calling thread has used (user and system).
+fn thread_cpu() -> Duration {
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    assert_eq!(unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut ru) }, 0);
+    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
+    tv(ru.ru_utime) + tv(ru.ru_stime)
+}
+
+/// A scoped post sleeps on the channel even when a completion of work
+/// posted before it (with `ring`) comes while it waits and is kept for the
+/// next poll: such a completion once made its every idle round return at
+/// once, so that it re-armed the CQ and polled without sleeping until its
+/// own completion came (a core busy for the whole wait). Here that
+/// completion comes 600 ms late (a send waiting for the peer's receive);
+/// the waiting thread must use far less CPU time than that.
+#[test]
+#[ignore = "needs an mlx5 device: set MLX5DV_TEST_MLX5_DEVICE"]
+fn a_scoped_post_sleeps_while_an_earlier_completion_waits_for_the_next_poll() {
+    let mut r = Rig::with_channel(|o| o.rnr_retry(7));
+    let qpn = r.qp.qp_num();
+    let data = pattern(100, 3);
+    r.src.write_at(0, &data).unwrap();
+    let Rig { qp, peer, src, .. } = &mut r;
+    let remote = peer.mr.remote(1024..1124).unwrap();
+    let (cpu, took, got) = std::thread::scope(|s| {
+        s.spawn(|| {
+            std::thread::sleep(Duration::from_millis(600));
+            let sge = peer.mr.sge(0..100).unwrap();
+            unsafe { peer.qp.post_recv(5, &[sge]) }.expect("the late receive");
+        });
+        // An RDMA write posted outside the scoped post: its completion
+        // comes at once, while the scoped post waits.
+        let mut b = qp.batch();
+        b.rdma_write(1, SendFlags::SIGNALED, remote, src.sge(0..100).unwrap())
+            .unwrap();
+        // SAFETY: `src` outlives its completion, read below.
+        assert_eq!(unsafe { b.ring() }, 1);
+        let (cpu0, t0) = (thread_cpu(), Instant::now());
+        let got = qp
+            .post_and_wait(WAIT, |b| b.send(2, SendFlags::SIGNALED, src.sge(0..100)?))
+            .expect("the scoped send")
+            .to_vec();
+        (thread_cpu() - cpu0, t0.elapsed(), got)
+    });
+    assert_eq!(got.len(), 1, "{got:?}");
+    check_wc(&got[0], 2, WcOpcode::SEND, 1, qpn);
+    assert!(took >= Duration::from_millis(500), "{took:?}");
+    assert!(
+        cpu < Duration::from_millis(150),
+        "the scoped post used {cpu:?} of CPU time in {took:?}: it did not sleep"
+    );
+    // The earlier write's completion was kept for the next poll.
+    let mut kept = Vec::new();
+    r.qp.poll(4, |wc| kept.push(wc)).unwrap();
+    assert_eq!(kept.len(), 1, "{kept:?}");
+    check_wc(&kept[0], 1, WcOpcode::RDMA_WRITE, 1, qpn);
+    let rx = r.peer_wait_recv();
+    assert_eq!(
+        (rx.status, rx.wr_id, rx.byte_len),
+        (WcStatus::SUCCESS, 5, 100)
+    );
+    let got = r.peer.mr.to_vec(..).unwrap();
+    assert_eq!(&got[..100], &data[..]);
+    assert_eq!(&got[1024..1124], &data[..]);
+}
+
 /// A wait on a direct CQ with a completion channel sleeps on the channel
 /// (the crate arms the CQ with its own consumer index) and ends with its
 /// completion: a send that waits for the peer's receive, posted 300 ms

@@ -536,6 +536,9 @@ fn the_rping_example_server_ends_at_a_disconnect_that_leaves_its_last_send_unack
         assert!(start.elapsed() < T, "the server's echo never arrived");
         thread::sleep(Duration::from_millis(10));
     }
+    // The echo's bytes land before the write's acknowledgement leaves:
+    // give the server's write its completion before leaving.
+    thread::sleep(Duration::from_millis(200));
     id.disconnect().expect("disconnect");
     c.qp.to_error().expect("the client's QP to ERR");
     let out = server.wait_with_output().expect("the example server");

@@ -683,7 +683,9 @@ static inline __attribute__((always_inline)) void arm(struct direct_qp *d)
 
 	d->cq_dbrec[1] = htobe32(word);
 	TO_DEVICE();
+	WC_START();
 	*(volatile uint64_t *)(d->cq_uar + 0x20) = htobe64(((uint64_t)word << 32) | d->cqn);
+	FLUSH_WRITES();
 }
 
 /* Whether the CQE at the consumer index is the device's (its owner bit

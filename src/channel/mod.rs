@@ -200,7 +200,9 @@ struct ChannelInner {
 /// that libibverbs allocated: a multiply and a shift (Fibonacci hashing)
 /// instead of SipHash, which cost each wait's three lookups about a hundred
 /// instructions apiece. The keys are the crate's own pointers, never a
-/// peer's input: nothing to harden against.
+/// peer's input: nothing to harden against. Made for the registry's one
+/// `usize` key: a key written in several parts would keep only its last
+/// `usize` (its bytes are folded in, but not mixed as well).
 #[derive(Default, Clone, Copy)]
 struct BuildAddrHasher;
 

@@ -633,13 +633,17 @@ impl<T: DirectTransport> DirectQp<T> {
     /// Between polls that found nothing: sleeps on the CQ's channel until
     /// its event or `deadline` (arming it first, and not sleeping when a
     /// CQE came before the arm took), or backs off without a channel.
+    ///
+    /// Completions kept for the next poll (the backlog) do not end the
+    /// sleep: `wait` hands them out before it comes here, and the scoped
+    /// post keeps there those it does not wait for.
     pub(crate) fn idle(&mut self, idle: &mut u32, deadline: Option<Instant>) -> Result<()> {
         if self._cq.channel().is_none() || *idle < SPINS {
             crate::cq::back_off(idle);
             return Ok(());
         }
         let armed = self.arm(false)?;
-        if self.cq.ready() || !self.backlog.is_empty() {
+        if self.cq.ready() {
             return Ok(());
         }
         let channel = self._cq.channel().cloned();

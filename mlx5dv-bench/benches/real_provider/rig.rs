@@ -93,9 +93,10 @@ pub struct Rig {
     _scoped_channels: [CompletionChannel; 2],
     /// The thread that runs the device for a scoped post while it waits,
     /// and its word that it has (each step ends before the next call).
-    stepper: mpsc::Sender<()>,
+    stepper: Option<mpsc::Sender<()>>,
     stepped: mpsc::Receiver<()>,
     step_pending: bool,
+    stepper_thread: Option<std::thread::JoinHandle<()>>,
     cdirect_qp: RcQp,
     cdirect_dci_qp: DciQp,
     _direct_peers: [RcQp; 2],
@@ -133,6 +134,15 @@ pub struct Rig {
 
 impl Drop for Rig {
     fn drop(&mut self) {
+        // The stepper's last step ends, and the thread with it, before
+        // anything it may touch is destroyed.
+        if self.step_pending {
+            let _ = self.stepped.recv();
+        }
+        drop(self.stepper.take());
+        if let Some(t) = self.stepper_thread.take() {
+            let _ = t.join();
+        }
         // SAFETY: C direct's scoped QP, live; its CQ is destroyed after
         // this (a field), and waits for the events C read to be
         // acknowledged.
@@ -303,7 +313,7 @@ impl Rig {
         // does the same work, and its count repeats.
         let (stepper, steps) = mpsc::channel::<()>();
         let (done, stepped) = mpsc::channel::<()>();
-        std::thread::Builder::new()
+        let stepper_thread = std::thread::Builder::new()
             .name("scoped-stepper".into())
             .spawn(move || {
                 for () in steps {
@@ -356,9 +366,10 @@ impl Rig {
             _scoped_peers: [speer, cspeer],
             _scoped_cqs: [cscq, csrq, srcq],
             _scoped_channels: [sch, csch],
-            stepper,
+            stepper: Some(stepper),
             stepped,
             step_pending: false,
+            stepper_thread: Some(stepper_thread),
             cdirect_qp,
             cdirect_dci_qp,
             _direct_peers: [dpeer, cpeer],
@@ -488,7 +499,8 @@ impl Rig {
         if self.step_pending {
             self.stepped.recv().expect("the stepper thread");
         }
-        self.stepper.send(()).expect("the stepper thread");
+        let stepper = self.stepper.as_ref().expect("the stepper thread");
+        stepper.send(()).expect("the stepper thread");
         self.step_pending = true;
     }
 
