@@ -36,7 +36,7 @@ use mlx5dv::*;
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 use support::hw::{dci_streams_caps, local_port_ah, open, DCI_PSN, DCT_KEY};
-use support::rig::{self, pattern, Side, MR_LEN, WAIT};
+use support::rig::{self, pattern, thread_cpu, Side, MR_LEN, WAIT};
 
 /// The direct QP's send-queue size asked for (work requests).
 const SEND_WR: u32 = 64;
@@ -1383,14 +1383,6 @@ fn scoped_post_times_out_and_recovers() {
     );
     let sent = r.src.to_vec(0..64).unwrap();
     r.peer_holds(0, &sent);
-}
-
-/// The CPU time the calling thread has used (user and system).
-fn thread_cpu() -> Duration {
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    assert_eq!(unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut ru) }, 0);
-    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
-    tv(ru.ru_utime) + tv(ru.ru_stime)
 }
 
 /// A scoped post sleeps on the channel even when a completion of work

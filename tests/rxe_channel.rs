@@ -130,14 +130,6 @@ fn drain_events(channel: &CompletionChannel, first: Duration, quiet: Duration) -
     }
 }
 
-/// CPU time this thread has used (`getrusage(RUSAGE_THREAD)`).
-fn thread_cpu() -> Duration {
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    assert_eq!(unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut ru) }, 0);
-    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
-    tv(ru.ru_utime) + tv(ru.ru_stime)
-}
-
 /// Asserts that `cpu` is under `limit` of `wall`, unless the test runs
 /// under valgrind (scripts/memcheck), whose translation of the code on its
 /// first run costs CPU that the program itself does not.

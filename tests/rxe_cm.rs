@@ -381,6 +381,15 @@ fn bad_input_is_refused_before_any_c_call() {
 
 // ---- rdma-core's rping against the example ----
 
+/// A finished process's standard output, then its standard error.
+fn text(out: &std::process::Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
 /// Runs `server` and, once it listens, `client`; returns both outputs.
 fn pair(server: &mut Command, client: &mut Command) -> (String, String) {
     let srv = server
@@ -408,11 +417,7 @@ fn pair(server: &mut Command, client: &mut Command) -> (String, String) {
     }
     let client_out = client_out.unwrap_or_else(|| panic!("{client:?} never connected"));
     let srv = srv.wait_with_output().expect("server");
-    let s = format!(
-        "{}{}",
-        String::from_utf8_lossy(&srv.stdout),
-        String::from_utf8_lossy(&srv.stderr)
-    );
+    let s = text(&srv);
     assert!(srv.status.success(), "{server:?} failed: {s}");
     (s, String::from_utf8_lossy(&client_out.stdout).into_owned())
 }
@@ -542,17 +547,13 @@ fn the_rping_example_server_ends_at_a_disconnect_that_leaves_its_last_send_unack
     id.disconnect().expect("disconnect");
     c.qp.to_error().expect("the client's QP to ERR");
     let out = server.wait_with_output().expect("the example server");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(out.status.success(), "the server failed: {text}");
+    let said = text(&out);
+    assert!(out.status.success(), "the server failed: {said}");
     assert!(
-        text.contains("server ping data: rdma-ping-0: ABCDEFGHIJ"),
-        "{text}"
+        said.contains("server ping data: rdma-ping-0: ABCDEFGHIJ"),
+        "{said}"
     );
-    assert!(text.contains("server DISCONNECT EVENT..."), "{text}");
+    assert!(said.contains("server DISCONNECT EVENT..."), "{said}");
     drop(id);
 }
 

@@ -72,14 +72,6 @@ fn region_with(pd: &ProtectionDomain, data: &[u8]) -> MemoryRegion {
     mr
 }
 
-/// CPU time this thread has used (`getrusage(RUSAGE_THREAD)`).
-fn thread_cpu() -> Duration {
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    assert_eq!(unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut ru) }, 0);
-    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
-    tv(ru.ru_utime) + tv(ru.ru_stime)
-}
-
 /// A receive region that says when it is dropped.
 struct Tracked {
     mr: MemoryRegion,

@@ -157,7 +157,6 @@ use crate::qp::{
     ReliableConnection, Transport,
 };
 use cq::{Cqr, Step};
-use scoped::SPINS;
 use sq::{Slot, Sq, BB};
 use std::collections::VecDeque;
 use std::fmt;
@@ -416,6 +415,11 @@ fn take_cq(dv: &ffi::mlx5dv_cq, what: &str) -> Result<Cqr> {
     })
 }
 
+/// Idle polls, each with a pause, before a wait arms its CQ and sleeps on
+/// its channel (or backs off, without one). The clock is not read during
+/// them: they take microseconds, nothing beside a timeout of any length.
+const SPINS: u32 = 64;
+
 impl<T: DirectTransport> DirectQp<T> {
     /// A batch of work requests written straight into the send queue; see
     /// [`DirectBatch`].
@@ -630,9 +634,10 @@ impl<T: DirectTransport> DirectQp<T> {
         }
     }
 
-    /// Between polls that found nothing: sleeps on the CQ's channel until
-    /// its event or `deadline` (arming it first, and not sleeping when a
-    /// CQE came before the arm took), or backs off without a channel.
+    /// Between polls that found nothing: after `SPINS` of them (each a
+    /// pause), sleeps on the CQ's channel until its event or `deadline`
+    /// (arming it first, and not sleeping when a CQE came before the arm
+    /// took), or backs off without a channel.
     ///
     /// Completions kept for the next poll (the backlog) do not end the
     /// sleep: `wait` hands them out before it comes here, and the scoped

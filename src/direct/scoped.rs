@@ -1,16 +1,11 @@
 //! The scoped direct post: [`DirectQp::post_and_wait`].
 
-use super::{DirectBatch, DirectQp, DirectTransport, DirectWc, Step};
+use super::{DirectBatch, DirectQp, DirectTransport, DirectWc, Step, SPINS};
 use crate::error::{Error, Result};
 use std::time::{Duration, Instant};
 
 /// How long a scoped post waits for the flush after moving its QP to ERR.
 const FLUSH_WAIT: Duration = Duration::from_secs(5);
-
-/// Idle polls, each with a pause, before a wait arms its CQ and sleeps on
-/// its channel (or backs off, without one). The clock is not read during
-/// them: they take microseconds, nothing beside a timeout of any length.
-pub(super) const SPINS: u32 = 64;
 
 impl<T: DirectTransport> DirectQp<T> {
     /// Posts the work requests `build` adds to the batch it is given, with
@@ -114,8 +109,7 @@ impl<T: DirectTransport> DirectQp<T> {
             });
             if idle < SPINS {
                 // The idle polls: a look at one owner byte and a pause each.
-                idle += 1;
-                std::hint::spin_loop();
+                crate::cq::back_off(&mut idle);
                 continue;
             }
             if t0.elapsed() >= timeout {
@@ -142,12 +136,6 @@ impl<T: DirectTransport> DirectQp<T> {
     /// `start` goes to `out`, an earlier one to the backlog. Whether it
     /// read one.
     fn wait_step(&mut self, start: u32, out: &mut Vec<DirectWc>) -> Result<bool> {
-        if !self.cq.ready() {
-            // Nothing handed over: the consumer index has not moved, so
-            // neither does its doorbell record (the idle polls cost a look
-            // at one owner byte).
-            return Ok(false);
-        }
         let r = self.cq.step_sq(&mut self.sq);
         self.cq.publish();
         match r? {

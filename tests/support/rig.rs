@@ -6,6 +6,17 @@
 use mlx5dv::*;
 use std::time::Duration;
 
+/// CPU time this thread has used, user and system
+/// (`getrusage(RUSAGE_THREAD)`): what a wait that sleeps does not use.
+pub fn thread_cpu() -> Duration {
+    // SAFETY: `rusage` is plain data; all zeroes is a valid value.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid, writable `rusage`.
+    assert_eq!(unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut ru) }, 0);
+    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
+    tv(ru.ru_utime) + tv(ru.ru_stime)
+}
+
 /// How long a test waits for completions (soft-RoCE under emulation is slow).
 pub const WAIT: Duration = Duration::from_secs(20);
 
