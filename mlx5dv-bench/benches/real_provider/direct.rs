@@ -267,30 +267,24 @@ impl DRow {
     /// The QP number of version `v`'s QP.
     fn qpn(&self, v: V, rig: &Rig) -> u32 {
         match (v, self.work) {
-            (V::Rust, Work::Scoped) => return rig.direct_scoped.qp_num(),
-            (_, Work::Scoped) => return rig.cdirect_scoped_qpn(),
-            _ => {}
-        }
-        match (v, self.dci()) {
-            (V::Rust, false) => rig.direct.qp_num(),
-            (V::Rust, true) => rig.direct_dci.qp_num(),
-            (_, false) => rig.cdirect_qpn(),
-            (_, true) => rig.cdirect_dci_qpn(),
+            (V::Rust, Work::Scoped) => rig.direct_scoped.qp_num(),
+            (V::Rust, Work::Dci { .. }) => rig.direct_dci.qp_num(),
+            (V::Rust, _) => rig.direct.qp_num(),
+            (_, Work::Scoped) => rig.cdirect_scoped_qpn(),
+            (_, Work::Dci { .. }) => rig.cdirect_dci_qpn(),
+            _ => rig.cdirect_qpn(),
         }
     }
 
     /// Version `v`'s send queue, as libmlx5 laid it out.
     fn sq<'r>(&self, v: V, rig: &'r Rig) -> &'r SqView {
         match (v, self.work) {
-            (V::Rust, Work::Scoped) => return &rig.direct_scoped_sq,
-            (_, Work::Scoped) => return &rig.cdirect_scoped_sq,
-            _ => {}
-        }
-        match (v, self.dci()) {
-            (V::Rust, false) => &rig.direct_sq,
-            (V::Rust, true) => &rig.direct_dci_sq,
-            (_, false) => &rig.cdirect_sq,
-            (_, true) => &rig.cdirect_dci_sq,
+            (V::Rust, Work::Scoped) => &rig.direct_scoped_sq,
+            (V::Rust, Work::Dci { .. }) => &rig.direct_dci_sq,
+            (V::Rust, _) => &rig.direct_sq,
+            (_, Work::Scoped) => &rig.cdirect_scoped_sq,
+            (_, Work::Dci { .. }) => &rig.cdirect_dci_sq,
+            _ => &rig.cdirect_sq,
         }
     }
 

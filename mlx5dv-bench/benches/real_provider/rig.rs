@@ -12,8 +12,8 @@ use mlx5dv::ffi;
 use mlx5dv::wqe::{Opcode, Wqe, WqeBuilder};
 use mlx5dv::{
     AccessFlags, AddressHandle, AhAttr, CompletionChannel, CompletionQueue, ConnectOptions,
-    Context, DcAddr, DciQp, Dct, Gid, MemoryRegion, Mkey, Mlx5SendOps, ProtectionDomain, QpBuilder,
-    QpCaps, RcQp, RemoteBuf, Result, SendFlags, SendOps, SharedReceiveQueue, WcStatus,
+    Context, DcAddr, DciQp, Dct, Endpoint, Gid, MemoryRegion, Mkey, Mlx5SendOps, ProtectionDomain,
+    QpBuilder, QpCaps, RcQp, RemoteBuf, Result, SendFlags, SendOps, SharedReceiveQueue, WcStatus,
     WorkCompletion,
 };
 use std::ffi::{c_char, c_int, c_void};
@@ -191,10 +191,15 @@ impl Rig {
             .send_ops(SendOps::RDMA_WRITE | SendOps::SEND)
             .mlx5_send_ops(Mlx5SendOps::MEMCPY | Mlx5SendOps::MR_LIST | Mlx5SendOps::RAW_WQE)
             .build()?;
-        let peer = QpBuilder::rc(&pd, &peer_cq, &peer_cq).caps(caps).build()?;
-        let (e_rc, e_peer) = (rc.endpoint(PSN, &opts)?, peer.endpoint(PSN, &opts)?);
-        rc.connect(&e_peer, PSN, &opts)?;
-        peer.connect(&e_rc, PSN, &opts)?;
+        // A peer of its own for a QP whose endpoint is `e`, on the peers'
+        // CQ, the two connected (`connect` connects the QP to the peer).
+        let peer_of = |e: Endpoint, connect: &dyn Fn(&Endpoint) -> Result<()>| {
+            let peer = QpBuilder::rc(&pd, &peer_cq, &peer_cq).caps(caps).build()?;
+            connect(&peer.endpoint(PSN, &opts)?)?;
+            peer.connect(&e, PSN, &opts)?;
+            Result::Ok(peer)
+        };
+        let peer = peer_of(rc.endpoint(PSN, &opts)?, &|e| rc.connect(e, PSN, &opts))?;
 
         // The direct QPs: each its own send CQ, receives on another.
         let (dcq, drq) = (
@@ -204,22 +209,17 @@ impl Rig {
         let dqp = QpBuilder::rc(&pd, &dcq, &drq).caps(caps).build()?;
         let direct_sq = SqView::of(dqp.as_ptr());
         let direct = dqp.into_direct(dcq)?;
-        let dpeer = QpBuilder::rc(&pd, &peer_cq, &peer_cq).caps(caps).build()?;
-        let (e_d, e_dp) = (direct.endpoint(PSN, &opts)?, dpeer.endpoint(PSN, &opts)?);
-        direct.connect_to(&e_dp, &opts)?;
-        dpeer.connect(&e_d, PSN, &opts)?;
+        let dpeer = peer_of(direct.endpoint(PSN, &opts)?, &|e| {
+            direct.connect_to(e, &opts)
+        })?;
         let (ccq, crq) = (
             CompletionQueue::new(&ctx, depth)?,
             CompletionQueue::new(&ctx, 16)?,
         );
         let cdirect_qp = QpBuilder::rc(&pd, &ccq, &crq).caps(caps).build()?;
-        let cpeer = QpBuilder::rc(&pd, &peer_cq, &peer_cq).caps(caps).build()?;
-        let (e_c, e_cp) = (
-            cdirect_qp.endpoint(PSN, &opts)?,
-            cpeer.endpoint(PSN, &opts)?,
-        );
-        cdirect_qp.connect(&e_cp, PSN, &opts)?;
-        cpeer.connect(&e_c, PSN, &opts)?;
+        let cpeer = peer_of(cdirect_qp.endpoint(PSN, &opts)?, &|e| {
+            cdirect_qp.connect(e, PSN, &opts)
+        })?;
         let cdirect_sq = SqView::of(cdirect_qp.as_ptr());
         // SAFETY: a live mlx5 RC QP, never posted, and its send CQ, which
         // only C direct polls from here on; never freed (as the plan).
@@ -284,23 +284,15 @@ impl Rig {
         let sqp = QpBuilder::rc(&pd, &scq, &srcq).caps(caps).build()?;
         let direct_scoped_sq = SqView::of(sqp.as_ptr());
         let direct_scoped = sqp.into_direct(scq)?;
-        let speer = QpBuilder::rc(&pd, &peer_cq, &peer_cq).caps(caps).build()?;
-        let (e_s, e_sp) = (
-            direct_scoped.endpoint(PSN, &opts)?,
-            speer.endpoint(PSN, &opts)?,
-        );
-        direct_scoped.connect_to(&e_sp, &opts)?;
-        speer.connect(&e_s, PSN, &opts)?;
+        let speer = peer_of(direct_scoped.endpoint(PSN, &opts)?, &|e| {
+            direct_scoped.connect_to(e, &opts)
+        })?;
         let cscq = CompletionQueue::with_channel(&ctx, depth, &csch)?;
         let csrq = CompletionQueue::new(&ctx, 16)?;
         let cdirect_scoped_qp = QpBuilder::rc(&pd, &cscq, &csrq).caps(caps).build()?;
-        let cspeer = QpBuilder::rc(&pd, &peer_cq, &peer_cq).caps(caps).build()?;
-        let (e_cs, e_csp) = (
-            cdirect_scoped_qp.endpoint(PSN, &opts)?,
-            cspeer.endpoint(PSN, &opts)?,
-        );
-        cdirect_scoped_qp.connect(&e_csp, PSN, &opts)?;
-        cspeer.connect(&e_cs, PSN, &opts)?;
+        let cspeer = peer_of(cdirect_scoped_qp.endpoint(PSN, &opts)?, &|e| {
+            cdirect_scoped_qp.connect(e, PSN, &opts)
+        })?;
         let cdirect_scoped_sq = SqView::of(cdirect_scoped_qp.as_ptr());
         // SAFETY: a live mlx5 RC QP, never posted, and its send CQ, which
         // only C direct polls, arms and reads the events of from here on
