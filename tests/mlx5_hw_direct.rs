@@ -1385,6 +1385,80 @@ fn scoped_post_times_out_and_recovers() {
     r.peer_holds(0, &sent);
 }
 
+/// On a CQ with a completion channel, the waits learn that their deadline
+/// passed from their sleep on the channel (which read the clock for its
+/// own timeout) rather than from a clock read of their own: a scoped post
+/// whose send never completes (no receive at the peer, `rnr_retry` 7)
+/// times out no earlier than its timeout and not long after, asleep the
+/// while, and recovers as without a channel; then a `wait` with nothing
+/// to come times out the same way.
+#[test]
+#[ignore = "needs an mlx5 device: set MLX5DV_TEST_MLX5_DEVICE"]
+fn waits_on_a_channel_time_out_at_their_deadline_asleep() {
+    // On a thread of its own, so that a wait that never ends fails the
+    // test instead of hanging it.
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut r = Rig::with_channel(|o| o.rnr_retry(7));
+        r.write_works(1, 0, 0, 64);
+        let (cpu0, t0) = (thread_cpu(), Instant::now());
+        let src = &r.src;
+        let scoped =
+            r.qp.post_and_wait(Duration::from_millis(300), |b| {
+                b.send(70, SendFlags::SIGNALED, src.sge(0..64)?)
+            })
+            .map(|w| w.to_vec());
+        let scoped = (scoped, thread_cpu() - cpu0, t0.elapsed());
+        let state = r.qp.state().unwrap();
+        assert_eq!(r.qp.outstanding(), 0);
+        r.reconnect();
+        r.write_works(2, 0, 64, 128);
+        // Nothing outstanding: a wait sleeps to its deadline.
+        let (cpu0, t0) = (thread_cpu(), Instant::now());
+        let waited =
+            r.qp.wait(1, Duration::from_millis(200), |wc| panic!("{wc:?}"));
+        let waited = (waited, thread_cpu() - cpu0, t0.elapsed());
+        // And the QP still works.
+        r.write_works(3, 0, 512, 64);
+        tx.send((scoped, state, waited)).unwrap();
+    });
+    let ((scoped, cpu, took), state, (waited, wcpu, wtook)) = rx
+        .recv_timeout(Duration::from_secs(20))
+        .expect("the waits ended within 20 s");
+    match scoped {
+        Err(
+            ref e @ Error::Timeout {
+                ref what,
+                waited_ms,
+            },
+        ) => {
+            assert!(waited_ms >= 300, "{e}");
+            assert!(
+                what.contains("moved to ERR") || what.contains("moved to RESET"),
+                "{e}"
+            );
+        }
+        other => panic!("expected a timeout, got {other:?}"),
+    }
+    assert!(took >= Duration::from_millis(300), "{took:?}");
+    assert!(took < Duration::from_secs(3), "{took:?}");
+    assert!(
+        cpu < Duration::from_millis(150),
+        "{cpu:?} of CPU time in {took:?}"
+    );
+    assert!(matches!(state, QpState::Err | QpState::Reset), "{state:?}");
+    assert!(
+        matches!(waited, Err(Error::Timeout { waited_ms, .. }) if waited_ms >= 200),
+        "{waited:?}"
+    );
+    assert!(wtook >= Duration::from_millis(200), "{wtook:?}");
+    assert!(wtook < Duration::from_secs(2), "{wtook:?}");
+    assert!(
+        wcpu < Duration::from_millis(100),
+        "{wcpu:?} of CPU time in {wtook:?}"
+    );
+}
+
 /// A scoped post sleeps on the channel even when a completion of work
 /// posted before it (with `ring`) comes while it waits and is kept for the
 /// next poll: such a completion once made its every idle round return at

@@ -37,10 +37,24 @@ pub(crate) fn poll_readable(
     fd: BorrowedFd<'_>,
     deadline: Option<Instant>,
 ) -> std::result::Result<bool, i32> {
+    match deadline {
+        None => poll_readable_at(fd, None, None),
+        Some(_) => poll_readable_at(fd, deadline, Some(Instant::now())),
+    }
+}
+
+/// [`poll_readable`] with the clock read by the caller: `now`, taken no
+/// later than this call (a `now` taken earlier only makes the sleep end
+/// later, never before `deadline`). `now` is ignored without a deadline.
+pub(crate) fn poll_readable_at(
+    fd: BorrowedFd<'_>,
+    deadline: Option<Instant>,
+    now: Option<Instant>,
+) -> std::result::Result<bool, i32> {
     let timeout_ms = match deadline {
         None => -1,
         // Rounded up: a wait never ends before its deadline.
-        Some(d) => timeout_ms(d.saturating_duration_since(Instant::now())),
+        Some(d) => timeout_ms(d.saturating_duration_since(now.unwrap_or_else(Instant::now))),
     };
     let mut pfd = libc::pollfd {
         fd: fd.as_raw_fd(),
@@ -65,7 +79,13 @@ pub(crate) fn poll_readable(
 /// `left` as a `poll(2)` timeout: whole milliseconds, rounded up, at most
 /// `i32::MAX`.
 fn timeout_ms(left: Duration) -> i32 {
-    i32::try_from(left.as_nanos().div_ceil(1_000_000)).unwrap_or(i32::MAX)
+    // In 64 bits (a 128-bit division costs a call): whole seconds, then
+    // the rest rounded up to a millisecond.
+    let ms = left
+        .as_secs()
+        .saturating_mul(1000)
+        .saturating_add(u64::from(left.subsec_nanos().div_ceil(1_000_000)));
+    i32::try_from(ms).unwrap_or(i32::MAX)
 }
 
 #[cfg(test)]
@@ -82,6 +102,14 @@ mod tests {
         assert_eq!(timeout_ms(Duration::from_micros(1500)), 2);
         assert_eq!(timeout_ms(Duration::from_millis(7)), 7);
         assert_eq!(timeout_ms(Duration::from_secs(u64::MAX)), i32::MAX);
+        assert_eq!(timeout_ms(Duration::new(u64::MAX, 999_999_999)), i32::MAX);
+        assert_eq!(timeout_ms(Duration::new(2, 1)), 2001);
+        assert_eq!(timeout_ms(Duration::new(2, 999_000_001)), 3000);
+        assert_eq!(timeout_ms(Duration::from_millis(i32::MAX as u64)), i32::MAX);
+        assert_eq!(
+            timeout_ms(Duration::from_millis(i32::MAX as u64 - 1)),
+            i32::MAX - 1
+        );
     }
 
     #[test]

@@ -49,7 +49,7 @@ mod ops;
 mod tests;
 
 pub(crate) use cq::cq_of;
-pub(crate) use fd::{clear_errno, poll_readable, set_nonblocking};
+pub(crate) use fd::{clear_errno, poll_readable, poll_readable_at, set_nonblocking};
 
 use crate::device::Context;
 use crate::error::{Error, Result};
@@ -510,8 +510,10 @@ impl State {
         }
         slot.events += 1;
         slot.notified = true;
-        for waker in slot.wakers.drain(..) {
-            waker.wake();
+        if !slot.wakers.is_empty() {
+            for waker in slot.wakers.drain(..) {
+                waker.wake();
+            }
         }
         if !slot.queued {
             slot.queued = true;
@@ -621,7 +623,8 @@ impl ChannelInner {
             }
             st.reading = true;
             drop(st);
-            let polled = poll_readable(self.fd(), deadline);
+            // The clock read above serves the sleep's timeout too.
+            let polled = poll_readable_at(self.fd(), deadline, Some(now));
             st = self.lock();
             st.reading = false;
             let read = match polled {

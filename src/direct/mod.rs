@@ -209,10 +209,15 @@ pub struct DirectQp<T: DirectTransport> {
     // Dropped in this order: the QP, then its CQ.
     qp: QpEx<T>,
     _cq: CompletionQueue,
+    /// `_cq` as a `struct ibv_cq`, what its channel knows it by (taken
+    /// once: a wait names it twice).
+    raw_cq: std::ptr::NonNull<ffi::ibv_cq>,
 }
 
 // SAFETY: the rings are reached only through `&mut self`; `&self` methods
-// read the indices or make verbs calls, which are thread-safe.
+// read the indices or make verbs calls, which are thread-safe; `raw_cq`
+// names the CQ `_cq` owns, passed to the channel (which is thread-safe)
+// as a key and to verbs calls.
 unsafe impl<T: DirectTransport> Send for DirectQp<T> {}
 // SAFETY: as above.
 unsafe impl<T: DirectTransport> Sync for DirectQp<T> {}
@@ -318,6 +323,7 @@ impl<T: DirectTransport> QpEx<T> {
             deferred: None,
             done: Vec::new(),
             qp: self,
+            raw_cq: cq.raw_cq(),
             _cq: cq,
         })
     }
@@ -600,8 +606,7 @@ impl<T: DirectTransport> DirectQp<T> {
                 what: "arming a direct CQ: libmlx5 gave no CQ UAR".into(),
             });
         }
-        let cq = self._cq.raw_cq();
-        Ok(channel.arm_with(cq, |events| self.cq.arm(events, solicited_only)))
+        Ok(channel.arm_with(self.raw_cq, |events| self.cq.arm(events, solicited_only)))
     }
 
     /// Waits up to `timeout` for completions and hands up to `max` of them
@@ -619,19 +624,29 @@ impl<T: DirectTransport> DirectQp<T> {
         let start = Instant::now();
         let deadline = start.checked_add(timeout);
         let mut idle = 0u32;
+        let mut expired = false;
         loop {
             let n = self.poll(max, &mut f)?;
             if n > 0 || max == 0 {
                 return Ok(n);
             }
-            if idle >= SPINS && start.elapsed() >= timeout {
+            if idle >= SPINS && self.past(expired, start, timeout) {
                 return Err(Error::Timeout {
                     what: format!("a completion of direct {}", self.qp.describe()),
                     waited_ms: start.elapsed().as_millis() as u64,
                 });
             }
-            self.idle(&mut idle, deadline)?;
+            expired = self.idle(&mut idle, deadline)?;
         }
+    }
+
+    /// Whether a wait that started at `start` is past its `timeout`:
+    /// `expired` when its last sleep on the channel ran to the deadline
+    /// (that sleep read the clock: no other read), else, on a CQ without
+    /// a channel (whose waits never sleep on one), the clock read here.
+    #[inline]
+    pub(crate) fn past(&self, expired: bool, start: Instant, timeout: Duration) -> bool {
+        expired || (self._cq.channel().is_none() && start.elapsed() >= timeout)
     }
 
     /// Between polls that found nothing: after `SPINS` of them (each a
@@ -642,20 +657,23 @@ impl<T: DirectTransport> DirectQp<T> {
     /// Completions kept for the next poll (the backlog) do not end the
     /// sleep: `wait` hands them out before it comes here, and the scoped
     /// post keeps there those it does not wait for.
-    pub(crate) fn idle(&mut self, idle: &mut u32, deadline: Option<Instant>) -> Result<()> {
+    ///
+    /// Returns whether it slept on the channel until `deadline` passed
+    /// without the CQ's event: the caller's wait has timed out once a
+    /// last poll finds nothing ([`past`](Self::past)).
+    pub(crate) fn idle(&mut self, idle: &mut u32, deadline: Option<Instant>) -> Result<bool> {
         if self._cq.channel().is_none() || *idle < SPINS {
             crate::cq::back_off(idle);
-            return Ok(());
+            return Ok(false);
         }
         let armed = self.arm(false)?;
         if self.cq.ready() {
-            return Ok(());
+            return Ok(false);
         }
-        let channel = self._cq.channel().cloned();
-        if let Some(channel) = channel {
-            channel.wait_notified(self._cq.raw_cq(), armed, deadline)?;
+        match self._cq.channel() {
+            Some(channel) => Ok(!channel.wait_notified(self.raw_cq, armed, deadline)?),
+            None => Ok(false),
         }
-        Ok(())
     }
 
     /// Basic blocks (64 bytes) free in the send queue.

@@ -87,6 +87,8 @@ impl<T: DirectTransport> DirectQp<T> {
         // The clock at the first poll that found nothing, and the deadline.
         let mut clock: Option<(Instant, Option<Instant>)> = None;
         let mut idle = 0u32;
+        // Whether the last sleep on the channel ran to the deadline.
+        let mut expired = false;
         loop {
             if self.cq.ready() {
                 match self.wait_step(start, out) {
@@ -112,7 +114,7 @@ impl<T: DirectTransport> DirectQp<T> {
                 crate::cq::back_off(&mut idle);
                 continue;
             }
-            if t0.elapsed() >= timeout {
+            if self.past(expired, t0, timeout) {
                 let e = Error::Timeout {
                     what: format!(
                         "{} of direct QP {:#x} ({} retired)",
@@ -125,9 +127,12 @@ impl<T: DirectTransport> DirectQp<T> {
                 out.truncate(first);
                 return Err(self.stop(start, end, e));
             }
-            if let Err(e) = self.idle(&mut idle, deadline) {
-                out.truncate(first);
-                return Err(self.stop(start, end, e));
+            match self.idle(&mut idle, deadline) {
+                Ok(e) => expired = e,
+                Err(e) => {
+                    out.truncate(first);
+                    return Err(self.stop(start, end, e));
+                }
             }
         }
     }

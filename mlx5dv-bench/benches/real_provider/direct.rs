@@ -145,10 +145,15 @@ fn rec_c(w: &CDirectWc, qpn: u32) -> Rec {
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum V {
+    /// The writes to the peer's memory as C direct takes it: one rkey, an
+    /// address per work request (`RemoteBuf::unbounded`).
     Rust,
     C,
     /// C direct with the safe writer's per-WR checks (the writes).
     CChecked,
+    /// The writes to checked slices of the peer's memory (`RemoteBuf`s
+    /// with their lengths), which the writer checks per work request.
+    RustChecked,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -248,13 +253,14 @@ impl DRow {
             V::Rust => format!("rust_direct_{}", self.name),
             V::C => format!("c_direct_{}", self.name),
             V::CChecked => format!("c_direct_{}_checked", self.name),
+            V::RustChecked => format!("rust_direct_{}_checked", self.name),
         }
     }
 
     /// The row's versions, C direct first.
     fn versions(&self) -> &'static [V] {
         if self.checked {
-            &[V::C, V::CChecked, V::Rust]
+            &[V::C, V::CChecked, V::Rust, V::RustChecked]
         } else {
             &[V::C, V::Rust]
         }
@@ -267,9 +273,9 @@ impl DRow {
     /// The QP number of version `v`'s QP.
     fn qpn(&self, v: V, rig: &Rig) -> u32 {
         match (v, self.work) {
-            (V::Rust, Work::Scoped) => rig.direct_scoped.qp_num(),
-            (V::Rust, Work::Dci { .. }) => rig.direct_dci.qp_num(),
-            (V::Rust, _) => rig.direct.qp_num(),
+            (V::Rust | V::RustChecked, Work::Scoped) => rig.direct_scoped.qp_num(),
+            (V::Rust | V::RustChecked, Work::Dci { .. }) => rig.direct_dci.qp_num(),
+            (V::Rust | V::RustChecked, _) => rig.direct.qp_num(),
             (_, Work::Scoped) => rig.cdirect_scoped_qpn(),
             (_, Work::Dci { .. }) => rig.cdirect_dci_qpn(),
             _ => rig.cdirect_qpn(),
@@ -279,9 +285,9 @@ impl DRow {
     /// Version `v`'s send queue, as libmlx5 laid it out.
     fn sq<'r>(&self, v: V, rig: &'r Rig) -> &'r SqView {
         match (v, self.work) {
-            (V::Rust, Work::Scoped) => &rig.direct_scoped_sq,
-            (V::Rust, Work::Dci { .. }) => &rig.direct_dci_sq,
-            (V::Rust, _) => &rig.direct_sq,
+            (V::Rust | V::RustChecked, Work::Scoped) => &rig.direct_scoped_sq,
+            (V::Rust | V::RustChecked, Work::Dci { .. }) => &rig.direct_dci_sq,
+            (V::Rust | V::RustChecked, _) => &rig.direct_sq,
             (_, Work::Scoped) => &rig.cdirect_scoped_sq,
             (_, Work::Dci { .. }) => &rig.cdirect_dci_sq,
             _ => &rig.cdirect_sq,
@@ -308,6 +314,22 @@ impl DRow {
             }
             (V::Rust, Work::Poll) => {
                 shapes::rust_direct_poll(&mut rig.direct, &mut rig.dwcs).expect("direct poll")
+            }
+            (V::RustChecked, Work::Post { last }) => {
+                let f = if last {
+                    shapes::rust_direct_rc_write_sge_last_checked
+                } else {
+                    shapes::rust_direct_rc_write_sge_checked
+                };
+                f(&mut rig.direct, p).expect("direct post") as usize
+            }
+            (V::RustChecked, Work::Dci { stream }) => {
+                let f = if stream {
+                    shapes::rust_direct_dci_write_sge_stream_checked
+                } else {
+                    shapes::rust_direct_dci_write_sge_checked
+                };
+                f(&mut rig.direct_dci, p, &rig.dav).expect("direct DCI post") as usize
             }
             (V::C, Work::Post { last: false }) => {
                 // SAFETY: C direct's QP and the plan live for the whole run,
@@ -379,8 +401,8 @@ impl DRow {
                 assert_eq!(n, 1, "{}: one completion", self.name);
                 BATCH
             }
-            (V::CChecked, Work::Poll | Work::Scoped) => {
-                unreachable!("{}: no C direct checked", self.name)
+            (V::CChecked | V::RustChecked, Work::Poll | Work::Scoped) => {
+                unreachable!("{}: no checked version", self.name)
             }
             (V::C, Work::Poll) => {
                 // SAFETY: C direct's QP lives for the whole run; `cdwcs`
@@ -406,7 +428,7 @@ fn prepare(r: &DRow, v: V, calls: u64, c: &CSide, rig: &mut Rig, p: &Plan<'_>) {
     }
     for _ in 0..calls {
         match v {
-            V::Rust => {
+            V::Rust | V::RustChecked => {
                 assert_eq!(shapes::direct_prime(&mut rig.direct, p).expect("prime"), 32);
             }
             V::C | V::CChecked => {
@@ -436,12 +458,12 @@ fn settle(r: &DRow, v: V, calls: u64, rig: &mut Rig) -> Vec<Rec> {
         rig.step();
         let push = |wc: DirectWc| out.push(rec_rust(&wc, qpn));
         match (v, r.dci()) {
-            (V::Rust, false) => {
+            (V::Rust | V::RustChecked, false) => {
                 rig.direct
                     .poll(usize::MAX, push)
                     .expect("drain the direct QP");
             }
-            (V::Rust, true) => {
+            (V::Rust | V::RustChecked, true) => {
                 rig.direct_dci
                     .poll(usize::MAX, push)
                     .expect("drain the direct DCI");
@@ -536,7 +558,9 @@ fn did(r: &DRow, v: V, c: &CSide, rig: &mut Rig, p: &Plan<'_>) -> Did {
             let wqes = sq.wqes(from, sq.pc()).into_iter().map(no_qpn).collect();
             let qpn = r.qpn(v, rig);
             let wcs = match v {
-                V::Rust => rig.scoped_wcs.iter().map(|w| rec_rust(w, qpn)).collect(),
+                V::Rust | V::RustChecked => {
+                    rig.scoped_wcs.iter().map(|w| rec_rust(w, qpn)).collect()
+                }
                 V::C | V::CChecked => rig.cdwcs[..1].iter().map(|w| rec_c(w, qpn)).collect(),
             };
             Did::Posted { wqes, wcs }
@@ -546,7 +570,7 @@ fn did(r: &DRow, v: V, c: &CSide, rig: &mut Rig, p: &Plan<'_>) -> Did {
             rig.cdwcs = [CDirectWc::default(); BATCH];
             assert_eq!(r.call(v, c, rig, p), BATCH, "{}", r.name);
             Did::Polled(match v {
-                V::Rust => {
+                V::Rust | V::RustChecked => {
                     let q = rig.direct.qp_num();
                     rig.dwcs.iter().map(|w| rec_rust(w, q)).collect()
                 }
@@ -653,9 +677,9 @@ pub fn report(
             .unwrap_or_else(|| panic!("{sym} is not in the listing: was it a --run {n}?"));
         ir as f64 / (n * BATCH as u64) as f64
     };
-    // C direct, C direct checked, Rust.
-    let all = [V::C, V::CChecked, V::Rust];
-    let mut ns = vec![[f64::NAN; 3]; DROWS.len()];
+    // C direct, C direct checked, Rust, Rust checked.
+    let all = [V::C, V::CChecked, V::Rust, V::RustChecked];
+    let mut ns = vec![[f64::NAN; 4]; DROWS.len()];
     for round in 0..rounds as usize {
         for (k, r) in DROWS.iter().enumerate() {
             if r.work == Work::Scoped {
@@ -679,19 +703,25 @@ pub fn report(
     println!();
     println!(
         "The direct path (`mlx5dv::direct`) against C direct (`c/direct.c`), C direct checked \
-         (the same C with the safe writer's per-WR checks) and C through libmlx5 (C best)"
+         (the same C with the safe writer's per-WR checks of checked remote slices, as Rust \
+         checked passes them) and C through libmlx5 (C best)"
     );
     println!();
     println!(
-        "| shape | goal | C direct Ir/WR | C direct checked Ir/WR | Rust Ir/WR | \
-         **Rust / C direct** | Rust / C direct checked | C libmlx5 Ir/WR | Rust / C libmlx5 | \
-         C direct / C libmlx5 | met | C direct ns/WR | C direct checked ns/WR | Rust ns/WR | \
-         Rust / C direct (time) |"
+        "| shape | goal | C direct Ir/WR | Rust Ir/WR | **Rust / C direct** | \
+         C direct checked Ir/WR | Rust checked Ir/WR | Rust checked / C direct checked | \
+         C libmlx5 Ir/WR | Rust / C libmlx5 | C direct / C libmlx5 | met | C direct ns/WR | \
+         Rust ns/WR | Rust / C direct (time) | C direct checked ns/WR | Rust checked ns/WR |"
     );
-    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|");
+    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|");
     let mut all_met = true;
     for (r, t) in DROWS.iter().zip(&ns) {
-        let (cd, ck, rs) = (ir(r, V::C), ir(r, V::CChecked), ir(r, V::Rust));
+        let (cd, ck, rs, rk) = (
+            ir(r, V::C),
+            ir(r, V::CChecked),
+            ir(r, V::Rust),
+            ir(r, V::RustChecked),
+        );
         // The scoped post waits too: no libmlx5 row does the same work.
         let l = lib
             .iter()
@@ -704,22 +734,24 @@ pub fn report(
             None => format!("≤ {:.2} C direct", r.goal),
         };
         println!(
-            "| {} | {goal} | {:.2} | {} | {:.2} | **{:.3}** | {} | {} | {} | {} | {} | \
-             {} | {} | {} | {} |",
+            "| {} | {goal} | {:.2} | {:.2} | **{:.3}** | {} | {} | {} | {} | {} | {} | {} | \
+             {} | {} | {} | {} | {} |",
             r.title,
             cd,
-            num(ck, 2),
             rs,
             rs / cd,
-            num(rs / ck, 3),
+            num(ck, 2),
+            num(rk, 2),
+            num(rk / ck, 3),
             num(l, 2),
             num(rs / l, 3),
             num(cd / l, 3),
             if met { "yes" } else { "**no**" },
             num(t[0], 2),
-            num(t[1], 2),
             num(t[2], 2),
             num(t[2] / t[0], 2),
+            num(t[1], 2),
+            num(t[3], 2),
         );
     }
     all_met

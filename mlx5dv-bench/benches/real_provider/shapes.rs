@@ -227,14 +227,17 @@ pub const SHAPES: &[Shape] = &[
 // ----- The direct path (`mlx5dv::direct`): the rows named `direct` -----
 
 /// 32 RDMA writes + SGE through the direct path, every one signalled, one
-/// doorbell.
+/// doorbell. The peer's memory is passed as C direct's loop takes it, one
+/// rkey and an address per work request (`RemoteBuf::unbounded`: no
+/// length to check on this side; the peer's device checks each access).
 #[no_mangle]
 #[inline(never)]
 pub fn rust_direct_rc_write_sge(qp: &mut DirectRc, p: &Plan<'_>) -> Result<u32> {
     let mut b = qp.batch();
     b.limit(BATCH)?;
-    for (i, (to, src)) in p.remote.iter().zip(&p.sge).enumerate() {
-        b.rdma_write(i as u64, SendFlags::SIGNALED, *to, *src)?;
+    for i in 0..BATCH {
+        let to = RemoteBuf::unbounded(p.raddr[i], p.rkey);
+        b.rdma_write(i as u64, SendFlags::SIGNALED, to, p.sge[i])?;
     }
     // SAFETY: the plan's region and the peer's stay registered for the
     // whole run, and nothing of the program reads or writes them.
@@ -245,6 +248,40 @@ pub fn rust_direct_rc_write_sge(qp: &mut DirectRc, p: &Plan<'_>) -> Result<u32> 
 #[no_mangle]
 #[inline(never)]
 pub fn rust_direct_rc_write_sge_last(qp: &mut DirectRc, p: &Plan<'_>) -> Result<u32> {
+    let mut b = qp.batch();
+    b.limit(BATCH)?;
+    for i in 0..BATCH {
+        let flags = if i == BATCH - 1 {
+            SendFlags::SIGNALED
+        } else {
+            SendFlags::empty()
+        };
+        let to = RemoteBuf::unbounded(p.raddr[i], p.rkey);
+        b.rdma_write(i as u64, flags, to, p.sge[i])?;
+    }
+    // SAFETY: as `rust_direct_rc_write_sge`.
+    Ok(unsafe { b.ring() })
+}
+
+/// `rust_direct_rc_write_sge` to the peer's memory as checked slices
+/// (`RemoteBuf::slice`), each write's length checked against its slice's
+/// (what C direct checked does).
+#[no_mangle]
+#[inline(never)]
+pub fn rust_direct_rc_write_sge_checked(qp: &mut DirectRc, p: &Plan<'_>) -> Result<u32> {
+    let mut b = qp.batch();
+    b.limit(BATCH)?;
+    for (i, (to, src)) in p.remote.iter().zip(&p.sge).enumerate() {
+        b.rdma_write(i as u64, SendFlags::SIGNALED, *to, *src)?;
+    }
+    // SAFETY: as `rust_direct_rc_write_sge`.
+    Ok(unsafe { b.ring() })
+}
+
+/// `rust_direct_rc_write_sge_last` to checked slices.
+#[no_mangle]
+#[inline(never)]
+pub fn rust_direct_rc_write_sge_last_checked(qp: &mut DirectRc, p: &Plan<'_>) -> Result<u32> {
     let mut b = qp.batch();
     b.limit(BATCH)?;
     for (i, (to, src)) in p.remote.iter().zip(&p.sge).enumerate() {
@@ -276,10 +313,50 @@ pub fn direct_prime(qp: &mut DirectRc, p: &Plan<'_>) -> Result<u32> {
 }
 
 /// 32 RDMA writes + SGE through a direct DCI to the DC target `to`, every
-/// one signalled, one doorbell.
+/// one signalled, one doorbell; the peer's memory as in
+/// `rust_direct_rc_write_sge`.
 #[no_mangle]
 #[inline(never)]
 pub fn rust_direct_dci_write_sge(
+    qp: &mut DirectDci,
+    p: &Plan<'_>,
+    to: &DirectDcAddr,
+) -> Result<u32> {
+    let mut b = qp.batch();
+    b.limit(BATCH)?;
+    for i in 0..BATCH {
+        let remote = RemoteBuf::unbounded(p.raddr[i], p.rkey);
+        b.dc(to)
+            .rdma_write(i as u64, SendFlags::SIGNALED, remote, p.sge[i])?;
+    }
+    // SAFETY: as `rust_direct_rc_write_sge`.
+    Ok(unsafe { b.ring() })
+}
+
+/// The same on DCI stream `i % 4`.
+#[no_mangle]
+#[inline(never)]
+pub fn rust_direct_dci_write_sge_stream(
+    qp: &mut DirectDci,
+    p: &Plan<'_>,
+    to: &DirectDcAddr,
+) -> Result<u32> {
+    let mut b = qp.batch();
+    b.limit(BATCH)?;
+    for i in 0..BATCH {
+        let stream = (i % (1 << LOG_STREAMS)) as u16;
+        let remote = RemoteBuf::unbounded(p.raddr[i], p.rkey);
+        b.dc_stream(to, stream)
+            .rdma_write(i as u64, SendFlags::SIGNALED, remote, p.sge[i])?;
+    }
+    // SAFETY: as `rust_direct_rc_write_sge`.
+    Ok(unsafe { b.ring() })
+}
+
+/// `rust_direct_dci_write_sge` to checked slices.
+#[no_mangle]
+#[inline(never)]
+pub fn rust_direct_dci_write_sge_checked(
     qp: &mut DirectDci,
     p: &Plan<'_>,
     to: &DirectDcAddr,
@@ -294,10 +371,10 @@ pub fn rust_direct_dci_write_sge(
     Ok(unsafe { b.ring() })
 }
 
-/// The same on DCI stream `i % 4`.
+/// `rust_direct_dci_write_sge_stream` to checked slices.
 #[no_mangle]
 #[inline(never)]
-pub fn rust_direct_dci_write_sge_stream(
+pub fn rust_direct_dci_write_sge_stream_checked(
     qp: &mut DirectDci,
     p: &Plan<'_>,
     to: &DirectDcAddr,
@@ -336,8 +413,9 @@ pub fn rust_direct_scoped_rc_write_sge(
     out.clear();
     qp.post_and_wait_into(SCOPED_TIMEOUT, out, |b| {
         b.limit(BATCH)?;
-        for (i, (to, src)) in p.remote.iter().zip(&p.sge).enumerate() {
-            b.rdma_write(i as u64, SendFlags::empty(), *to, *src)?;
+        for i in 0..BATCH {
+            let to = RemoteBuf::unbounded(p.raddr[i], p.rkey);
+            b.rdma_write(i as u64, SendFlags::empty(), to, p.sge[i])?;
         }
         Ok(())
     })?;
