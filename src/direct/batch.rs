@@ -494,7 +494,15 @@ impl<'q, 'm, T: DirectTransport> DirectBatch<'q, 'm, T> {
         // 16 bytes, 16-aligned.
         unsafe {
             // The WQE index (the producer index) in bits 8 to 23.
-            be32(ctrl, ((self.state >> 40) as u32 & 0x00ff_ff00) | opcode);
+            // (The same value two ways: on a DCI the index is at hand
+            // for its WQE's second block, elsewhere the state's bits are
+            // one instruction fewer.)
+            let idx8 = if T::DC {
+                u32::from(idx) << 8
+            } else {
+                (self.state >> 40) as u32 & 0x00ff_ff00
+            };
+            be32(ctrl, idx8 | opcode);
             be32(ctrl.add(4), self.qpn8 | units);
             // signature, DCI stream id, fm_ce_se.
             ctrl.add(8)
