@@ -218,8 +218,8 @@ pub struct DirectQp<T: DirectTransport> {
 
 // SAFETY: the rings are reached only through `&mut self`; `&self` methods
 // read the indices or make verbs calls, which are thread-safe; `raw_cq`
-// names the CQ `_cq` owns, passed to the channel (which is thread-safe)
-// as a key and to verbs calls.
+// is the address of the CQ `_cq` owns, never dereferenced here: only the
+// channel's registry key (the channel is thread-safe).
 unsafe impl<T: DirectTransport> Send for DirectQp<T> {}
 // SAFETY: as above.
 unsafe impl<T: DirectTransport> Sync for DirectQp<T> {}
@@ -660,9 +660,11 @@ impl<T: DirectTransport> DirectQp<T> {
     /// sleep: `wait` hands them out before it comes here, and the scoped
     /// post keeps there those it does not wait for.
     ///
-    /// Returns whether it slept on the channel until `deadline` passed
-    /// without the CQ's event: the caller's wait has timed out once a
-    /// last poll finds nothing ([`past`](Self::past)).
+    /// Returns whether its look at the channel found `deadline` passed
+    /// without the CQ's event (after sleeping there, or at once when the
+    /// deadline had already passed or another thread was reading the
+    /// channel): the caller's wait has timed out once a last poll finds
+    /// nothing ([`past`](Self::past)).
     pub(crate) fn idle(&mut self, idle: &mut u32, deadline: Option<Instant>) -> Result<bool> {
         if self._cq.channel().is_none() || *idle < SPINS {
             crate::cq::back_off(idle);
