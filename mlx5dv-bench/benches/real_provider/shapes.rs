@@ -226,6 +226,32 @@ pub const SHAPES: &[Shape] = &[
 
 // ----- The direct path (`mlx5dv::direct`): the rows named `direct` -----
 
+/// The RC rows' 32 RDMA writes + SGE, one doorbell: write `i` from the
+/// plan's entry `i` to `to(i)`; every one signalled, or with `last_only`
+/// only the last. Inlined into each measured function, whose constant
+/// arguments fold.
+#[inline(always)]
+fn direct_rc_writes(
+    qp: &mut DirectRc,
+    p: &Plan<'_>,
+    last_only: bool,
+    to: impl Fn(usize) -> RemoteBuf,
+) -> Result<u32> {
+    let mut b = qp.batch();
+    b.limit(BATCH)?;
+    for i in 0..BATCH {
+        let flags = if !last_only || i == BATCH - 1 {
+            SendFlags::SIGNALED
+        } else {
+            SendFlags::empty()
+        };
+        b.rdma_write(i as u64, flags, to(i), p.sge[i])?;
+    }
+    // SAFETY: the plan's region and the peer's stay registered for the
+    // whole run, and nothing of the program reads or writes them.
+    Ok(unsafe { b.ring() })
+}
+
 /// 32 RDMA writes + SGE through the direct path, every one signalled, one
 /// doorbell. The peer's memory is passed as C direct's loop takes it, one
 /// rkey and an address per work request (`RemoteBuf::unbounded`: no
@@ -233,34 +259,14 @@ pub const SHAPES: &[Shape] = &[
 #[no_mangle]
 #[inline(never)]
 pub fn rust_direct_rc_write_sge(qp: &mut DirectRc, p: &Plan<'_>) -> Result<u32> {
-    let mut b = qp.batch();
-    b.limit(BATCH)?;
-    for i in 0..BATCH {
-        let to = RemoteBuf::unbounded(p.raddr[i], p.rkey);
-        b.rdma_write(i as u64, SendFlags::SIGNALED, to, p.sge[i])?;
-    }
-    // SAFETY: the plan's region and the peer's stay registered for the
-    // whole run, and nothing of the program reads or writes them.
-    Ok(unsafe { b.ring() })
+    direct_rc_writes(qp, p, false, |i| RemoteBuf::unbounded(p.raddr[i], p.rkey))
 }
 
 /// The same, only the last of the 32 signalled.
 #[no_mangle]
 #[inline(never)]
 pub fn rust_direct_rc_write_sge_last(qp: &mut DirectRc, p: &Plan<'_>) -> Result<u32> {
-    let mut b = qp.batch();
-    b.limit(BATCH)?;
-    for i in 0..BATCH {
-        let flags = if i == BATCH - 1 {
-            SendFlags::SIGNALED
-        } else {
-            SendFlags::empty()
-        };
-        let to = RemoteBuf::unbounded(p.raddr[i], p.rkey);
-        b.rdma_write(i as u64, flags, to, p.sge[i])?;
-    }
-    // SAFETY: as `rust_direct_rc_write_sge`.
-    Ok(unsafe { b.ring() })
+    direct_rc_writes(qp, p, true, |i| RemoteBuf::unbounded(p.raddr[i], p.rkey))
 }
 
 /// `rust_direct_rc_write_sge` to the peer's memory as checked slices
@@ -269,31 +275,14 @@ pub fn rust_direct_rc_write_sge_last(qp: &mut DirectRc, p: &Plan<'_>) -> Result<
 #[no_mangle]
 #[inline(never)]
 pub fn rust_direct_rc_write_sge_checked(qp: &mut DirectRc, p: &Plan<'_>) -> Result<u32> {
-    let mut b = qp.batch();
-    b.limit(BATCH)?;
-    for (i, (to, src)) in p.remote.iter().zip(&p.sge).enumerate() {
-        b.rdma_write(i as u64, SendFlags::SIGNALED, *to, *src)?;
-    }
-    // SAFETY: as `rust_direct_rc_write_sge`.
-    Ok(unsafe { b.ring() })
+    direct_rc_writes(qp, p, false, |i| p.remote[i])
 }
 
 /// `rust_direct_rc_write_sge_last` to checked slices.
 #[no_mangle]
 #[inline(never)]
 pub fn rust_direct_rc_write_sge_last_checked(qp: &mut DirectRc, p: &Plan<'_>) -> Result<u32> {
-    let mut b = qp.batch();
-    b.limit(BATCH)?;
-    for (i, (to, src)) in p.remote.iter().zip(&p.sge).enumerate() {
-        let flags = if i == BATCH - 1 {
-            SendFlags::SIGNALED
-        } else {
-            SendFlags::empty()
-        };
-        b.rdma_write(i as u64, flags, *to, *src)?;
-    }
-    // SAFETY: as `rust_direct_rc_write_sge`.
-    Ok(unsafe { b.ring() })
+    direct_rc_writes(qp, p, true, |i| p.remote[i])
 }
 
 /// The same writes as `rust_direct_rc_write_sge`, not measured: what the
@@ -312,6 +301,31 @@ pub fn direct_prime(qp: &mut DirectRc, p: &Plan<'_>) -> Result<u32> {
     Ok(unsafe { b.ring() })
 }
 
+/// The DCI rows' 32 RDMA writes + SGE to the DC target `dct`, every one
+/// signalled, one doorbell: write `i` from the plan's entry `i` to
+/// `to(i)`, with `streams` on DCI stream `i % 4`.
+#[inline(always)]
+fn direct_dci_writes(
+    qp: &mut DirectDci,
+    p: &Plan<'_>,
+    dct: &DirectDcAddr,
+    streams: bool,
+    to: impl Fn(usize) -> RemoteBuf,
+) -> Result<u32> {
+    let mut b = qp.batch();
+    b.limit(BATCH)?;
+    for i in 0..BATCH {
+        let wr = if streams {
+            b.dc_stream(dct, (i % (1 << LOG_STREAMS)) as u16)
+        } else {
+            b.dc(dct)
+        };
+        wr.rdma_write(i as u64, SendFlags::SIGNALED, to(i), p.sge[i])?;
+    }
+    // SAFETY: as `direct_rc_writes`.
+    Ok(unsafe { b.ring() })
+}
+
 /// 32 RDMA writes + SGE through a direct DCI to the DC target `to`, every
 /// one signalled, one doorbell; the peer's memory as in
 /// `rust_direct_rc_write_sge`.
@@ -322,15 +336,9 @@ pub fn rust_direct_dci_write_sge(
     p: &Plan<'_>,
     to: &DirectDcAddr,
 ) -> Result<u32> {
-    let mut b = qp.batch();
-    b.limit(BATCH)?;
-    for i in 0..BATCH {
-        let remote = RemoteBuf::unbounded(p.raddr[i], p.rkey);
-        b.dc(to)
-            .rdma_write(i as u64, SendFlags::SIGNALED, remote, p.sge[i])?;
-    }
-    // SAFETY: as `rust_direct_rc_write_sge`.
-    Ok(unsafe { b.ring() })
+    direct_dci_writes(qp, p, to, false, |i| {
+        RemoteBuf::unbounded(p.raddr[i], p.rkey)
+    })
 }
 
 /// The same on DCI stream `i % 4`.
@@ -341,16 +349,9 @@ pub fn rust_direct_dci_write_sge_stream(
     p: &Plan<'_>,
     to: &DirectDcAddr,
 ) -> Result<u32> {
-    let mut b = qp.batch();
-    b.limit(BATCH)?;
-    for i in 0..BATCH {
-        let stream = (i % (1 << LOG_STREAMS)) as u16;
-        let remote = RemoteBuf::unbounded(p.raddr[i], p.rkey);
-        b.dc_stream(to, stream)
-            .rdma_write(i as u64, SendFlags::SIGNALED, remote, p.sge[i])?;
-    }
-    // SAFETY: as `rust_direct_rc_write_sge`.
-    Ok(unsafe { b.ring() })
+    direct_dci_writes(qp, p, to, true, |i| {
+        RemoteBuf::unbounded(p.raddr[i], p.rkey)
+    })
 }
 
 /// `rust_direct_dci_write_sge` to checked slices.
@@ -361,14 +362,7 @@ pub fn rust_direct_dci_write_sge_checked(
     p: &Plan<'_>,
     to: &DirectDcAddr,
 ) -> Result<u32> {
-    let mut b = qp.batch();
-    b.limit(BATCH)?;
-    for (i, (remote, src)) in p.remote.iter().zip(&p.sge).enumerate() {
-        b.dc(to)
-            .rdma_write(i as u64, SendFlags::SIGNALED, *remote, *src)?;
-    }
-    // SAFETY: as `rust_direct_rc_write_sge`.
-    Ok(unsafe { b.ring() })
+    direct_dci_writes(qp, p, to, false, |i| p.remote[i])
 }
 
 /// `rust_direct_dci_write_sge_stream` to checked slices.
@@ -379,15 +373,7 @@ pub fn rust_direct_dci_write_sge_stream_checked(
     p: &Plan<'_>,
     to: &DirectDcAddr,
 ) -> Result<u32> {
-    let mut b = qp.batch();
-    b.limit(BATCH)?;
-    for (i, (remote, src)) in p.remote.iter().zip(&p.sge).enumerate() {
-        let stream = (i % (1 << LOG_STREAMS)) as u16;
-        b.dc_stream(to, stream)
-            .rdma_write(i as u64, SendFlags::SIGNALED, *remote, *src)?;
-    }
-    // SAFETY: as `rust_direct_rc_write_sge`.
-    Ok(unsafe { b.ring() })
+    direct_dci_writes(qp, p, to, true, |i| p.remote[i])
 }
 
 /// Reads 32 completions of the direct QP, every field, into `out`.
