@@ -556,7 +556,9 @@ impl Writer {
     }
 
     /// Connects to `peer`, sending from the side's PSN (on the direct
-    /// path `connect_to` sends from the PSN its QP's `endpoint` gave).
+    /// path `connect_to` sends from the PSN its QP's `endpoint` gave: it is
+    /// given here, for the perftest exchange, which sends the PSN without
+    /// an `endpoint`; giving it again after one is harmless).
     fn connect(&self, peer: &Endpoint, opts: &ConnectOptions) -> Result<(), Failure> {
         match self {
             Writer::Verbs(s) => s.connect(peer, opts),
