@@ -468,7 +468,7 @@ pub use device::{Context, Device, DeviceAttr, DeviceList};
 pub use error::{DirectError, Error, Result};
 pub use grh::{ud_received, ReceivedGrh};
 pub use mkey::{Mkey, MkeyLayout};
-pub use mr::{AccessFlags, MemoryRegion, RemoteBuf, Sge, SgeMut};
+pub use mr::{AccessFlags, MemoryRegion, NonEmptySge, RemoteBuf, Sge, SgeMut};
 pub use mw::{MemoryWindow, MwBind, MwType};
 pub use pd::ProtectionDomain;
 pub use port::{Gid, GidEntry, GidType, LinkLayer, Mtu, PortAttr, PortState};

@@ -18,7 +18,7 @@ mod volatile;
 
 pub use remote::RemoteBuf;
 pub(crate) use sge::recv_wr;
-pub use sge::{Sge, SgeMut};
+pub use sge::{NonEmptySge, Sge, SgeMut};
 
 bitflags::bitflags! {
     /// What the device may do with a memory region (`enum ibv_access_flags`).

@@ -1385,6 +1385,50 @@ fn scoped_post_times_out_and_recovers() {
     r.peer_holds(0, &sent);
 }
 
+/// Sources known not to be empty (`Sge::non_empty`) go to the peer as
+/// the plain entries do: an RDMA write to a checked slice and to the
+/// peer's memory named by address and rkey, and a send, the peer's memory
+/// checked byte for byte and every completion's status and opcode.
+#[test]
+#[ignore = "needs an mlx5 device: set MLX5DV_TEST_MLX5_DEVICE"]
+fn writes_and_sends_of_non_empty_sources_reach_the_peer() {
+    let mut r = Rig::new();
+    let qpn = r.qp.qp_num();
+    let data = pattern(192, 9);
+    r.src.write_at(0, &data).unwrap();
+    r.peer.mr.fill(.., 0).unwrap();
+    r.peer_recv(5, 2048..2112);
+    let Rig { qp, peer, src, .. } = &mut r;
+    let to = peer.mr.remote(0..64).unwrap();
+    let far = RemoteBuf::unbounded(peer.mr.remote(512..576).unwrap().addr, to.rkey);
+    let wcs = qp
+        .post_and_wait(WAIT, |b| {
+            let e = |at: usize| {
+                src.sge(at..at + 64)
+                    .map(|s| s.non_empty().expect("64 bytes"))
+            };
+            b.rdma_write(1, SendFlags::SIGNALED, to, e(0)?)?;
+            b.rdma_write(2, SendFlags::SIGNALED, far, e(64)?)?;
+            b.send(3, SendFlags::SIGNALED, e(128)?)
+        })
+        .unwrap()
+        .to_vec();
+    assert_eq!(wcs.len(), 3, "{wcs:?}");
+    check_wc(&wcs[0], 1, WcOpcode::RDMA_WRITE, 1, qpn);
+    check_wc(&wcs[1], 2, WcOpcode::RDMA_WRITE, 1, qpn);
+    check_wc(&wcs[2], 3, WcOpcode::SEND, 1, qpn);
+    let rx = r.peer_wait_recv();
+    assert_eq!(
+        (rx.status, rx.wr_id, rx.byte_len),
+        (WcStatus::SUCCESS, 5, 64)
+    );
+    let got = r.peer.mr.to_vec(..).unwrap();
+    assert_eq!(&got[..64], &data[..64]);
+    assert_eq!(&got[512..576], &data[64..128]);
+    assert_eq!(&got[2048..2112], &data[128..]);
+    assert!(got[64..512].iter().all(|&b| b == 0));
+}
+
 /// On a CQ with a completion channel, the waits learn that their deadline
 /// passed from their sleep on the channel (which read the clock for its
 /// own timeout) rather than from a clock read of their own: a scoped post

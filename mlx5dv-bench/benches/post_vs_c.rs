@@ -71,9 +71,9 @@ use mlx5dv::ffi;
 use mlx5dv::wqe::{Opcode, Wqe, WqeBuilder};
 use mlx5dv::{
     AccessFlags, AddressHandle, AhAttr, CompletionQueue, Context, DcAddr, DciQp, DciStreams,
-    MemcpyOp, MemoryRegion, Mkey, Mlx5SendOps, ProtectionDomain, QpCaps, RawMlx5, RawQp, RcQp,
-    ReliableConnection, RemoteBuf, Result, ScopedBatch, SendFlags, SendOps, Sge, SgeMut,
-    WorkCompletion,
+    MemcpyOp, MemoryRegion, Mkey, Mlx5SendOps, NonEmptySge, ProtectionDomain, QpCaps, RawMlx5,
+    RawQp, RcQp, ReliableConnection, RemoteBuf, Result, ScopedBatch, SendFlags, SendOps, Sge,
+    SgeMut, WorkCompletion,
 };
 use std::ffi::c_void;
 use std::hint::black_box;

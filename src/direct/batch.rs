@@ -5,10 +5,49 @@ use super::sq::{Slot, Sq, DS, INLINE_SEG};
 use super::DirectTransport;
 use crate::error::{DirectError, Error, Result};
 use crate::ffi;
-use crate::mr::{RemoteBuf, Sge, SgeMut};
+use crate::mr::{NonEmptySge, RemoteBuf, Sge, SgeMut};
 use crate::qp::{DcInitiator, ReliableConnection};
 use crate::wr::SendFlags;
 use std::marker::PhantomData;
+
+/// What a direct RDMA write or send reads: an [`Sge`], or a
+/// [`NonEmptySge`] ([`Sge::non_empty`]), for which the writer makes no
+/// test for an empty entry (which it must write as no data segment: mlx5
+/// reads a byte count of 0 as 2^31). Both borrow their region shared for
+/// `'m`. Sealed: implemented for those two only.
+pub trait WriteSource<'m>: Copy + source::Entry {}
+
+impl<'m> WriteSource<'m> for Sge<'m> {}
+impl<'m> WriteSource<'m> for NonEmptySge<'m> {}
+
+mod source {
+    use crate::ffi;
+    use crate::mr::{NonEmptySge, Sge};
+
+    /// The entry, and whether it is known to hold a byte.
+    pub trait Entry {
+        /// Whether every value holds at least one byte.
+        const NON_EMPTY: bool;
+        /// The entry as C sees it.
+        fn raw(&self) -> &ffi::ibv_sge;
+    }
+
+    impl Entry for Sge<'_> {
+        const NON_EMPTY: bool = false;
+        #[inline(always)]
+        fn raw(&self) -> &ffi::ibv_sge {
+            self.as_raw()
+        }
+    }
+
+    impl Entry for NonEmptySge<'_> {
+        const NON_EMPTY: bool = true;
+        #[inline(always)]
+        fn raw(&self) -> &ffi::ibv_sge {
+            self.as_raw()
+        }
+    }
+}
 
 /// Makes `'m` invariant, as in [`WrBatch`](crate::WrBatch).
 type Invariant<'m> = fn(&'m ()) -> &'m ();
@@ -618,17 +657,23 @@ impl<'q, 'm, T: DirectTransport> DirectBatch<'q, 'm, T> {
         imm: u32,
         remote: &RemoteBuf,
         sge: &ffi::ibv_sge,
+        non_empty: bool,
         what: &'static str,
     ) -> Result<()> {
         let len = sge.length;
-        // One test for the common case, an entry of 1 byte up to the
-        // remote buffer's length (in 64 bits: an empty entry fails it
-        // whatever the remote buffer's length); a longer one is refused.
-        if u64::from(len).wrapping_sub(1) >= remote.len {
+        if non_empty {
+            // A known non-empty entry: only a longer one is refused.
+            if u64::from(len) > remote.len {
+                check_remote(remote, u64::from(len), what)?;
+            }
+        } else if u64::from(len).wrapping_sub(1) >= remote.len {
+            // One test for the common case, an entry of 1 byte up to the
+            // remote buffer's length (in 64 bits: an empty entry fails it
+            // whatever the remote buffer's length); a longer one is refused.
             check_remote(remote, u64::from(len), what)?;
         }
         let ctrl = self.remote_wqe(route, wr_id, opcode, flags, imm, remote, sge)?;
-        if len == 0 {
+        if !non_empty && len == 0 {
             // An empty entry is no data segment (mlx5 reads a byte count
             // of 0 as 2^31; libmlx5's `mlx5_send_wr_set_sge` leaves it out
             // too): the WQE one unit shorter, set after it was written,
@@ -692,6 +737,7 @@ impl<'q, 'm, T: DirectTransport> DirectBatch<'q, 'm, T> {
         Ok(())
     }
 
+    #[allow(clippy::too_many_arguments)]
     #[inline(always)]
     fn op_send(
         &mut self,
@@ -701,12 +747,13 @@ impl<'q, 'm, T: DirectTransport> DirectBatch<'q, 'm, T> {
         flags: SendFlags,
         imm: u32,
         sge: &ffi::ibv_sge,
+        non_empty: bool,
     ) -> Result<()> {
         let len = sge.length;
         let k = Self::body(&route);
-        let units = 1 + u32::from(len != 0);
+        let units = 1 + u32::from(non_empty || len != 0);
         let (ctrl, first) = self.begin(wr_id, opcode, units, flags, imm, route)?;
-        if len != 0 {
+        if non_empty || len != 0 {
             Self::data(self.seg(ctrl, first, k), len, sge.lkey, sge.addr);
         }
         Ok(())
@@ -780,35 +827,39 @@ macro_rules! writers {
     ([$($recv:tt)+], $batch:expr, $route:expr) => {
         /// An RDMA write of `src` into the peer's `remote` memory
         /// (`MLX5_OPCODE_RDMA_WRITE`): control, (datagram,) remote-address
-        /// and data segments.
+        /// and data segments (no data segment for an empty `src`). `src`
+        /// is an [`Sge`], or a [`NonEmptySge`], for which no test for an
+        /// empty entry is made.
         #[inline]
-        pub fn rdma_write(
+        pub fn rdma_write<S: WriteSource<'m>>(
             $($recv)+,
             wr_id: u64,
             flags: SendFlags,
             remote: RemoteBuf,
-            src: Sge<'m>,
+            src: S,
         ) -> Result<()> {
             let what = "the RDMA write's length";
             let op = ffi::MLX5_OPCODE_RDMA_WRITE;
-            $batch.op_remote($route, wr_id, op, flags, 0, &remote, src.as_raw(), what)
+            let raw = src.raw();
+            $batch.op_remote($route, wr_id, op, flags, 0, &remote, raw, S::NON_EMPTY, what)
         }
 
         /// An RDMA write with 32-bit immediate data, in host byte order
         /// (`MLX5_OPCODE_RDMA_WRITE_IMM`): it consumes a receive at the
         /// peer.
         #[inline]
-        pub fn rdma_write_imm(
+        pub fn rdma_write_imm<S: WriteSource<'m>>(
             $($recv)+,
             wr_id: u64,
             flags: SendFlags,
             remote: RemoteBuf,
             imm: u32,
-            src: Sge<'m>,
+            src: S,
         ) -> Result<()> {
             let what = "the RDMA write's length";
             let op = ffi::MLX5_OPCODE_RDMA_WRITE_IMM;
-            $batch.op_remote($route, wr_id, op, flags, imm.to_be(), &remote, src.as_raw(), what)
+            let (imm, raw) = (imm.to_be(), src.raw());
+            $batch.op_remote($route, wr_id, op, flags, imm, &remote, raw, S::NON_EMPTY, what)
         }
 
         /// An RDMA write of `data`, copied into the WQE (inline): the
@@ -827,23 +878,28 @@ macro_rules! writers {
         /// A send of `src` (`MLX5_OPCODE_SEND`): it consumes a receive at
         /// the peer.
         #[inline]
-        pub fn send($($recv)+, wr_id: u64, flags: SendFlags, src: Sge<'m>) -> Result<()> {
+        pub fn send<S: WriteSource<'m>>(
+            $($recv)+,
+            wr_id: u64,
+            flags: SendFlags,
+            src: S,
+        ) -> Result<()> {
             let op = ffi::MLX5_OPCODE_SEND;
-            $batch.op_send($route, wr_id, op, flags, 0, src.as_raw())
+            $batch.op_send($route, wr_id, op, flags, 0, src.raw(), S::NON_EMPTY)
         }
 
         /// A send with 32-bit immediate data, in host byte order
         /// (`MLX5_OPCODE_SEND_IMM`).
         #[inline]
-        pub fn send_imm(
+        pub fn send_imm<S: WriteSource<'m>>(
             $($recv)+,
             wr_id: u64,
             flags: SendFlags,
             imm: u32,
-            src: Sge<'m>,
+            src: S,
         ) -> Result<()> {
             let op = ffi::MLX5_OPCODE_SEND_IMM;
-            $batch.op_send($route, wr_id, op, flags, imm.to_be(), src.as_raw())
+            $batch.op_send($route, wr_id, op, flags, imm.to_be(), src.raw(), S::NON_EMPTY)
         }
 
         /// A send of `data`, copied into the WQE (inline).
@@ -865,7 +921,7 @@ macro_rules! writers {
         ) -> Result<()> {
             let what = "the RDMA read's length";
             let op = ffi::MLX5_OPCODE_RDMA_READ;
-            $batch.op_remote($route, wr_id, op, flags, 0, &remote, dst.as_raw(), what)
+            $batch.op_remote($route, wr_id, op, flags, 0, &remote, dst.as_raw(), false, what)
         }
 
         /// Atomic compare-and-swap of the 8 bytes at `remote` (8-aligned),

@@ -147,7 +147,7 @@ mod sq;
 #[cfg(test)]
 mod tests;
 
-pub use batch::{DcWr, DirectBatch};
+pub use batch::{DcWr, DirectBatch, WriteSource};
 pub use cq::DirectWc;
 
 use crate::cq::CompletionQueue;

@@ -126,6 +126,79 @@ impl Sge<'_> {
     }
 }
 
+impl<'m> Sge<'m> {
+    /// The entry as one known to hold at least one byte, or `None` when
+    /// it is empty.
+    ///
+    /// A writer of the direct path that is given a [`NonEmptySge`] makes
+    /// no test for an empty entry (mlx5 reads a data segment's byte count
+    /// of 0 as 2^31, so an empty entry must be written as no segment):
+    /// made once where a loop's entries are made, as C knows its entries'
+    /// lengths, it takes that test out of the loop.
+    ///
+    /// ```
+    /// # fn f(mr: &mlx5dv::MemoryRegion) -> mlx5dv::Result<()> {
+    /// assert!(mr.sge(0..64)?.non_empty().is_some());
+    /// assert!(mr.sge(0..0)?.non_empty().is_none());
+    /// # Ok(()) }
+    /// ```
+    #[inline]
+    pub fn non_empty(self) -> Option<NonEmptySge<'m>> {
+        (self.raw.length != 0).then_some(NonEmptySge(self))
+    }
+}
+
+/// An [`Sge`] of at least one byte ([`Sge::non_empty`]): the same entry,
+/// the same shared borrow of its region for `'m`.
+#[derive(Clone, Copy)]
+#[repr(transparent)]
+pub struct NonEmptySge<'m>(Sge<'m>);
+
+impl<'m> NonEmptySge<'m> {
+    /// The entry as a plain [`Sge`].
+    #[inline]
+    pub fn sge(self) -> Sge<'m> {
+        self.0
+    }
+
+    /// Start address.
+    #[inline]
+    pub fn addr(&self) -> u64 {
+        self.0.addr()
+    }
+
+    /// Length in bytes, at least 1.
+    #[inline]
+    pub fn length(&self) -> u32 {
+        self.0.length()
+    }
+
+    /// The region's local key.
+    #[inline]
+    pub fn lkey(&self) -> u32 {
+        self.0.lkey()
+    }
+
+    /// The entry as C sees it.
+    #[inline(always)]
+    pub(crate) fn as_raw(&self) -> &ffi::ibv_sge {
+        self.0.as_raw()
+    }
+}
+
+impl<'m> From<NonEmptySge<'m>> for Sge<'m> {
+    #[inline]
+    fn from(e: NonEmptySge<'m>) -> Sge<'m> {
+        e.0
+    }
+}
+
+impl fmt::Debug for NonEmptySge<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("NonEmptySge").field(&self.0).finish()
+    }
+}
+
 /// A scatter/gather entry (`struct ibv_sge`) of memory the device WRITES:
 /// the destination of an RDMA read, an atomic or a memcpy. It holds its
 /// region EXCLUSIVELY borrowed for `'m`, so nothing in this program can

@@ -16,7 +16,8 @@
 //
 // The includer has in scope what it names: `mlx5dv::{AccessFlags,
 // AddressHandle, CompletionQueue, DcAddr, DciQp, MemcpyOp, MemoryRegion,
-// Mkey, RcQp, RemoteBuf, Result, SendFlags, Sge, SgeMut, WorkCompletion}`,
+// Mkey, NonEmptySge, RcQp, RemoteBuf, Result, SendFlags, Sge, SgeMut,
+// WorkCompletion}`,
 // `mlx5dv::wqe::Wqe`, `std::time::Duration`, and `common::{BATCH, INLINE,
 // LIST, LOG_STREAMS, MSG}` and `common::wc::BenchWc`.
 
@@ -27,6 +28,10 @@
 pub struct Plan<'m> {
     /// The write sources, and (as `dst`) the memcpy destinations.
     sge: [Sge<'m>; BATCH],
+    /// The write sources as entries known not to be empty (as C knows its
+    /// plan's lengths): the direct rows' (real_provider only).
+    #[allow(dead_code)]
+    whole: [NonEmptySge<'m>; BATCH],
     dst: [SgeMut<'m>; BATCH],
     src: [Sge<'m>; BATCH],
     /// The remote buffers as checked slices of the peer's region.
@@ -73,8 +78,10 @@ impl<'m> Plan<'m> {
         for (i, b) in msg.iter_mut().enumerate() {
             *b = i as u8;
         }
+        let whole = sge.map(|e| e.non_empty().expect("the plan's entries hold MSG bytes"));
         Ok(Plan {
             sge,
+            whole,
             dst,
             src,
             remote: rem,

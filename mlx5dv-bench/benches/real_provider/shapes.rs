@@ -10,11 +10,11 @@ use crate::common::measure::{Row, Version};
 use crate::common::wc::{kept, BenchWc};
 use crate::common::{CShape, CSide, BATCH, INLINE, LIST, LOG_STREAMS, MSG};
 use crate::rig::Rig;
-use mlx5dv::direct::{DirectDcAddr, DirectDci, DirectRc, DirectWc};
+use mlx5dv::direct::{DirectDcAddr, DirectDci, DirectRc, DirectWc, WriteSource};
 use mlx5dv::wqe::Wqe;
 use mlx5dv::{
-    AccessFlags, AddressHandle, CompletionQueue, DcAddr, DciQp, MemcpyOp, MemoryRegion, Mkey, RcQp,
-    RemoteBuf, Result, SendFlags, Sge, SgeMut, WorkCompletion,
+    AccessFlags, AddressHandle, CompletionQueue, DcAddr, DciQp, MemcpyOp, MemoryRegion, Mkey,
+    NonEmptySge, RcQp, RemoteBuf, Result, SendFlags, Sge, SgeMut, WorkCompletion,
 };
 use std::time::Duration;
 
@@ -231,21 +231,21 @@ pub const SHAPES: &[Shape] = &[
 /// only the last. Inlined into each measured function, whose constant
 /// arguments fold.
 #[inline(always)]
-fn direct_rc_writes(
+fn direct_rc_writes<'m, S: WriteSource<'m>>(
     qp: &mut DirectRc,
-    p: &Plan<'_>,
+    src: &[S; BATCH],
     last_only: bool,
     to: impl Fn(usize) -> RemoteBuf,
 ) -> Result<u32> {
     let mut b = qp.batch();
     b.limit(BATCH)?;
-    for i in 0..BATCH {
+    for (i, &e) in src.iter().enumerate() {
         let flags = if !last_only || i == BATCH - 1 {
             SendFlags::SIGNALED
         } else {
             SendFlags::empty()
         };
-        b.rdma_write(i as u64, flags, to(i), p.sge[i])?;
+        b.rdma_write(i as u64, flags, to(i), e)?;
     }
     // SAFETY: the plan's region and the peer's stay registered for the
     // whole run, and nothing of the program reads or writes them.
@@ -259,14 +259,18 @@ fn direct_rc_writes(
 #[no_mangle]
 #[inline(never)]
 pub fn rust_direct_rc_write_sge(qp: &mut DirectRc, p: &Plan<'_>) -> Result<u32> {
-    direct_rc_writes(qp, p, false, |i| RemoteBuf::unbounded(p.raddr[i], p.rkey))
+    direct_rc_writes(qp, &p.whole, false, |i| {
+        RemoteBuf::unbounded(p.raddr[i], p.rkey)
+    })
 }
 
 /// The same, only the last of the 32 signalled.
 #[no_mangle]
 #[inline(never)]
 pub fn rust_direct_rc_write_sge_last(qp: &mut DirectRc, p: &Plan<'_>) -> Result<u32> {
-    direct_rc_writes(qp, p, true, |i| RemoteBuf::unbounded(p.raddr[i], p.rkey))
+    direct_rc_writes(qp, &p.whole, true, |i| {
+        RemoteBuf::unbounded(p.raddr[i], p.rkey)
+    })
 }
 
 /// `rust_direct_rc_write_sge` to the peer's memory as checked slices
@@ -275,14 +279,14 @@ pub fn rust_direct_rc_write_sge_last(qp: &mut DirectRc, p: &Plan<'_>) -> Result<
 #[no_mangle]
 #[inline(never)]
 pub fn rust_direct_rc_write_sge_checked(qp: &mut DirectRc, p: &Plan<'_>) -> Result<u32> {
-    direct_rc_writes(qp, p, false, |i| p.remote[i])
+    direct_rc_writes(qp, &p.sge, false, |i| p.remote[i])
 }
 
 /// `rust_direct_rc_write_sge_last` to checked slices.
 #[no_mangle]
 #[inline(never)]
 pub fn rust_direct_rc_write_sge_last_checked(qp: &mut DirectRc, p: &Plan<'_>) -> Result<u32> {
-    direct_rc_writes(qp, p, true, |i| p.remote[i])
+    direct_rc_writes(qp, &p.sge, true, |i| p.remote[i])
 }
 
 /// The same writes as `rust_direct_rc_write_sge`, not measured: what the
@@ -305,22 +309,22 @@ pub fn direct_prime(qp: &mut DirectRc, p: &Plan<'_>) -> Result<u32> {
 /// signalled, one doorbell: write `i` from the plan's entry `i` to
 /// `to(i)`, with `streams` on DCI stream `i % 4`.
 #[inline(always)]
-fn direct_dci_writes(
+fn direct_dci_writes<'m, S: WriteSource<'m>>(
     qp: &mut DirectDci,
-    p: &Plan<'_>,
+    src: &[S; BATCH],
     dct: &DirectDcAddr,
     streams: bool,
     to: impl Fn(usize) -> RemoteBuf,
 ) -> Result<u32> {
     let mut b = qp.batch();
     b.limit(BATCH)?;
-    for i in 0..BATCH {
+    for (i, &e) in src.iter().enumerate() {
         let wr = if streams {
             b.dc_stream(dct, (i % (1 << LOG_STREAMS)) as u16)
         } else {
             b.dc(dct)
         };
-        wr.rdma_write(i as u64, SendFlags::SIGNALED, to(i), p.sge[i])?;
+        wr.rdma_write(i as u64, SendFlags::SIGNALED, to(i), e)?;
     }
     // SAFETY: as `direct_rc_writes`.
     Ok(unsafe { b.ring() })
@@ -336,7 +340,7 @@ pub fn rust_direct_dci_write_sge(
     p: &Plan<'_>,
     to: &DirectDcAddr,
 ) -> Result<u32> {
-    direct_dci_writes(qp, p, to, false, |i| {
+    direct_dci_writes(qp, &p.whole, to, false, |i| {
         RemoteBuf::unbounded(p.raddr[i], p.rkey)
     })
 }
@@ -349,7 +353,7 @@ pub fn rust_direct_dci_write_sge_stream(
     p: &Plan<'_>,
     to: &DirectDcAddr,
 ) -> Result<u32> {
-    direct_dci_writes(qp, p, to, true, |i| {
+    direct_dci_writes(qp, &p.whole, to, true, |i| {
         RemoteBuf::unbounded(p.raddr[i], p.rkey)
     })
 }
@@ -362,7 +366,7 @@ pub fn rust_direct_dci_write_sge_checked(
     p: &Plan<'_>,
     to: &DirectDcAddr,
 ) -> Result<u32> {
-    direct_dci_writes(qp, p, to, false, |i| p.remote[i])
+    direct_dci_writes(qp, &p.sge, to, false, |i| p.remote[i])
 }
 
 /// `rust_direct_dci_write_sge_stream` to checked slices.
@@ -373,7 +377,7 @@ pub fn rust_direct_dci_write_sge_stream_checked(
     p: &Plan<'_>,
     to: &DirectDcAddr,
 ) -> Result<u32> {
-    direct_dci_writes(qp, p, to, true, |i| p.remote[i])
+    direct_dci_writes(qp, &p.sge, to, true, |i| p.remote[i])
 }
 
 /// Reads 32 completions of the direct QP, every field, into `out`.
@@ -401,7 +405,7 @@ pub fn rust_direct_scoped_rc_write_sge(
         b.limit(BATCH)?;
         for i in 0..BATCH {
             let to = RemoteBuf::unbounded(p.raddr[i], p.rkey);
-            b.rdma_write(i as u64, SendFlags::empty(), to, p.sge[i])?;
+            b.rdma_write(i as u64, SendFlags::empty(), to, p.whole[i])?;
         }
         Ok(())
     })?;
