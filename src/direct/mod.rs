@@ -34,13 +34,15 @@
 //! setters (indirect calls, per-call checks, a lock if the QP has one) and
 //! a completion its readers: about 135 and 210 instructions on libmlx5 44.
 //! The direct path writes the same WQE bytes with a few stores and parses
-//! a CQE with a few loads: on the software device an RC write costs 0.31
-//! (every one signalled) to 0.33 (one in 32) of the instructions through
-//! libmlx5, a DCI write 0.36 to 0.39 (to the peer's memory named by an
+//! a CQE with a few loads: on the software device an RC write costs 0.28
+//! (every one signalled) to 0.31 (one in 32) of the instructions through
+//! libmlx5, a DCI write 0.31 to 0.34 (from entries known not to be empty,
+//! [`NonEmptySge`](crate::NonEmptySge), to the peer's memory named by an
 //! address and an rkey, [`RemoteBuf::unbounded`](crate::RemoteBuf::unbounded);
-//! to checked slices, whose lengths each write is tested against, 0.36
-//! to 0.44), a completion read with [`DirectQp::poll_into`] 0.38
-//! (`scripts/bench-real`, the rows named `direct`, in BENCHMARKS.md).
+//! from plain entries to checked slices, whose lengths each write is
+//! tested against, 0.35 to 0.42), a completion read with
+//! [`DirectQp::poll_into`] 0.38 (`scripts/bench-real`, the rows named
+//! `direct`, in BENCHMARKS.md).
 //! Choose it for message rate on RC QPs and DCIs whose send completions
 //! nothing else reads; stay with [`WrBatch`](crate::WrBatch) for
 //! everything else (the other transports, memory windows, mkeys, DMA
