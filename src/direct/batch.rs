@@ -27,8 +27,10 @@ mod source {
     /// The entry, and whether it is known to hold a byte.
     pub trait Entry {
         /// Whether every value holds at least one byte.
+        #[doc(hidden)]
         const NON_EMPTY: bool;
         /// The entry as C sees it.
+        #[doc(hidden)]
         fn raw(&self) -> &ffi::ibv_sge;
     }
 

@@ -138,7 +138,12 @@ impl<'m> Sge<'m> {
     ///
     /// ```
     /// # fn f(mr: &mlx5dv::MemoryRegion) -> mlx5dv::Result<()> {
-    /// assert!(mr.sge(0..64)?.non_empty().is_some());
+    /// use std::borrow::Borrow;
+    /// let entry = mr.sge(0..64)?;
+    /// let known = entry.non_empty().expect("64 bytes");
+    /// assert_eq!(known.sge(), entry);
+    /// let borrowed: &mlx5dv::Sge<'_> = known.borrow();
+    /// assert_eq!(borrowed, &entry);
     /// assert!(mr.sge(0..0)?.non_empty().is_none());
     /// # Ok(()) }
     /// ```
@@ -149,8 +154,10 @@ impl<'m> Sge<'m> {
 }
 
 /// An [`Sge`] of at least one byte ([`Sge::non_empty`]): the same entry,
-/// the same shared borrow of its region for `'m`.
-#[derive(Clone, Copy)]
+/// the same shared borrow of its region for `'m`. It is also taken where
+/// an [`Sge`] is borrowed (`Borrow<Sge>`, as by
+/// [`wr::Op::sge`](crate::wr::Op::sge)).
+#[derive(Clone, Copy, PartialEq, Eq)]
 #[repr(transparent)]
 pub struct NonEmptySge<'m>(Sge<'m>);
 
@@ -183,6 +190,13 @@ impl<'m> NonEmptySge<'m> {
     #[inline(always)]
     pub(crate) fn as_raw(&self) -> &ffi::ibv_sge {
         self.0.as_raw()
+    }
+}
+
+impl<'m> std::borrow::Borrow<Sge<'m>> for NonEmptySge<'m> {
+    #[inline]
+    fn borrow(&self) -> &Sge<'m> {
+        &self.0
     }
 }
 
