@@ -37,15 +37,13 @@ pub(crate) fn poll_readable(
     fd: BorrowedFd<'_>,
     deadline: Option<Instant>,
 ) -> std::result::Result<bool, i32> {
-    match deadline {
-        None => poll_readable_at(fd, None, None),
-        Some(_) => poll_readable_at(fd, deadline, Some(Instant::now())),
-    }
+    poll_readable_at(fd, deadline, None)
 }
 
 /// [`poll_readable`] with the clock read by the caller: `now`, taken no
 /// later than this call (a `now` taken earlier only makes the sleep end
-/// later, never before `deadline`). `now` is ignored without a deadline.
+/// later, never before `deadline`), or `None` to read it here when there
+/// is a deadline.
 pub(crate) fn poll_readable_at(
     fd: BorrowedFd<'_>,
     deadline: Option<Instant>,

@@ -753,9 +753,10 @@ impl<'q, 'm, T: DirectTransport> DirectBatch<'q, 'm, T> {
     ) -> Result<()> {
         let len = sge.length;
         let k = Self::body(&route);
-        let units = 1 + u32::from(non_empty || len != 0);
-        let (ctrl, first) = self.begin(wr_id, opcode, units, flags, imm, route)?;
-        if non_empty || len != 0 {
+        let has_data = non_empty || len != 0;
+        let (ctrl, first) =
+            self.begin(wr_id, opcode, 1 + u32::from(has_data), flags, imm, route)?;
+        if has_data {
             Self::data(self.seg(ctrl, first, k), len, sge.lkey, sge.addr);
         }
         Ok(())

@@ -154,9 +154,8 @@ fn an_rdma_write_is_the_wqe_libmlx5_writes() {
 /// A source known not to be empty (`Sge::non_empty`) writes the same WQEs
 /// as the plain entry, for every writer that takes one (on RC: the DCI's
 /// are checked against libmlx5's by the bench); its check that remains
-/// (the remote length) still refuses;
-/// an empty entry has no `NonEmptySge`, and as a plain `Sge` is still
-/// written as no data segment.
+/// (the remote length) still refuses; an empty entry has no
+/// `NonEmptySge`.
 #[test]
 fn a_non_empty_source_writes_the_same_wqes_as_its_plain_entry() {
     let write_all = |ne: bool| {
@@ -211,29 +210,10 @@ fn a_non_empty_source_writes_the_same_wqes_as_its_plain_entry() {
     .concat();
     assert_eq!(&plain[3][..32], &send[..]);
 
-    // No NonEmptySge of an empty entry; the plain one is no data segment.
-    let empty = sge(0x1000, 0, 0x66);
-    assert!(empty.non_empty().is_none());
-    let mut ring = Ring::new(8);
-    let mut sq = ring.sq(0x1234, 256);
-    let mut b = Batch::new(&mut sq);
-    b.rdma_write(9, SendFlags::SIGNALED, remote(0xdead_0000, 64, 0x55), empty)
-        .unwrap();
-    b.send(10, SendFlags::SIGNALED, empty).unwrap();
-    // SAFETY: nothing reads the test's ring.
-    assert_eq!(unsafe { b.ring() }, 2);
-    assert_eq!(
-        &ring.bytes(0)[..32],
-        &[
-            ctrl(0, ffi::MLX5_OPCODE_RDMA_WRITE, 0x1234, 2, 8, 0),
-            raddr(0xdead_0000, 0x55)
-        ]
-        .concat()[..]
-    );
-    assert_eq!(
-        &ring.bytes(1)[..16],
-        &ctrl(1, ffi::MLX5_OPCODE_SEND, 0x1234, 1, 8, 0)[..]
-    );
+    // No NonEmptySge of an empty entry (the plain one is written as no
+    // data segment: an_empty_entry_is_no_data_segment_and_the_next_wqe_is_whole
+    // and imm_sends_reads_and_atomics_have_their_segments).
+    assert!(sge(0x1000, 0, 0x66).non_empty().is_none());
 }
 
 #[test]
