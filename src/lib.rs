@@ -434,6 +434,7 @@ mod ah;
 pub mod aio;
 mod async_event;
 mod channel;
+mod clock;
 #[cfg(feature = "rdma-cm")]
 #[cfg_attr(docsrs, doc(cfg(feature = "rdma-cm")))]
 pub mod cm;

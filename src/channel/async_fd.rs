@@ -257,8 +257,9 @@ impl CompletionChannel {
                         self.0.read.notify_all();
                         read
                     };
-                    // Read to EAGAIN (or left to the blocking reader): an event
-                    // that comes after this raises the readiness again.
+                    // Read until the fd was found empty (or left to the
+                    // blocking reader): an event that comes after this
+                    // raises the readiness again.
                     guard.clear_ready();
                     read
                 };

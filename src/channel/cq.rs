@@ -2,6 +2,7 @@
 //! the race-free step of an event loop and the wait's sleep.
 
 use super::{CompletionChannel, CqId, EventCount};
+use crate::clock::Mono;
 use crate::cq::{CompletionQueue, PolledWc};
 use crate::device::Context;
 use crate::error::{Error, Result};
@@ -154,7 +155,9 @@ impl CompletionQueue {
         if k > 0 {
             return Ok(k);
         }
-        channel.wait_notified(self.raw_cq(), armed, deadline)?;
+        // On the channel's clock: never before `deadline` (none past it
+        // on that clock: never).
+        channel.wait_notified(self.raw_cq(), armed, deadline.and_then(Mono::of))?;
         Ok(0)
     }
 

@@ -1,6 +1,7 @@
 //! The file-descriptor calls the channel and the async events share:
 //! non-blocking mode, `poll(2)` with a deadline, `errno`.
 
+use crate::clock::Mono;
 use crate::error::{Error, Result};
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd};
@@ -37,23 +38,39 @@ pub(crate) fn poll_readable(
     fd: BorrowedFd<'_>,
     deadline: Option<Instant>,
 ) -> std::result::Result<bool, i32> {
-    poll_readable_at(fd, deadline, None)
+    let timeout_ms = match deadline {
+        None => -1,
+        // Rounded up: a wait never ends before its deadline.
+        Some(d) => timeout_ms(d.saturating_duration_since(Instant::now())),
+    };
+    poll_for(fd, timeout_ms)
 }
 
-/// [`poll_readable`] with the clock read by the caller: `now`, taken no
-/// later than this call (a `now` taken earlier only makes the sleep end
-/// later, never before `deadline`), or `None` to read it here when there
-/// is a deadline.
+/// [`poll_readable`] with the deadline on the waits' clock and the clock
+/// read by the caller: `now`, taken no later than this call (a `now`
+/// taken earlier only makes the sleep end later, never before
+/// `deadline`).
 pub(crate) fn poll_readable_at(
     fd: BorrowedFd<'_>,
-    deadline: Option<Instant>,
-    now: Option<Instant>,
+    deadline: Option<Mono>,
+    now: Mono,
 ) -> std::result::Result<bool, i32> {
     let timeout_ms = match deadline {
         None => -1,
         // Rounded up: a wait never ends before its deadline.
-        Some(d) => timeout_ms(d.saturating_duration_since(now.unwrap_or_else(Instant::now))),
+        Some(d) => ns_to_timeout_ms(now.until(d)),
     };
+    poll_for(fd, timeout_ms)
+}
+
+/// Whether `fd` is readable now (`poll(2)` with no timeout); `true` when
+/// the look fails, so that the caller reads and meets the error there.
+pub(crate) fn readable_now(fd: BorrowedFd<'_>) -> bool {
+    poll_for(fd, 0).unwrap_or(true)
+}
+
+/// `poll(2)` for readability, `timeout_ms` as poll takes it.
+fn poll_for(fd: BorrowedFd<'_>, timeout_ms: i32) -> std::result::Result<bool, i32> {
     let mut pfd = libc::pollfd {
         fd: fd.as_raw_fd(),
         events: libc::POLLIN,
@@ -86,6 +103,11 @@ fn timeout_ms(left: Duration) -> i32 {
     i32::try_from(ms).unwrap_or(i32::MAX)
 }
 
+/// `ns` nanoseconds as a `poll(2)` timeout, as [`timeout_ms`].
+fn ns_to_timeout_ms(ns: u64) -> i32 {
+    i32::try_from(ns.div_ceil(1_000_000)).unwrap_or(i32::MAX)
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::undocumented_unsafe_blocks)]
@@ -108,6 +130,14 @@ mod tests {
             timeout_ms(Duration::from_millis(i32::MAX as u64 - 1)),
             i32::MAX - 1
         );
+        assert_eq!(ns_to_timeout_ms(0), 0);
+        assert_eq!(ns_to_timeout_ms(1), 1);
+        assert_eq!(ns_to_timeout_ms(1_000_000), 1);
+        assert_eq!(ns_to_timeout_ms(1_000_001), 2);
+        assert_eq!(ns_to_timeout_ms(2_999_000_001), 3000);
+        assert_eq!(ns_to_timeout_ms(i32::MAX as u64 * 1_000_000), i32::MAX);
+        assert_eq!(ns_to_timeout_ms(i32::MAX as u64 * 1_000_000 + 1), i32::MAX);
+        assert_eq!(ns_to_timeout_ms(u64::MAX), i32::MAX);
     }
 
     #[test]
@@ -122,12 +152,20 @@ mod tests {
         let ready = poll_readable(r.as_fd(), Some(start + Duration::from_millis(50))).unwrap();
         assert!(!ready);
         assert!(start.elapsed() >= Duration::from_millis(50));
+        // On the waits' clock, the same.
+        let now = Mono::now();
+        let ready = poll_readable_at(r.as_fd(), now.after(Duration::from_millis(30)), now).unwrap();
+        assert!(!ready);
+        assert!(now.elapsed() >= Duration::from_millis(30));
+        assert!(!readable_now(r.as_fd()));
         // SAFETY: one byte from a valid buffer into an open pipe.
         assert_eq!(
             unsafe { libc::write(w.as_raw_fd(), b"x".as_ptr().cast(), 1) },
             1
         );
         assert!(poll_readable(r.as_fd(), None).unwrap());
+        assert!(poll_readable_at(r.as_fd(), None, Mono::now()).unwrap());
+        assert!(readable_now(r.as_fd()));
         // SAFETY: F_GETFL on an open fd.
         let flags = unsafe { libc::fcntl(r.as_raw_fd(), libc::F_GETFL) };
         assert_ne!(flags & libc::O_NONBLOCK, 0);

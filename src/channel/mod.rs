@@ -49,8 +49,10 @@ mod ops;
 mod tests;
 
 pub(crate) use cq::cq_of;
-pub(crate) use fd::{clear_errno, poll_readable, poll_readable_at, set_nonblocking};
+pub(crate) use fd::{clear_errno, poll_readable, set_nonblocking};
+use fd::{poll_readable_at, readable_now};
 
+use crate::clock::Mono;
 use crate::device::Context;
 use crate::error::{Error, Result};
 use crate::ffi;
@@ -61,7 +63,7 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 use std::ptr::NonNull;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::task::Waker;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// How many events of one CQ are acknowledged together. Each
 /// `ibv_ack_cq_events` takes the CQ's mutex in libibverbs; the count left
@@ -328,11 +330,8 @@ impl CompletionChannel {
     /// (`poll(2)` on its fd, then `ibv_get_cq_event(3)`), without
     /// spinning. [`Error::Timeout`] when none came.
     pub fn get_event(&self, timeout: Duration) -> Result<CqEvent> {
-        let start = Instant::now();
-        match self
-            .0
-            .wait_for(start.checked_add(timeout), State::pop_ready)?
-        {
+        let start = Mono::now();
+        match self.0.wait_for(start.after(timeout), State::pop_ready)? {
             Some(cq) => Ok(CqEvent { cq }),
             None => Err(Error::Timeout {
                 what: format!("a completion event on {}", self.describe()),
@@ -350,7 +349,7 @@ impl CompletionChannel {
     /// again (an edge-triggered `epoll`, as async runtimes use, reports
     /// only new readiness).
     pub fn try_get_event(&self) -> Result<Option<CqEvent>> {
-        let cq = self.0.wait_for(Some(Instant::now()), State::pop_ready)?;
+        let cq = self.0.wait_for(Some(Mono::now()), State::pop_ready)?;
         Ok(cq.map(|cq| CqEvent { cq }))
     }
 
@@ -458,7 +457,7 @@ impl CompletionChannel {
         &self,
         cq: NonNull<ffi::ibv_cq>,
         armed: EventCount,
-        deadline: Option<Instant>,
+        deadline: Option<Mono>,
     ) -> Result<bool> {
         let key = cq.as_ptr() as usize;
         let woken = self
@@ -466,6 +465,47 @@ impl CompletionChannel {
             .wait_for(deadline, |st| st.event_since(key, armed).then_some(()))?;
         Ok(woken.is_some())
     }
+
+    /// [`arm_with`](Self::arm_with), then, unless `ready` (a look at the
+    /// CQ after the arm) finds a completion there, the sleep of
+    /// [`wait_notified`](Self::wait_notified), under one take of the
+    /// channel's lock (the direct path's wait).
+    pub(crate) fn arm_and_sleep(
+        &self,
+        cq: NonNull<ffi::ibv_cq>,
+        deadline: Option<Mono>,
+        arm: impl FnOnce(u64),
+        ready: impl FnOnce() -> bool,
+    ) -> Result<Slept> {
+        let key = cq.as_ptr() as usize;
+        let st = self.0.lock();
+        let armed = st.note_arm(key);
+        arm(armed.0);
+        if ready() {
+            return Ok(Slept::Ready);
+        }
+        // The CQ's count cannot have moved since it was noted: the lock
+        // has been held since.
+        let woken = self
+            .0
+            .sleep(st, deadline, |st| st.event_since(key, armed).then_some(()))?;
+        Ok(if woken.is_some() {
+            Slept::Event
+        } else {
+            Slept::Expired
+        })
+    }
+}
+
+/// What [`CompletionChannel::arm_and_sleep`] found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Slept {
+    /// A completion was there after the arm: no sleep.
+    Ready,
+    /// The CQ's event came.
+    Event,
+    /// The deadline passed without it.
+    Expired,
 }
 
 /// A CQ's count of events read, noted when it was armed: its wait ends
@@ -559,14 +599,22 @@ impl ChannelInner {
         unsafe { BorrowedFd::borrow_raw((*self.chan.as_ptr()).fd) }
     }
 
-    /// Reads every event waiting on the fd (non-blocking) into `st`.
+    /// Reads every event waiting on the fd (non-blocking) into `st`: until
+    /// a read finds none (`EAGAIN`), or a look at the fd after a read finds
+    /// it not readable (`poll(2)` with no timeout: cheaper than a read that
+    /// fails, and as good: the fd is found empty either way).
     fn read_events(&self, st: &mut State) -> Result<()> {
         loop {
             // SAFETY: the channel is live; its fd is non-blocking; the lock
             // is held (`st`), so this thread alone reads it.
             match unsafe { (self.ops.get_event)(self.chan.as_ptr()) } {
-                // SAFETY: just returned by get_event, lock held.
-                Ok(cq) => unsafe { st.record(cq, self.ops) },
+                Ok(cq) => {
+                    // SAFETY: just returned by get_event, lock held.
+                    unsafe { st.record(cq, self.ops) };
+                    if !readable_now(self.fd()) {
+                        return Ok(());
+                    }
+                }
                 Err(libc::EAGAIN) => return Ok(()),
                 Err(libc::EINTR) => {}
                 Err(errno) => {
@@ -586,15 +634,26 @@ impl ChannelInner {
     /// on `read`. Returns `done`'s finding, `None` on timeout.
     fn wait_for<T>(
         &self,
-        deadline: Option<Instant>,
+        deadline: Option<Mono>,
         mut done: impl FnMut(&mut State) -> Option<T>,
     ) -> Result<Option<T>> {
         let mut st = self.lock();
+        if let Some(t) = done(&mut st) {
+            return Ok(Some(t));
+        }
+        self.sleep(st, deadline, done)
+    }
+
+    /// [`wait_for`](Self::wait_for) with the lock taken (`st`) and `done`
+    /// found nothing since.
+    fn sleep<'a, T>(
+        &'a self,
+        mut st: MutexGuard<'a, State>,
+        deadline: Option<Mono>,
+        mut done: impl FnMut(&mut State) -> Option<T>,
+    ) -> Result<Option<T>> {
         loop {
-            if let Some(t) = done(&mut st) {
-                return Ok(Some(t));
-            }
-            let now = Instant::now();
+            let now = Mono::now();
             let expired = deadline.is_some_and(|d| now >= d);
             if st.reading {
                 if expired {
@@ -604,14 +663,12 @@ impl ChannelInner {
                     None => self.read.wait(st).unwrap_or_else(PoisonError::into_inner),
                     Some(d) => {
                         self.read
-                            .wait_timeout(st, d - now)
+                            .wait_timeout(st, Duration::from_nanos(now.until(d)))
                             .unwrap_or_else(PoisonError::into_inner)
                             .0
                     }
                 };
-                continue;
-            }
-            if expired {
+            } else if expired {
                 // A last look at what the kernel holds, without sleeping.
                 let read = self.read_events(&mut st);
                 self.read.notify_all();
@@ -620,27 +677,31 @@ impl ChannelInner {
                 }
                 read?;
                 return Ok(done(&mut st));
+            } else {
+                st.reading = true;
+                drop(st);
+                // The clock read above serves the sleep's timeout too.
+                let polled = poll_readable_at(self.fd(), deadline, now);
+                st = self.lock();
+                st.reading = false;
+                let read = match polled {
+                    Ok(true) => self.read_events(&mut st),
+                    Ok(false) => Ok(()),
+                    Err(errno) => Err(Error::verbs(
+                        "poll",
+                        errno,
+                        format!("the completion channel of {}", self.ctx.name()),
+                    )),
+                };
+                self.read.notify_all();
+                if read.is_err() {
+                    st.wake_tasks();
+                }
+                read?;
             }
-            st.reading = true;
-            drop(st);
-            // The clock read above serves the sleep's timeout too.
-            let polled = poll_readable_at(self.fd(), deadline, Some(now));
-            st = self.lock();
-            st.reading = false;
-            let read = match polled {
-                Ok(true) => self.read_events(&mut st),
-                Ok(false) => Ok(()),
-                Err(errno) => Err(Error::verbs(
-                    "poll",
-                    errno,
-                    format!("the completion channel of {}", self.ctx.name()),
-                )),
-            };
-            self.read.notify_all();
-            if read.is_err() {
-                st.wake_tasks();
+            if let Some(t) = done(&mut st) {
+                return Ok(Some(t));
             }
-            read?;
         }
     }
 }

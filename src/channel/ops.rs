@@ -3,7 +3,6 @@
 
 use super::clear_errno;
 use crate::ffi;
-use std::io;
 
 /// The channel's C calls, in one table: reading an event, acknowledging
 /// events, destroying the channel. Unit tests put fakes over a pipe here,
@@ -44,9 +43,10 @@ unsafe fn verbs_get_event(
         Ok(cq)
     } else {
         // A short read leaves errno unset: an I/O error then.
-        match io::Error::last_os_error().raw_os_error() {
-            Some(0) | None => Err(libc::EIO),
-            Some(errno) => Err(errno),
+        // SAFETY: `__errno_location` returns this thread's errno.
+        match unsafe { *libc::__errno_location() } {
+            0 => Err(libc::EIO),
+            errno => Err(errno),
         }
     }
 }

@@ -9,6 +9,7 @@ use crate::cq::CompletionQueue;
 use std::future::Future;
 use std::io;
 use std::os::fd::{FromRawFd, OwnedFd};
+use std::time::Instant;
 
 /// A pipe: (read end, write end).
 fn pipe() -> (OwnedFd, OwnedFd) {
@@ -130,7 +131,7 @@ impl Fx {
 #[test]
 fn threads_waiting_for_cqs_of_one_channel_each_wake_for_their_own_event() {
     let fx = Fx::new(&[1, 2, 3]);
-    let deadline = Some(Instant::now() + Duration::from_secs(20));
+    let deadline = Mono::now().after(Duration::from_secs(20));
     let (c0, c1, c2) = (fx.cq(0), fx.cq(1), fx.cq(2));
     std::thread::scope(|s| {
         let ch = &fx.channel;
@@ -211,7 +212,7 @@ fn waits_end_at_their_deadline_and_errors_name_the_call() {
     let start = Instant::now();
     let woken = fx
         .channel
-        .wait_notified(c0, fx.arm(0), Some(start + Duration::from_millis(100)))
+        .wait_notified(c0, fx.arm(0), Mono::of(start + Duration::from_millis(100)))
         .unwrap();
     assert!(!woken);
     let took = start.elapsed();
@@ -357,7 +358,7 @@ async fn async_waits_and_a_blocking_one_on_one_channel_each_end_for_their_own_ev
         let armed = fx.arm(3);
         std::thread::spawn(move || {
             let cq = NonNull::new(key as *mut ffi::ibv_cq).unwrap();
-            let deadline = Some(Instant::now() + Duration::from_secs(20));
+            let deadline = Mono::now().after(Duration::from_secs(20));
             assert!(ch.wait_notified(cq, armed, deadline).unwrap());
             Instant::now()
         })
@@ -421,7 +422,7 @@ fn a_cq_wait_ends_on_its_event_when_get_event_takes_it() {
             let cq = NonNull::new(key as *mut ffi::ibv_cq).unwrap();
             let start = Instant::now();
             let woken = ch
-                .wait_notified(cq, armed, Some(start + Duration::from_secs(20)))
+                .wait_notified(cq, armed, Mono::of(start + Duration::from_secs(20)))
                 .unwrap();
             (woken, start.elapsed())
         });
@@ -646,4 +647,78 @@ fn pending_on<F: Future<Output = Result<()>>>(
         assert!(first.is_err(), "no event yet");
     });
     wait
+}
+
+#[test]
+fn a_direct_arm_and_sleep_sees_a_ready_cq_sleeps_to_its_event_or_deadline_and_drains_the_fd() {
+    let fx = Fx::new(&[1, 2]);
+    let (c0, c1) = (fx.cq(0), fx.cq(1));
+    let ch = &fx.channel;
+    let later = || Mono::now().after(Duration::from_secs(20));
+
+    // A completion there after the arm: no sleep. The arm is given the
+    // CQ's count of events.
+    let mut seen = None;
+    let start = Instant::now();
+    let r = ch
+        .arm_and_sleep(c0, later(), |n| seen = Some(n), || true)
+        .unwrap();
+    assert_eq!((r, seen), (Slept::Ready, Some(0)));
+    assert!(start.elapsed() < Duration::from_secs(5));
+
+    // Nothing comes: the deadline, not before.
+    let start = Instant::now();
+    let r = ch
+        .arm_and_sleep(
+            c0,
+            Mono::now().after(Duration::from_millis(100)),
+            |_| {},
+            || false,
+        )
+        .unwrap();
+    assert_eq!(r, Slept::Expired);
+    let took = start.elapsed();
+    assert!(
+        took >= Duration::from_millis(100) && took < Duration::from_secs(5),
+        "{took:?}"
+    );
+
+    // Three events waiting, two of another CQ: the sleep ends on its own
+    // and reads them all, leaving the fd empty, each counted for its CQ.
+    fx.event(c1);
+    fx.event(c0);
+    fx.event(c1);
+    let r = ch
+        .arm_and_sleep(c0, later(), |n| seen = Some(n), || false)
+        .unwrap();
+    assert_eq!((r, seen), (Slept::Event, Some(0)));
+    assert!(!readable_now(ch.as_fd()), "events were left on the fd");
+    assert_eq!((fx.arm(0), fx.arm(1)), (EventCount(1), EventCount(2)));
+    // get_event's queue names each CQ once, oldest first.
+    let next = || ch.try_get_event().unwrap().map(|e| e.cq());
+    assert_eq!(next(), Some(CqId(2)));
+    assert_eq!(next(), Some(CqId(1)));
+    assert_eq!(next(), None);
+
+    // An event that comes while it sleeps ends the sleep.
+    std::thread::scope(|s| {
+        let key = c0.as_ptr() as usize;
+        let sleeper = s.spawn(move || {
+            let cq = NonNull::new(key as *mut ffi::ibv_cq).unwrap();
+            let start = Instant::now();
+            let mut seen = None;
+            let r = ch
+                .arm_and_sleep(cq, later(), |n| seen = Some(n), || false)
+                .unwrap();
+            (r, seen, start.elapsed())
+        });
+        std::thread::sleep(Duration::from_millis(100));
+        fx.event(c0);
+        let (r, seen, took) = sleeper.join().unwrap();
+        assert_eq!((r, seen), (Slept::Event, Some(1)));
+        assert!(
+            took >= Duration::from_millis(100) && took < Duration::from_secs(5),
+            "{took:?}"
+        );
+    });
 }

@@ -179,6 +179,21 @@ pub struct DirectBatch<'q, 'm, T: DirectTransport> {
     _m: PhantomData<(Invariant<'m>, Invariant<'q>, T)>,
 }
 
+/// Where a WQE goes, as [`DirectBatch::reserve`] found it.
+#[derive(Clone, Copy)]
+struct At {
+    /// Its control segment.
+    ctrl: *mut u8,
+    /// The ring's unit (16 bytes) it starts at.
+    first: u32,
+    /// Its byte offset in the ring.
+    offset: u32,
+    /// Its 16-byte units, a DCI's datagram segment included.
+    units: u32,
+    /// Its basic blocks.
+    blocks: u32,
+}
+
 /// The control-segment flags (`fm_ce_se`) of a work request's
 /// [`SendFlags`]: `IBV_SEND_FENCE` (1) → `MLX5_WQE_CTRL_FENCE` (0x80),
 /// `IBV_SEND_SIGNALED` (2) → `MLX5_WQE_CTRL_CQ_UPDATE` (8),
@@ -498,6 +513,18 @@ impl<'q, 'm, T: DirectTransport> DirectBatch<'q, 'm, T> {
         imm: u32,
         route: Option<Route>,
     ) -> Result<(*mut u8, u32)> {
+        let at = self.reserve(units, &route)?;
+        self.commit(&at, wr_id, opcode, flags, imm, route);
+        Ok((at.ctrl, at.first))
+    }
+
+    /// The checks of [`begin`](Self::begin) and the WQE's place, nothing
+    /// written: the operation's segments may be written before
+    /// [`commit`](Self::commit) writes its control segment (which keeps
+    /// what they read from the caller's memory from being held across the
+    /// control segment's writing: fewer registers).
+    #[inline(always)]
+    fn reserve(&self, units: u32, route: &Option<Route>) -> Result<At> {
         let units = units + if route.is_some() { 3 } else { 0 };
         let blocks = (units + 3) >> 2;
         // A WQE of one basic block fits any QP's WQE, one of two any
@@ -511,28 +538,58 @@ impl<'q, 'm, T: DirectTransport> DirectBatch<'q, 'm, T> {
         if blocks > self.left {
             return Err(self.no_room_for(1));
         }
-        let idx = self.pi();
+        if let Some(Route {
+            stream: Some(_), ..
+        }) = route
+        {
+            if !self.streams {
+                return Err(Error::Direct(DirectError::NoStreams));
+            }
+        }
         // The WQE's byte offset in the ring, straight from the state's
         // producer index (bits 48 to 63, so 42 to 57 are its offset).
         let offset = (self.state >> 42) as u32 & self.bmask;
-        let first = offset >> 4;
-        // SAFETY: masked, a block of the ring.
-        let ctrl = unsafe { self.buf.add(offset as usize) };
+        Ok(At {
+            // SAFETY: masked, a block of the ring.
+            ctrl: unsafe { self.buf.add(offset as usize) },
+            first: offset >> 4,
+            offset,
+            units,
+            blocks,
+        })
+    }
+
+    /// Writes the control segment (and a DCI's datagram segment) of the
+    /// WQE [`reserve`](Self::reserve) placed, notes its slot and moves the
+    /// producer index past it.
+    #[inline(always)]
+    fn commit(
+        &mut self,
+        at: &At,
+        wr_id: u64,
+        opcode: u32,
+        flags: SendFlags,
+        imm: u32,
+        route: Option<Route>,
+    ) {
+        let At {
+            ctrl,
+            offset,
+            units,
+            blocks,
+            ..
+        } = *at;
+        let idx = self.pi();
         let stream = match route {
             Some(Route {
                 stream: Some(s), ..
-            }) => {
-                if !self.streams {
-                    return Err(Error::Direct(DirectError::NoStreams));
-                }
-                s
-            }
+            }) => s,
             _ => 0,
         };
         let [s_hi, s_lo] = stream.to_be_bytes();
         // SAFETY: `ctrl` starts a free basic block of the ring (room checked
-        // above: the device does not read it until a doorbell names it);
-        // 16 bytes, 16-aligned.
+        // by `reserve`: the device does not read it until a doorbell names
+        // it); 16 bytes, 16-aligned.
         unsafe {
             // The WQE index (the producer index) in bits 8 to 23.
             // (The same value two ways: on a DCI the index is at hand
@@ -545,11 +602,19 @@ impl<'q, 'm, T: DirectTransport> DirectBatch<'q, 'm, T> {
             };
             be32(ctrl, idx8 | opcode);
             be32(ctrl.add(4), self.qpn8 | units);
-            // signature, DCI stream id, fm_ce_se.
-            ctrl.add(8)
-                .cast::<u32>()
-                .write(u32::from_ne_bytes([0, s_hi, s_lo, fm_ce_se(flags)]));
-            ctrl.add(12).cast::<u32>().write(imm);
+            // Signature, DCI stream id, fm_ce_se, then the immediate (big
+            // endian already): one 8-byte store.
+            let [i0, i1, i2, i3] = imm.to_ne_bytes();
+            ctrl.add(8).cast::<u64>().write(u64::from_ne_bytes([
+                0,
+                s_hi,
+                s_lo,
+                fm_ce_se(flags),
+                i0,
+                i1,
+                i2,
+                i3,
+            ]));
         }
         if let Some(r) = route {
             // SAFETY: units 1..4 of the WQE, in its first basic block.
@@ -576,7 +641,6 @@ impl<'q, 'm, T: DirectTransport> DirectBatch<'q, 'm, T> {
         self.state = next;
         self.left -= blocks;
         self.last = idx;
-        Ok((ctrl, first))
     }
 
     /// Writes a remote-address segment at `p`.
@@ -709,13 +773,19 @@ impl<'q, 'm, T: DirectTransport> DirectBatch<'q, 'm, T> {
         sge: &ffi::ibv_sge,
     ) -> Result<*mut u8> {
         let k = Self::body(&route);
-        let (ctrl, first) = self.begin(wr_id, opcode, 3, flags, imm, route)?;
-        Self::raddr(self.seg(ctrl, first, k), remote);
+        let at = self.reserve(3, &route)?;
+        Self::raddr(self.seg(at.ctrl, at.first, k), remote);
         // An empty entry's unit is written too, then left past the WQE's
         // DS count (the device does not read it), inside its last basic
         // block.
-        Self::data(self.seg(ctrl, first, k + 1), sge.length, sge.lkey, sge.addr);
-        Ok(ctrl)
+        Self::data(
+            self.seg(at.ctrl, at.first, k + 1),
+            sge.length,
+            sge.lkey,
+            sge.addr,
+        );
+        self.commit(&at, wr_id, opcode, flags, imm, route);
+        Ok(at.ctrl)
     }
 
     #[inline(always)]

@@ -152,6 +152,8 @@ mod tests;
 pub use batch::{DcWr, DirectBatch, WriteSource};
 pub use cq::DirectWc;
 
+use crate::channel::Slept;
+use crate::clock::Mono;
 use crate::cq::CompletionQueue;
 use crate::error::{Error, Result};
 use crate::ffi;
@@ -165,7 +167,7 @@ use sq::{Slot, Sq, BB};
 use std::collections::VecDeque;
 use std::fmt;
 use std::ptr::NonNull;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 mod sealed {
     pub trait Sealed {}
@@ -605,12 +607,18 @@ impl<T: DirectTransport> DirectQp<T> {
                 self.qp.describe()
             )));
         };
+        self.armable()?;
+        Ok(channel.arm_with(self.raw_cq, |events| self.cq.arm(events, solicited_only)))
+    }
+
+    /// Refuses to arm a CQ whose UAR libmlx5 did not give.
+    fn armable(&self) -> Result<()> {
         if self.cq.uar.is_null() {
             return Err(Error::Unsupported {
                 what: "arming a direct CQ: libmlx5 gave no CQ UAR".into(),
             });
         }
-        Ok(channel.arm_with(self.raw_cq, |events| self.cq.arm(events, solicited_only)))
+        Ok(())
     }
 
     /// Waits up to `timeout` for completions and hands up to `max` of them
@@ -625,8 +633,8 @@ impl<T: DirectTransport> DirectQp<T> {
         timeout: Duration,
         mut f: impl FnMut(DirectWc),
     ) -> Result<usize> {
-        let start = Instant::now();
-        let deadline = start.checked_add(timeout);
+        let start = Mono::now();
+        let deadline = start.after(timeout);
         let mut idle = 0u32;
         let mut expired = false;
         loop {
@@ -649,7 +657,7 @@ impl<T: DirectTransport> DirectQp<T> {
     /// (that sleep read the clock: no other read), else, on a CQ without
     /// a channel (whose waits never sleep on one), the clock read here.
     #[inline]
-    pub(crate) fn past(&self, expired: bool, start: Instant, timeout: Duration) -> bool {
+    pub(crate) fn past(&self, expired: bool, start: Mono, timeout: Duration) -> bool {
         expired || (self._cq.channel().is_none() && start.elapsed() >= timeout)
     }
 
@@ -667,19 +675,23 @@ impl<T: DirectTransport> DirectQp<T> {
     /// deadline had already passed or another thread was reading the
     /// channel): the caller's wait has timed out once a last poll finds
     /// nothing ([`past`](Self::past)).
-    pub(crate) fn idle(&mut self, idle: &mut u32, deadline: Option<Instant>) -> Result<bool> {
-        if self._cq.channel().is_none() || *idle < SPINS {
-            crate::cq::back_off(idle);
-            return Ok(false);
-        }
-        let armed = self.arm(false)?;
-        if self.cq.ready() {
-            return Ok(false);
-        }
-        match self._cq.channel() {
-            Some(channel) => Ok(!channel.wait_notified(self.raw_cq, armed, deadline)?),
-            None => Ok(false),
-        }
+    pub(crate) fn idle(&mut self, idle: &mut u32, deadline: Option<Mono>) -> Result<bool> {
+        let channel = match self._cq.channel() {
+            Some(channel) if *idle >= SPINS => channel,
+            _ => {
+                crate::cq::back_off(idle);
+                return Ok(false);
+            }
+        };
+        self.armable()?;
+        let cq = &self.cq;
+        let slept = channel.arm_and_sleep(
+            self.raw_cq,
+            deadline,
+            |events| cq.arm(events, false),
+            || cq.ready(),
+        )?;
+        Ok(slept == Slept::Expired)
     }
 
     /// Basic blocks (64 bytes) free in the send queue.

@@ -1,6 +1,7 @@
 //! The scoped direct post: [`DirectQp::post_and_wait`].
 
 use super::{DirectBatch, DirectQp, DirectTransport, DirectWc, Step, SPINS};
+use crate::clock::Mono;
 use crate::error::{Error, Result};
 use std::time::{Duration, Instant};
 
@@ -85,7 +86,7 @@ impl<T: DirectTransport> DirectQp<T> {
         let end = start.wrapping_add(n);
         let first = out.len();
         // The clock at the first poll that found nothing, and the deadline.
-        let mut clock: Option<(Instant, Option<Instant>)> = None;
+        let mut clock: Option<(Mono, Option<Mono>)> = None;
         let mut idle = 0u32;
         // Whether the last sleep on the channel ran to the deadline.
         let mut expired = false;
@@ -106,8 +107,8 @@ impl<T: DirectTransport> DirectQp<T> {
                 continue;
             }
             let (t0, deadline) = *clock.get_or_insert_with(|| {
-                let t0 = Instant::now();
-                (t0, t0.checked_add(timeout))
+                let t0 = Mono::now();
+                (t0, t0.after(timeout))
             });
             if idle < SPINS {
                 // The idle polls: a look at one owner byte and a pause each.
