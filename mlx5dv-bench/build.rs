@@ -15,6 +15,11 @@
 //! The variants compiled are listed in `$OUT_DIR/c_variants.rs`, which the
 //! benches include (`benches/common/mod.rs`): they count every variant and
 //! take, per shape, the cheapest as C best.
+//!
+//! - `c/direct.c` also once more per other build (gcc `-O3`, clang `-O2`
+//!   and `-O3`), its functions named `c_direct_<cc>_o<n>_<name>`
+//!   (`DIRECT_PREFIX`), listed in `$OUT_DIR/direct_variants.rs`: the
+//!   direct rows take, per row, the cheapest build as C direct.
 
 use std::env;
 use std::fmt::Write as _;
@@ -62,8 +67,38 @@ fn main() {
     if runs("clang") {
         compilers.push("clang");
     } else {
-        println!("cargo:warning=no clang: C best is built with gcc only");
+        println!("cargo:warning=no clang: C best and C direct are built with gcc only");
     }
+    let mut direct = String::from(
+        "// The builds of c/direct.c compiled by build.rs, each one's loops\n\
+         // named after it; the first is the one the rig's helpers come from.\n\
+         pub const DIRECT_VARIANTS: &[DVariant] = &[\n    \
+         DVariant { cc: \"gcc\", opt: 2, prefix: \"c_direct_\", loops: d_loops!(\"c_direct_\") },\n",
+    );
+    for &cc in &compilers {
+        for opt in [2, 3] {
+            if (cc, opt) == ("gcc", 2) {
+                continue;
+            }
+            let name = format!("{cc}_o{opt}");
+            let prefix = format!("c_direct_{name}_");
+            let dir = out.join(format!("direct_{name}"));
+            fs::create_dir_all(&dir).expect("create the variant's directory");
+            build(cc, opt)
+                .define("DIRECT_PREFIX", prefix.as_str())
+                .file("c/direct.c")
+                .out_dir(&dir)
+                .compile(&format!("mlx5dv_bench_direct_{name}"));
+            writeln!(
+                direct,
+                "    DVariant {{ cc: {cc:?}, opt: {opt}, prefix: {prefix:?}, \
+                 loops: d_loops!({prefix:?}) }},"
+            )
+            .expect("write to a String");
+        }
+    }
+    direct.push_str("];\n");
+    fs::write(out.join("direct_variants.rs"), direct).expect("write OUT_DIR/direct_variants.rs");
     let mut variants = String::from(
         "// The builds of c/post.c compiled by build.rs, each one's loops\n\
          // named after it.\npub const VARIANTS: &[Variant] = &[\n",

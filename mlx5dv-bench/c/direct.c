@@ -27,6 +27,12 @@
  * request: the room for the WQE, the local length against the remote
  * buffer's, an empty entry left out (its DS one less) and, on a stream,
  * that the DCI has streams, so that what the checks cost shows in C too.
+ *
+ * build.rs compiles this file once per build (gcc and clang, -O2 and -O3):
+ * every exported function is named DIRECT_PREFIX<name>, c_direct_<name> in
+ * the gcc -O2 build (the one whose helpers the rig calls), so that the
+ * bench counts every build's loops and takes, per row, the cheapest as
+ * C direct.
  */
 #include <endian.h>
 #include <errno.h>
@@ -36,6 +42,11 @@
 #include <time.h>
 
 #include "bench.h"
+
+#ifndef DIRECT_PREFIX
+#define DIRECT_PREFIX c_direct_
+#endif
+#define DIRECT(name) BENCH_CAT(DIRECT_PREFIX, name)
 
 #define NOINLINE __attribute__((noinline, visibility("default")))
 
@@ -121,7 +132,7 @@ struct direct_remote {
 };
 
 /* The CQ doorbell record: the consumer index first (MLX5_CQ_SET_CI = 0). */
-struct direct_qp *c_direct_new(struct ibv_qp *qp, struct ibv_cq_ex *cq)
+struct direct_qp *DIRECT(new)(struct ibv_qp *qp, struct ibv_cq_ex *cq)
 {
 	struct mlx5dv_qp dq;
 	struct mlx5dv_cq dc;
@@ -285,20 +296,20 @@ writes(struct direct_qp *d, uint32_t rkey, const struct bench_plan *p, int last_
 }
 
 /* Every work request signalled. */
-NOINLINE int c_direct_rc_write_sge(struct direct_qp *d, uint32_t rkey, const struct bench_plan *p)
+NOINLINE int DIRECT(rc_write_sge)(struct direct_qp *d, uint32_t rkey, const struct bench_plan *p)
 {
 	return writes(d, rkey, p, 0);
 }
 
 /* Only the last of the batch signalled. */
-NOINLINE int c_direct_rc_write_sge_last(struct direct_qp *d, uint32_t rkey,
+NOINLINE int DIRECT(rc_write_sge_last)(struct direct_qp *d, uint32_t rkey,
 					const struct bench_plan *p)
 {
 	return writes(d, rkey, p, 1);
 }
 
 /* The same writes, not measured: what the polls find completed. */
-NOINLINE int c_direct_prime(struct direct_qp *d, uint32_t rkey, const struct bench_plan *p)
+NOINLINE int DIRECT(prime)(struct direct_qp *d, uint32_t rkey, const struct bench_plan *p)
 {
 	return writes(d, rkey, p, 0);
 }
@@ -461,13 +472,13 @@ static inline __attribute__((always_inline)) int cq_poll(struct direct_qp *d, st
 	}
 	return r < 0 ? r : n;
 }
-NOINLINE int c_direct_poll(struct direct_qp *d, struct direct_wc *wc)
+NOINLINE int DIRECT(poll)(struct direct_qp *d, struct direct_wc *wc)
 {
 	return cq_poll(d, wc, BENCH_BATCH);
 }
 
 /* The same, not measured: the harness's drain. */
-NOINLINE int c_direct_drain(struct direct_qp *d, struct direct_wc *wc, int max)
+NOINLINE int DIRECT(drain)(struct direct_qp *d, struct direct_wc *wc, int max)
 {
 	return cq_poll(d, wc, max);
 }
@@ -475,7 +486,7 @@ NOINLINE int c_direct_drain(struct direct_qp *d, struct direct_wc *wc, int max)
 /* ----- The checked RC writes: the safe writer's per-WR checks in C ----- */
 
 /* The plan's remote buffers, BENCH_MSG bytes each (never freed). */
-struct direct_remote *c_direct_remotes_new(const struct bench_plan *p, uint32_t rkey)
+struct direct_remote *DIRECT(remotes_new)(const struct bench_plan *p, uint32_t rkey)
 {
 	struct direct_remote *r = calloc(BENCH_BATCH, sizeof(*r));
 
@@ -490,14 +501,14 @@ struct direct_remote *c_direct_remotes_new(const struct bench_plan *p, uint32_t 
 }
 
 /* c_direct_rc_write_sge with the safe writer's checks per work request. */
-NOINLINE int c_direct_rc_write_sge_checked(struct direct_qp *d, const struct direct_remote *r,
+NOINLINE int DIRECT(rc_write_sge_checked)(struct direct_qp *d, const struct direct_remote *r,
 					   const struct bench_plan *p)
 {
 	return rc_writes(d, 0, r, p, 0);
 }
 
 /* c_direct_rc_write_sge_last with the safe writer's checks. */
-NOINLINE int c_direct_rc_write_sge_last_checked(struct direct_qp *d,
+NOINLINE int DIRECT(rc_write_sge_last_checked)(struct direct_qp *d,
 						const struct direct_remote *r,
 						const struct bench_plan *p)
 {
@@ -513,7 +524,7 @@ struct direct_av {
 	uint64_t words[6];
 };
 
-int c_direct_dc_addr(struct ibv_ah *ah, uint32_t dctn, uint64_t key, struct direct_av *out)
+int DIRECT(dc_addr)(struct ibv_ah *ah, uint32_t dctn, uint64_t key, struct direct_av *out)
 {
 	struct mlx5dv_ah dah;
 	struct mlx5dv_obj obj;
@@ -633,14 +644,14 @@ static inline __attribute__((always_inline)) int dci_writes(struct direct_qp *d,
 }
 
 /* 32 signalled RDMA writes + SGE to the DC target `av`. */
-NOINLINE int c_direct_dci_write_sge(struct direct_qp *d, uint32_t rkey,
+NOINLINE int DIRECT(dci_write_sge)(struct direct_qp *d, uint32_t rkey,
 				    const struct direct_av *av, const struct bench_plan *p)
 {
 	return dci_writes(d, rkey, NULL, av, p, 0);
 }
 
 /* The same on DCI stream i % 4 (the control segment's stream id). */
-NOINLINE int c_direct_dci_write_sge_stream(struct direct_qp *d, uint32_t rkey,
+NOINLINE int DIRECT(dci_write_sge_stream)(struct direct_qp *d, uint32_t rkey,
 					   const struct direct_av *av,
 					   const struct bench_plan *p)
 {
@@ -648,7 +659,7 @@ NOINLINE int c_direct_dci_write_sge_stream(struct direct_qp *d, uint32_t rkey,
 }
 
 /* c_direct_dci_write_sge with the safe writer's checks per work request. */
-NOINLINE int c_direct_dci_write_sge_checked(struct direct_qp *d, const struct direct_remote *r,
+NOINLINE int DIRECT(dci_write_sge_checked)(struct direct_qp *d, const struct direct_remote *r,
 					    const struct direct_av *av,
 					    const struct bench_plan *p)
 {
@@ -656,7 +667,7 @@ NOINLINE int c_direct_dci_write_sge_checked(struct direct_qp *d, const struct di
 }
 
 /* c_direct_dci_write_sge_stream with the safe writer's checks. */
-NOINLINE int c_direct_dci_write_sge_stream_checked(struct direct_qp *d,
+NOINLINE int DIRECT(dci_write_sge_stream_checked)(struct direct_qp *d,
 						   const struct direct_remote *r,
 						   const struct direct_av *av,
 						   const struct bench_plan *p)
@@ -666,7 +677,7 @@ NOINLINE int c_direct_dci_write_sge_stream_checked(struct direct_qp *d,
 
 /* Marks a DCI as one with streams (its streams checked by the checked
  * loops, as the Rust's writer checks them). */
-void c_direct_set_streams(struct direct_qp *d, uint32_t streams)
+void DIRECT(set_streams)(struct direct_qp *d, uint32_t streams)
 {
 	d->streams = streams;
 }
@@ -716,7 +727,7 @@ static inline __attribute__((always_inline)) int64_t now_ns(void)
  * the time left, then ibv_get_cq_event, the events acknowledged 32 at a
  * time). Returns the completions read (into wc, room for BENCH_BATCH),
  * the last covering the batch, or a negative error. */
-NOINLINE int c_direct_scoped_rc_write_sge(struct direct_qp *d, uint32_t rkey,
+NOINLINE int DIRECT(scoped_rc_write_sge)(struct direct_qp *d, uint32_t rkey,
 					  const struct bench_plan *p, struct direct_wc *wc,
 					  int timeout_ms)
 {
@@ -780,7 +791,7 @@ NOINLINE int c_direct_scoped_rc_write_sge(struct direct_qp *d, uint32_t rkey,
 
 /* Acknowledges the events the scoped post read and has not acknowledged
  * (ibv_destroy_cq waits for them). */
-void c_direct_ack_events(struct direct_qp *d)
+void DIRECT(ack_events)(struct direct_qp *d)
 {
 	if (d->unacked) {
 		ibv_ack_cq_events(d->ibcq, d->unacked);
