@@ -64,7 +64,9 @@ pub(crate) fn poll_readable_at(
 }
 
 /// Whether `fd` is readable now (`poll(2)` with no timeout); `true` when
-/// the look fails, so that the caller reads and meets the error there.
+/// the look fails, so that the caller reads and meets the error there
+/// (but `false` on `EINTR`, which `poll` returns only when it found
+/// nothing ready).
 pub(crate) fn readable_now(fd: BorrowedFd<'_>) -> bool {
     poll_for(fd, 0).unwrap_or(true)
 }

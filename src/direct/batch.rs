@@ -646,7 +646,7 @@ impl<'q, 'm, T: DirectTransport> DirectBatch<'q, 'm, T> {
     /// Writes a remote-address segment at `p`.
     #[inline(always)]
     fn raddr(p: *mut u8, remote: &RemoteBuf) {
-        // SAFETY: a unit of the WQE `begin` reserved.
+        // SAFETY: a unit of the WQE `begin` (or `reserve`) reserved.
         unsafe {
             be64(p, remote.addr);
             // The rkey, then 4 reserved bytes of 0: one 8-byte store.
@@ -657,7 +657,7 @@ impl<'q, 'm, T: DirectTransport> DirectBatch<'q, 'm, T> {
     /// Writes a data segment at `p`.
     #[inline(always)]
     fn data(p: *mut u8, len: u32, lkey: u32, addr: u64) {
-        // SAFETY: a unit of the WQE `begin` reserved.
+        // SAFETY: a unit of the WQE `begin` (or `reserve`) reserved.
         unsafe {
             be32(p, len);
             be32(p.add(4), lkey);
@@ -752,9 +752,9 @@ impl<'q, 'm, T: DirectTransport> DirectBatch<'q, 'm, T> {
     /// Sets the DS count of the WQE whose control segment is `ctrl`, written.
     #[inline(always)]
     fn set_units(ctrl: *mut u8, units: u32) {
-        // SAFETY: byte 7 of a control segment `begin` wrote: the low byte
+        // SAFETY: byte 7 of a control segment `begin` (or `commit`) wrote: the low byte
         // of qpn_ds (big-endian), the DS count (6 bits; `units` is below
-        // 64, as `begin` checked for a larger WQE).
+        // 64, as `begin` or `reserve` checked for a larger WQE).
         unsafe { ctrl.add(7).write(units as u8) }
     }
 
@@ -894,8 +894,9 @@ impl<'q, 'm, T: DirectTransport> DirectBatch<'q, 'm, T> {
 
 /// The writers, written once for an RC batch and a DCI's addressed work
 /// request: `[$recv]` is the receiver, `$batch` the batch it writes into
-/// and `$route` the DCI route (`None` on RC). Each writes one WQE:
-/// the control segment, a DCI's datagram segment, then the operation's.
+/// and `$route` the DCI route (`None` on RC). Each writes one WQE: the
+/// control segment, a DCI's datagram segment and the operation's (an RDMA
+/// write's or read's first, after the checks, then the control segment).
 macro_rules! writers {
     ([$($recv:tt)+], $batch:expr, $route:expr) => {
         /// An RDMA write of `src` into the peer's `remote` memory

@@ -34,15 +34,17 @@
 //! setters (indirect calls, per-call checks, a lock if the QP has one) and
 //! a completion its readers: about 135 and 210 instructions on libmlx5 44.
 //! The direct path writes the same WQE bytes with a few stores and parses
-//! a CQE with a few loads: on the software device an RC write costs 0.28
-//! (every one signalled) to 0.31 (one in 32) of the instructions through
-//! libmlx5, a DCI write 0.31 to 0.34 (from entries known not to be empty,
+//! a CQE with a few loads: on the software device an RC write costs 0.27
+//! (every one signalled) to 0.30 (one in 32) of the instructions through
+//! libmlx5, a DCI write 0.29 to 0.31 (from entries known not to be empty,
 //! [`NonEmptySge`](crate::NonEmptySge), to the peer's memory named by an
 //! address and an rkey, [`RemoteBuf::unbounded`](crate::RemoteBuf::unbounded);
 //! from plain entries to checked slices, whose lengths each write is
-//! tested against, 0.35 to 0.42), a completion read with
+//! tested against, 0.35 to 0.39), a completion read with
 //! [`DirectQp::poll_into`] 0.38 (`scripts/bench-real`, the rows named
-//! `direct`, in BENCHMARKS.md).
+//! `direct`, in BENCHMARKS.md): 0.94 to 1.05 times the instructions of C
+//! that fills the queues by hand, the scoped post with its sleep on the
+//! channel 1.04.
 //! Choose it for message rate on RC QPs and DCIs whose send completions
 //! nothing else reads; stay with [`WrBatch`](crate::WrBatch) for
 //! everything else (the other transports, memory windows, mkeys, DMA
