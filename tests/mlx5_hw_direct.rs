@@ -1519,11 +1519,14 @@ fn a_scoped_post_sleeps_while_an_earlier_completion_waits_for_the_next_poll() {
     r.src.write_at(0, &data).unwrap();
     let Rig { qp, peer, src, .. } = &mut r;
     let remote = peer.mr.remote(1024..1124).unwrap();
-    let (cpu, took, got) = std::thread::scope(|s| {
-        s.spawn(|| {
+    let (cpu, took, got, posted, done) = std::thread::scope(|s| {
+        let late = s.spawn(|| {
             std::thread::sleep(Duration::from_millis(600));
             let sge = peer.mr.sge(0..100).unwrap();
+            // The send's completion cannot come before this receive.
+            let posted = Instant::now();
             unsafe { peer.qp.post_recv(5, &[sge]) }.expect("the late receive");
+            posted
         });
         // An RDMA write posted outside the scoped post: its completion
         // comes at once, while the scoped post waits.
@@ -1537,11 +1540,21 @@ fn a_scoped_post_sleeps_while_an_earlier_completion_waits_for_the_next_poll() {
             .post_and_wait(WAIT, |b| b.send(2, SendFlags::SIGNALED, src.sge(0..100)?))
             .expect("the scoped send")
             .to_vec();
-        (thread_cpu() - cpu0, t0.elapsed(), got)
+        let done = Instant::now();
+        (
+            thread_cpu() - cpu0,
+            done - t0,
+            got,
+            late.join().unwrap(),
+            done,
+        )
     });
     assert_eq!(got.len(), 1, "{got:?}");
     check_wc(&got[0], 2, WcOpcode::SEND, 1, qpn);
-    assert!(took >= Duration::from_millis(500), "{took:?}");
+    assert!(
+        done >= posted,
+        "the send completed before its receive was posted"
+    );
     assert!(
         cpu < Duration::from_millis(150),
         "the scoped post used {cpu:?} of CPU time in {took:?}: it did not sleep"

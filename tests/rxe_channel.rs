@@ -485,6 +485,9 @@ fn a_channel_outlives_its_cqs_and_its_handle_may_go_first() {
     );
 }
 
+/// Never before the time asked (the clock starts before the call that
+/// sets the deadline); the bound above is generous, for a loaded machine
+/// or an emulated guest, where a woken thread may wait long for a core.
 #[test]
 #[ignore = "needs an RDMA device: set MLX5DV_TEST_DEVICE"]
 fn a_wait_with_no_completion_times_out_in_about_the_time_asked() {
@@ -498,7 +501,7 @@ fn a_wait_with_no_completion_times_out_in_about_the_time_asked() {
         let took = start.elapsed();
         assert!(matches!(err, Error::Timeout { .. }), "{err}");
         assert!(
-            took >= asked && took < asked + Duration::from_millis(500),
+            took >= asked && took < asked + Duration::from_secs(3),
             "asked {asked:?}, took {took:?}"
         );
         let start = Instant::now();
@@ -506,7 +509,7 @@ fn a_wait_with_no_completion_times_out_in_about_the_time_asked() {
         let took = start.elapsed();
         assert!(matches!(err, Error::Timeout { .. }), "{err}");
         assert!(
-            took >= asked && took < asked + Duration::from_millis(500),
+            took >= asked && took < asked + Duration::from_secs(3),
             "asked {asked:?}, took {took:?}"
         );
     }
