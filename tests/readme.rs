@@ -14,7 +14,10 @@ fn read(rel: &str) -> String {
 /// heading `heading`.
 fn block_after<'a>(text: &'a str, heading: &str, fence: &str) -> Vec<&'a str> {
     let mut lines = text.lines().skip_while(|l| *l != heading);
-    assert!(lines.next().is_some(), "README.md has no heading {heading:?}");
+    assert!(
+        lines.next().is_some(),
+        "README.md has no heading {heading:?}"
+    );
     let mut lines = lines.skip_while(|l| *l != fence);
     assert!(lines.next().is_some(), "no {fence} block after {heading:?}");
     lines.take_while(|l| *l != "```").collect()
