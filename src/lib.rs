@@ -499,3 +499,18 @@ pub fn destroy_failures() -> u64 {
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
+
+/// The guides' code (`docs/*.md`), compiled as doctests so it stays true.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/api-tour.md")]
+struct ApiTourDoctests;
+
+/// See [`ApiTourDoctests`].
+#[cfg(doctest)]
+#[doc = include_str!("../docs/connecting.md")]
+struct ConnectingDoctests;
+
+/// See [`ApiTourDoctests`].
+#[cfg(doctest)]
+#[doc = include_str!("../docs/direct-path.md")]
+struct DirectPathDoctests;

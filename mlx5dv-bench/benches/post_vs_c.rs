@@ -23,12 +23,12 @@
 //!   checked against the SGE's, or the memcpy's rules checked per work
 //!   request.
 //! - `rust_<shape>_natural` (three shapes): the same work as a newcomer
-//!   writes it from the README: `qp.batch()`, `.signaled()` on every work
-//!   request, `remote.slice(..)?` and `mr.sge(..)?` (or `memcpy(dest,
-//!   src)?`) inside the loop;
+//!   writes it from the API tour (docs/api-tour.md): `qp.batch()`,
+//!   `.signaled()` on every work request, `remote.slice(..)?` and
+//!   `mr.sge(..)?` (or `memcpy(dest, src)?`) inside the loop;
 //! - the completions as `WorkCompletion`s: `cq.poll_into` of one round,
 //!   `cq.wait` (and `cq.wait_into` a kept vector) of 32, `post_and_wait`
-//!   (and `post_and_wait_into`) of 32 RDMA writes written as the README
+//!   (and `post_and_wait_into`) of 32 RDMA writes written as the API tour
 //!   writes one, against C reading the same fields into an array
 //!   (`c_best_poll_full`, `c_best_cq_wait`) and C posting the writes then
 //!   polling them (`c_best_post_wait`, on a QP whose send CQ completes what
@@ -154,7 +154,7 @@ include!("common/shapes.rs");
 
 // ----- the completions as `WorkCompletion`s (this table's rows only) -----
 
-/// The 32 RDMA writes of the scoped shapes, as the README writes one.
+/// The 32 RDMA writes of the scoped shapes, as the API tour writes one.
 #[inline(always)]
 fn scoped_writes<'m>(
     b: &mut ScopedBatch<'_, 'm, ReliableConnection>,
@@ -170,7 +170,7 @@ fn scoped_writes<'m>(
     Ok(())
 }
 
-/// `post_and_wait` of 32 RDMA writes, written as the README writes one,
+/// `post_and_wait` of 32 RDMA writes, written as the API tour writes one,
 /// returned in the CQ's buffer (copied out by the harness, as above).
 #[no_mangle]
 #[inline(never)]
@@ -312,7 +312,7 @@ const CEILING_POLL_INTO: f64 = 1.10;
 const CEILING_CQ_WAIT_INTO: f64 = 1.10;
 const CEILING_CQ_WAIT: f64 = 1.10;
 // Above their goal of 1.10 (BENCHMARKS.md, "Where a goal is not met"):
-// `post_and_wait` and `post_and_wait_into` of the README's closure carry
+// `post_and_wait` and `post_and_wait_into` of the API tour's closure carry
 // its checks (1.25 times C's posting alone), the caller's ids and a test
 // per completion that it is the batch's own (1.325, 1.323). Measured plus
 // 0.05.

@@ -241,7 +241,7 @@ pub fn rust_raw_wqe(qp: &mut RcQp, wqe: &Wqe) -> Result<u32> {
     unsafe { b.complete() }
 }
 
-// ----- the natural forms: what a newcomer writes from the README -----
+// ----- the natural forms: what a newcomer writes from the API tour -----
 
 /// `remote.slice(..)?` and `src.sge(..)?` per work request, each
 /// signalled, in a `qp.batch()`.
