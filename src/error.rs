@@ -76,7 +76,7 @@ pub enum Error {
     ///
     /// ```text
     /// work request 7 on QP 0x1a2 completed with remote access error (vendor error 0x0):
-    /// the peer's device refused access to its memory: the RemoteBuf's rkey is wrong ...
+    /// the peer's device refused access to its memory: a wrong or stale rkey ...
     /// ```
     #[error("work request {wr_id} on QP {qp_num:#x} completed with {status} (vendor error {vendor_err:#x}){}", hint_suffix(*status))]
     WorkCompletion {
@@ -177,7 +177,7 @@ pub enum Error {
     ///
     /// ```text
     /// post_and_wait: QP 0x1a2b is in RESET (not connected): connect it (connect_to / ready) before posting
-    /// post_and_wait: QP 0x1a2b is in ERR: a work request failed or it was stopped; reset() it and connect again (connect_to, or ready for a DCI; a connection made through rdma_cm takes a new CmId)
+    /// post_and_wait: QP 0x1a2b is in ERR: a work request failed or it was stopped; reset() it and make it ready again as its kind does (RC, UC: connect_to; XRC: connect; DCI, DCT, UD: ready; through rdma_cm: a new CmId)
     /// ```
     #[error("{what}: QP {qp_num:#x} is in {}", crate::qp_state::not_ready(*state, *receive))]
     QpNotReady {
@@ -443,7 +443,7 @@ mod tests {
             "{text}"
         );
         assert!(
-            text.contains("reset()") && text.contains("reconnect"),
+            text.contains("reset()") && text.contains("UD: ready"),
             "{text}"
         );
         // A status without a hint ends at the vendor error.

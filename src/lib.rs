@@ -475,8 +475,8 @@ pub use pd::ProtectionDomain;
 pub use port::{Gid, GidEntry, GidType, LinkLayer, Mtu, PortAttr, PortState};
 pub use qp::{
     ConnectOptions, DcAddr, DcInitiator, DciQp, DciStreams, Dct, DctEndpoint, Endpoint,
-    Mlx5SendOps, QpBuilder, QpCaps, QpEx, QpState, RawMlx5, RawQp, RcQp, ReliableConnection,
-    RemoteDct, RemoteReadAtomic, RemoteWrite, SendOps, Transport,
+    Mlx5SendOps, QpBuilder, QpCaps, QpEx, QpKind, QpState, RawMlx5, RawQp, RcQp,
+    ReliableConnection, RemoteDct, RemoteReadAtomic, RemoteWrite, SendOps, Transport,
 };
 pub use qp::{Connected, UcQp, UnreliableConnection};
 pub use qp::{UdAddr, UdQp, UnreliableDatagram, UD_GRH_BYTES};

@@ -20,7 +20,9 @@ pub(crate) use dci::MAX_DCTN;
 pub use dci::{DcAddr, RemoteDct};
 pub use dct::{Dct, DctEndpoint};
 pub use raw::{RawMlx5, RawQp};
-pub use types::{ConnectOptions, DciStreams, Endpoint, Mlx5SendOps, QpCaps, QpState, SendOps};
+pub use types::{
+    ConnectOptions, DciStreams, Endpoint, Mlx5SendOps, QpCaps, QpKind, QpState, SendOps,
+};
 pub use uc::{UcQp, UnreliableConnection};
 pub use ud::{UdAddr, UD_GRH_BYTES};
 pub(crate) use xrc::require_xrc;
@@ -38,6 +40,7 @@ use std::sync::Arc;
 pub(crate) use ops::WrOps;
 pub(crate) use rc::{check_24_bits, check_psn, past_24_bits, MAX_24_BITS};
 pub(crate) use ready::{refusal_explained, refuse, Post};
+pub(crate) use types::versioned_form;
 
 mod sealed {
     pub trait Sealed {}

@@ -123,7 +123,7 @@ impl Default for QpCaps {
     }
 }
 
-pub use crate::qp_state::QpState;
+pub use crate::qp_state::{QpKind, QpState};
 
 /// What a peer needs to connect to a QP, exchanged out of band (the
 /// LID/QPN/PSN/GID that `ibv_rc_pingpong` sends over TCP).
