@@ -124,12 +124,18 @@ impl QpKind {
             QpKind::Rc | QpKind::Uc => {
                 "reset() it and connect it again (connect_to with the peer's Endpoint)"
             }
-            QpKind::Xrc => "reset() it and connect it again (connect(remote, psn, &opts))",
+            QpKind::Xrc => {
+                "reset() the initiator and connect(remote, psn, &opts) it again (an \
+                 XrcTgtQp has no reset(): create a new one)"
+            }
             QpKind::Dci => {
                 "reset() it and ready(psn, &opts) it again (a DCI stream in RTS: \
                  dci_stream_id_reset)"
             }
-            QpKind::Dct => "reset() it and ready(&opts) it again",
+            QpKind::Dct => {
+                "create a new Dct (a Dct has no reset()), ready(&opts) it and hand out its \
+                 DctEndpoint again"
+            }
             QpKind::Ud => "reset() it and ready(port, qkey, psn) it again",
             QpKind::RdmaCm => {
                 "a connection made through rdma_cm is not reconnected: make a new CmId"
