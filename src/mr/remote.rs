@@ -198,6 +198,12 @@ fn crc32(bytes: &[u8]) -> u32 {
     !crc
 }
 
+#[cold]
+#[inline(never)]
+fn at_most_remote_len(len: u64) -> String {
+    format!("at most {len} (the remote buffer's length)")
+}
+
 #[cfg(test)]
 mod byte_form_tests {
     use super::*;
@@ -261,10 +267,4 @@ mod byte_form_tests {
             prop_assert!(RemoteBuf::from_bytes(&b).is_err());
         }
     }
-}
-
-#[cold]
-#[inline(never)]
-fn at_most_remote_len(len: u64) -> String {
-    format!("at most {len} (the remote buffer's length)")
 }
