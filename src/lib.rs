@@ -87,7 +87,9 @@
 //!   [`PolledWc::ok`]) gives [`Error::WorkCompletion`], whose text ends
 //!   with [`WcStatus::hint`]: for a remote access error, a wrong rkey, a
 //!   region without `REMOTE_WRITE`, a range past the region or a wrong DC
-//!   key; for a flushed work request, that an earlier one failed. On
+//!   key; for a flushed work request, that an earlier one failed; and
+//!   how each QP type is made ready again. Code that knows the QP's type
+//!   has that type's own hint from [`WcStatus::hint_for`]. On
 //!   error only the id, status, QP number and vendor error of a
 //!   completion are defined (`ibv_poll_cq(3)`); `Debug` shows the rest as
 //!   `undefined`.
