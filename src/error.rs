@@ -76,7 +76,7 @@ pub enum Error {
     ///
     /// ```text
     /// work request 7 on QP 0x1a2 completed with remote access error (vendor error 0x0):
-    /// the peer's device refused access to its memory: the RemoteBuf's rkey is wrong ...
+    /// the peer's device refused access to its memory: a wrong or stale rkey ...
     /// ```
     #[error("work request {wr_id} on QP {qp_num:#x} completed with {status} (vendor error {vendor_err:#x}){}", hint_suffix(*status))]
     WorkCompletion {
@@ -177,7 +177,7 @@ pub enum Error {
     ///
     /// ```text
     /// post_and_wait: QP 0x1a2b is in RESET (not connected): connect it (connect_to / ready) before posting
-    /// post_and_wait: QP 0x1a2b is in ERR: a work request failed or it was stopped; reset() it and connect again (connect_to, or ready for a DCI; a connection made through rdma_cm takes a new CmId)
+    /// post_and_wait: QP 0x1a2b is in ERR: a work request failed or it was stopped; reset() it and make it ready again as its kind does (RC, UC: connect_to; XRC: connect; DCI, DCT, UD: ready; through rdma_cm: a new CmId)
     /// ```
     #[error("{what}: QP {qp_num:#x} is in {}", crate::qp_state::not_ready(*state, *receive))]
     QpNotReady {
@@ -443,7 +443,7 @@ mod tests {
             "{text}"
         );
         assert!(
-            text.contains("reset()") && text.contains("reconnect"),
+            text.contains("reset()") && text.contains("UD: ready"),
             "{text}"
         );
         // A status without a hint ends at the vendor error.
@@ -508,16 +508,26 @@ mod tests {
     }
 }
 
-/// The text of [`Error::DeviceNotFound`].
+/// The text of [`Error::DeviceNotFound`]: what was missing, what there
+/// is, and what to do next.
 fn device_not_found(name: &str, found: &str) -> String {
-    if name.is_empty() {
-        format!(
-            "no RDMA device (found: {found}): is an RDMA driver loaded, or soft-RoCE set up \
-             (rdma link add rxe0 type rxe netdev ...)?"
-        )
+    let missing = if name.is_empty() {
+        format!("no RDMA device (found: {found})")
     } else {
         format!("no RDMA device named {name:?} (found: {found})")
-    }
+    };
+    let others = if found == "none" || found.is_empty() {
+        ""
+    } else {
+        "name one of those, or "
+    };
+    format!(
+        "{missing}: {others}{}",
+        "without RDMA hardware run under the software mlx5 device (mlx5-sim -- <command>, \
+         from `cargo install mlx5dv-sim` or scripts/mlx5-sim in the repository, whose \
+         device is mlx5_0), in the soft-RoCE guest (scripts/rxe-vm), or load soft-RoCE \
+         (modprobe rdma_rxe; rdma link add rxe0 type rxe netdev <interface>)"
+    )
 }
 
 #[cfg(test)]
@@ -525,21 +535,46 @@ mod device_not_found_tests {
     use super::Error;
 
     #[test]
-    fn no_device_at_all_says_so_and_what_to_check() {
+    fn no_device_says_what_to_run_next() {
         let none = Error::DeviceNotFound {
             name: String::new(),
             found: "none".into(),
         };
         let text = none.to_string();
-        assert!(text.starts_with("no RDMA device (found: none)"), "{text}");
-        assert!(text.contains("RDMA driver"), "{text}");
+        assert!(
+            text.starts_with("no RDMA device (found: none): without RDMA hardware run under"),
+            "{text}"
+        );
+        for next in [
+            "mlx5-sim -- <command>",
+            "cargo install mlx5dv-sim",
+            "scripts/mlx5-sim",
+            "scripts/rxe-vm",
+            "rdma_rxe",
+        ] {
+            assert!(text.contains(next), "{next}: {text}");
+        }
+        let absent = Error::DeviceNotFound {
+            name: "mlx5_0".into(),
+            found: "none".into(),
+        };
+        let text = absent.to_string();
+        assert!(
+            text.starts_with("no RDMA device named \"mlx5_0\" (found: none): without RDMA"),
+            "{text}"
+        );
+        assert!(text.contains("mlx5-sim -- <command>"), "{text}");
         let named = Error::DeviceNotFound {
             name: "mlx5_9".into(),
             found: "mlx5_0, rxe0".into(),
         };
-        assert_eq!(
-            named.to_string(),
-            "no RDMA device named \"mlx5_9\" (found: mlx5_0, rxe0)"
+        let text = named.to_string();
+        assert!(
+            text.starts_with(
+                "no RDMA device named \"mlx5_9\" (found: mlx5_0, rxe0): name one of those, or \
+                 without RDMA hardware run under the software mlx5 device"
+            ),
+            "{text}"
         );
     }
 }

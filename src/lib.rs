@@ -87,7 +87,9 @@
 //!   [`PolledWc::ok`]) gives [`Error::WorkCompletion`], whose text ends
 //!   with [`WcStatus::hint`]: for a remote access error, a wrong rkey, a
 //!   region without `REMOTE_WRITE`, a range past the region or a wrong DC
-//!   key; for a flushed work request, that an earlier one failed. On
+//!   key; for a flushed work request, that an earlier one failed; and
+//!   how each QP type is made ready again. Code that knows the QP's type
+//!   has that type's own hint from [`WcStatus::hint_for`]. On
 //!   error only the id, status, QP number and vendor error of a
 //!   completion are defined (`ibv_poll_cq(3)`); `Debug` shows the rest as
 //!   `undefined`.
@@ -475,8 +477,8 @@ pub use pd::ProtectionDomain;
 pub use port::{Gid, GidEntry, GidType, LinkLayer, Mtu, PortAttr, PortState};
 pub use qp::{
     ConnectOptions, DcAddr, DcInitiator, DciQp, DciStreams, Dct, DctEndpoint, Endpoint,
-    Mlx5SendOps, QpBuilder, QpCaps, QpEx, QpState, RawMlx5, RawQp, RcQp, ReliableConnection,
-    RemoteDct, RemoteReadAtomic, RemoteWrite, SendOps, Transport,
+    Mlx5SendOps, QpBuilder, QpCaps, QpEx, QpKind, QpState, RawMlx5, RawQp, RcQp,
+    ReliableConnection, RemoteDct, RemoteReadAtomic, RemoteWrite, SendOps, Transport,
 };
 pub use qp::{Connected, UcQp, UnreliableConnection};
 pub use qp::{UdAddr, UdQp, UnreliableDatagram, UD_GRH_BYTES};

@@ -79,6 +79,76 @@ impl fmt::Display for QpState {
     }
 }
 
+/// Which kind of QP a failure happened on, for the hints that differ by
+/// kind: how a QP of this kind becomes ready again after the error state
+/// ([`recovery`](Self::recovery)), and what a remote access error means
+/// on it ([`WcStatus::hint_for`](crate::WcStatus::hint_for)).
+///
+/// A completion names its QP by number only, so the crate's errors give
+/// the hint for every kind ([`WcStatus::hint`](crate::WcStatus::hint));
+/// code that knows the QP asks for its kind's.
+///
+/// ```
+/// use mlx5dv::QpKind;
+///
+/// assert!(QpKind::Ud.recovery().contains("ready(port, qkey, psn)"));
+/// assert!(!QpKind::Ud.recovery().contains("connect_to"));
+/// assert!(QpKind::Rc.recovery().contains("connect_to"));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum QpKind {
+    /// An RC QP connected with [`connect_to`](crate::QpEx::connect_to) (a
+    /// [`RcQp`](crate::RcQp)).
+    Rc,
+    /// A UC QP (a [`UcQp`](crate::UcQp)).
+    Uc,
+    /// An XRC initiator ([`XrcIniQp`](crate::XrcIniQp)) or target
+    /// ([`XrcTgtQp`](crate::XrcTgtQp)), connected with `connect`.
+    Xrc,
+    /// A DC initiator ([`DciQp`](crate::DciQp)).
+    Dci,
+    /// A DC target ([`Dct`](crate::Dct)).
+    Dct,
+    /// A UD QP ([`UdQp`](crate::UdQp)).
+    Ud,
+    /// An RC QP connected through rdma_cm (the `rdma-cm` feature's `CmId`).
+    RdmaCm,
+}
+
+impl QpKind {
+    /// How a QP of this kind leaves the error state and becomes ready
+    /// again, in this crate's calls.
+    pub const fn recovery(self) -> &'static str {
+        match self {
+            QpKind::Rc | QpKind::Uc => {
+                "reset() it and connect it again (connect_to with the peer's Endpoint)"
+            }
+            QpKind::Xrc => {
+                "reset() the initiator and connect(remote, psn, &opts) it again (an \
+                 XrcTgtQp has no reset(): create a new one)"
+            }
+            QpKind::Dci => {
+                "reset() it and ready(psn, &opts) it again (a DCI stream in RTS: \
+                 dci_stream_id_reset)"
+            }
+            QpKind::Dct => {
+                "create a new Dct (a Dct has no reset()), ready(&opts) it and hand out its \
+                 DctEndpoint again"
+            }
+            QpKind::Ud => "reset() it and ready(port, qkey, psn) it again",
+            QpKind::RdmaCm => {
+                "a connection made through rdma_cm is not reconnected: make a new CmId"
+            }
+        }
+    }
+}
+
+/// How a QP of any kind becomes ready again: [`QpKind::recovery`] for a
+/// QP whose kind is not known where the text is made.
+pub(crate) const ANY_RECOVERY: &str = "reset() it and make it ready again as its kind does (RC, \
+     UC: connect_to; XRC: connect; DCI, DCT, UD: ready; through rdma_cm: a new CmId)";
+
 /// The text of [`Error::QpNotReady`](crate::Error::QpNotReady) after
 /// `QP 0x… is in `: the state, what it means for the refused post, and
 /// what to do.
@@ -100,9 +170,7 @@ pub(crate) fn not_ready(state: QpState, receive: bool) -> String {
              sends (a DCI whose ready stopped at RTR: reset() it and ready it again)"
         }
         (QpState::Err, _) => {
-            ": a work request failed or it was stopped; reset() it and connect again \
-             (connect_to, or ready for a DCI; a connection made through rdma_cm takes a \
-             new CmId)"
+            return format!("{state}: a work request failed or it was stopped; {ANY_RECOVERY}");
         }
         _ => ": it does not take this post",
     };
@@ -143,9 +211,35 @@ mod tests {
         assert!(not_ready(QpState::Reset, true).contains("receives are taken from INIT on"));
         assert!(not_ready(QpState::Init, false).starts_with("INIT (not ready to send): "));
         assert!(not_ready(QpState::Rtr, false).starts_with("RTR (not ready to send): "));
-        assert!(not_ready(QpState::Err, false).starts_with(
-            "ERR: a work request failed or it was stopped; reset() it and connect again \
-             (connect_to, or ready for a DCI"
-        ));
+        assert_eq!(
+            not_ready(QpState::Err, false),
+            "ERR: a work request failed or it was stopped; reset() it and make it ready \
+             again as its kind does (RC, UC: connect_to; XRC: connect; DCI, DCT, UD: ready; \
+             through rdma_cm: a new CmId)"
+        );
+    }
+}
+
+#[cfg(test)]
+mod kind_tests {
+    use super::*;
+
+    #[test]
+    fn each_kind_names_its_own_way_back() {
+        let calls = [
+            (QpKind::Rc, "connect_to"),
+            (QpKind::Uc, "connect_to"),
+            (QpKind::Xrc, "connect(remote, psn, &opts)"),
+            (QpKind::Dci, "ready(psn, &opts)"),
+            (QpKind::Dct, "ready(&opts)"),
+            (QpKind::Ud, "ready(port, qkey, psn)"),
+            (QpKind::RdmaCm, "new CmId"),
+        ];
+        for (kind, call) in calls {
+            let text = kind.recovery();
+            assert!(text.contains(call), "{kind:?}: {text}");
+            let ready_kind = matches!(kind, QpKind::Dci | QpKind::Dct | QpKind::Ud);
+            assert_eq!(text.contains("connect"), !ready_kind, "{kind:?}: {text}");
+        }
     }
 }

@@ -9,9 +9,11 @@
 //!   fit in 24 bits; a missing or unknown field is refused.
 //! - A [`DctEndpoint`] is a struct of `dctn`, `dc_key`, `lid` and `gid`,
 //!   and a [`RemoteBuf`] one of `addr`, `len` and `rkey`; reading one
-//!   checks what its `from_bytes` checks (a DCT number of 24 bits; a
-//!   buffer that does not run past the end of the address space), and
-//!   refuses a missing, unknown or repeated field.
+//!   checks what its `from_bytes` checks of the fields (a DCT number of 24
+//!   bits; a buffer whose end, `addr + len`, does not overflow 2^64), and
+//!   refuses a missing, unknown or repeated field. (The byte forms'
+//!   version and check guard the bytes; the serde formats carry no
+//!   version.)
 //!
 //! The example is on [`Endpoint`].
 

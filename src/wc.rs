@@ -133,8 +133,8 @@ named_values!(WcStatus {
 macro_rules! reconnect {
     () => {
         "; the QP is now in the error state and flushes every later work request: \
-         reset() it and reconnect it (connect_to, or ready for a DCI; a DCI with streams \
-         that state() still shows in RTS needs only dci_stream_id_reset)"
+         reset() it and make it ready again as its kind does (RC, UC: connect_to; XRC: \
+         connect; DCI, DCT, UD: ready; through rdma_cm: a new CmId)"
     };
 }
 
@@ -171,8 +171,9 @@ impl WcStatus {
             Self::LOC_LEN_ERR => concat!(
                 "on a receive, the message that arrived was longer than the receive's \
                  scatter list (post_recv, SharedReceiveQueue::post_recv, AsyncQp::recv): \
-                 post receives as long as the peer's longest send; on a send, the message \
-                 was longer than the port's maximum message size",
+                 post receives as long as the peer's longest send (on UD, plus the 40-byte \
+                 GRH before it: UD_GRH_BYTES); on a send, the message was longer than the \
+                 port's maximum message size",
                 reconnect!()
             ),
             Self::LOC_QP_OP_ERR => concat!(
@@ -195,8 +196,9 @@ impl WcStatus {
                 "the work request did not run: its QP was in the error state, because an \
                  earlier work request failed (the first completion with another status \
                  says why) or the QP was stopped (to_error, a post_and_wait that timed \
-                 out, an AsyncQp reset); reset() the QP and reconnect it (connect_to, or \
-                 ready for a DCI), then post again"
+                 out, an AsyncQp reset); reset() the QP and make it ready again as its \
+                 kind does (RC, UC: connect_to; XRC: connect; DCI, DCT, UD: ready; through \
+                 rdma_cm: a new CmId), then post again"
             }
             Self::MW_BIND_ERR => concat!(
                 "binding a memory window failed: the region was registered without \
@@ -228,14 +230,10 @@ impl WcStatus {
                 reconnect!()
             ),
             Self::REM_ACCESS_ERR => concat!(
-                "the peer's device refused access to its memory: the RemoteBuf's rkey is \
-                 wrong (another region's, one of another protection domain than the peer's \
-                 QP, or stale after the peer registered again), the \
-                 remote region was registered without AccessFlags::REMOTE_WRITE, \
-                 REMOTE_READ or REMOTE_ATOMIC for this operation, the address range \
-                 reaches outside the remote region, or on DC the DcAddr's remote_dc_key \
-                 differs from the DCT's access key; check the RemoteBuf the peer sent \
-                 (MemoryRegion::remote of the right region) and that region's access",
+                "the peer's device refused access to its memory: a wrong or stale rkey (a \
+                 memory window invalidated or bound anew), a range outside the region or \
+                 window, no REMOTE_WRITE, REMOTE_READ or REMOTE_ATOMIC access for the \
+                 operation, or on DC a remote_dc_key other than the DCT's DC key",
                 reconnect!()
             ),
             Self::REM_OP_ERR => concat!(
@@ -308,6 +306,56 @@ impl WcStatus {
                  in software (rdma-core's tag-matching documentation)"
             }
             _ => return None,
+        })
+    }
+
+    /// [`hint`](Self::hint) for a work request of a QP whose kind is
+    /// known: causes that cannot happen on that kind are left out, and the
+    /// way back out of the error state is that kind's
+    /// ([`QpKind::recovery`](crate::QpKind::recovery)). `None` where
+    /// [`hint`](Self::hint) is.
+    ///
+    /// ```
+    /// use mlx5dv::{QpKind, WcStatus};
+    ///
+    /// let ud = WcStatus::LOC_LEN_ERR.hint_for(QpKind::Ud).unwrap_or_default();
+    /// assert!(ud.contains("UD_GRH_BYTES") && ud.contains("ready(port, qkey, psn)"));
+    /// let dci = WcStatus::REM_ACCESS_ERR.hint_for(QpKind::Dci).unwrap_or_default();
+    /// assert!(dci.contains("DC key") && dci.contains("memory window"));
+    /// ```
+    pub fn hint_for(self, kind: crate::QpKind) -> Option<String> {
+        use crate::QpKind;
+        let generic = self.hint()?;
+        let back = kind.recovery();
+        let in_err = "; the QP is in ERR";
+        Some(match (self, kind) {
+            (Self::LOC_LEN_ERR, QpKind::Ud) => format!(
+                "the message that arrived was longer than the receive's scatter list less \
+                 the 40-byte GRH the device writes first (UD_GRH_BYTES): post UD receives \
+                 of UD_GRH_BYTES plus the peer's longest send{in_err}: {back}"
+            ),
+            (Self::REM_ACCESS_ERR, QpKind::Dci) => format!(
+                "the DCT refused access: the DcAddr's remote_dc_key is not the DCT's DC \
+                 key, or a wrong or stale rkey (a memory window invalidated or \
+                 bound anew), a range past the region, or no remote access{in_err}: {back}"
+            ),
+            (Self::REM_ACCESS_ERR, QpKind::Rc | QpKind::Uc | QpKind::Xrc | QpKind::RdmaCm) => {
+                format!(
+                    "the peer refused the access: a wrong or stale rkey (a memory window \
+                     invalidated or bound anew), a range past the region or window, or no \
+                     REMOTE_WRITE/READ/ATOMIC access for the op; check the peer's \
+                     RemoteBuf{in_err}: {back}"
+                )
+            }
+            (Self::WR_FLUSH_ERR, _) => format!(
+                "the work request did not run: its QP was in the error state, because an \
+                 earlier work request failed (the first completion with another status \
+                 says why) or the QP was stopped; {back}, then post again"
+            ),
+            _ => match generic.strip_suffix(reconnect!()) {
+                Some(cause) => format!("{cause}{in_err}: {back}"),
+                None => generic.to_owned(),
+            },
         })
     }
 }
@@ -520,10 +568,93 @@ mod tests {
         ] {
             let hint = status.hint().unwrap();
             assert!(
-                hint.contains("reset()") && hint.contains("reconnect"),
+                hint.contains("reset()")
+                    && hint.contains("RC, UC: connect_to; XRC: connect; DCI, DCT, UD: ready"),
                 "{status:?}: {hint}"
             );
+            // Each kind's own hint names its way back, and only that.
+            for kind in KINDS {
+                let hint = status.hint_for(kind).unwrap();
+                assert!(
+                    hint.contains(kind.recovery()),
+                    "{kind:?} {status:?}: {hint}"
+                );
+                assert!(
+                    !hint.contains("ready for a DCI"),
+                    "{kind:?} {status:?}: {hint}"
+                );
+            }
         }
+        for kind in KINDS {
+            assert_eq!(WcStatus::SUCCESS.hint_for(kind), None);
+        }
+    }
+
+    const KINDS: [crate::QpKind; 7] = [
+        crate::QpKind::Rc,
+        crate::QpKind::Uc,
+        crate::QpKind::Xrc,
+        crate::QpKind::Dci,
+        crate::QpKind::Dct,
+        crate::QpKind::Ud,
+        crate::QpKind::RdmaCm,
+    ];
+
+    #[test]
+    fn a_ud_receive_too_short_names_the_grh_and_ready() {
+        let ud = WcStatus::LOC_LEN_ERR.hint_for(crate::QpKind::Ud).unwrap();
+        for word in ["40-byte GRH", "UD_GRH_BYTES", "ready(port, qkey, psn)"] {
+            assert!(ud.contains(word), "{word}: {ud}");
+        }
+        assert!(!ud.contains("connect"), "{ud}");
+        // Without the kind, the hint still names the GRH for UD.
+        let any = WcStatus::LOC_LEN_ERR.hint().unwrap();
+        assert!(
+            any.contains("UD_GRH_BYTES") && any.contains("UD: ready"),
+            "{any}"
+        );
+        let rc = WcStatus::LOC_LEN_ERR.hint_for(crate::QpKind::Rc).unwrap();
+        assert!(rc.contains("connect_to") && !rc.contains("ready"), "{rc}");
+    }
+
+    #[test]
+    fn remote_access_hints_are_short_and_fit_the_kind() {
+        use crate::QpKind;
+        let dci = WcStatus::REM_ACCESS_ERR.hint_for(QpKind::Dci).unwrap();
+        for word in [
+            "remote_dc_key",
+            "DC key",
+            "rkey",
+            "memory window",
+            "ready(psn",
+        ] {
+            assert!(dci.contains(word), "{word}: {dci}");
+        }
+        let rc = WcStatus::REM_ACCESS_ERR.hint_for(QpKind::Rc).unwrap();
+        for word in [
+            "rkey",
+            "memory window",
+            "REMOTE_WRITE",
+            "RemoteBuf",
+            "connect_to",
+        ] {
+            assert!(rc.contains(word), "{word}: {rc}");
+        }
+        assert!(!rc.contains("DC"), "{rc}");
+        let xrc = WcStatus::REM_ACCESS_ERR.hint_for(QpKind::Xrc).unwrap();
+        assert!(xrc.contains("connect(remote"), "{xrc}");
+        for (kind, hint) in [(QpKind::Rc, &rc), (QpKind::Dci, &dci)] {
+            assert!(hint.len() <= 300, "{kind:?}: {} chars: {hint}", hint.len());
+        }
+        // The kind-blind hint is short too (before its way back), and
+        // lists memory windows and the DC key among the causes.
+        let any = WcStatus::REM_ACCESS_ERR.hint().unwrap();
+        let cause = any.split("; the QP is now").next().unwrap();
+        assert!(cause.len() <= 300, "{} chars: {cause}", cause.len());
+        assert!(
+            any.contains("memory window") && any.contains("DC key"),
+            "{any}"
+        );
     }
 
     #[test]
@@ -538,7 +669,7 @@ mod tests {
             WcStatus::REM_ACCESS_ERR,
             &[
                 "rkey",
-                "RemoteBuf",
+                "memory window",
                 "REMOTE_WRITE",
                 "REMOTE_READ",
                 "remote_dc_key",

@@ -277,7 +277,7 @@ fn remote_buf_rows<'a>() -> Vec<Row<'a, Fx>> {
     };
     rows.push(pure(
         "RemoteBuf(addr 2^64 - 8, 64 bytes).slice(16, 8): the address overflows",
-        OutOfRange("remote range end address"),
+        OutOfRange("remote range address"),
         move || high.slice(16, 8),
     ));
     rows

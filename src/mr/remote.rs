@@ -50,50 +50,89 @@ impl RemoteBuf {
     }
 
     /// The length of the byte form ([`to_bytes`](Self::to_bytes)).
-    pub const BYTES: usize = 20;
+    pub const BYTES: usize = 28;
+    /// The version of the byte form this crate writes and reads.
+    pub const VERSION: u8 = 1;
 
     /// The byte form, to send to the peer with the QP's
-    /// [`Endpoint`](crate::Endpoint) (over TCP, in a file): the address,
-    /// the length, big-endian (8 bytes each), then the rkey (4 bytes).
-    /// (With the `serde` feature, a struct of `addr`, `len` and `rkey`
-    /// too, read with the same check.)
+    /// [`Endpoint`](crate::Endpoint) (over TCP, in a file). Versioned as
+    /// the endpoints' byte forms are, and checked: a CRC-32 of the first
+    /// 24 bytes ends it, so that a garbled or misaligned exchange is
+    /// refused by [`from_bytes`](Self::from_bytes) rather than found as a
+    /// remote access error after posting. Stable: a later release that
+    /// changes it writes another version, which this one refuses. (With
+    /// the `serde` feature, a struct of `addr`, `len` and `rkey` too, read
+    /// with the same check of the address range.)
+    ///
+    /// | offset | bytes | field |
+    /// |---|---|---|
+    /// | 0 | 1 | version: 1 |
+    /// | 1 | 3 | reserved: 0 |
+    /// | 4 | 4 | rkey, big-endian |
+    /// | 8 | 8 | address, big-endian |
+    /// | 16 | 8 | length, big-endian |
+    /// | 24 | 4 | CRC-32 (IEEE 802.3, as zlib's `crc32`) of bytes 0..24, big-endian |
     ///
     /// ```
     /// use mlx5dv::RemoteBuf;
     ///
     /// let r = RemoteBuf { addr: 0x7f00_0000_1000, len: 4096, rkey: 0x1234 };
-    /// assert_eq!(RemoteBuf::from_bytes(&r.to_bytes())?, r);
-    /// assert!(RemoteBuf::from_bytes(&[0; 19]).is_err());
+    /// let bytes = r.to_bytes();
+    /// assert_eq!(bytes[..8], [1, 0, 0, 0, 0, 0, 0x12, 0x34]);
+    /// assert_eq!(RemoteBuf::from_bytes(&bytes)?, r);
+    /// let mut garbled = bytes;
+    /// garbled[9] ^= 1;
+    /// assert!(RemoteBuf::from_bytes(&garbled).is_err());
+    /// assert!(RemoteBuf::from_bytes(&bytes[..20]).is_err());
     /// # Ok::<(), mlx5dv::Error>(())
     /// ```
     pub fn to_bytes(&self) -> [u8; Self::BYTES] {
         let mut b = [0u8; Self::BYTES];
-        b[0..8].copy_from_slice(&self.addr.to_be_bytes());
-        b[8..16].copy_from_slice(&self.len.to_be_bytes());
-        b[16..20].copy_from_slice(&self.rkey.to_be_bytes());
+        b[0] = Self::VERSION;
+        b[4..8].copy_from_slice(&self.rkey.to_be_bytes());
+        b[8..16].copy_from_slice(&self.addr.to_be_bytes());
+        b[16..24].copy_from_slice(&self.len.to_be_bytes());
+        let check = crc32(&b[..24]);
+        b[24..28].copy_from_slice(&check.to_be_bytes());
         b
     }
 
     /// Reads the byte form of [`to_bytes`](Self::to_bytes): exactly
-    /// [`BYTES`](Self::BYTES) bytes, else [`Error::OutOfRange`]. A buffer
-    /// that runs past the end of the address space is refused too.
+    /// [`BYTES`](Self::BYTES) bytes of version 1 (else
+    /// [`Error::OutOfRange`] for the length, [`Error::InvalidArgument`]
+    /// for the version), whose reserved bytes are 0 and whose CRC-32
+    /// matches (else [`Error::InvalidArgument`]). A buffer whose end,
+    /// `addr + len`, overflows 2^64 is refused too
+    /// ([`Error::OutOfRange`]; a length of `u64::MAX` is
+    /// [`unbounded`](Self::unbounded)'s, and taken).
     pub fn from_bytes(bytes: &[u8]) -> Result<Self> {
-        let b: &[u8; Self::BYTES] = bytes.try_into().map_err(|_| Error::OutOfRange {
-            what: "RemoteBuf byte form length",
-            value: bytes.len() as u64,
-            limit: format!("exactly {} bytes", Self::BYTES),
-        })?;
-        let mut word = [0u8; 8];
-        word.copy_from_slice(&b[0..8]);
-        let addr = u64::from_be_bytes(word);
-        word.copy_from_slice(&b[8..16]);
-        let len = u64::from_be_bytes(word);
-        let rkey = u32::from_be_bytes([b[16], b[17], b[18], b[19]]);
+        let b = crate::qp::versioned_form::<{ Self::BYTES }>(
+            bytes,
+            ("RemoteBuf", "RemoteBuf byte form length"),
+            Self::VERSION,
+        )?;
+        let sent = u32::from_be_bytes([b[24], b[25], b[26], b[27]]);
+        let computed = crc32(&b[..24]);
+        if sent != computed || b[2] != 0 || b[3] != 0 {
+            return Err(Error::InvalidArgument(format!(
+                "RemoteBuf byte form fails its check (CRC-32 {sent:#010x}, computed \
+                 {computed:#010x}; reserved bytes {:#04x} {:#04x}): the bytes were garbled \
+                 or are not a RemoteBuf's to_bytes",
+                b[2], b[3]
+            )));
+        }
+        let word = |i: usize| {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(&b[i..i + 8]);
+            u64::from_be_bytes(w)
+        };
+        let rkey = u32::from_be_bytes([b[4], b[5], b[6], b[7]]);
+        let (addr, len) = (word(8), word(16));
         if len != u64::MAX && addr.checked_add(len).is_none() {
             return Err(Error::OutOfRange {
-                what: "RemoteBuf end address",
-                value: addr.saturating_add(len),
-                limit: past_address_space(),
+                what: "RemoteBuf address",
+                value: addr,
+                limit: overflows("len", len),
             });
         }
         Ok(RemoteBuf { addr, len, rkey })
@@ -118,9 +157,9 @@ impl RemoteBuf {
                 rkey: self.rkey,
             }),
             Some(end) if end <= self.len => Err(Error::OutOfRange {
-                what: "remote range end address",
-                value: self.addr.saturating_add(end),
-                limit: past_address_space(),
+                what: "remote range address",
+                value: self.addr,
+                limit: overflows("offset + len", end),
             }),
             _ => Err(Error::OutOfRange {
                 what: "remote range end",
@@ -131,14 +170,101 @@ impl RemoteBuf {
     }
 }
 
+/// The rule an address broke whose end overflows: `addr + {what}` (whose
+/// value is `n`) overflows 2^64.
 #[cold]
 #[inline(never)]
-fn past_address_space() -> String {
-    "below 2^64 (the remote buffer runs past the end of the address space)".into()
+fn overflows(what: &str, n: u64) -> String {
+    format!(
+        "addr + {what} (= {n}) overflows 2^64: the remote buffer would run past the end of \
+         the address space"
+    )
+}
+
+/// The CRC-32 of IEEE 802.3 (zlib's `crc32`, reflected, polynomial
+/// 0xedb88320) of `bytes`: the check of [`RemoteBuf`]'s byte form.
+fn crc32(bytes: &[u8]) -> u32 {
+    let mut crc = !0u32;
+    for &byte in bytes {
+        crc ^= u32::from(byte);
+        for _ in 0..8 {
+            crc = if crc & 1 == 1 {
+                (crc >> 1) ^ 0xedb8_8320
+            } else {
+                crc >> 1
+            };
+        }
+    }
+    !crc
 }
 
 #[cold]
 #[inline(never)]
 fn at_most_remote_len(len: u64) -> String {
     format!("at most {len} (the remote buffer's length)")
+}
+
+#[cfg(test)]
+mod byte_form_tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn crc32_is_zlibs() {
+        assert_eq!(crc32(b"123456789"), 0xcbf4_3926);
+        assert_eq!(crc32(b""), 0);
+    }
+
+    #[test]
+    fn an_overflowing_range_says_so_without_contradiction() {
+        let mut b = RemoteBuf {
+            addr: u64::MAX - 4095,
+            len: 8192,
+            rkey: 1,
+        }
+        .to_bytes();
+        let text = RemoteBuf::from_bytes(&b).unwrap_err().to_string();
+        assert_eq!(
+            text,
+            "RemoteBuf address = 18446744073709547520 is out of range: addr + len (= 8192) \
+             overflows 2^64: the remote buffer would run past the end of the address space"
+        );
+        // Unbounded (len u64::MAX) is taken at any address.
+        let top = RemoteBuf::unbounded(u64::MAX - 1, 3);
+        assert_eq!(RemoteBuf::from_bytes(&top.to_bytes()).unwrap(), top);
+        // The old 20-byte form is refused by its length, a future version
+        // by its version, a flipped bit by the check.
+        assert!(matches!(
+            RemoteBuf::from_bytes(&b[..20]),
+            Err(Error::OutOfRange { value: 20, .. })
+        ));
+        b[27] ^= 0x80;
+        let text = RemoteBuf::from_bytes(&b).unwrap_err().to_string();
+        assert!(text.contains("fails its check"), "{text}");
+        b[27] ^= 0x80;
+        b[0] = 2;
+        let text = RemoteBuf::from_bytes(&b).unwrap_err().to_string();
+        assert!(text.contains("version 2"), "{text}");
+    }
+
+    proptest! {
+        #[test]
+        fn every_buffer_round_trips(addr: u64, len: u64, rkey: u32) {
+            let len = if addr.checked_add(len).is_some() { len } else { u64::MAX };
+            let r = RemoteBuf { addr, len, rkey };
+            prop_assert_eq!(RemoteBuf::from_bytes(&r.to_bytes()).unwrap(), r);
+        }
+
+        #[test]
+        fn random_bytes_do_not_decode(bytes in proptest::array::uniform28(any::<u8>())) {
+            prop_assert!(RemoteBuf::from_bytes(&bytes).is_err());
+        }
+
+        #[test]
+        fn one_flipped_bit_is_refused(addr: u64, len in 0u64..1 << 40, rkey: u32, bit in 0usize..224) {
+            let mut b = RemoteBuf { addr: addr >> 1, len, rkey }.to_bytes();
+            b[bit / 8] ^= 1 << (bit % 8);
+            prop_assert!(RemoteBuf::from_bytes(&b).is_err());
+        }
+    }
 }

@@ -95,8 +95,36 @@ impl DciStreams {
     }
 }
 
-/// Queue sizes (`struct ibv_qp_cap`): asked for at creation, and what the
-/// QP actually got ([`QpEx::caps`](crate::QpEx::caps)).
+/// Queue sizes (`struct ibv_qp_cap`): asked for at creation
+/// ([`QpBuilder::caps`](crate::QpBuilder::caps)), and what the QP actually
+/// got ([`QpEx::caps`](crate::QpEx::caps)).
+///
+/// `Default` asks for:
+///
+/// | field | default | meaning |
+/// |---|---|---|
+/// | [`max_send_wr`](Self::max_send_wr) | 128 | work requests the send queue holds |
+/// | [`max_recv_wr`](Self::max_recv_wr) | 128 | receives the receive queue holds (0 on a DCI, or with an SRQ) |
+/// | [`max_send_sge`](Self::max_send_sge) | 4 | scatter/gather entries of one send work request |
+/// | [`max_recv_sge`](Self::max_recv_sge) | 4 | scatter/gather entries of one receive |
+/// | [`max_inline_data`](Self::max_inline_data) | 64 | bytes one send may carry inline |
+///
+/// Each is a minimum: the provider may give more, and what it gives is
+/// what the QP holds to. mlx5 rounds the queue depths up to a power of
+/// two, and sizes the send WQE for the scatter/gather entries and reports
+/// the inline room that size leaves, so asking for `max_inline_data` 0
+/// gives 12 there. Read the values the QP got back with
+/// [`QpEx::caps`](crate::QpEx::caps), not from what was asked; a value
+/// above the device's limits ([`DeviceAttr`](crate::DeviceAttr)) fails
+/// the creation.
+///
+/// ```
+/// use mlx5dv::QpCaps;
+///
+/// let c = QpCaps::default();
+/// assert_eq!((c.max_send_wr, c.max_recv_wr), (128, 128));
+/// assert_eq!((c.max_send_sge, c.max_recv_sge, c.max_inline_data), (4, 4, 64));
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct QpCaps {
     /// Send queue depth.
@@ -123,7 +151,7 @@ impl Default for QpCaps {
     }
 }
 
-pub use crate::qp_state::QpState;
+pub use crate::qp_state::{QpKind, QpState};
 
 /// What a peer needs to connect to a QP, exchanged out of band (the
 /// LID/QPN/PSN/GID that `ibv_rc_pingpong` sends over TCP).
