@@ -13,6 +13,7 @@ pub(crate) mod transitions;
 mod types;
 mod uc;
 mod ud;
+mod ud_endpoint;
 mod xrc;
 
 pub use builder::QpBuilder;
@@ -23,6 +24,7 @@ pub use raw::{RawMlx5, RawQp};
 pub use types::{ConnectOptions, DciStreams, Endpoint, Mlx5SendOps, QpCaps, QpState, SendOps};
 pub use uc::{UcQp, UnreliableConnection};
 pub use ud::{UdAddr, UD_GRH_BYTES};
+pub use ud_endpoint::{UdDest, UdEndpoint};
 pub(crate) use xrc::require_xrc;
 pub use xrc::{XrcIniQp, XrcInitiator, XrcSrqn};
 
