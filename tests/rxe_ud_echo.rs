@@ -118,13 +118,13 @@ fn serve(port: u16) {
         let src_qp = wc.src_qp.expect("a receive's source QP");
         let slid = wc.slid.expect("a receive's source LID");
         assert_eq!((src_qp, slid), (client.qpn, client.lid), "{wc:?}");
-        let back = AhAttr::from_received(&s.ctx, 1, &area, wc.wc_flags, slid).expect("the path back");
+        let back =
+            AhAttr::from_received(&s.ctx, 1, &area, wc.wc_flags, slid).expect("the path back");
         let ah = AddressHandle::new(&s.pd, &back).expect("the AH back");
         s.mr.write_at(MESSAGES * SLOT, &msg).unwrap();
         let mr = &s.mr;
-        let wcs = s
-            .qp
-            .post_and_wait(&mut s.cq, WAIT, |b| {
+        let wcs =
+            s.qp.post_and_wait(&mut s.cq, WAIT, |b| {
                 b.wr(100 + i as u64, UdAddr::new(&ah, src_qp, QKEY))
                     .signaled()
                     .send()
@@ -138,7 +138,10 @@ fn serve(port: u16) {
     }
     // The second message came while the first answer was being waited
     // for: that wait kept it for the next, which answered it all the same.
-    assert_eq!(answered[0], 1, "the second receive was not kept: {answered:?}");
+    assert_eq!(
+        answered[0], 1,
+        "the second receive was not kept: {answered:?}"
+    );
     tcp.write_all(b"d").expect("say done");
     let _ = tcp.read(&mut [0; 1]);
 }
@@ -173,6 +176,20 @@ fn a_ud_echo_server_with_one_cq_answers_each_sender_from_its_completion() {
     tcp.set_nonblocking(false).expect("blocking");
     tcp.set_read_timeout(Some(LIMIT)).expect("read timeout");
 
+    // Whatever happens to the client, the server's output is shown.
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| client(&mut tcp)));
+    drop(tcp);
+    let out = finish(child, "the server", LIMIT);
+    if let Err(panic) = outcome {
+        eprintln!("the server: {}", text(&out));
+        std::panic::resume_unwind(panic);
+    }
+    assert!(out.status.success(), "the server failed: {}", text(&out));
+}
+
+/// The client: sends its messages to the server's endpoint and checks
+/// each echo, byte for byte, and who sent it.
+fn client(tcp: &mut TcpStream) {
     let mut c = Side::new();
     for i in 0..MESSAGES {
         c.recv(i);
@@ -187,11 +204,11 @@ fn a_ud_echo_server_with_one_cq_answers_each_sender_from_its_completion() {
     assert_eq!((to.remote_qpn(), to.remote_qkey()), (server.qpn, QKEY));
 
     let send = |c: &mut Side, i: usize| {
-        c.mr.write_at(MESSAGES * SLOT, &pattern(LEN, i as u8)).unwrap();
+        c.mr.write_at(MESSAGES * SLOT, &pattern(LEN, i as u8))
+            .unwrap();
         let mr = &c.mr;
-        let wcs = c
-            .qp
-            .post_and_wait(&mut c.cq, WAIT, |b| {
+        let wcs =
+            c.qp.post_and_wait(&mut c.cq, WAIT, |b| {
                 b.wr(100 + i as u64, to.addr())
                     .signaled()
                     .send()
@@ -206,7 +223,10 @@ fn a_ud_echo_server_with_one_cq_answers_each_sender_from_its_completion() {
         assert_eq!(msg, pattern(LEN, i as u8), "echo {i}");
         assert_eq!(wc.src_qp, Some(server.qpn), "{wc:?}");
         assert_eq!(wc.slid, Some(server.lid), "{wc:?}");
-        assert_eq!(wc.wc_flags.contains(WcFlags::GRH), c.opts.gid_index.is_some());
+        assert_eq!(
+            wc.wc_flags.contains(WcFlags::GRH),
+            c.opts.gid_index.is_some()
+        );
     };
     // Two messages at once, then one after their echoes.
     send(&mut c, 0);
@@ -217,9 +237,6 @@ fn a_ud_echo_server_with_one_cq_answers_each_sender_from_its_completion() {
     send(&mut c, 2);
     check_echo(&mut c, 2);
     tcp.read_exact(&mut [0; 1]).expect("done");
-    drop(tcp);
-    let out = finish(child, "the server", LIMIT);
-    assert!(out.status.success(), "the server failed: {}", text(&out));
 }
 
 #[test]

@@ -224,15 +224,17 @@ fn a_ud_endpoint_round_trips_and_refuses_what_its_byte_form_refuses() {
     let shuffled = r#"{"gid":"::ffff:10.99.0.1","lid":7,"qkey":286331153,"qpn":11259375}"#;
     assert_eq!(serde_json::from_str::<UdEndpoint>(shuffled).unwrap(), ud);
     assert_eq!(
-        UdEndpoint::from_bytes(&serde_json::from_str::<UdEndpoint>(&json).unwrap().to_bytes())
-            .unwrap(),
+        UdEndpoint::from_bytes(
+            &serde_json::from_str::<UdEndpoint>(&json)
+                .unwrap()
+                .to_bytes()
+        )
+        .unwrap(),
         ud
     );
-    let err = serde_json::from_str::<UdEndpoint>(
-        r#"{"qpn":16777216,"qkey":1,"lid":0,"gid":"::"}"#,
-    )
-    .unwrap_err()
-    .to_string();
+    let err = serde_json::from_str::<UdEndpoint>(r#"{"qpn":16777216,"qkey":1,"lid":0,"gid":"::"}"#)
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("UdEndpoint QP number"), "{err}");
     for bad in [
         r#"{"qpn":1,"lid":0,"gid":"::"}"#,

@@ -728,7 +728,17 @@ fn a_polls_errors_name_the_device_of_its_cq() {
 
 /// Every accessor of a completion, then its sender fields.
 type Read = (
-    (u64, WcStatus, WcOpcode, u32, WcFlags, Option<u32>, Option<u32>, u32, u32),
+    (
+        u64,
+        WcStatus,
+        WcOpcode,
+        u32,
+        WcFlags,
+        Option<u32>,
+        Option<u32>,
+        u32,
+        u32,
+    ),
     Sender,
 );
 
@@ -776,7 +786,10 @@ fn a_completion_kept_in_the_backlog_reads_as_a_fresh_poll() {
         })
         .unwrap();
     assert_eq!(fresh.len(), 2);
-    assert_eq!(fresh[0].1, (Some(0x00AB_CDEF), Some(0x42), Some(5), Some(3)));
+    assert_eq!(
+        fresh[0].1,
+        (Some(0x00AB_CDEF), Some(0x42), Some(5), Some(3))
+    );
     assert_eq!(
         fresh[0].0 .4,
         WcFlags::GRH | WcFlags::WITH_IMM,
