@@ -210,17 +210,17 @@ fn pingpong(ctx: &Context, cfg: &Config) -> Result<(), Failure> {
     );
     // The server makes its address handle before it answers, so that it
     // is ready before the client's first send.
-    let mut ah = None;
+    let mut dest = None;
     let peer = pp::exchange_one(cfg.host.as_deref(), cfg.tcp_port, me, |peer| {
-        ah = Some(address_handle(&pd, cfg, peer)?);
+        dest = Some(ud_dest(&pd, cfg, peer)?);
         Ok(())
     })?;
-    let ah = match ah {
-        Some(ah) => ah,
-        None => address_handle(&pd, cfg, &peer)?,
+    let dest = match dest {
+        Some(dest) => dest,
+        None => ud_dest(&pd, cfg, &peer)?,
     };
     peer.print("remote");
-    let to = UdAddr::new(&ah, peer.qpn, QKEY);
+    let to = dest.addr();
 
     // The loop of ibv_ud_pingpong: a send goes out when the previous send
     // and a receive have both completed.
@@ -293,26 +293,24 @@ fn pingpong(ctx: &Context, cfg: &Config) -> Result<(), Failure> {
     Ok(())
 }
 
-/// The address handle to the peer, as the C tool makes it: its LID, and a
-/// GRH (hop limit 1) when it sent a GID with a non-zero interface id.
-fn address_handle(
-    pd: &ProtectionDomain,
-    cfg: &Config,
-    peer: &Dest,
-) -> Result<AddressHandle, Failure> {
-    let attr = AhAttr {
-        port: cfg.ib_port,
-        dlid: peer.lid,
-        sl: cfg.sl,
-        grh: global(peer).then_some(Grh {
-            dgid: peer.gid,
-            sgid_index: cfg.gid_index.unwrap_or(0),
-            hop_limit: 1,
-            traffic_class: 0,
-            flow_label: 0,
-        }),
+/// Where the sends go: the peer's UD endpoint, from the C tool's text (its
+/// LID, QP number and GID; the Q_Key is the tool's), through an address
+/// handle made as the C tool makes it: to the peer's LID at service level
+/// `-l`, with a GRH (hop limit 1, from GID index `-g` or 0) when the peer
+/// sent a GID with a non-zero interface id.
+fn ud_dest(pd: &ProtectionDomain, cfg: &Config, peer: &Dest) -> Result<UdDest, Failure> {
+    let endpoint = UdEndpoint {
+        qpn: peer.qpn,
+        qkey: QKEY,
+        lid: peer.lid,
+        gid: peer.gid,
     };
-    Ok(AddressHandle::new(pd, &attr)?)
+    let opts = ConnectOptions::default()
+        .port(cfg.ib_port)
+        .sl(cfg.sl)
+        .gid_index(global(peer).then_some(cfg.gid_index.unwrap_or(0)))
+        .hop_limit(1);
+    Ok(UdDest::new(pd, &endpoint, &opts)?)
 }
 
 /// Polls one completion (one per call: see `common::poll_one`); with a

@@ -1,4 +1,5 @@
-//! Address handles: the path to a remote port, for UD and DC work requests.
+//! Address handles: the path to a remote port, for UD and DC work requests
+//! (and the address vector of a connected QP's RTR transition).
 
 use crate::error::{Error, Result};
 use crate::ffi;
@@ -42,9 +43,28 @@ pub struct Grh {
 
 impl AhAttr {
     /// The path from the local port of `opts` (and, on RoCE, its GID
-    /// index) to the port with `lid` and `gid`: what a connected QP's RTR
-    /// transition and an address handle to a DCT both need, with the hop
-    /// limit, traffic class and flow label of `opts`.
+    /// index) to the port with `lid` and `gid`, with the service level,
+    /// hop limit, traffic class and flow label of `opts`: what a connected
+    /// QP's RTR transition needs (RC, UC, XRC: the peer's
+    /// [`Endpoint`](crate::Endpoint)), and what an address handle needs to
+    /// reach a DCT (its [`DctEndpoint`](crate::DctEndpoint)) or a UD QP
+    /// (its [`UdEndpoint`](crate::UdEndpoint);
+    /// [`UdDest::new`](crate::UdDest::new) makes the address handle of
+    /// it). To answer a UD message without an endpoint, take the path
+    /// back from the message itself: [`AhAttr::from_received`].
+    ///
+    /// ```
+    /// use mlx5dv::{AhAttr, ConnectOptions, Gid};
+    ///
+    /// // InfiniBand within a subnet: the LID only.
+    /// let ib = AhAttr::towards(5, Gid::default(), &ConnectOptions::default());
+    /// assert_eq!((ib.port, ib.dlid, ib.grh), (1, 5, None));
+    /// // RoCE: a GRH to the peer's GID, from the local GID index.
+    /// let gid = Gid::from("::ffff:10.0.0.2".parse::<std::net::Ipv6Addr>().unwrap());
+    /// let roce = AhAttr::towards(0, gid, &ConnectOptions::default().gid_index(Some(1)));
+    /// let grh = roce.grh.unwrap();
+    /// assert_eq!((grh.dgid, grh.sgid_index, grh.hop_limit), (gid, 1, 64));
+    /// ```
     ///
     /// `gid` is used only where `opts.gid_index` is set (RoCE, where it is
     /// required, or routed InfiniBand): without one the path has no

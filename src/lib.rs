@@ -481,7 +481,7 @@ pub use qp::{
     ReliableConnection, RemoteDct, RemoteReadAtomic, RemoteWrite, SendOps, Transport,
 };
 pub use qp::{Connected, UcQp, UnreliableConnection};
-pub use qp::{UdAddr, UdQp, UnreliableDatagram, UD_GRH_BYTES};
+pub use qp::{UdAddr, UdDest, UdEndpoint, UdQp, UnreliableDatagram, UD_GRH_BYTES};
 pub use qp::{XrcIniQp, XrcInitiator, XrcSrqn};
 pub use srq::{SharedReceiveQueue, SrqAttr};
 #[cfg(mlx5dv_ibv_wr_flush)]

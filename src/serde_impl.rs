@@ -1,5 +1,5 @@
 //! `serde` support (feature `serde`): [`Endpoint`], [`Gid`],
-//! [`DctEndpoint`] and [`RemoteBuf`].
+//! [`DctEndpoint`], [`UdEndpoint`] and [`RemoteBuf`].
 //!
 //! - A [`Gid`] is its IPv6 text (`"::ffff:10.99.0.1"`, `"fe80::1"`) in
 //!   human-readable formats (JSON, TOML, YAML) and 16 bytes, in wire order,
@@ -8,8 +8,9 @@
 //!   one checks what [`Endpoint::from_bytes`] checks: the QP number and PSN
 //!   fit in 24 bits; a missing or unknown field is refused.
 //! - A [`DctEndpoint`] is a struct of `dctn`, `dc_key`, `lid` and `gid`,
-//!   and a [`RemoteBuf`] one of `addr`, `len` and `rkey`; reading one
-//!   checks what its `from_bytes` checks of the fields (a DCT number of 24
+//!   a [`UdEndpoint`] one of `qpn`, `qkey`, `lid` and `gid`, and a
+//!   [`RemoteBuf`] one of `addr`, `len` and `rkey`; reading one checks
+//!   what its `from_bytes` checks of the fields (a DCT or QP number of 24
 //!   bits; a buffer whose end, `addr + len`, does not overflow 2^64), and
 //!   refuses a missing, unknown or repeated field. (The byte forms'
 //!   version and check guard the bytes; the serde formats carry no
@@ -17,7 +18,7 @@
 //!
 //! The example is on [`Endpoint`].
 
-use crate::{DctEndpoint, Endpoint, Gid, RemoteBuf};
+use crate::{DctEndpoint, Endpoint, Gid, RemoteBuf, UdEndpoint};
 use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::ser::{SerializeStruct, Serializer};
 use serde::{Deserialize, Serialize};
@@ -273,6 +274,16 @@ struct_form!(
         gid: Gid
     },
     |e: DctEndpoint| DctEndpoint::from_bytes(&e.to_bytes())
+);
+
+struct_form!(
+    UdEndpoint {
+        qpn: u32,
+        qkey: u32,
+        lid: u16,
+        gid: Gid
+    },
+    |e: UdEndpoint| UdEndpoint::from_bytes(&e.to_bytes())
 );
 
 struct_form!(

@@ -76,6 +76,8 @@ fn scoped_id_of_one_write(fx: &mut Fx, src: &MemoryRegion) -> u64 {
 fn expected(wc: &Wc) -> WorkCompletion {
     let with_imm = wc.wc_flags & ffi::IBV_WC_WITH_IMM != 0;
     let with_inv = !with_imm && wc.wc_flags & ffi::IBV_WC_WITH_INV != 0;
+    // The sender of a receive, as the fake CQ reports every one.
+    let recv = wc.opcode & ffi::IBV_WC_RECV != 0;
     WorkCompletion {
         wr_id: wc.wr_id,
         status: WcStatus::from_raw(wc.status),
@@ -85,6 +87,11 @@ fn expected(wc: &Wc) -> WorkCompletion {
         invalidated_rkey: with_inv.then_some(wc.imm_data),
         qp_num: wc.qp_num,
         vendor_err: wc.vendor_err,
+        wc_flags: WcFlags::from_bits_retain(wc.wc_flags),
+        src_qp: recv.then_some(recorder::wc::SRC_QP),
+        slid: recv.then_some(recorder::wc::SLID as u16),
+        sl: recv.then_some(recorder::wc::SL),
+        dlid_path_bits: recv.then_some(recorder::wc::DLID_PATH_BITS),
     }
 }
 
@@ -192,6 +199,11 @@ fn post_and_wait_counts_only_its_own_completions_and_keeps_the_others_in_order()
         invalidated_rkey: None,
         qp_num: RC_QPN,
         vendor_err: 0,
+        wc_flags: WcFlags::empty(),
+        src_qp: None,
+        slid: None,
+        sl: None,
+        dlid_path_bits: None,
     };
     assert_eq!(
         wcs,

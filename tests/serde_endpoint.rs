@@ -3,7 +3,7 @@
 //! it), and what reading refuses. Host only: no device.
 #![cfg(feature = "serde")]
 
-use mlx5dv::{DctEndpoint, Endpoint, Gid, RemoteBuf};
+use mlx5dv::{DctEndpoint, Endpoint, Gid, RemoteBuf, UdEndpoint};
 use serde_test::{assert_tokens, Configure, Token};
 
 fn roce_gid() -> Gid {
@@ -205,4 +205,42 @@ fn what_the_byte_forms_refuse_serde_refuses_too() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("invalid length 2"), "{e}");
+}
+
+#[test]
+fn a_ud_endpoint_round_trips_and_refuses_what_its_byte_form_refuses() {
+    let ud = UdEndpoint {
+        qpn: 0x00ab_cdef,
+        qkey: 0x1111_1111,
+        lid: 7,
+        gid: roce_gid(),
+    };
+    let json = serde_json::to_string(&ud).unwrap();
+    assert_eq!(
+        json,
+        r#"{"qpn":11259375,"qkey":286331153,"lid":7,"gid":"::ffff:10.99.0.1"}"#
+    );
+    assert_eq!(serde_json::from_str::<UdEndpoint>(&json).unwrap(), ud);
+    let shuffled = r#"{"gid":"::ffff:10.99.0.1","lid":7,"qkey":286331153,"qpn":11259375}"#;
+    assert_eq!(serde_json::from_str::<UdEndpoint>(shuffled).unwrap(), ud);
+    assert_eq!(
+        UdEndpoint::from_bytes(
+            &serde_json::from_str::<UdEndpoint>(&json)
+                .unwrap()
+                .to_bytes()
+        )
+        .unwrap(),
+        ud
+    );
+    let err = serde_json::from_str::<UdEndpoint>(r#"{"qpn":16777216,"qkey":1,"lid":0,"gid":"::"}"#)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("UdEndpoint QP number"), "{err}");
+    for bad in [
+        r#"{"qpn":1,"lid":0,"gid":"::"}"#,
+        r#"{"qpn":1,"qkey":1,"lid":0,"gid":"::","psn":0}"#,
+        r#"{"qpn":1,"qkey":1,"qkey":2,"lid":0,"gid":"::"}"#,
+    ] {
+        assert!(serde_json::from_str::<UdEndpoint>(bad).is_err(), "{bad}");
+    }
 }

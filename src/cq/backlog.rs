@@ -23,9 +23,7 @@ impl CompletionQueue {
             let Some(raw) = self.backlog.pop_front() else {
                 break;
             };
-            stand_in.ex.wr_id = raw.wr_id;
-            stand_in.ex.status = raw.status;
-            stand_in.cur = raw;
+            stand_in.position(raw);
             let wc = PolledWc {
                 // From the whole stand-in, whose readers reach past `ex`.
                 cq: NonNull::from(&mut *stand_in).cast(),
@@ -56,6 +54,8 @@ impl From<&RawWc> for WorkCompletion {
     fn from(wc: &RawWc) -> Self {
         let flags = WcFlags::from_bits_retain(wc.wc_flags);
         let (imm, invalidated_rkey) = imm_or_inv(flags, || wc.imm_data);
+        // As `Sender::of`: the sender of a receive only.
+        let recv = wc.opcode & ffi::IBV_WC_RECV != 0;
         WorkCompletion {
             wr_id: wc.wr_id,
             status: WcStatus::from_raw(wc.status),
@@ -65,13 +65,21 @@ impl From<&RawWc> for WorkCompletion {
             invalidated_rkey,
             qp_num: wc.qp_num,
             vendor_err: wc.vendor_err,
+            wc_flags: flags,
+            src_qp: wc.src_qp.filter(|_| recv),
+            slid: wc.slid.filter(|_| recv),
+            sl: wc.sl.filter(|_| recv),
+            dlid_path_bits: wc.dlid_path_bits.filter(|_| recv),
         }
     }
 }
 
 /// Every field of one completion as the provider reports it: what a
-/// scoped post keeps of a completion that is not its own.
-#[derive(Clone, Copy, Debug)]
+/// scoped post keeps of a completion that is not its own. The sender
+/// fields are `None` where the CQ has no reader for them, as
+/// [`PolledWc::src_qp`] and the like say; replayed, the stand-in has a
+/// reader exactly where the CQ had one.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct RawWc {
     pub(crate) wr_id: u64,
     pub(crate) status: u32,
@@ -81,6 +89,10 @@ pub(crate) struct RawWc {
     imm_data: u32,
     pub(crate) qp_num: u32,
     vendor_err: u32,
+    src_qp: Option<u32>,
+    slid: Option<u16>,
+    sl: Option<u8>,
+    dlid_path_bits: Option<u8>,
 }
 
 impl RawWc {
@@ -97,27 +109,30 @@ impl RawWc {
             imm_data: wc.imm_data_raw(),
             qp_num: wc.qp_num(),
             vendor_err: wc.vendor_err(),
+            src_qp: wc.src_qp(),
+            slid: wc.slid(),
+            sl: wc.sl(),
+            dlid_path_bits: wc.dlid_path_bits(),
         }
     }
 
-    /// A stand-in for the send completion `wc` was read from: its flags
-    /// are rebuilt from the immediate or the invalidated rkey it carries,
-    /// and the shared field is 0 when it holds neither. A send completion
-    /// (a scoped post's all are) carries no other flag (GRH, checksum and
-    /// tag-matching flags are receive-side); one that did would lose it.
+    /// A stand-in for the completion `wc` was read from: every field it
+    /// holds, the shared field of the immediate and the invalidated rkey
+    /// rebuilt from whichever it carries (0 when it holds neither).
     pub(crate) fn from_read(wc: &WorkCompletion) -> Self {
-        let mut flags = WcFlags::empty();
-        flags.set(WcFlags::WITH_IMM, wc.imm.is_some());
-        flags.set(WcFlags::WITH_INV, wc.invalidated_rkey.is_some());
         RawWc {
             wr_id: wc.wr_id,
             status: wc.status.to_raw(),
             opcode: wc.opcode.to_raw(),
             byte_len: wc.byte_len,
-            wc_flags: flags.bits(),
+            wc_flags: wc.wc_flags.bits(),
             imm_data: wc.imm.map(u32::to_be).or(wc.invalidated_rkey).unwrap_or(0),
             qp_num: wc.qp_num,
             vendor_err: wc.vendor_err,
+            src_qp: wc.src_qp,
+            slid: wc.slid,
+            sl: wc.sl,
+            dlid_path_bits: wc.dlid_path_bits,
         }
     }
 }
@@ -141,16 +156,7 @@ impl Replay {
         let ex: ffi::ibv_cq_ex = unsafe { std::mem::MaybeUninit::zeroed().assume_init() };
         let mut r = Box::new(Replay {
             ex,
-            cur: RawWc {
-                wr_id: 0,
-                status: 0,
-                opcode: 0,
-                byte_len: 0,
-                wc_flags: 0,
-                imm_data: 0,
-                qp_num: 0,
-                vendor_err: 0,
-            },
+            cur: RawWc::default(),
         });
         r.ex.read_opcode = Some(replay_opcode);
         r.ex.read_vendor_err = Some(replay_vendor_err);
@@ -160,16 +166,29 @@ impl Replay {
         r.ex.read_wc_flags = Some(replay_wc_flags);
         r
     }
+
+    /// Positions the stand-in on `raw`: its fields, and a reader for each
+    /// sender field the CQ it was polled from had one for.
+    fn position(&mut self, raw: RawWc) {
+        self.ex.wr_id = raw.wr_id;
+        self.ex.status = raw.status;
+        self.ex.read_src_qp = raw.src_qp.map(|_| replay_src_qp as _);
+        self.ex.read_slid = raw.slid.map(|_| replay_slid as _);
+        self.ex.read_sl = raw.sl.map(|_| replay_sl as _);
+        self.ex.read_dlid_path_bits = raw.dlid_path_bits.map(|_| replay_dlid_path_bits as _);
+        self.cur = raw;
+    }
 }
 
-/// The readers of a [`Replay`]: each returns one stored field.
+/// The readers of a [`Replay`]: each returns one stored field (an
+/// optional one is installed only where it is `Some`: 0 is never read).
 macro_rules! replay_readers {
-    ($($name:ident: $field:ident -> $ty:ty;)*) => {$(
+    ($($name:ident: $field:ident $(.$opt:ident())? -> $ty:ty;)*) => {$(
         unsafe extern "C" fn $name(cq: *mut ffi::ibv_cq_ex) -> $ty {
             // SAFETY: installed only in a `Replay`, whose first field is the
             // `ibv_cq_ex` this is called with (`repr(C)`): the pointer is
             // a pointer to the live `Replay`.
-            unsafe { (*cq.cast::<Replay>()).cur.$field as $ty }
+            unsafe { (*cq.cast::<Replay>()).cur.$field $(.$opt())? as $ty }
         }
     )*};
 }
@@ -181,4 +200,8 @@ replay_readers! {
     replay_imm_data: imm_data -> ffi::__be32;
     replay_qp_num: qp_num -> u32;
     replay_wc_flags: wc_flags -> ::std::os::raw::c_uint;
+    replay_src_qp: src_qp.unwrap_or_default() -> u32;
+    replay_slid: slid.unwrap_or_default() -> u32;
+    replay_sl: sl.unwrap_or_default() -> u8;
+    replay_dlid_path_bits: dlid_path_bits.unwrap_or_default() -> u8;
 }

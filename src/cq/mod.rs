@@ -193,13 +193,17 @@ unsafe fn check_poll_entries(cq: NonNull<ffi::ibv_cq_ex>, device: &str) -> Resul
     }
 }
 
-/// What the CQ reports for each completion (the sender's QP and LID for
-/// UD receives: [`PolledWc::src_qp`], [`PolledWc::slid`]).
+/// What the CQ reports for each completion: `IBV_WC_STANDARD_FLAGS`, the
+/// fields of a `struct ibv_wc` (the sender's QP, LID and service level and
+/// the local LID's path bits for UD receives: [`PolledWc::src_qp`],
+/// [`PolledWc::slid`], [`PolledWc::sl`], [`PolledWc::dlid_path_bits`]).
 const WC_FLAGS: u64 = ffi::IBV_WC_EX_WITH_BYTE_LEN as u64
     | ffi::IBV_WC_EX_WITH_IMM as u64
     | ffi::IBV_WC_EX_WITH_QP_NUM as u64
     | ffi::IBV_WC_EX_WITH_SRC_QP as u64
-    | ffi::IBV_WC_EX_WITH_SLID as u64;
+    | ffi::IBV_WC_EX_WITH_SLID as u64
+    | ffi::IBV_WC_EX_WITH_SL as u64
+    | ffi::IBV_WC_EX_WITH_DLID_PATH_BITS as u64;
 
 impl CompletionQueue {
     /// Creates a CQ with room for at least `cqe` completions. Its waits

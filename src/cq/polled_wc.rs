@@ -131,9 +131,10 @@ impl PolledWc<'_> {
     /// The QP number of the sender of a received message
     /// (`ibv_wc_read_src_qp`): on a UD (or XRC) receive, the remote QP.
     /// `None` where the CQ has no reader for it: one made elsewhere
-    /// without `IBV_WC_EX_WITH_SRC_QP` ([`CompletionQueue::from_raw`]), or
-    /// a completion handed out from the backlog of a scoped post.
-    /// Undefined unless the status is success.
+    /// without `IBV_WC_EX_WITH_SRC_QP` ([`CompletionQueue::from_raw`]). A
+    /// completion handed out from the backlog of a scoped post reads what
+    /// the device reported, as a fresh poll does. Undefined unless the
+    /// status is success.
     #[inline]
     pub fn src_qp(&self) -> Option<u32> {
         // SAFETY: the CQ is live and positioned on a completion (see
@@ -151,6 +152,27 @@ impl PolledWc<'_> {
             (*self.cq.as_ptr())
                 .read_slid
                 .map(|f| f(self.cq.as_ptr()) as u16)
+        }
+    }
+
+    /// The service level of a received message (`ibv_wc_read_sl`);
+    /// `None` as for [`src_qp`](Self::src_qp).
+    #[inline]
+    pub fn sl(&self) -> Option<u8> {
+        // SAFETY: as in `src_qp`.
+        unsafe { (*self.cq.as_ptr()).read_sl.map(|f| f(self.cq.as_ptr())) }
+    }
+
+    /// The path bits of the local LID a received message was sent to
+    /// (`ibv_wc_read_dlid_path_bits`; 0 on RoCE); `None` as for
+    /// [`src_qp`](Self::src_qp).
+    #[inline]
+    pub fn dlid_path_bits(&self) -> Option<u8> {
+        // SAFETY: as in `src_qp`.
+        unsafe {
+            (*self.cq.as_ptr())
+                .read_dlid_path_bits
+                .map(|f| f(self.cq.as_ptr()))
         }
     }
 

@@ -18,6 +18,8 @@ struct Cqe {
     imm_data: u32,
     qp_num: u32,
     vendor_err: u32,
+    /// The sender: source QP, SLID, SL and DLID path bits.
+    src: (u32, u16, u8, u8),
 }
 
 fn cqe(wr_id: u64) -> Cqe {
@@ -30,6 +32,7 @@ fn cqe(wr_id: u64) -> Cqe {
         imm_data: 0,
         qp_num: 0x100 + wr_id as u32,
         vendor_err: 0,
+        src: (0x200 + wr_id as u32, 0x10 + wr_id as u16, 3, 1),
     }
 }
 
@@ -147,6 +150,18 @@ unsafe extern "C" fn read_qp_num(cq: *mut ffi::ibv_cq_ex) -> u32 {
 unsafe extern "C" fn read_wc_flags(cq: *mut ffi::ibv_cq_ex) -> u32 {
     unsafe { script(cq) }.read("read_wc_flags").flags
 }
+unsafe extern "C" fn read_src_qp(cq: *mut ffi::ibv_cq_ex) -> u32 {
+    unsafe { script(cq) }.read("read_src_qp").src.0
+}
+unsafe extern "C" fn read_slid(cq: *mut ffi::ibv_cq_ex) -> u32 {
+    unsafe { script(cq) }.read("read_slid").src.1.into()
+}
+unsafe extern "C" fn read_sl(cq: *mut ffi::ibv_cq_ex) -> u8 {
+    unsafe { script(cq) }.read("read_sl").src.2
+}
+unsafe extern "C" fn read_dlid_path_bits(cq: *mut ffi::ibv_cq_ex) -> u8 {
+    unsafe { script(cq) }.read("read_dlid_path_bits").src.3
+}
 
 /// A handle over a scripted CQ; field order is drop order.
 struct Fx {
@@ -183,6 +198,10 @@ impl Fx {
                 read_imm_data: Some(read_imm_data),
                 read_qp_num: Some(read_qp_num),
                 read_wc_flags: Some(read_wc_flags),
+                read_src_qp: Some(read_src_qp),
+                read_slid: Some(read_slid),
+                read_sl: Some(read_sl),
+                read_dlid_path_bits: Some(read_dlid_path_bits),
                 ..Default::default()
             },
             cqes,
@@ -230,6 +249,7 @@ fn every_accessor_returns_what_the_provider_reported() {
             imm_data: 0x1234_5678u32.to_be(),
             qp_num: 0x00FF_FFFE,
             vendor_err: 0,
+            src: (0x00AB_CDEF, 0xBEEF, 15, 0x7F),
         },
         Cqe {
             wr_id: 7,
@@ -240,6 +260,7 @@ fn every_accessor_returns_what_the_provider_reported() {
             imm_data: 0xDEAD_BEEF,
             qp_num: 3,
             vendor_err: 0,
+            src: (9, 0, 0, 0),
         },
         Cqe {
             wr_id: 8,
@@ -250,6 +271,7 @@ fn every_accessor_returns_what_the_provider_reported() {
             imm_data: 0x5555_5555,
             qp_num: 4,
             vendor_err: 0x8765_4321,
+            src: (1, 2, 3, 4),
         },
     ];
     let mut fx = Fx::new(cqes.clone());
@@ -269,6 +291,12 @@ fn every_accessor_returns_what_the_provider_reported() {
                 wc.qp_num(),
                 wc.vendor_err(),
                 wc.as_ptr(),
+                (
+                    wc.src_qp().unwrap(),
+                    wc.slid().unwrap(),
+                    wc.sl().unwrap(),
+                    wc.dlid_path_bits().unwrap(),
+                ),
             ))
         })
         .unwrap();
@@ -289,6 +317,7 @@ fn every_accessor_returns_what_the_provider_reported() {
                 0x00FF_FFFE,
                 0,
                 cq,
+                (0x00AB_CDEF, 0xBEEF, 15, 0x7F),
             ),
             (
                 7,
@@ -302,6 +331,7 @@ fn every_accessor_returns_what_the_provider_reported() {
                 3,
                 0,
                 cq,
+                (9, 0, 0, 0),
             ),
             (
                 8,
@@ -315,6 +345,7 @@ fn every_accessor_returns_what_the_provider_reported() {
                 4,
                 0x8765_4321,
                 cq,
+                (1, 2, 3, 4),
             ),
         ]
     );
@@ -341,6 +372,12 @@ fn every_accessor_returns_what_the_provider_reported() {
             invalidated_rkey: s.7,
             qp_num: s.8,
             vendor_err: s.9,
+            wc_flags: s.5,
+            // Receives all three (the third's opcode has the receive bit).
+            src_qp: Some(s.11 .0),
+            slid: Some(s.11 .1),
+            sl: Some(s.11 .2),
+            dlid_path_bits: Some(s.11 .3),
         })
         .collect();
     assert_eq!(owned, want);
@@ -377,7 +414,8 @@ fn debug_of_a_failed_completion_reads_and_shows_only_the_defined_fields() {
         texts[1],
         "WorkCompletion { wr_id: 8, status: REM_ACCESS_ERR, opcode: undefined, \
          byte_len: undefined, imm: undefined, invalidated_rkey: undefined, \
-         qp_num: 0x108, vendor_err: 0x88 }"
+         qp_num: 0x108, vendor_err: 0x88, wc_flags: undefined, src_qp: undefined, \
+         slid: undefined, sl: undefined, dlid_path_bits: undefined }"
     );
     // Of the failed one, ibv_poll_cq(3)'s undefined fields are not read.
     let log = fx.log();
@@ -400,6 +438,11 @@ fn owned(c: Cqe) -> WorkCompletion {
         invalidated_rkey: None,
         qp_num: c.qp_num,
         vendor_err: c.vendor_err,
+        wc_flags: WcFlags::empty(),
+        src_qp: None,
+        slid: None,
+        sl: None,
+        dlid_path_bits: None,
     }
 }
 
@@ -681,4 +724,169 @@ fn a_polls_errors_name_the_device_of_its_cq() {
     let e = fx.cq.poll_each(1, |_| {}).unwrap_err();
     assert!(e.to_string().contains("(an unnamed device)"), "{e}");
     assert_eq!(e.errno(), Some(libc::EIO));
+}
+
+/// Every accessor of a completion, then its sender fields.
+type Read = (
+    (
+        u64,
+        WcStatus,
+        WcOpcode,
+        u32,
+        WcFlags,
+        Option<u32>,
+        Option<u32>,
+        u32,
+        u32,
+    ),
+    Sender,
+);
+
+/// Source QP, SLID, SL, DLID path bits.
+type Sender = (Option<u32>, Option<u16>, Option<u8>, Option<u8>);
+
+fn read_all(wc: &PolledWc<'_>) -> Read {
+    (
+        (
+            wc.wr_id(),
+            wc.status(),
+            wc.opcode(),
+            wc.byte_len(),
+            wc.wc_flags(),
+            wc.imm(),
+            wc.invalidated_rkey(),
+            wc.qp_num(),
+            wc.vendor_err(),
+        ),
+        (wc.src_qp(), wc.slid(), wc.sl(), wc.dlid_path_bits()),
+    )
+}
+
+/// A UD receive (with a GRH) and a send completion.
+fn ud_pair() -> Vec<Cqe> {
+    let mut recv = cqe(1);
+    recv.opcode = ffi::IBV_WC_RECV;
+    recv.flags = ffi::IBV_WC_GRH | ffi::IBV_WC_WITH_IMM;
+    recv.imm_data = 0x0102_0304u32.to_be();
+    recv.src = (0x00AB_CDEF, 0x0042, 5, 0x3);
+    let mut send = cqe(2);
+    send.opcode = ffi::IBV_WC_SEND;
+    vec![recv, send]
+}
+
+#[test]
+fn a_completion_kept_in_the_backlog_reads_as_a_fresh_poll() {
+    let mut fx = Fx::new(ud_pair());
+    let mut fresh = Vec::new();
+    let mut kept = Vec::new();
+    fx.cq
+        .poll_each(8, |wc| {
+            fresh.push(read_all(wc));
+            kept.push(RawWc::of(wc));
+        })
+        .unwrap();
+    assert_eq!(fresh.len(), 2);
+    assert_eq!(
+        fresh[0].1,
+        (Some(0x00AB_CDEF), Some(0x42), Some(5), Some(3))
+    );
+    assert_eq!(
+        fresh[0].0 .4,
+        WcFlags::GRH | WcFlags::WITH_IMM,
+        "{:?}",
+        fresh[0]
+    );
+    fx.log();
+
+    // What a scoped post does with completions that are not its own.
+    fx.cq.keep(kept);
+    assert_eq!(fx.cq.backlog_len(), 2);
+    let mut replayed = Vec::new();
+    fx.cq
+        .poll_each(8, |wc| replayed.push(read_all(wc)))
+        .unwrap();
+    assert_eq!(replayed, fresh);
+    assert_eq!(fx.cq.backlog_len(), 0);
+    // Served from the backlog: nothing of the device is called for them.
+    assert!(fx.log().is_empty());
+}
+
+#[test]
+fn a_kept_completion_without_a_sender_reader_has_none() {
+    let mut fx = Fx::new(ud_pair());
+    fx.raw.cq.read_src_qp = None;
+    fx.raw.cq.read_sl = None;
+    let mut kept = Vec::new();
+    fx.cq.poll_each(1, |wc| kept.push(RawWc::of(wc))).unwrap();
+    fx.cq.keep(kept);
+    let mut replayed = Vec::new();
+    fx.cq
+        .poll_each(1, |wc| replayed.push(read_all(wc)))
+        .unwrap();
+    assert_eq!(replayed[0].1, (None, Some(0x42), None, Some(3)));
+}
+
+#[test]
+fn owned_completions_carry_the_sender_of_a_receive_fresh_or_kept() {
+    let want = [
+        WorkCompletion {
+            wr_id: 1,
+            status: WcStatus::SUCCESS,
+            opcode: WcOpcode::RECV,
+            byte_len: 65,
+            imm: Some(0x0102_0304),
+            invalidated_rkey: None,
+            qp_num: 0x101,
+            vendor_err: 0,
+            wc_flags: WcFlags::GRH | WcFlags::WITH_IMM,
+            src_qp: Some(0x00AB_CDEF),
+            slid: Some(0x42),
+            sl: Some(5),
+            dlid_path_bits: Some(3),
+        },
+        // A send completion has no sender: nothing is read for it.
+        WorkCompletion {
+            wr_id: 2,
+            status: WcStatus::SUCCESS,
+            opcode: WcOpcode::SEND,
+            byte_len: 66,
+            imm: None,
+            invalidated_rkey: None,
+            qp_num: 0x102,
+            vendor_err: 0,
+            wc_flags: WcFlags::empty(),
+            src_qp: None,
+            slid: None,
+            sl: None,
+            dlid_path_bits: None,
+        },
+    ];
+    // Fresh: `wait` and `WorkCompletion::from` read the same.
+    let mut fx = Fx::new(ud_pair());
+    let got = fx.cq.wait(2, std::time::Duration::from_secs(1)).unwrap();
+    assert_eq!(got, want);
+    let log = fx.log();
+    let sends = log.iter().rposition(|&e| e == "next_poll").unwrap();
+    assert!(
+        log[..sends].contains(&"read_src_qp") && !log[sends..].contains(&"read_src_qp"),
+        "{log:?}"
+    );
+    let mut fx = Fx::new(ud_pair());
+    let mut from = Vec::new();
+    fx.cq
+        .poll_each(2, |wc| from.push(WorkCompletion::from(wc)))
+        .unwrap();
+    assert_eq!(from, want);
+
+    // Kept by a scoped post, whether read by a poll or already owned.
+    let mut fx = Fx::new(ud_pair());
+    let mut kept = Vec::new();
+    fx.cq.poll_each(1, |wc| kept.push(RawWc::of(wc))).unwrap();
+    kept.push(RawWc::from_read(&want[1]));
+    fx.cq.keep(kept);
+    fx.cq.keep([RawWc::from_read(&want[0])]);
+    let mut got = Vec::new();
+    fx.cq.poll_into(&mut got, 8).unwrap();
+    assert_eq!(got, [want[0], want[1], want[0]]);
+    assert_eq!(WorkCompletion::from(&RawWc::from_read(&want[0])), want[0]);
 }

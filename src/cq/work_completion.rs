@@ -5,6 +5,7 @@
 use super::CompletionQueue;
 use super::{PolledWc, WcFlags, WcOpcode, WcStatus};
 use crate::error::{Error, Result};
+use crate::ffi;
 use std::fmt;
 
 /// One work completion, read with the extended poll API.
@@ -12,6 +13,12 @@ use std::fmt;
 /// An owned copy of every field, made by [`CompletionQueue::poll_into`] and
 /// [`CompletionQueue::wait`], or from a [`PolledWc`] with
 /// `WorkCompletion::from(wc)`.
+///
+/// A receive says who sent it: [`src_qp`](Self::src_qp),
+/// [`slid`](Self::slid), [`sl`](Self::sl) and whether the buffer starts
+/// with a GRH ([`wc_flags`](Self::wc_flags)), what a UD server needs to
+/// answer (the fields of `struct ibv_wc` that `ibv_init_ah_from_wc(3)`
+/// reads).
 ///
 /// Of a failed completion (`status` other than
 /// [`SUCCESS`](WcStatus::SUCCESS)), only `wr_id`, `status`, `qp_num` and
@@ -22,7 +29,7 @@ use std::fmt;
 /// a value that looks meaningful:
 ///
 /// ```
-/// use mlx5dv::{WcOpcode, WcStatus, WorkCompletion};
+/// use mlx5dv::{WcFlags, WcOpcode, WcStatus, WorkCompletion};
 ///
 /// let wc = WorkCompletion {
 ///     wr_id: 7,
@@ -33,6 +40,11 @@ use std::fmt;
 ///     invalidated_rkey: None,
 ///     qp_num: 0x1a2,
 ///     vendor_err: 0x88,
+///     wc_flags: WcFlags::empty(),
+///     src_qp: None,
+///     slid: None,
+///     sl: None,
+///     dlid_path_bits: None,
 /// };
 /// let text = format!("{wc:?}");
 /// assert!(text.contains("opcode: undefined") && !text.contains("SEND"), "{text}");
@@ -65,6 +77,31 @@ pub struct WorkCompletion {
     pub qp_num: u32,
     /// The provider's vendor error code (0 on success).
     pub vendor_err: u32,
+    /// The completion's flags (`ibv_wc_read_wc_flags`): on a UD receive,
+    /// [`WcFlags::GRH`] says whether the first
+    /// [`UD_GRH_BYTES`](crate::UD_GRH_BYTES) of the buffer hold the
+    /// sender's GRH. Undefined unless `status` is
+    /// [`SUCCESS`](WcStatus::SUCCESS).
+    pub wc_flags: WcFlags,
+    /// The QP number of the sender of a received message
+    /// (`ibv_wc_read_src_qp`): on a UD (or XRC) receive, the remote QP to
+    /// answer. `None` for a send-side completion (its opcode without the
+    /// `IBV_WC_RECV` bit), and where the CQ has no reader for it (one made
+    /// elsewhere without `IBV_WC_EX_WITH_SRC_QP`:
+    /// [`CompletionQueue::from_raw`]). Undefined unless `status` is
+    /// [`SUCCESS`](WcStatus::SUCCESS).
+    pub src_qp: Option<u32>,
+    /// The LID of the sender's port (`ibv_wc_read_slid`; 0 on RoCE), the
+    /// `dlid` of an address handle back; `None` as for
+    /// [`src_qp`](Self::src_qp).
+    pub slid: Option<u16>,
+    /// The service level of a received message (`ibv_wc_read_sl`); `None`
+    /// as for [`src_qp`](Self::src_qp).
+    pub sl: Option<u8>,
+    /// The path bits of the local LID a received message was sent to
+    /// (`ibv_wc_read_dlid_path_bits`; 0 on RoCE); `None` as for
+    /// [`src_qp`](Self::src_qp).
+    pub dlid_path_bits: Option<u8>,
 }
 
 impl WorkCompletion {
@@ -100,7 +137,21 @@ impl fmt::Debug for WorkCompletion {
             .field("invalidated_rkey", &self.invalidated_rkey)
             .field("qp_num", &format_args!("{:#x}", self.qp_num))
             .field("vendor_err", &format_args!("{:#x}", self.vendor_err))
+            .field("wc_flags", &self.wc_flags)
+            .field("src_qp", &self.src_qp.map(Hex))
+            .field("slid", &self.slid)
+            .field("sl", &self.sl)
+            .field("dlid_path_bits", &self.dlid_path_bits)
             .finish()
+    }
+}
+
+/// A QP number in hex, as the error messages give them.
+struct Hex(u32);
+
+impl fmt::Debug for Hex {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:#x}", self.0)
     }
 }
 
@@ -124,6 +175,11 @@ pub(super) fn debug_failed(
         .field("invalidated_rkey", &undefined)
         .field("qp_num", &format_args!("{qp_num:#x}"))
         .field("vendor_err", &format_args!("{vendor_err:#x}"))
+        .field("wc_flags", &undefined)
+        .field("src_qp", &undefined)
+        .field("slid", &undefined)
+        .field("sl", &undefined)
+        .field("dlid_path_bits", &undefined)
         .finish()
 }
 
@@ -136,15 +192,22 @@ impl From<&PolledWc<'_>> for WorkCompletion {
         // flags read decides which it is.
         let flags = wc.wc_flags();
         let (imm, invalidated_rkey) = imm_or_inv(flags, || wc.imm_data_raw());
+        let opcode = wc.opcode();
+        let sender = Sender::of(opcode, wc);
         WorkCompletion {
             wr_id: wc.wr_id(),
             status: wc.status(),
-            opcode: wc.opcode(),
+            opcode,
             byte_len: wc.byte_len(),
             imm,
             invalidated_rkey,
             qp_num: wc.qp_num(),
             vendor_err: wc.vendor_err(),
+            wc_flags: flags,
+            src_qp: sender.src_qp,
+            slid: sender.slid,
+            sl: sender.sl,
+            dlid_path_bits: sender.dlid_path_bits,
         }
     }
 }
@@ -186,6 +249,11 @@ pub(crate) unsafe fn write_wc_fields(slot: *mut WorkCompletion, wc: &PolledWc<'_
             opcode: _,
             byte_len: _,
             vendor_err: _,
+            wc_flags: _,
+            src_qp: _,
+            slid: _,
+            sl: _,
+            dlid_path_bits: _,
         } = w;
     };
     let flags = wc.wc_flags();
@@ -204,10 +272,43 @@ pub(crate) unsafe fn write_wc_fields(slot: *mut WorkCompletion, wc: &PolledWc<'_
             imm.write(None);
             inv.write(None);
         }
+        std::ptr::addr_of_mut!((*slot).wc_flags).write(flags);
         std::ptr::addr_of_mut!((*slot).status).write(wc.status());
-        std::ptr::addr_of_mut!((*slot).opcode).write(wc.opcode());
+        let opcode = wc.opcode();
+        std::ptr::addr_of_mut!((*slot).opcode).write(opcode);
         std::ptr::addr_of_mut!((*slot).byte_len).write(wc.byte_len());
         std::ptr::addr_of_mut!((*slot).vendor_err).write(wc.vendor_err());
+        let sender = Sender::of(opcode, wc);
+        std::ptr::addr_of_mut!((*slot).src_qp).write(sender.src_qp);
+        std::ptr::addr_of_mut!((*slot).slid).write(sender.slid);
+        std::ptr::addr_of_mut!((*slot).sl).write(sender.sl);
+        std::ptr::addr_of_mut!((*slot).dlid_path_bits).write(sender.dlid_path_bits);
+    }
+}
+
+/// The sender fields of a completion: read for a receive (an opcode with
+/// the `IBV_WC_RECV` bit, as verbs.h says to test), `None` for a
+/// send-side completion, whose CQE has no sender (nothing is read then).
+#[derive(Clone, Copy, Default)]
+pub(super) struct Sender {
+    pub(super) src_qp: Option<u32>,
+    pub(super) slid: Option<u16>,
+    pub(super) sl: Option<u8>,
+    pub(super) dlid_path_bits: Option<u8>,
+}
+
+impl Sender {
+    #[inline]
+    pub(super) fn of(opcode: WcOpcode, wc: &PolledWc<'_>) -> Self {
+        if opcode.to_raw() & ffi::IBV_WC_RECV == 0 {
+            return Sender::default();
+        }
+        Sender {
+            src_qp: wc.src_qp(),
+            slid: wc.slid(),
+            sl: wc.sl(),
+            dlid_path_bits: wc.dlid_path_bits(),
+        }
     }
 }
 
@@ -238,6 +339,11 @@ mod tests {
             invalidated_rkey: None,
             qp_num: 0x11,
             vendor_err: 0x81,
+            wc_flags: WcFlags::WITH_IMM | WcFlags::GRH,
+            src_qp: Some(0xabc),
+            slid: Some(3),
+            sl: Some(2),
+            dlid_path_bits: Some(1),
         }
     }
 
@@ -248,9 +354,10 @@ mod tests {
             text,
             "WorkCompletion { wr_id: 5, status: REM_ACCESS_ERR, opcode: undefined, \
              byte_len: undefined, imm: undefined, invalidated_rkey: undefined, qp_num: 0x11, \
-             vendor_err: 0x81 }"
+             vendor_err: 0x81, wc_flags: undefined, src_qp: undefined, slid: undefined, \
+             sl: undefined, dlid_path_bits: undefined }"
         );
-        for value in ["SEND", "4096", "4660"] {
+        for value in ["SEND", "4096", "4660", "0xabc", "GRH"] {
             assert!(!text.contains(value), "{value}: {text}");
         }
     }
@@ -261,7 +368,9 @@ mod tests {
         assert_eq!(
             format!("{ok:?}"),
             "WorkCompletion { wr_id: 5, status: SUCCESS, opcode: SEND, byte_len: 4096, \
-             imm: Some(4660), invalidated_rkey: None, qp_num: 0x11, vendor_err: 0x81 }"
+             imm: Some(4660), invalidated_rkey: None, qp_num: 0x11, vendor_err: 0x81, \
+             wc_flags: WcFlags(GRH | WITH_IMM), src_qp: Some(0xabc), slid: Some(3), sl: Some(2), \
+             dlid_path_bits: Some(1) }"
         );
         // The formatter's flags reach the other fields, as a derived Debug's do.
         assert!(format!("{ok:#x?}").contains("byte_len: 0x1000,"));

@@ -35,6 +35,7 @@ pub(crate) mod transitions;
 mod types;
 mod uc;
 mod ud;
+mod ud_endpoint;
 mod xrc;
 
 pub use builder::QpBuilder;
@@ -47,6 +48,7 @@ pub use types::{
 };
 pub use uc::{UcQp, UnreliableConnection};
 pub use ud::{UdAddr, UD_GRH_BYTES};
+pub use ud_endpoint::{UdDest, UdEndpoint};
 pub(crate) use xrc::require_xrc;
 pub use xrc::{XrcIniQp, XrcInitiator, XrcSrqn};
 
