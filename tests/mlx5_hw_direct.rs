@@ -31,7 +31,9 @@
 
 mod support;
 
-use mlx5dv::direct::{DirectDcAddr, DirectDci, DirectQp, DirectRc, DirectTransport, DirectWc};
+use mlx5dv::direct::{
+    DirectDcAddr, DirectDci, DirectQp, DirectRc, DirectTransport, DirectWc, IntoDirectError,
+};
 use mlx5dv::*;
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
@@ -1172,15 +1174,91 @@ fn unanswered_peer_gives_retry_exceeded() {
     r.write_works(60, 0, 512, 512);
 }
 
-fn refused<T: DirectTransport>(r: Result<DirectQp<T>>, says: &str) {
-    match r {
-        Err(Error::InvalidArgument(msg)) => {
-            assert!(msg.contains("into_direct"), "{msg}");
-            assert!(msg.contains(says), "{msg:?} does not say {says:?}");
-        }
-        Err(e) => panic!("expected InvalidArgument saying {says:?}, got {e}"),
+/// Checks that `into_direct` refused with `InvalidArgument` saying `says`,
+/// and returns the QP and the CQ it gave back.
+fn refused<T: DirectTransport>(
+    r: std::result::Result<DirectQp<T>, IntoDirectError<T>>,
+    says: &str,
+) -> (QpEx<T>, CompletionQueue) {
+    let e = match r {
+        Err(e) => e,
         Ok(qp) => panic!("expected a refusal saying {says:?}, got {qp:?}"),
-    }
+    };
+    let msg = e.to_string();
+    assert!(msg.contains("into_direct"), "{msg}");
+    assert!(msg.contains(says), "{msg:?} does not say {says:?}");
+    let (qp, cq, error) = e.into_parts();
+    assert!(
+        matches!(error, Error::InvalidArgument(_)),
+        "expected InvalidArgument saying {says:?}, got {error:?}"
+    );
+    assert_eq!(error.to_string(), msg);
+    (qp, cq)
+}
+
+/// A refused `into_direct` gives the QP and the CQ back as they were: the
+/// cause mended (the right CQ given; a connected QP reset, as the refusal
+/// advises), the same QP is taken and writes to its peer.
+#[test]
+#[ignore = "needs an mlx5 device: set MLX5DV_TEST_MLX5_DEVICE"]
+fn into_direct_gives_back_what_it_refuses_and_takes_it_once_mended() {
+    let ctx = open();
+    let pd = ProtectionDomain::new(&ctx).unwrap();
+    let peer_opts = rig::connect_options(&ctx);
+    let opts = peer_opts;
+    let (scq, rq) = (
+        CompletionQueue::new(&ctx, 256).unwrap(),
+        CompletionQueue::new(&ctx, 16).unwrap(),
+    );
+    let qp = QpBuilder::rc(&pd, &scq, &rq)
+        .caps(direct_caps())
+        .build()
+        .unwrap();
+    let qpn = qp.qp_num();
+
+    // Another QP's CQ: refused, and both come back.
+    let stray = CompletionQueue::new(&ctx, 64).unwrap();
+    let (qp, mut stray) = refused(qp.into_direct(stray), "not the QP's send CQ");
+    assert_eq!(qp.qp_num(), qpn);
+    let mut sink = Vec::new();
+    assert_eq!(stray.poll_into(&mut sink, 8).unwrap(), 0);
+    drop(stray);
+
+    // Connected first: refused, with the advice to reset it.
+    let peer = rig::side(&ctx, &pd, QpCaps::default(), SendOps::rc_default());
+    let theirs = peer.qp.endpoint(0x77, &peer_opts).unwrap();
+    qp.endpoint(0x66, &opts).unwrap();
+    qp.connect_to(&theirs, &opts).unwrap();
+    let (qp, scq) = refused(qp.into_direct(scq), "in RTS, not RESET");
+    // Refused again, as often as asked: the advice is to reset it.
+    let (qp, scq) = refused(
+        qp.into_direct(scq),
+        "reset() the QP this refusal gives back",
+    );
+    assert_eq!(qp.state().unwrap(), QpState::Rts);
+
+    // Mended: reset, then taken, connected and written through.
+    qp.reset().unwrap();
+    let qp = qp.into_direct(scq).expect("into_direct once reset");
+    assert_eq!(qp.qp_num(), qpn);
+    assert_eq!(qp.state().unwrap(), QpState::Reset);
+    assert_eq!(qp.outstanding(), 0);
+    let src = MemoryRegion::new(&pd, MR_LEN, rig::access_all()).unwrap();
+    let dst = MemoryRegion::new(&pd, MR_LEN, rig::access_all()).unwrap();
+    let mut r = Rig {
+        qp,
+        _rq: rq,
+        src,
+        dst,
+        peer,
+        opts,
+        peer_opts,
+        _pd: pd,
+        _ctx: ctx,
+        psn: 0x10,
+    };
+    r.reconnect();
+    r.write_works(1, 0, 64, 256);
 }
 
 #[test]

@@ -9,32 +9,134 @@ use crate::error::{Error, Result};
 use crate::ffi;
 use crate::qp::{QpCaps, QpEx, QpState};
 use std::collections::VecDeque;
+use std::fmt;
 use std::ptr::NonNull;
+
 fn refused(what: impl Into<String>) -> Error {
     Error::InvalidArgument(what.into())
+}
+
+/// [`QpEx::into_direct`]'s refusal: why, with the QP and the CQ it was
+/// given, both handed back as they were, so that the cause can be mended
+/// and the QP taken again (as `close(self) -> Result<(), (Self, Error)>`
+/// gives a connection back in rusqlite).
+///
+/// `?` turns it into the crate's [`Error`] (the QP and the CQ are then
+/// dropped):
+///
+/// ```no_run
+/// # use mlx5dv::*;
+/// use mlx5dv::direct::IntoDirectError;
+///
+/// # fn f(qp: RcQp, cq: CompletionQueue) -> Result<()> {
+/// let direct = match qp.into_direct(cq) {
+///     Ok(direct) => direct,
+///     Err(refused) if refused.qp.state()? != QpState::Reset => {
+///         // Connected (or posted) first: back to RESET, then take it.
+///         let IntoDirectError { qp, cq, .. } = refused;
+///         qp.reset()?;
+///         qp.into_direct(cq)?
+///     }
+///     Err(refused) => return Err(refused.into()),
+/// };
+/// # drop(direct); Ok(()) }
+/// ```
+#[non_exhaustive]
+pub struct IntoDirectError<T: DirectTransport> {
+    /// The QP, as it was given.
+    pub qp: QpEx<T>,
+    /// The CQ, as it was given (but see [`QpEx::into_direct`] on the
+    /// refusals of the queues' shape, after `mlx5dv_init_obj`).
+    pub cq: CompletionQueue,
+    /// Why it was refused.
+    pub error: Error,
+}
+
+impl<T: DirectTransport> IntoDirectError<T> {
+    /// The QP, the CQ and the error, by value.
+    pub fn into_parts(self) -> (QpEx<T>, CompletionQueue, Error) {
+        (self.qp, self.cq, self.error)
+    }
+}
+
+impl<T: DirectTransport> fmt::Debug for IntoDirectError<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("IntoDirectError")
+            .field("qp", &self.qp)
+            .field("cq", &self.cq)
+            .field("error", &self.error)
+            .finish()
+    }
+}
+
+impl<T: DirectTransport> fmt::Display for IntoDirectError<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&self.error, f)
+    }
+}
+
+impl<T: DirectTransport> std::error::Error for IntoDirectError<T> {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.error.source()
+    }
+}
+
+impl<T: DirectTransport> From<IntoDirectError<T>> for Error {
+    fn from(e: IntoDirectError<T>) -> Error {
+        e.error
+    }
 }
 
 impl<T: DirectTransport> QpEx<T> {
     /// Takes this QP's send queue and `cq`, its send CQ, for the direct
     /// path ([module documentation](crate::direct)).
     ///
-    /// Refused ([`Error::InvalidArgument`]), and both dropped, when: the
-    /// QP is not in RESET (it may have been posted through libmlx5, whose
-    /// send-queue indices the crate cannot read); `cq` is not its send CQ,
-    /// or is also its receive CQ, or another QP completes on it; `cq`
-    /// holds completions a scoped post kept; the QP was made with
-    /// `sq_sig_all`. [`Error::Unsupported`] when the provider is not mlx5
+    /// # Errors
+    ///
+    /// A refusal gives the QP and the CQ back with its error
+    /// ([`IntoDirectError`]), both as they were, so that the cause can be
+    /// mended and the QP taken again. Refused ([`Error::InvalidArgument`])
+    /// when: the QP is not in RESET (it may have been posted through
+    /// libmlx5, whose send-queue indices the crate cannot read: take it
+    /// before connecting it, or [`reset`](QpEx::reset) the QP given back
+    /// and take it again); `cq` is not its send CQ, or is also its receive
+    /// CQ, or another QP completes on it; `cq` holds completions a scoped
+    /// post kept; the QP was made with `sq_sig_all`.
+    /// [`Error::Unsupported`] when the provider is not mlx5
     /// (`mlx5dv_init_obj` fails) or its queues have a shape the crate does
     /// not write (a stride other than 64 bytes, more than 2^15 basic
-    /// blocks, CQEs other than 64 or 128 bytes).
-    pub fn into_direct(self, cq: CompletionQueue) -> Result<DirectQp<T>> {
+    /// blocks, CQEs other than 64 or 128 bytes): no mlx5 device's, and
+    /// then `mlx5dv_init_obj` has already marked the CQ as the
+    /// application's (libmlx5 no longer cleans it when the QP is reset).
+    pub fn into_direct(self, cq: CompletionQueue) -> Result<DirectQp<T>, IntoDirectError<T>> {
+        match self.take(&cq) {
+            Ok((sq, cqr)) => Ok(DirectQp {
+                sq,
+                cq: cqr,
+                backlog: VecDeque::new(),
+                deferred: None,
+                done: Vec::new(),
+                qp: self,
+                raw_cq: cq.raw_cq(),
+                _cq: cq,
+            }),
+            Err(error) => Err(IntoDirectError {
+                qp: self,
+                cq,
+                error,
+            }),
+        }
+    }
+
+    /// `into_direct`'s checks, and the queues libmlx5 gives.
+    fn take(&self, cq: &CompletionQueue) -> Result<(Sq, Cqr)> {
         let what = self.describe();
-        if !self.completes_on(&cq) {
+        if !self.completes_on(cq) {
             return Err(refused(format!(
                 "into_direct on {what}: the CQ given is not the QP's send CQ"
             )));
         }
-        if T::RECV && self.recv_cq_is(&cq) {
+        if T::RECV && self.recv_cq_is(cq) {
             return Err(refused(format!(
                 "into_direct on {what}: its receives complete on the same CQ; the direct \
                  CQ reads send completions only (create the QP with a receive CQ of its own)"
@@ -69,8 +171,9 @@ impl<T: DirectTransport> QpEx<T> {
         }
         if attr.qp_state != ffi::IBV_QPS_RESET {
             return Err(refused(format!(
-                "into_direct on {what}: the QP is in {:?}, not RESET; take it before \
-                 connecting it (or reset() it first)",
+                "into_direct on {what}: the QP is in {}, not RESET; take it before \
+                 connecting it, or reset() the QP this refusal gives back \
+                 (IntoDirectError::qp) and take it again",
                 QpState::from_raw(attr.qp_state)
             )));
         }
@@ -85,7 +188,7 @@ impl<T: DirectTransport> QpEx<T> {
         let mut obj = ffi::mlx5dv_obj::default();
         obj.qp.in_ = self.as_ptr();
         obj.qp.out = &mut dvqp;
-        obj.cq.in_ = crate::qp::ffi_cq(&cq);
+        obj.cq.in_ = crate::qp::ffi_cq(cq);
         obj.cq.out = &mut dvcq;
         // SAFETY: live QP and CQ; the out-structs are writable and outlive
         // the call.
@@ -104,19 +207,10 @@ impl<T: DirectTransport> QpEx<T> {
         let mut sq = Self::take_sq(&dvqp, self.qp_num(), self.caps(), &what)?;
         sq.streams = self.mlx5.streams.is_some();
         let cqr = take_cq(&dvcq, &what)?;
-        Ok(DirectQp {
-            sq,
-            cq: cqr,
-            backlog: VecDeque::new(),
-            deferred: None,
-            done: Vec::new(),
-            qp: self,
-            raw_cq: cq.raw_cq(),
-            _cq: cq,
-        })
+        Ok((sq, cqr))
     }
 
-    fn take_sq(dv: &ffi::mlx5dv_qp, qpn: u32, caps: QpCaps, what: &str) -> Result<Sq> {
+    pub(super) fn take_sq(dv: &ffi::mlx5dv_qp, qpn: u32, caps: QpCaps, what: &str) -> Result<Sq> {
         let cnt = dv.sq.wqe_cnt;
         let unsupported = |why: String| Error::Unsupported {
             what: format!("the direct path on {what}: {why}"),
@@ -173,7 +267,7 @@ impl<T: DirectTransport> QpEx<T> {
     }
 }
 
-fn take_cq(dv: &ffi::mlx5dv_cq, what: &str) -> Result<Cqr> {
+pub(super) fn take_cq(dv: &ffi::mlx5dv_cq, what: &str) -> Result<Cqr> {
     let unsupported = |why: String| Error::Unsupported {
         what: format!("the direct path on {what}: {why}"),
     };

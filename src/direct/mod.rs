@@ -154,6 +154,7 @@ mod tests;
 
 pub use batch::{DcWr, DirectBatch, WriteSource};
 pub use cq::DirectWc;
+pub use into::IntoDirectError;
 
 use crate::channel::Slept;
 use crate::clock::Mono;
