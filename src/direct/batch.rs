@@ -6,7 +6,7 @@ use super::DirectTransport;
 use crate::error::{DirectError, Error, Result};
 use crate::ffi;
 use crate::mr::{NonEmptySge, RemoteBuf, Sge, SgeMut};
-use crate::qp::{DcInitiator, ReliableConnection};
+use crate::qp::{DcInitiator, QpState, ReliableConnection};
 use crate::wr::SendFlags;
 use std::marker::PhantomData;
 
@@ -163,6 +163,9 @@ pub struct DirectBatch<'q, 'm, T: DirectTransport> {
     qpn8: u32,
     /// Whether the QP has DCI streams.
     streams: bool,
+    /// The QP's state when the batch was made, when it was not RTS: the
+    /// batch then has no room, and each refusal of room names the state.
+    not_ready: Option<QpState>,
     /// The producer index of the next WQE (the ring's own moves at `ring`)
     /// in bits 48 to 63, the sequence number of the last work request
     /// written in bits 0 to 31 (bits 32 to 47: 0 when the batch starts,
@@ -333,17 +336,21 @@ impl Av {
 }
 
 impl<'q, 'm, T: DirectTransport> DirectBatch<'q, 'm, T> {
-    pub(super) fn new(sq: &'q mut Sq) -> Self {
+    /// A batch of `sq`; `not_ready`: the QP's state when it is not RTS
+    /// (the batch then takes nothing).
+    #[inline(always)]
+    pub(super) fn new(sq: &'q mut Sq, not_ready: Option<QpState>) -> Self {
         let state = (u64::from(sq.pi) << 48) | u64::from(sq.posted);
         DirectBatch {
             buf: sq.buf.as_ptr(),
             slots: sq.slots.as_mut_ptr(),
             bmask: u32::from(sq.mask) << 6,
-            left: sq.room(),
+            left: if not_ready.is_some() { 0 } else { sq.room() },
             limited: u32::MAX,
             max_units: (sq.max_blocks * 4).min(u32::from(crate::wqe::MAX_DS)),
             qpn8: sq.qpn8,
             streams: sq.streams,
+            not_ready,
             sq,
             state,
             last: 0,
@@ -422,10 +429,17 @@ impl<'q, 'm, T: DirectTransport> DirectBatch<'q, 'm, T> {
     }
 
     /// The refusal of `n` more work requests than the batch has room
-    /// for: past its limit, or a full send queue.
+    /// for: a QP not in RTS, past its limit, or a full send queue.
     #[inline(always)]
     fn no_room_for(&self, n: u32) -> Error {
-        if self.limited != u32::MAX {
+        if let Some(state) = self.not_ready {
+            Error::QpNotReady {
+                what: "DirectQp::batch",
+                qp_num: self.qpn8 >> 8,
+                state,
+                receive: false,
+            }
+        } else if self.limited != u32::MAX {
             Error::BatchLimit {
                 limit: self.limited,
             }

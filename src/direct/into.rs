@@ -263,6 +263,7 @@ impl<T: DirectTransport> QpEx<T> {
             max_inline: caps.max_inline_data,
             slots: vec![Slot::default(); cnt as usize].into_boxed_slice(),
             streams: false,
+            failed: false,
         })
     }
 }

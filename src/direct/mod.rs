@@ -138,6 +138,14 @@
 //! waiting and is `unsafe`, with the contract of
 //! [`WrBatch::complete`](crate::WrBatch::complete).
 //!
+//! Both post only on a QP in RTS: on one never connected, or in RESET,
+//! INIT, RTR, SQD, SQE or ERR, they refuse with
+//! [`Error::QpNotReady`](crate::Error::QpNotReady) before a WQE is written,
+//! as libmlx5's path refuses ([`DirectQp::batch`] says how). The state is
+//! looked at once a batch, from libibverbs' record of it (no system call);
+//! after a completion with an error status, which moves the QP to ERR
+//! without the record seeing it, the next post asks the kernel.
+//!
 //! Nothing a peer sends reaches the parser: a send queue's CQEs are the
 //! local device's. The fields it reads are at fixed offsets inside the
 //! 64-byte CQE, and a WQE counter is used only after it is checked to name
@@ -231,6 +239,16 @@ unsafe impl<T: DirectTransport> Send for DirectQp<T> {}
 // SAFETY: as above.
 unsafe impl<T: DirectTransport> Sync for DirectQp<T> {}
 
+/// The state a refusal of [`DirectQp::ready_to_post`] names.
+#[cold]
+#[inline(never)]
+fn refused_in(e: Error) -> Option<QpState> {
+    match e {
+        Error::QpNotReady { state, .. } => Some(state),
+        _ => None,
+    }
+}
+
 /// Idle polls, each with a pause, before a wait arms its CQ and sleeps on
 /// its channel (or backs off, without one). The clock is not read during
 /// them: they take microseconds, nothing beside a timeout of any length.
@@ -239,8 +257,54 @@ const SPINS: u32 = 64;
 impl<T: DirectTransport> DirectQp<T> {
     /// A batch of work requests written straight into the send queue; see
     /// [`DirectBatch`].
+    ///
+    /// # Errors
+    ///
+    /// The QP's state is looked at here, once for the batch: on a QP not
+    /// in RTS (never connected, or in RESET, INIT, RTR, SQD, SQE or ERR,
+    /// where a failed work request or [`to_error`](Self::to_error) left
+    /// it) the batch takes nothing. Each of its writers, and its
+    /// [`limit`](DirectBatch::limit), returns [`Error::QpNotReady`] before
+    /// writing anything, its [`room`](DirectBatch::room) is 0, and
+    /// [`ring`](DirectBatch::ring) posts nothing. As libmlx5's path
+    /// ([`WrBatch::complete`](crate::WrBatch::complete)), the state is
+    /// libibverbs' record of it, confirmed by the kernel
+    /// (`ibv_query_qp(3)`) before a refusal; a post after a completion
+    /// with an error status (which moves the QP to ERR without the
+    /// record seeing it) asks the kernel first.
+    #[inline]
     pub fn batch<'m>(&mut self) -> DirectBatch<'_, 'm, T> {
-        DirectBatch::new(&mut self.sq)
+        let not_ready = match self.ready_to_post("DirectQp::batch") {
+            Ok(()) => None,
+            Err(e) => refused_in(e),
+        };
+        DirectBatch::new(&mut self.sq, not_ready)
+    }
+
+    /// Refuses a post ([`Error::QpNotReady`], naming `what`) unless the QP
+    /// is in RTS: a test of `Sq::failed` and a compare of libibverbs'
+    /// record of the state when the post may go on, once a batch; the
+    /// kernel's answer (`ibv_query_qp`) only before a refusal, or after an
+    /// error completion was read.
+    #[inline(always)]
+    pub(crate) fn ready_to_post(&mut self, what: &'static str) -> Result<()> {
+        if self.sq.failed {
+            return self.ready_after_failure(what);
+        }
+        // SAFETY: the QP is live.
+        unsafe { crate::qp::refuse(self.qp.as_ptr(), what, crate::qp::Post::Direct) }
+    }
+
+    /// [`ready_to_post`](Self::ready_to_post) after an error completion:
+    /// the kernel's state (which updates libibverbs' record), then the
+    /// record's verdict.
+    #[cold]
+    #[inline(never)]
+    fn ready_after_failure(&mut self, what: &'static str) -> Result<()> {
+        self.sq.failed = false;
+        self.qp.note_failed_work_request();
+        // SAFETY: the QP is live.
+        unsafe { crate::qp::refuse(self.qp.as_ptr(), what, crate::qp::Post::Direct) }
     }
 
     /// Reads up to `max` completions, oldest first, handing each to `f`.
@@ -288,7 +352,7 @@ impl<T: DirectTransport> DirectQp<T> {
                     }
                 }
             } else {
-                let (res, moved) = cq::slow_step(cqe, op_own, idx);
+                let (res, moved) = cq::slow_step(cqe, op_own, idx, &mut self.sq.failed);
                 idx = moved;
                 match res {
                     Ok(wc) => f(wc),
@@ -338,7 +402,7 @@ impl<T: DirectTransport> DirectQp<T> {
         }
         let mut cq = self.cq;
         let mut idx = self.sq.idx();
-        let (n, r) = cq::poll_into(&mut cq, &mut idx, out);
+        let (n, r) = cq::poll_into(&mut cq, &mut idx, out, &mut self.sq.failed);
         self.sq.put(idx);
         self.cq.ci = cq.ci;
         if n > 0 || r.is_err() {
@@ -557,6 +621,8 @@ impl<T: DirectTransport> DirectQp<T> {
         // An error `poll_into` kept for the next poll was of a CQE before
         // the reset: not the new rings'.
         self.deferred = None;
+        // Failures before the reset are over: the record says RESET now.
+        self.sq.failed = false;
         self.cq.drop_handed_over();
         self.cq.publish();
         self.sq.pi = 0;

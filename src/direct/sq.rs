@@ -115,6 +115,12 @@ pub(crate) struct Sq {
     pub(crate) slots: Box<[Slot]>,
     /// Whether the QP is a DCI with streams.
     pub(crate) streams: bool,
+    /// Whether a completion with an error status was read since the QP's
+    /// state was last asked: the device then moves the QP to ERR by
+    /// itself, which libibverbs' record of the state does not see, so the
+    /// next post asks the kernel (`DirectQp::ready_to_post`). Set only on the
+    /// error CQEs' path.
+    pub(crate) failed: bool,
 }
 
 /// The send queue's indices a poll reads and moves, copied out of the
