@@ -139,9 +139,8 @@
 //! [`WrBatch::complete`](crate::WrBatch::complete).
 //!
 //! Both post only on a QP in RTS: on one never connected, or in RESET,
-//! INIT, RTR, SQD, SQE or ERR, they refuse with
-//! [`Error::QpNotReady`](crate::Error::QpNotReady) before a WQE is written,
-//! as libmlx5's path refuses ([`DirectQp::batch`] says how). The state is
+//! INIT, RTR, SQD, SQE or ERR, they refuse with [`Error::QpNotReady`]
+//! before a WQE is written, as libmlx5's path refuses ([`DirectQp::batch`] says how). The state is
 //! looked at once a batch, from libibverbs' record of it (no system call);
 //! after a completion with an error status, which moves the QP to ERR
 //! without the record seeing it, the next post asks the kernel.
