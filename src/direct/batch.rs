@@ -163,9 +163,6 @@ pub struct DirectBatch<'q, 'm, T: DirectTransport> {
     qpn8: u32,
     /// Whether the QP has DCI streams.
     streams: bool,
-    /// The QP's state when the batch was made, when it was not RTS: the
-    /// batch then has no room, and each refusal of room names the state.
-    not_ready: Option<QpState>,
     /// The producer index of the next WQE (the ring's own moves at `ring`)
     /// in bits 48 to 63, the sequence number of the last work request
     /// written in bits 0 to 31 (bits 32 to 47: 0 when the batch starts,
@@ -336,21 +333,22 @@ impl Av {
 }
 
 impl<'q, 'm, T: DirectTransport> DirectBatch<'q, 'm, T> {
-    /// A batch of `sq`; `not_ready`: the QP's state when it is not RTS
-    /// (the batch then takes nothing).
+    /// A batch of `sq`: of no room when the QP is not in RTS (libibverbs'
+    /// record of its state, read here: a load and a compare, no call).
     #[inline(always)]
-    pub(super) fn new(sq: &'q mut Sq, not_ready: Option<QpState>) -> Self {
+    pub(super) fn new(sq: &'q mut Sq) -> Self {
         let state = (u64::from(sq.pi) << 48) | u64::from(sq.posted);
         DirectBatch {
             buf: sq.buf.as_ptr(),
             slots: sq.slots.as_mut_ptr(),
             bmask: u32::from(sq.mask) << 6,
-            left: if not_ready.is_some() { 0 } else { sq.room() },
+            // No room on a QP not in RTS: masked, not branched on (the
+            // writers' loop keeps the registers it had without the test).
+            left: sq.room() & 0u32.wrapping_sub(u32::from(sq.recorded_state() == ffi::IBV_QPS_RTS)),
             limited: u32::MAX,
             max_units: (sq.max_blocks * 4).min(u32::from(crate::wqe::MAX_DS)),
             qpn8: sq.qpn8,
             streams: sq.streams,
-            not_ready,
             sq,
             state,
             last: 0,
@@ -432,11 +430,12 @@ impl<'q, 'm, T: DirectTransport> DirectBatch<'q, 'm, T> {
     /// for: a QP not in RTS, past its limit, or a full send queue.
     #[inline(always)]
     fn no_room_for(&self, n: u32) -> Error {
-        if let Some(state) = self.not_ready {
+        let state = self.sq.recorded_state();
+        if state != ffi::IBV_QPS_RTS {
             Error::QpNotReady {
                 what: "DirectQp::batch",
                 qp_num: self.qpn8 >> 8,
-                state,
+                state: QpState::from_raw(state),
                 receive: false,
             }
         } else if self.limited != u32::MAX {

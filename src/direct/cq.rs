@@ -162,14 +162,14 @@ impl Cqr {
     /// Reads the next CQE if the device has handed it over
     /// ([`handed_over`](Self::handed_over)), and retires the WQEs it covers
     /// from `sq`.
-    /// `failed` is set when the CQE is an error completion.
+    /// An error completion updates `qp`'s recorded state ([`slow_step`]).
     #[inline(always)]
-    pub(crate) fn step(&mut self, sq: &mut Idx, failed: &mut bool) -> Result<Step> {
+    pub(crate) fn step(&mut self, sq: &mut Idx, qp: NonNull<ffi::ibv_qp>) -> Result<Step> {
         let Some((cqe, op_own)) = self.take() else {
             return Ok(Step::Empty);
         };
         if op_own & 0xfc != 0 {
-            let (r, moved) = slow_step(cqe, op_own, *sq, failed);
+            let (r, moved) = slow_step(cqe, op_own, *sq, qp);
             *sq = moved;
             return r.map(Step::Wc);
         }
@@ -250,7 +250,7 @@ impl Cqr {
     #[inline(always)]
     pub(crate) fn step_sq(&mut self, sq: &mut Sq) -> Result<Step> {
         let mut idx = sq.idx();
-        let r = self.step(&mut idx, &mut sq.failed);
+        let r = self.step(&mut idx, sq.qp);
         sq.put(idx);
         r
     }
@@ -274,14 +274,14 @@ impl Cqr {
 /// length, retiring their WQEs from `sq`: how many it wrote, and the error
 /// of a CQE it skipped (which ends the poll). Each kind of CQE stores its
 /// own completion: joined before the store, the completions of both would
-/// be merged field by field, at a cost to the common kind. `failed` is
-/// set when an error completion was among them.
+/// be merged field by field, at a cost to the common kind. An error
+/// completion updates `qp`'s recorded state ([`slow_step`]).
 #[inline(always)]
 pub(crate) fn poll_into(
     cq: &mut Cqr,
     sq: &mut Idx,
     out: &mut [DirectWc],
-    failed: &mut bool,
+    qp: NonNull<ffi::ibv_qp>,
 ) -> (usize, Result<()>) {
     let mut n = 0;
     while n < out.len() {
@@ -294,7 +294,7 @@ pub(crate) fn poll_into(
                 Err(e) => return (n, Err(e)),
             }
         } else {
-            let (res, moved) = slow_step(cqe, op_own, *sq, failed);
+            let (res, moved) = slow_step(cqe, op_own, *sq, qp);
             *sq = moved;
             match res {
                 Ok(wc) => out[n] = wc,
@@ -385,19 +385,30 @@ fn not_outstanding(sq: &Idx, counter: u16) -> Error {
 
 /// Every CQE but a plain successful requester one: error CQEs, a
 /// requester CQE with data scattered into it, CQEs that do not belong on
-/// a send CQ. Sets `failed` for an error completion (the QP is in ERR
-/// now, or soon: the next post asks).
+/// a send CQ.
+///
+/// After an error completion the device has moved the QP (`qp`, live) to
+/// ERR by itself (or, on a DCI with streams, maybe only the stream),
+/// which libibverbs' record of its state does not see: while the record
+/// says RTS, the kernel is asked (`ibv_query_qp`, which updates the
+/// record), so that the next post is refused as the QP's state says, as
+/// libmlx5's path does (`QpEx::note_failed_work_request`). Once the
+/// record says ERR, the flushes that follow ask nothing.
 #[cold]
 #[inline(never)]
 pub(crate) fn slow_step(
     cqe: *const u8,
     op_own: u8,
     mut sq: Idx,
-    failed: &mut bool,
+    qp: NonNull<ffi::ibv_qp>,
 ) -> (Result<DirectWc>, Idx) {
     let r = slow_step_in(cqe, op_own, &mut sq);
     if r.as_ref().is_ok_and(|wc| !wc.is_success()) {
-        *failed = true;
+        // SAFETY: the caller's promise: `qp` is live.
+        if unsafe { crate::qp::recorded_state(qp.as_ptr()) } == ffi::IBV_QPS_RTS {
+            // SAFETY: as above.
+            let _ = unsafe { crate::qp::query_state(qp.as_ptr()) };
+        }
     }
     (r, sq)
 }

@@ -221,13 +221,21 @@ impl<T: DirectTransport> QpEx<T> {
                 ),
             });
         }
-        let mut sq = Self::take_sq(&dvqp, self.qp_num(), self.caps(), &what)?;
+        let mut sq = Self::take_sq(&dvqp, self.qp, self.caps(), &what)?;
         sq.streams = self.mlx5.streams.is_some();
         let cqr = take_cq(&dvcq, &what)?;
         Ok((sq, cqr))
     }
 
-    pub(super) fn take_sq(dv: &ffi::mlx5dv_qp, qpn: u32, caps: QpCaps, what: &str) -> Result<Sq> {
+    /// The send queue libmlx5 gives for `qp` (live while the `Sq` is).
+    pub(super) fn take_sq(
+        dv: &ffi::mlx5dv_qp,
+        qp: NonNull<ffi::ibv_qp>,
+        caps: QpCaps,
+        what: &str,
+    ) -> Result<Sq> {
+        // SAFETY: `qp` is live; its number is set at creation.
+        let qpn = unsafe { (*qp.as_ptr()).qp_num };
         let cnt = dv.sq.wqe_cnt;
         let unsupported = |why: String| Error::Unsupported {
             what: format!("the direct path on {what}: {why}"),
@@ -280,7 +288,7 @@ impl<T: DirectTransport> QpEx<T> {
             max_inline: caps.max_inline_data,
             slots: vec![Slot::default(); cnt as usize].into_boxed_slice(),
             streams: false,
-            failed: false,
+            qp,
         })
     }
 }

@@ -140,10 +140,11 @@
 //!
 //! Both post only on a QP in RTS: on one never connected, or in RESET,
 //! INIT, RTR, SQD, SQE or ERR, they refuse with [`Error::QpNotReady`]
-//! before a WQE is written, as libmlx5's path refuses ([`DirectQp::batch`] says how). The state is
-//! looked at once a batch, from libibverbs' record of it (no system call);
-//! after a completion with an error status, which moves the QP to ERR
-//! without the record seeing it, the next post asks the kernel.
+//! before a WQE is written, as libmlx5's path refuses. The state is
+//! looked at once a batch, in libibverbs' record of it (no system call);
+//! the poll that reads a completion with an error status (after which the
+//! device has moved the QP to ERR, unseen by the record) asks the kernel
+//! ([`DirectQp::batch`] says more).
 //!
 //! Nothing a peer sends reaches the parser: a send queue's CQEs are the
 //! local device's. The fields it reads are at fixed offsets inside the
@@ -238,16 +239,6 @@ unsafe impl<T: DirectTransport> Send for DirectQp<T> {}
 // SAFETY: as above.
 unsafe impl<T: DirectTransport> Sync for DirectQp<T> {}
 
-/// The state a refusal of [`DirectQp::ready_to_post`] names.
-#[cold]
-#[inline(never)]
-fn refused_in(e: Error) -> Option<QpState> {
-    match e {
-        Error::QpNotReady { state, .. } => Some(state),
-        _ => None,
-    }
-}
-
 /// Idle polls, each with a pause, before a wait arms its CQ and sleeps on
 /// its channel (or backs off, without one). The clock is not read during
 /// them: they take microseconds, nothing beside a timeout of any length.
@@ -265,45 +256,31 @@ impl<T: DirectTransport> DirectQp<T> {
     /// it) the batch takes nothing. Each of its writers, and its
     /// [`limit`](DirectBatch::limit), returns [`Error::QpNotReady`] before
     /// writing anything, its [`room`](DirectBatch::room) is 0, and
-    /// [`ring`](DirectBatch::ring) posts nothing. As libmlx5's path
-    /// ([`WrBatch::complete`](crate::WrBatch::complete)), the state is
-    /// libibverbs' record of it, confirmed by the kernel
-    /// (`ibv_query_qp(3)`) before a refusal; a post after a completion
-    /// with an error status (which moves the QP to ERR without the
-    /// record seeing it) asks the kernel first.
+    /// [`ring`](DirectBatch::ring) posts nothing.
+    ///
+    /// The state is libibverbs' record of it (`ibv_qp.state`), which every
+    /// `ibv_modify_qp(3)` and `ibv_query_qp(3)` of the QP updates, read
+    /// without a system call and without a call at all (the writers' loop
+    /// keeps its registers). The device moves a QP to ERR by itself after
+    /// a failed work request, unseen by the record: the poll that reads
+    /// that failure's completion asks the kernel then (`ibv_query_qp`),
+    /// as libmlx5's path does, so the next batch sees ERR.
     #[inline]
     pub fn batch<'m>(&mut self) -> DirectBatch<'_, 'm, T> {
-        let not_ready = match self.ready_to_post("DirectQp::batch") {
-            Ok(()) => None,
-            Err(e) => refused_in(e),
-        };
-        DirectBatch::new(&mut self.sq, not_ready)
+        DirectBatch::new(&mut self.sq)
     }
 
     /// Refuses a post ([`Error::QpNotReady`], naming `what`) unless the QP
-    /// is in RTS: a test of `Sq::failed` and a compare of libibverbs'
-    /// record of the state when the post may go on, once a batch; the
-    /// kernel's answer (`ibv_query_qp`) only before a refusal, or after an
-    /// error completion was read.
+    /// is in RTS: a compare of libibverbs' record of the state when the
+    /// post may go on; the kernel's answer (`ibv_query_qp`, which names
+    /// the state) only before a refusal.
     #[inline(always)]
-    pub(crate) fn ready_to_post(&mut self, what: &'static str) -> Result<()> {
-        if self.sq.failed {
-            return self.ready_after_failure(what);
+    pub(crate) fn ready_to_post(&self, what: &'static str) -> Result<()> {
+        if self.sq.recorded_state() != ffi::IBV_QPS_RTS {
+            // SAFETY: the QP is live.
+            return unsafe { crate::qp::refuse(self.qp.as_ptr(), what, crate::qp::Post::Direct) };
         }
-        // SAFETY: the QP is live.
-        unsafe { crate::qp::refuse(self.qp.as_ptr(), what, crate::qp::Post::Direct) }
-    }
-
-    /// [`ready_to_post`](Self::ready_to_post) after an error completion:
-    /// the kernel's state (which updates libibverbs' record), then the
-    /// record's verdict.
-    #[cold]
-    #[inline(never)]
-    fn ready_after_failure(&mut self, what: &'static str) -> Result<()> {
-        self.sq.failed = false;
-        self.qp.note_failed_work_request();
-        // SAFETY: the QP is live.
-        unsafe { crate::qp::refuse(self.qp.as_ptr(), what, crate::qp::Post::Direct) }
+        Ok(())
     }
 
     /// Reads up to `max` completions, oldest first, handing each to `f`.
@@ -351,7 +328,7 @@ impl<T: DirectTransport> DirectQp<T> {
                     }
                 }
             } else {
-                let (res, moved) = cq::slow_step(cqe, op_own, idx, &mut self.sq.failed);
+                let (res, moved) = cq::slow_step(cqe, op_own, idx, self.sq.qp);
                 idx = moved;
                 match res {
                     Ok(wc) => f(wc),
@@ -401,7 +378,7 @@ impl<T: DirectTransport> DirectQp<T> {
         }
         let mut cq = self.cq;
         let mut idx = self.sq.idx();
-        let (n, r) = cq::poll_into(&mut cq, &mut idx, out, &mut self.sq.failed);
+        let (n, r) = cq::poll_into(&mut cq, &mut idx, out, self.sq.qp);
         self.sq.put(idx);
         self.cq.ci = cq.ci;
         if n > 0 || r.is_err() {
@@ -620,8 +597,6 @@ impl<T: DirectTransport> DirectQp<T> {
         // An error `poll_into` kept for the next poll was of a CQE before
         // the reset: not the new rings'.
         self.deferred = None;
-        // Failures before the reset are over: the record says RESET now.
-        self.sq.failed = false;
         self.cq.drop_handed_over();
         self.cq.publish();
         self.sq.pi = 0;

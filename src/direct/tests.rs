@@ -11,20 +11,39 @@ use crate::qp::ReliableConnection;
 use crate::{DirectError, Error, SendFlags, WcOpcode, WcStatus};
 use std::ptr::NonNull;
 
-/// A send queue of `cnt` basic blocks over memory of the test's own.
+/// A send queue of `cnt` basic blocks over memory of the test's own, of a
+/// QP whose only field read is libibverbs' record of its state (RTS until
+/// [`Ring::set_state`]).
 struct Ring {
     buf: Vec<u128>,
     db: Box<[u32; 2]>,
     bf: Box<[u64; 64]>,
+    /// A `struct ibv_qp` of the test's own (from `Box::into_raw`, freed on
+    /// drop), written only through this pointer.
+    qp: NonNull<ffi::ibv_qp>,
 }
 
 impl Ring {
     fn new(cnt: u32) -> Self {
+        // SAFETY: `struct ibv_qp` is pointers, integers and pthread
+        // objects, for all of which zero bytes are a value.
+        let mut qp: Box<ffi::ibv_qp> = Box::new(unsafe { std::mem::zeroed() });
+        qp.state = ffi::IBV_QPS_RTS;
         Ring {
             buf: vec![0u128; cnt as usize * 4],
             db: Box::new([0; 2]),
             bf: Box::new([0; 64]),
+            qp: NonNull::from(Box::leak(qp)),
         }
+    }
+
+    /// Sets libibverbs' record of the QP's state. A completion with an
+    /// error status read while it says RTS asks the kernel, which this QP
+    /// has none of: the tests that make one set another state first.
+    fn set_state(&self, state: crate::QpState) {
+        // SAFETY: the test's own QP, live until the ring drops, written
+        // only through this pointer, and not read meanwhile.
+        unsafe { (*self.qp.as_ptr()).state = state.to_raw() };
     }
 
     fn sq(&mut self, qpn: u32, bf_size: u32) -> Sq {
@@ -46,7 +65,7 @@ impl Ring {
             max_inline: 200,
             slots: vec![Slot::default(); cnt as usize].into_boxed_slice(),
             streams: false,
-            failed: false,
+            qp: self.qp,
         }
     }
 
@@ -56,6 +75,13 @@ impl Ring {
             out[i * 16..i * 16 + 16].copy_from_slice(&w.to_ne_bytes());
         }
         out
+    }
+}
+
+impl Drop for Ring {
+    fn drop(&mut self) {
+        // SAFETY: made by `Box::leak` in `new`, freed once, here.
+        drop(unsafe { Box::from_raw(self.qp.as_ptr()) });
     }
 }
 
@@ -109,7 +135,7 @@ fn data(len: u32, lkey: u32, addr: u64) -> Vec<u8> {
 fn an_rdma_write_is_the_wqe_libmlx5_writes() {
     let mut ring = Ring::new(8);
     let mut sq = ring.sq(0x1234, 256);
-    let mut b = Batch::new(&mut sq, None);
+    let mut b = Batch::new(&mut sq);
     b.rdma_write(
         7,
         SendFlags::SIGNALED,
@@ -162,7 +188,7 @@ fn a_non_empty_source_writes_the_same_wqes_as_its_plain_entry() {
     let write_all = |ne: bool| {
         let mut ring = Ring::new(16);
         let mut sq = ring.sq(0x1234, 256);
-        let mut b = Batch::new(&mut sq, None);
+        let mut b = Batch::new(&mut sq);
         let e = sge(0x1000, 64, 0x66);
         let n = e.non_empty().expect("64 bytes");
         assert_eq!((n.addr(), n.length(), n.lkey()), (0x1000, 64, 0x66));
@@ -221,7 +247,7 @@ fn a_non_empty_source_writes_the_same_wqes_as_its_plain_entry() {
 fn imm_sends_reads_and_atomics_have_their_segments() {
     let mut ring = Ring::new(8);
     let mut sq = ring.sq(0x7, 0);
-    let mut b = Batch::new(&mut sq, None);
+    let mut b = Batch::new(&mut sq);
     b.rdma_write_imm(
         1,
         SendFlags::empty(),
@@ -312,7 +338,7 @@ fn inline_data_follows_its_count_and_wraps_at_the_ring_end() {
     // Three one-block WQEs, then a two-block inline send from block 3:
     // its second block is block 0 of the ring.
     for i in 0..3 {
-        let mut b = Batch::new(&mut sq, None);
+        let mut b = Batch::new(&mut sq);
         b.send(i, SendFlags::empty(), sge(0x100, 4, 1)).unwrap();
         // SAFETY: nothing reads the test's ring.
         unsafe { b.ring() };
@@ -321,7 +347,7 @@ fn inline_data_follows_its_count_and_wraps_at_the_ring_end() {
     sq.ci = 3;
     sq.retired = 3;
     let payload: Vec<u8> = (0..60u8).collect();
-    let mut b = Batch::new(&mut sq, None);
+    let mut b = Batch::new(&mut sq);
     b.send_inline(9, SendFlags::SIGNALED, &payload).unwrap();
     // SAFETY: nothing reads the test's ring.
     unsafe { b.ring() };
@@ -335,7 +361,7 @@ fn inline_data_follows_its_count_and_wraps_at_the_ring_end() {
     // An inline write: control, remote address, inline.
     let mut ring = Ring::new(4);
     let mut sq = ring.sq(0x9, 0);
-    let mut b = Batch::new(&mut sq, None);
+    let mut b = Batch::new(&mut sq);
     b.rdma_write_inline(1, SendFlags::empty(), remote(0x10, 8, 2), b"abcdefgh")
         .unwrap();
     // SAFETY: nothing reads the test's ring.
@@ -354,7 +380,7 @@ fn inline_data_follows_its_count_and_wraps_at_the_ring_end() {
 fn what_would_not_fit_or_is_malformed_is_refused_before_anything_is_written() {
     let mut ring = Ring::new(4);
     let mut sq = ring.sq(0x9, 0);
-    let mut b = Batch::new(&mut sq, None);
+    let mut b = Batch::new(&mut sq);
     for i in 0..4 {
         b.rdma_write(i, SendFlags::empty(), remote(0, 8, 1), sge(0, 8, 1))
             .unwrap();
@@ -402,7 +428,7 @@ fn what_would_not_fit_or_is_malformed_is_refused_before_anything_is_written() {
     let mut sq = ring.sq(0x9, 0);
     sq.max_inline = 4096;
     sq.max_blocks = 64;
-    let mut b = Batch::new(&mut sq, None);
+    let mut b = Batch::new(&mut sq);
     assert!(matches!(
         b.send_inline(1, SendFlags::empty(), &[0; 1024]),
         Err(Error::Direct(DirectError::TooManyUnits {
@@ -484,7 +510,7 @@ impl CqMem {
 }
 
 fn post_writes(sq: &mut Sq, n: u64, signal_every: u64) {
-    let mut b = Batch::new(sq, None);
+    let mut b = Batch::new(sq);
     for i in 0..n {
         let f = if (i + 1) % signal_every == 0 {
             SendFlags::SIGNALED
@@ -511,7 +537,8 @@ fn a_batch_of_a_qp_not_in_rts_refuses_every_work_request_and_writes_nothing() {
     ] {
         let mut ring = Ring::new(8);
         let mut sq = ring.sq(0x1234, 256);
-        let mut b = Batch::new(&mut sq, Some(state));
+        ring.set_state(state);
+        let mut b = Batch::new(&mut sq);
         assert_eq!(b.room(), 0);
         let refused = |r: crate::Result<()>| match r {
             Err(Error::QpNotReady {
@@ -585,10 +612,6 @@ fn a_cqe_retires_every_work_request_up_to_the_one_it_names() {
         (WcStatus::SUCCESS, WcOpcode::RDMA_WRITE, 0)
     );
     assert!(wc.ok().is_ok());
-    assert!(
-        !sq.failed,
-        "a successful completion leaves the state unasked"
-    );
     assert_eq!((sq.outstanding(), sq.room(), sq.ci), (0, 64, 32));
     cq.publish();
     assert_eq!(u32::from_be(mem.db[0]), 1);
@@ -656,7 +679,7 @@ fn error_cqes_name_their_work_request_with_the_mapped_status() {
         0,
         ffi::MLX5_CQE_SYNDROME_WR_FLUSH_ERR as u8,
     );
-    assert!(!sq.failed);
+    ring.set_state(crate::QpState::Err);
     let Ok(Step::Wc(wc)) = cq.step_sq(&mut sq) else {
         panic!()
     };
@@ -664,9 +687,6 @@ fn error_cqes_name_their_work_request_with_the_mapped_status() {
         (wc.wr_id, wc.covers, wc.status),
         (101, 2, WcStatus::REM_ACCESS_ERR)
     );
-    // The QP is in ERR now, which libibverbs' record of its state does
-    // not see: the next post asks the kernel.
-    assert!(sq.failed);
     assert_eq!((wc.syndrome, wc.vendor_err), (0x13, 0x42));
     assert!(matches!(
         wc.ok(),
@@ -736,7 +756,7 @@ fn reads_and_atomics_report_their_byte_counts() {
     let mut sq = ring.sq(0x4, 0);
     let mut mem = CqMem::new(4, 64);
     let mut cq = mem.cqr();
-    let mut b = Batch::new(&mut sq, None);
+    let mut b = Batch::new(&mut sq);
     b.rdma_read(1, SendFlags::SIGNALED, remote(0, 32, 1), sge_mut(0, 32, 1))
         .unwrap();
     b.atomic_fetch_add(2, SendFlags::SIGNALED, remote(0, 8, 1), 1, sge_mut(0, 8, 1))
@@ -768,7 +788,7 @@ fn a_cqe_naming_no_outstanding_wqe_retires_nothing() {
     let mut mem = CqMem::new(8, 64);
     let mut cq = mem.cqr();
     // Two two-block inline sends: WQEs start at 0 and 2.
-    let mut b = Batch::new(&mut sq, None);
+    let mut b = Batch::new(&mut sq);
     b.send_inline(1, SendFlags::empty(), &[1; 60]).unwrap();
     b.send_inline(2, SendFlags::SIGNALED, &[2; 60]).unwrap();
     // SAFETY: nothing reads the test's ring.
@@ -837,13 +857,13 @@ fn a_stale_slot_of_an_abandoned_batch_is_not_an_outstanding_wqe() {
     // A batch written and abandoned: one-block WQEs at blocks 0 and 1,
     // sequence numbers 1 and 2.
     {
-        let mut a = Batch::new(&mut sq, None);
+        let mut a = Batch::new(&mut sq);
         a.send_inline(1, SendFlags::empty(), &[1; 8]).unwrap();
         a.send_inline(2, SendFlags::empty(), &[2; 8]).unwrap();
     }
     // The batch rung: a two-block WQE at 0 (seq 1), a one-block one at 2
     // (seq 2). Block 1 is inside the first WQE.
-    let mut b = Batch::new(&mut sq, None);
+    let mut b = Batch::new(&mut sq);
     b.send_inline(10, SendFlags::empty(), &[3; 60]).unwrap();
     b.send_inline(11, SendFlags::SIGNALED, &[4; 8]).unwrap();
     // SAFETY: nothing reads the test's ring.
@@ -896,10 +916,11 @@ fn the_slice_poll_stores_each_kind_and_stops_at_a_stray_cqe() {
     // A responder CQE: not a send completion.
     mem.produce(3, ffi::MLX5_CQE_RESP_SEND as u8, 0, 0x5, 0, 4, 0);
     mem.produce(4, 0, w, 0x5, 3, 0, 0);
+    ring.set_state(crate::QpState::Err);
     let mut out = [DirectWc::default(); 8];
     // Two fit: the good one and the error one.
     let mut idx = sq.idx();
-    let (n, r) = super::cq::poll_into(&mut cq, &mut idx, &mut out[..2], &mut false);
+    let (n, r) = super::cq::poll_into(&mut cq, &mut idx, &mut out[..2], sq.qp);
     sq.put(idx);
     assert!(r.is_ok());
     assert_eq!(n, 2);
@@ -917,7 +938,7 @@ fn the_slice_poll_stores_each_kind_and_stops_at_a_stray_cqe() {
     );
     // Room for all: one completion, then the stray CQE ends the poll.
     let mut idx = sq.idx();
-    let (n, r) = super::cq::poll_into(&mut cq, &mut idx, &mut out, &mut false);
+    let (n, r) = super::cq::poll_into(&mut cq, &mut idx, &mut out, sq.qp);
     sq.put(idx);
     assert_eq!(n, 1);
     assert_eq!(out[0].wr_id, 102);
@@ -928,13 +949,13 @@ fn the_slice_poll_stores_each_kind_and_stops_at_a_stray_cqe() {
     assert_eq!(cq.ci, 4);
     // The next poll goes on after it; nothing more is there after that.
     let mut idx = sq.idx();
-    let (n, r) = super::cq::poll_into(&mut cq, &mut idx, &mut out, &mut false);
+    let (n, r) = super::cq::poll_into(&mut cq, &mut idx, &mut out, sq.qp);
     sq.put(idx);
     assert!(r.is_ok());
     assert_eq!((n, out[0].wr_id, sq.outstanding()), (1, 103, 2));
     let mut idx = sq.idx();
     assert_eq!(
-        super::cq::poll_into(&mut cq, &mut idx, &mut out, &mut false).0,
+        super::cq::poll_into(&mut cq, &mut idx, &mut out, sq.qp).0,
         0
     );
     // An unwritten entry is never a success.
@@ -954,7 +975,7 @@ fn the_state_word_wraps_the_producer_index_and_the_sequence_number() {
     sq.ci = 0xfffc;
     sq.posted = u32::MAX - 1;
     sq.retired = u32::MAX - 1;
-    let mut b = Batch::new(&mut sq, None);
+    let mut b = Batch::new(&mut sq);
     // Blocks 0xfffc-0xfffd, 0xfffe, 0xffff-0x0000, 0x0001.
     b.send_inline(1, SendFlags::empty(), &[1; 60]).unwrap();
     b.rdma_write(2, SendFlags::empty(), remote(0, 8, 1), sge(0, 8, 1))
@@ -1028,7 +1049,7 @@ fn a_batch_of_the_largest_ring_wraps_both_counters_and_retires_whole() {
     sq.ci = 0xfff0;
     sq.posted = u32::MAX - 7;
     sq.retired = u32::MAX - 7;
-    let mut b = Batch::new(&mut sq, None);
+    let mut b = Batch::new(&mut sq);
     for i in 0..u64::from(cnt) {
         b.rdma_write(i, SendFlags::empty(), remote(0, 8, 1), sge(0, 8, 1))
             .unwrap();
@@ -1067,7 +1088,7 @@ fn slots_of_forgotten_and_dropped_batches_never_retire() {
     let mut sq = ring.sq(5, 0);
     // Forgotten: one-block WQEs at 0..8 (sequence numbers 1..=8).
     {
-        let mut a = Batch::new(&mut sq, None);
+        let mut a = Batch::new(&mut sq);
         for i in 0..8 {
             a.send_inline(100 + i, SendFlags::empty(), &[1; 8]).unwrap();
         }
@@ -1079,21 +1100,21 @@ fn slots_of_forgotten_and_dropped_batches_never_retire() {
     assert_eq!((sq.pi, sq.posted), (0, 0));
     // Dropped: two-block WQEs at 0, 2, 4, 6.
     {
-        let mut a = Batch::new(&mut sq, None);
+        let mut a = Batch::new(&mut sq);
         for i in 0..4 {
             a.send_inline(200 + i, SendFlags::empty(), &[1; 60])
                 .unwrap();
         }
     }
     // Rung: a one-block WQE at 0, a two-block one at 1.
-    let mut b = Batch::new(&mut sq, None);
+    let mut b = Batch::new(&mut sq);
     b.send_inline(10, SendFlags::empty(), &[1; 8]).unwrap();
     b.send_inline(11, SendFlags::empty(), &[1; 60]).unwrap();
     // SAFETY: nothing reads the test's ring.
     unsafe { b.ring() };
     // Rung: a two-block WQE at 3 (over the dropped batch's 2-3 and 4's
     // first block), one block at 5.
-    let mut b = Batch::new(&mut sq, None);
+    let mut b = Batch::new(&mut sq);
     b.send_inline(12, SendFlags::empty(), &[1; 60]).unwrap();
     b.send_inline(13, SendFlags::empty(), &[1; 8]).unwrap();
     // SAFETY: as above.
@@ -1148,12 +1169,15 @@ fn garbage_cqes_never_panic_nor_over_retire() {
         let mut out = [DirectWc::default(); 3];
         for round in 0..4000usize {
             if sq.room() >= 2 && round % 3 == 0 {
-                let mut b = Batch::new(&mut sq, None);
+                ring.set_state(crate::QpState::Rts);
+                let mut b = Batch::new(&mut sq);
                 b.send_inline(round as u64, SendFlags::empty(), &[1; 60])
                     .unwrap();
                 // SAFETY: nothing reads the test's ring.
                 unsafe { b.ring() };
             }
+            // Error completions among the garbage: none asks the kernel.
+            ring.set_state(crate::QpState::Err);
             let n = cq.ci as usize;
             let c = mem.cqe(n % 8);
             for b in c.iter_mut() {
@@ -1169,7 +1193,7 @@ fn garbage_cqes_never_panic_nor_over_retire() {
             }
             let before = sq.outstanding();
             let mut idx = sq.idx();
-            let (k, _) = super::cq::poll_into(&mut cq, &mut idx, &mut out, &mut false);
+            let (k, _) = super::cq::poll_into(&mut cq, &mut idx, &mut out, sq.qp);
             sq.put(idx);
             assert!(k <= 1);
             assert!(sq.outstanding() <= before);
@@ -1201,7 +1225,7 @@ fn a_dci_always_has_room_in_its_wqe_for_two_blocks() {
                 max_recv_sge: 0,
                 max_inline_data: inline,
             };
-            match QpEx::<DcInitiator>::take_sq(&dv, 1, caps, "a DCI") {
+            match QpEx::<DcInitiator>::take_sq(&dv, ring.qp, caps, "a DCI") {
                 Ok(sq) => {
                     assert!(cnt >= 2);
                     assert!(
@@ -1219,19 +1243,19 @@ fn a_dci_always_has_room_in_its_wqe_for_two_blocks() {
     sq.max_blocks = 2;
     sq.max_inline = 64;
     let to = super::DirectDcAddr { words: [0; 6] };
-    let mut b = DirectBatch::<'_, 'static, DcInitiator>::new(&mut sq, None);
+    let mut b = DirectBatch::<'_, 'static, DcInitiator>::new(&mut sq);
     b.dc(&to)
         .rdma_write(1, SendFlags::empty(), remote(0, 8, 1), sge(0, 8, 1))
         .unwrap();
     assert_eq!((b.len(), b.room()), (1, 0));
     drop(b);
-    let mut b = DirectBatch::<'_, 'static, DcInitiator>::new(&mut sq, None);
+    let mut b = DirectBatch::<'_, 'static, DcInitiator>::new(&mut sq);
     // 1 + 3 + ceil((4 + 60) / 16) = 8 units: fits.
     b.dc(&to)
         .send_inline(1, SendFlags::empty(), &[0; 60])
         .unwrap();
     drop(b);
-    let mut b = DirectBatch::<'_, 'static, DcInitiator>::new(&mut sq, None);
+    let mut b = DirectBatch::<'_, 'static, DcInitiator>::new(&mut sq);
     // 1 + 3 + ceil((4 + 61) / 16) = 9 units: refused by the size test.
     assert!(matches!(
         b.dc(&to).send_inline(1, SendFlags::empty(), &[0; 61]),
@@ -1250,7 +1274,7 @@ fn an_empty_entry_is_no_data_segment_and_the_next_wqe_is_whole() {
     use crate::qp::DcInitiator;
     let mut ring = Ring::new(8);
     let mut sq = ring.sq(0x21, 0);
-    let mut b = Batch::new(&mut sq, None);
+    let mut b = Batch::new(&mut sq);
     b.rdma_write(1, SendFlags::empty(), remote(0x10, 8, 2), sge(0x20, 0, 3))
         .unwrap();
     b.rdma_read(
@@ -1287,7 +1311,7 @@ fn an_empty_entry_is_no_data_segment_and_the_next_wqe_is_whole() {
     let mut ring = Ring::new(8);
     let mut sq = ring.sq(0x22, 0);
     let to = super::DirectDcAddr { words: [0; 6] };
-    let mut b = DirectBatch::<'_, 'static, DcInitiator>::new(&mut sq, None);
+    let mut b = DirectBatch::<'_, 'static, DcInitiator>::new(&mut sq);
     b.dc(&to)
         .rdma_write(1, SendFlags::empty(), remote(0, 8, 1), sge(0, 0, 1))
         .unwrap();
@@ -1301,7 +1325,7 @@ fn an_empty_entry_is_no_data_segment_and_the_next_wqe_is_whole() {
     // A remote buffer of 4 GiB and more: an empty entry is still none.
     let mut ring = Ring::new(8);
     let mut sq = ring.sq(0x23, 0);
-    let mut b = Batch::new(&mut sq, None);
+    let mut b = Batch::new(&mut sq);
     b.rdma_write(1, SendFlags::empty(), remote(0, 1 << 33, 1), sge(0, 0, 1))
         .unwrap();
     // SAFETY: nothing reads the test's ring.
@@ -1317,7 +1341,7 @@ fn a_limit_holds_the_batch_and_is_checked_against_the_room() {
     use crate::qp::DcInitiator;
     let mut ring = Ring::new(8);
     let mut sq = ring.sq(0x9, 0);
-    let mut b = Batch::new(&mut sq, None);
+    let mut b = Batch::new(&mut sq);
     // More than the ring holds: refused, the batch unchanged.
     assert!(matches!(
         b.limit(9),
@@ -1351,7 +1375,7 @@ fn a_limit_holds_the_batch_and_is_checked_against_the_room() {
     assert_eq!(ring.bytes(4), before);
     assert_eq!((sq.pi, sq.posted), (4, 4));
     // The next batch has the ring's room again: a limit is the batch's.
-    let b = Batch::new(&mut sq, None);
+    let b = Batch::new(&mut sq);
     assert_eq!(b.room(), 4);
     drop(b);
     // On a DCI each work request counts two blocks; a WQE of more takes
@@ -1360,7 +1384,7 @@ fn a_limit_holds_the_batch_and_is_checked_against_the_room() {
     let mut sq = ring.sq(0x9, 0);
     sq.max_inline = 64;
     let to = super::DirectDcAddr { words: [0; 6] };
-    let mut b = DirectBatch::<'_, 'static, DcInitiator>::new(&mut sq, None);
+    let mut b = DirectBatch::<'_, 'static, DcInitiator>::new(&mut sq);
     assert!(matches!(
         b.limit(5),
         Err(Error::SendQueueFull { batch: 5, depth: 8 })
