@@ -333,10 +333,13 @@ impl Av {
 }
 
 impl<'q, 'm, T: DirectTransport> DirectBatch<'q, 'm, T> {
-    /// A batch of `sq`: of no room when the QP is not in RTS (libibverbs'
-    /// record of its state, read here: a load and a compare, no call).
+    /// A batch of `sq`; of no room unless `ready`: the QP is in RTS
+    /// (libibverbs' record of its state, read by the caller without a
+    /// call: a call before the writers' loop would cost registers in it).
+    /// A writer refused for room then names the state
+    /// ([`no_room_for`](Self::no_room_for)).
     #[inline(always)]
-    pub(super) fn new(sq: &'q mut Sq) -> Self {
+    pub(super) fn new(sq: &'q mut Sq, ready: bool) -> Self {
         let state = (u64::from(sq.pi) << 48) | u64::from(sq.posted);
         DirectBatch {
             buf: sq.buf.as_ptr(),
@@ -344,7 +347,7 @@ impl<'q, 'm, T: DirectTransport> DirectBatch<'q, 'm, T> {
             bmask: u32::from(sq.mask) << 6,
             // No room on a QP not in RTS: masked, not branched on (the
             // writers' loop keeps the registers it had without the test).
-            left: sq.room() & 0u32.wrapping_sub(u32::from(sq.recorded_state() == ffi::IBV_QPS_RTS)),
+            left: if ready { sq.room() } else { 0 },
             limited: u32::MAX,
             max_units: (sq.max_blocks * 4).min(u32::from(crate::wqe::MAX_DS)),
             qpn8: sq.qpn8,

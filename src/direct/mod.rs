@@ -267,7 +267,9 @@ impl<T: DirectTransport> DirectQp<T> {
     /// as libmlx5's path does, so the next batch sees ERR.
     #[inline]
     pub fn batch<'m>(&mut self) -> DirectBatch<'_, 'm, T> {
-        DirectBatch::new(&mut self.sq)
+        // SAFETY: the QP is live.
+        let ready = unsafe { crate::qp::recorded_state(self.qp.as_ptr()) } == ffi::IBV_QPS_RTS;
+        DirectBatch::new(&mut self.sq, ready)
     }
 
     /// Refuses a post ([`Error::QpNotReady`], naming `what`) unless the QP

@@ -77,7 +77,8 @@ impl<T: DirectTransport> DirectQp<T> {
         self.ready_to_post("DirectQp::post_and_wait")?;
         let start = self.sq.posted;
         let own: *const super::sq::Sq = &self.sq;
-        let mut batch = DirectBatch::new(&mut self.sq);
+        // In RTS: `ready_to_post` let it go on.
+        let mut batch = DirectBatch::new(&mut self.sq, true);
         build(&mut batch)?;
         if !std::ptr::eq(&*batch.sq, own) {
             // Not reachable (the batch's lifetimes are invariant, so no

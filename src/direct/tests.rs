@@ -105,7 +105,17 @@ fn remote(addr: u64, len: u64, rkey: u32) -> RemoteBuf {
     RemoteBuf { addr, len, rkey }
 }
 
-type Batch<'q> = DirectBatch<'q, 'static, ReliableConnection>;
+/// A batch of `sq` made as [`DirectQp::batch`](super::DirectQp::batch)
+/// makes it: of room only when the QP's recorded state is RTS.
+fn made<T: super::DirectTransport>(sq: &mut Sq) -> DirectBatch<'_, 'static, T> {
+    let ready = sq.recorded_state() == ffi::IBV_QPS_RTS;
+    DirectBatch::new(sq, ready)
+}
+
+/// [`made`] of an RC QP.
+fn rc_batch(sq: &mut Sq) -> DirectBatch<'_, 'static, ReliableConnection> {
+    made(sq)
+}
 
 /// The control segment libmlx5 writes (mlx5dv.h `struct mlx5_wqe_ctrl_seg`).
 fn ctrl(idx: u16, opcode: u32, qpn: u32, ds: u32, fm_ce_se: u8, imm: u32) -> Vec<u8> {
@@ -135,7 +145,7 @@ fn data(len: u32, lkey: u32, addr: u64) -> Vec<u8> {
 fn an_rdma_write_is_the_wqe_libmlx5_writes() {
     let mut ring = Ring::new(8);
     let mut sq = ring.sq(0x1234, 256);
-    let mut b = Batch::new(&mut sq);
+    let mut b = rc_batch(&mut sq);
     b.rdma_write(
         7,
         SendFlags::SIGNALED,
@@ -188,7 +198,7 @@ fn a_non_empty_source_writes_the_same_wqes_as_its_plain_entry() {
     let write_all = |ne: bool| {
         let mut ring = Ring::new(16);
         let mut sq = ring.sq(0x1234, 256);
-        let mut b = Batch::new(&mut sq);
+        let mut b = rc_batch(&mut sq);
         let e = sge(0x1000, 64, 0x66);
         let n = e.non_empty().expect("64 bytes");
         assert_eq!((n.addr(), n.length(), n.lkey()), (0x1000, 64, 0x66));
@@ -247,7 +257,7 @@ fn a_non_empty_source_writes_the_same_wqes_as_its_plain_entry() {
 fn imm_sends_reads_and_atomics_have_their_segments() {
     let mut ring = Ring::new(8);
     let mut sq = ring.sq(0x7, 0);
-    let mut b = Batch::new(&mut sq);
+    let mut b = rc_batch(&mut sq);
     b.rdma_write_imm(
         1,
         SendFlags::empty(),
@@ -338,7 +348,7 @@ fn inline_data_follows_its_count_and_wraps_at_the_ring_end() {
     // Three one-block WQEs, then a two-block inline send from block 3:
     // its second block is block 0 of the ring.
     for i in 0..3 {
-        let mut b = Batch::new(&mut sq);
+        let mut b = rc_batch(&mut sq);
         b.send(i, SendFlags::empty(), sge(0x100, 4, 1)).unwrap();
         // SAFETY: nothing reads the test's ring.
         unsafe { b.ring() };
@@ -347,7 +357,7 @@ fn inline_data_follows_its_count_and_wraps_at_the_ring_end() {
     sq.ci = 3;
     sq.retired = 3;
     let payload: Vec<u8> = (0..60u8).collect();
-    let mut b = Batch::new(&mut sq);
+    let mut b = rc_batch(&mut sq);
     b.send_inline(9, SendFlags::SIGNALED, &payload).unwrap();
     // SAFETY: nothing reads the test's ring.
     unsafe { b.ring() };
@@ -361,7 +371,7 @@ fn inline_data_follows_its_count_and_wraps_at_the_ring_end() {
     // An inline write: control, remote address, inline.
     let mut ring = Ring::new(4);
     let mut sq = ring.sq(0x9, 0);
-    let mut b = Batch::new(&mut sq);
+    let mut b = rc_batch(&mut sq);
     b.rdma_write_inline(1, SendFlags::empty(), remote(0x10, 8, 2), b"abcdefgh")
         .unwrap();
     // SAFETY: nothing reads the test's ring.
@@ -380,7 +390,7 @@ fn inline_data_follows_its_count_and_wraps_at_the_ring_end() {
 fn what_would_not_fit_or_is_malformed_is_refused_before_anything_is_written() {
     let mut ring = Ring::new(4);
     let mut sq = ring.sq(0x9, 0);
-    let mut b = Batch::new(&mut sq);
+    let mut b = rc_batch(&mut sq);
     for i in 0..4 {
         b.rdma_write(i, SendFlags::empty(), remote(0, 8, 1), sge(0, 8, 1))
             .unwrap();
@@ -428,7 +438,7 @@ fn what_would_not_fit_or_is_malformed_is_refused_before_anything_is_written() {
     let mut sq = ring.sq(0x9, 0);
     sq.max_inline = 4096;
     sq.max_blocks = 64;
-    let mut b = Batch::new(&mut sq);
+    let mut b = rc_batch(&mut sq);
     assert!(matches!(
         b.send_inline(1, SendFlags::empty(), &[0; 1024]),
         Err(Error::Direct(DirectError::TooManyUnits {
@@ -510,7 +520,7 @@ impl CqMem {
 }
 
 fn post_writes(sq: &mut Sq, n: u64, signal_every: u64) {
-    let mut b = Batch::new(sq);
+    let mut b = rc_batch(sq);
     for i in 0..n {
         let f = if (i + 1) % signal_every == 0 {
             SendFlags::SIGNALED
@@ -538,7 +548,7 @@ fn a_batch_of_a_qp_not_in_rts_refuses_every_work_request_and_writes_nothing() {
         let mut ring = Ring::new(8);
         let mut sq = ring.sq(0x1234, 256);
         ring.set_state(state);
-        let mut b = Batch::new(&mut sq);
+        let mut b = rc_batch(&mut sq);
         assert_eq!(b.room(), 0);
         let refused = |r: crate::Result<()>| match r {
             Err(Error::QpNotReady {
@@ -756,7 +766,7 @@ fn reads_and_atomics_report_their_byte_counts() {
     let mut sq = ring.sq(0x4, 0);
     let mut mem = CqMem::new(4, 64);
     let mut cq = mem.cqr();
-    let mut b = Batch::new(&mut sq);
+    let mut b = rc_batch(&mut sq);
     b.rdma_read(1, SendFlags::SIGNALED, remote(0, 32, 1), sge_mut(0, 32, 1))
         .unwrap();
     b.atomic_fetch_add(2, SendFlags::SIGNALED, remote(0, 8, 1), 1, sge_mut(0, 8, 1))
@@ -788,7 +798,7 @@ fn a_cqe_naming_no_outstanding_wqe_retires_nothing() {
     let mut mem = CqMem::new(8, 64);
     let mut cq = mem.cqr();
     // Two two-block inline sends: WQEs start at 0 and 2.
-    let mut b = Batch::new(&mut sq);
+    let mut b = rc_batch(&mut sq);
     b.send_inline(1, SendFlags::empty(), &[1; 60]).unwrap();
     b.send_inline(2, SendFlags::SIGNALED, &[2; 60]).unwrap();
     // SAFETY: nothing reads the test's ring.
@@ -857,13 +867,13 @@ fn a_stale_slot_of_an_abandoned_batch_is_not_an_outstanding_wqe() {
     // A batch written and abandoned: one-block WQEs at blocks 0 and 1,
     // sequence numbers 1 and 2.
     {
-        let mut a = Batch::new(&mut sq);
+        let mut a = rc_batch(&mut sq);
         a.send_inline(1, SendFlags::empty(), &[1; 8]).unwrap();
         a.send_inline(2, SendFlags::empty(), &[2; 8]).unwrap();
     }
     // The batch rung: a two-block WQE at 0 (seq 1), a one-block one at 2
     // (seq 2). Block 1 is inside the first WQE.
-    let mut b = Batch::new(&mut sq);
+    let mut b = rc_batch(&mut sq);
     b.send_inline(10, SendFlags::empty(), &[3; 60]).unwrap();
     b.send_inline(11, SendFlags::SIGNALED, &[4; 8]).unwrap();
     // SAFETY: nothing reads the test's ring.
@@ -975,7 +985,7 @@ fn the_state_word_wraps_the_producer_index_and_the_sequence_number() {
     sq.ci = 0xfffc;
     sq.posted = u32::MAX - 1;
     sq.retired = u32::MAX - 1;
-    let mut b = Batch::new(&mut sq);
+    let mut b = rc_batch(&mut sq);
     // Blocks 0xfffc-0xfffd, 0xfffe, 0xffff-0x0000, 0x0001.
     b.send_inline(1, SendFlags::empty(), &[1; 60]).unwrap();
     b.rdma_write(2, SendFlags::empty(), remote(0, 8, 1), sge(0, 8, 1))
@@ -1049,7 +1059,7 @@ fn a_batch_of_the_largest_ring_wraps_both_counters_and_retires_whole() {
     sq.ci = 0xfff0;
     sq.posted = u32::MAX - 7;
     sq.retired = u32::MAX - 7;
-    let mut b = Batch::new(&mut sq);
+    let mut b = rc_batch(&mut sq);
     for i in 0..u64::from(cnt) {
         b.rdma_write(i, SendFlags::empty(), remote(0, 8, 1), sge(0, 8, 1))
             .unwrap();
@@ -1088,7 +1098,7 @@ fn slots_of_forgotten_and_dropped_batches_never_retire() {
     let mut sq = ring.sq(5, 0);
     // Forgotten: one-block WQEs at 0..8 (sequence numbers 1..=8).
     {
-        let mut a = Batch::new(&mut sq);
+        let mut a = rc_batch(&mut sq);
         for i in 0..8 {
             a.send_inline(100 + i, SendFlags::empty(), &[1; 8]).unwrap();
         }
@@ -1100,21 +1110,21 @@ fn slots_of_forgotten_and_dropped_batches_never_retire() {
     assert_eq!((sq.pi, sq.posted), (0, 0));
     // Dropped: two-block WQEs at 0, 2, 4, 6.
     {
-        let mut a = Batch::new(&mut sq);
+        let mut a = rc_batch(&mut sq);
         for i in 0..4 {
             a.send_inline(200 + i, SendFlags::empty(), &[1; 60])
                 .unwrap();
         }
     }
     // Rung: a one-block WQE at 0, a two-block one at 1.
-    let mut b = Batch::new(&mut sq);
+    let mut b = rc_batch(&mut sq);
     b.send_inline(10, SendFlags::empty(), &[1; 8]).unwrap();
     b.send_inline(11, SendFlags::empty(), &[1; 60]).unwrap();
     // SAFETY: nothing reads the test's ring.
     unsafe { b.ring() };
     // Rung: a two-block WQE at 3 (over the dropped batch's 2-3 and 4's
     // first block), one block at 5.
-    let mut b = Batch::new(&mut sq);
+    let mut b = rc_batch(&mut sq);
     b.send_inline(12, SendFlags::empty(), &[1; 60]).unwrap();
     b.send_inline(13, SendFlags::empty(), &[1; 8]).unwrap();
     // SAFETY: as above.
@@ -1170,7 +1180,7 @@ fn garbage_cqes_never_panic_nor_over_retire() {
         for round in 0..4000usize {
             if sq.room() >= 2 && round % 3 == 0 {
                 ring.set_state(crate::QpState::Rts);
-                let mut b = Batch::new(&mut sq);
+                let mut b = rc_batch(&mut sq);
                 b.send_inline(round as u64, SendFlags::empty(), &[1; 60])
                     .unwrap();
                 // SAFETY: nothing reads the test's ring.
@@ -1243,19 +1253,19 @@ fn a_dci_always_has_room_in_its_wqe_for_two_blocks() {
     sq.max_blocks = 2;
     sq.max_inline = 64;
     let to = super::DirectDcAddr { words: [0; 6] };
-    let mut b = DirectBatch::<'_, 'static, DcInitiator>::new(&mut sq);
+    let mut b = made::<DcInitiator>(&mut sq);
     b.dc(&to)
         .rdma_write(1, SendFlags::empty(), remote(0, 8, 1), sge(0, 8, 1))
         .unwrap();
     assert_eq!((b.len(), b.room()), (1, 0));
     drop(b);
-    let mut b = DirectBatch::<'_, 'static, DcInitiator>::new(&mut sq);
+    let mut b = made::<DcInitiator>(&mut sq);
     // 1 + 3 + ceil((4 + 60) / 16) = 8 units: fits.
     b.dc(&to)
         .send_inline(1, SendFlags::empty(), &[0; 60])
         .unwrap();
     drop(b);
-    let mut b = DirectBatch::<'_, 'static, DcInitiator>::new(&mut sq);
+    let mut b = made::<DcInitiator>(&mut sq);
     // 1 + 3 + ceil((4 + 61) / 16) = 9 units: refused by the size test.
     assert!(matches!(
         b.dc(&to).send_inline(1, SendFlags::empty(), &[0; 61]),
@@ -1274,7 +1284,7 @@ fn an_empty_entry_is_no_data_segment_and_the_next_wqe_is_whole() {
     use crate::qp::DcInitiator;
     let mut ring = Ring::new(8);
     let mut sq = ring.sq(0x21, 0);
-    let mut b = Batch::new(&mut sq);
+    let mut b = rc_batch(&mut sq);
     b.rdma_write(1, SendFlags::empty(), remote(0x10, 8, 2), sge(0x20, 0, 3))
         .unwrap();
     b.rdma_read(
@@ -1311,7 +1321,7 @@ fn an_empty_entry_is_no_data_segment_and_the_next_wqe_is_whole() {
     let mut ring = Ring::new(8);
     let mut sq = ring.sq(0x22, 0);
     let to = super::DirectDcAddr { words: [0; 6] };
-    let mut b = DirectBatch::<'_, 'static, DcInitiator>::new(&mut sq);
+    let mut b = made::<DcInitiator>(&mut sq);
     b.dc(&to)
         .rdma_write(1, SendFlags::empty(), remote(0, 8, 1), sge(0, 0, 1))
         .unwrap();
@@ -1325,7 +1335,7 @@ fn an_empty_entry_is_no_data_segment_and_the_next_wqe_is_whole() {
     // A remote buffer of 4 GiB and more: an empty entry is still none.
     let mut ring = Ring::new(8);
     let mut sq = ring.sq(0x23, 0);
-    let mut b = Batch::new(&mut sq);
+    let mut b = rc_batch(&mut sq);
     b.rdma_write(1, SendFlags::empty(), remote(0, 1 << 33, 1), sge(0, 0, 1))
         .unwrap();
     // SAFETY: nothing reads the test's ring.
@@ -1341,7 +1351,7 @@ fn a_limit_holds_the_batch_and_is_checked_against_the_room() {
     use crate::qp::DcInitiator;
     let mut ring = Ring::new(8);
     let mut sq = ring.sq(0x9, 0);
-    let mut b = Batch::new(&mut sq);
+    let mut b = rc_batch(&mut sq);
     // More than the ring holds: refused, the batch unchanged.
     assert!(matches!(
         b.limit(9),
@@ -1375,7 +1385,7 @@ fn a_limit_holds_the_batch_and_is_checked_against_the_room() {
     assert_eq!(ring.bytes(4), before);
     assert_eq!((sq.pi, sq.posted), (4, 4));
     // The next batch has the ring's room again: a limit is the batch's.
-    let b = Batch::new(&mut sq);
+    let b = rc_batch(&mut sq);
     assert_eq!(b.room(), 4);
     drop(b);
     // On a DCI each work request counts two blocks; a WQE of more takes
@@ -1384,7 +1394,7 @@ fn a_limit_holds_the_batch_and_is_checked_against_the_room() {
     let mut sq = ring.sq(0x9, 0);
     sq.max_inline = 64;
     let to = super::DirectDcAddr { words: [0; 6] };
-    let mut b = DirectBatch::<'_, 'static, DcInitiator>::new(&mut sq);
+    let mut b = made::<DcInitiator>(&mut sq);
     assert!(matches!(
         b.limit(5),
         Err(Error::SendQueueFull { batch: 5, depth: 8 })
