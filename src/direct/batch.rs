@@ -61,7 +61,9 @@ type Invariant<'m> = fn(&'m ()) -> &'m ();
 ///
 /// Nothing reaches the device before `ring`: a batch dropped, forgotten
 /// or abandoned on an error posts nothing (its WQEs are bytes in free
-/// slots of the ring, which the next batch overwrites).
+/// slots of the ring, which the next batch overwrites). A batch of a QP
+/// not in RTS writes nothing: each work request is refused with
+/// [`Error::QpNotReady`] ([`DirectQp::batch`](super::DirectQp::batch)).
 ///
 /// Every WQE it writes is well formed by construction: its DS count is
 /// the segments it wrote, each segment has its operation's layout, a
@@ -345,8 +347,7 @@ impl<'q, 'm, T: DirectTransport> DirectBatch<'q, 'm, T> {
             buf: sq.buf.as_ptr(),
             slots: sq.slots.as_mut_ptr(),
             bmask: u32::from(sq.mask) << 6,
-            // No room on a QP not in RTS: masked, not branched on (the
-            // writers' loop keeps the registers it had without the test).
+            // No room on a QP not in RTS: every writer is refused.
             left: if ready { sq.room() } else { 0 },
             limited: u32::MAX,
             max_units: (sq.max_blocks * 4).min(u32::from(crate::wqe::MAX_DS)),
