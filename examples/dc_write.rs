@@ -599,7 +599,7 @@ impl DirectInitiator {
         let src = MemoryRegion::new(pd, len, AccessFlags::LOCAL_WRITE)?;
         let cq = CompletionQueue::new(ctx, shape.batch + 16)?;
         let dci = dci_builder(pd, &cq, shape.batch, shape)?.build()?;
-        let dci = dci.into_direct(cq)?;
+        let dci = dci.into_direct(cq).map_err(Error::from)?;
         let psn = random_psn();
         dci.ready(psn, opts)?;
         Ok(DirectInitiator {

@@ -641,7 +641,7 @@ impl DirectSide {
             .build()?;
         // In RESET, never posted: the direct path takes its send queue and
         // `cq`.
-        let qp = qp.into_direct(cq)?;
+        let qp = qp.into_direct(cq).map_err(Error::from)?;
         Ok(DirectSide {
             qp,
             mr,

@@ -31,7 +31,9 @@
 
 mod support;
 
-use mlx5dv::direct::{DirectDcAddr, DirectDci, DirectQp, DirectRc, DirectTransport, DirectWc};
+use mlx5dv::direct::{
+    DirectDcAddr, DirectDci, DirectQp, DirectRc, DirectTransport, DirectWc, IntoDirectError,
+};
 use mlx5dv::*;
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
@@ -79,13 +81,22 @@ impl Rig {
 
     /// A rig whose direct side connects with options `tweak` makes.
     fn with(tweak: impl FnOnce(ConnectOptions) -> ConnectOptions) -> Rig {
-        Self::build(tweak, false)
+        let mut r = Self::build(tweak, false);
+        r.connect();
+        r
+    }
+
+    /// A rig whose direct QP is left in RESET, never connected.
+    fn unconnected() -> Rig {
+        Self::build(|o| o, false)
     }
 
     /// A rig whose direct CQ is on a completion channel
     /// (`CompletionQueue::with_channel`).
     fn with_channel(tweak: impl FnOnce(ConnectOptions) -> ConnectOptions) -> Rig {
-        Self::build(tweak, true)
+        let mut r = Self::build(tweak, true);
+        r.connect();
+        r
     }
 
     fn build(tweak: impl FnOnce(ConnectOptions) -> ConnectOptions, channel: bool) -> Rig {
@@ -111,7 +122,7 @@ impl Rig {
         let peer = rig::side(&ctx, &pd, QpCaps::default(), SendOps::rc_default());
         let src = MemoryRegion::new(&pd, MR_LEN, rig::access_all()).expect("src MR");
         let dst = MemoryRegion::new(&pd, MR_LEN, rig::access_all()).expect("dst MR");
-        let mut r = Rig {
+        Rig {
             qp,
             _rq: rq,
             src,
@@ -122,9 +133,7 @@ impl Rig {
             _pd: pd,
             _ctx: ctx,
             psn: 0x10,
-        };
-        r.connect();
-        r
+        }
     }
 
     /// Connects both sides (from RESET), with endpoints exchanged anew.
@@ -1107,6 +1116,180 @@ fn remote_access_error_flushes_the_rest_and_reset_recovers() {
     r.write_works(40, 0, 0, 4096);
 }
 
+/// `QpNotReady` from a direct post, with its fields.
+#[track_caller]
+fn not_ready<V: std::fmt::Debug>(r: Result<V>, what: &str, qpn: u32, state: QpState) {
+    match r {
+        Err(Error::QpNotReady {
+            what: w,
+            qp_num,
+            state: s,
+            receive,
+        }) => assert_eq!((w, qp_num, s, receive), (what, qpn, state, false)),
+        other => panic!("expected QpNotReady ({what}, {state}), got {other:?}"),
+    }
+}
+
+/// A direct QP never connected refuses every post at once: the scoped
+/// post before its closure runs, a batch's writers before writing
+/// anything, with `QpNotReady` naming RESET; nothing reaches the peer.
+/// Connected, the same QP writes.
+#[test]
+#[ignore = "needs an mlx5 device: set MLX5DV_TEST_MLX5_DEVICE"]
+fn a_never_connected_direct_qp_refuses_posts_at_once() {
+    let mut r = Rig::unconnected();
+    let qpn = r.qp.qp_num();
+    assert_eq!(r.qp.state().unwrap(), QpState::Reset);
+    r.peer.mr.fill(.., 0).unwrap();
+    r.src.write_at(0, &pattern(64, 7)).unwrap();
+    let remote = r.peer.mr.remote(0..64).unwrap();
+    let src = &r.src;
+
+    let t0 = Instant::now();
+    let mut built = false;
+    let res = r.qp.post_and_wait(WAIT, |b| {
+        built = true;
+        b.rdma_write(1, SendFlags::SIGNALED, remote, src.sge(0..64)?)
+    });
+    let took = t0.elapsed();
+    let e = res.map(<[DirectWc]>::to_vec);
+    let text = e.as_ref().map_err(ToString::to_string).unwrap_err();
+    not_ready(e, "DirectQp::post_and_wait", qpn, QpState::Reset);
+    assert!(text.contains("not connected"), "{text}");
+    assert!(took < Duration::from_secs(1), "refused after {took:?}");
+    assert!(!built, "the batch was built for a QP that cannot post");
+
+    let t0 = Instant::now();
+    let mut b = r.qp.batch();
+    assert_eq!(b.room(), 0);
+    not_ready(
+        b.rdma_write(2, SendFlags::SIGNALED, remote, src.sge(0..64).unwrap()),
+        "DirectQp::batch",
+        qpn,
+        QpState::Reset,
+    );
+    not_ready(b.limit(1), "DirectQp::batch", qpn, QpState::Reset);
+    assert_eq!(unsafe { b.ring() }, 0);
+    assert!(t0.elapsed() < Duration::from_secs(1), "{:?}", t0.elapsed());
+    assert_eq!(r.qp.outstanding(), 0);
+    assert_eq!(r.qp.poll(8, |wc| panic!("{wc:?}")).unwrap(), 0);
+    assert!(r.peer.mr.to_vec(..).unwrap().iter().all(|&b| b == 0));
+
+    r.connect();
+    r.write_works(3, 0, 128, 64);
+}
+
+/// After a work request fails (a write to a bad rkey), the device has
+/// moved the QP to ERR: the next post is refused with `QpNotReady` naming
+/// ERR, whichever way the failure was read (a scoped post, `wait`,
+/// `poll_into`), instead of being posted and flushed. So is a post after
+/// `to_error`. A reset and a new connection make it post again.
+#[test]
+#[ignore = "needs an mlx5 device: set MLX5DV_TEST_MLX5_DEVICE"]
+fn a_post_after_a_failed_work_request_is_refused_until_reset() {
+    let mut r = Rig::new();
+    let qpn = r.qp.qp_num();
+    let good = r.peer.mr.remote(0..4096).unwrap();
+    let mut bad = good.slice(0, 64).unwrap();
+    bad.rkey ^= 0x00ab_cd00;
+    let write = |qp: &mut DirectRc, id: u64, to: RemoteBuf, src: &MemoryRegion| {
+        qp.post_and_wait(WAIT, |b| {
+            b.rdma_write(id, SendFlags::SIGNALED, to, src.sge(0..64)?)
+        })
+        .map(<[DirectWc]>::to_vec)
+    };
+
+    // Read by a scoped post.
+    let wcs = write(&mut r.qp, 1, bad, &r.src).unwrap();
+    assert_eq!(
+        wcs.iter().map(|w| (w.wr_id, w.status)).collect::<Vec<_>>(),
+        [(1, WcStatus::REM_ACCESS_ERR)]
+    );
+    let t0 = Instant::now();
+    let again = write(&mut r.qp, 2, good, &r.src);
+    let text = again.as_ref().map_err(ToString::to_string).unwrap_err();
+    not_ready(again, "DirectQp::post_and_wait", qpn, QpState::Err);
+    assert!(text.contains("reset() it"), "{text}");
+    assert!(t0.elapsed() < Duration::from_secs(1), "{:?}", t0.elapsed());
+    let mut b = r.qp.batch();
+    not_ready(
+        b.rdma_write(3, SendFlags::SIGNALED, good, r.src.sge(0..64).unwrap()),
+        "DirectQp::batch",
+        qpn,
+        QpState::Err,
+    );
+    drop(b);
+    assert_eq!(r.qp.outstanding(), 0);
+
+    // Read by `wait`, after an unsafe ring.
+    r.reconnect();
+    let mut b = r.qp.batch();
+    b.rdma_write(4, SendFlags::SIGNALED, bad, r.src.sge(0..64).unwrap())
+        .unwrap();
+    assert_eq!(unsafe { b.ring() }, 1);
+    let mut seen = Vec::new();
+    r.qp.wait(8, WAIT, |wc| seen.push((wc.wr_id, wc.status)))
+        .unwrap();
+    assert_eq!(seen, [(4, WcStatus::REM_ACCESS_ERR)]);
+    let mut b = r.qp.batch();
+    assert_eq!(b.room(), 0);
+    not_ready(
+        b.rdma_write(5, SendFlags::SIGNALED, good, r.src.sge(0..64).unwrap()),
+        "DirectQp::batch",
+        qpn,
+        QpState::Err,
+    );
+    drop(b);
+    not_ready(
+        write(&mut r.qp, 6, good, &r.src),
+        "DirectQp::post_and_wait",
+        qpn,
+        QpState::Err,
+    );
+
+    // Read by `poll_into`.
+    r.reconnect();
+    let mut b = r.qp.batch();
+    b.rdma_write(7, SendFlags::SIGNALED, bad, r.src.sge(0..64).unwrap())
+        .unwrap();
+    assert_eq!(unsafe { b.ring() }, 1);
+    let mut out = [DirectWc::default(); 8];
+    let deadline = Instant::now() + WAIT;
+    let n = loop {
+        let n = r.qp.poll_into(&mut out).unwrap();
+        if n > 0 {
+            break n;
+        }
+        assert!(Instant::now() < deadline, "no completion");
+    };
+    assert_eq!(
+        (n, out[0].wr_id, out[0].status),
+        (1, 7, WcStatus::REM_ACCESS_ERR)
+    );
+    not_ready(
+        write(&mut r.qp, 8, good, &r.src),
+        "DirectQp::post_and_wait",
+        qpn,
+        QpState::Err,
+    );
+
+    // Moved to ERR by the program.
+    r.reconnect();
+    r.write_works(9, 0, 0, 64);
+    r.qp.to_error().unwrap();
+    not_ready(
+        write(&mut r.qp, 10, good, &r.src),
+        "DirectQp::post_and_wait",
+        qpn,
+        QpState::Err,
+    );
+
+    // Reset and connected again, it posts.
+    r.reconnect();
+    r.write_works(11, 0, 256, 64);
+    assert_eq!(r.qp.outstanding(), 0);
+}
+
 /// A peer that stops answering (reset to RESET, so the device drops what
 /// reaches it) makes the write fail with retry exceeded once its retries
 /// are spent; the rest is flushed.
@@ -1172,15 +1355,91 @@ fn unanswered_peer_gives_retry_exceeded() {
     r.write_works(60, 0, 512, 512);
 }
 
-fn refused<T: DirectTransport>(r: Result<DirectQp<T>>, says: &str) {
-    match r {
-        Err(Error::InvalidArgument(msg)) => {
-            assert!(msg.contains("into_direct"), "{msg}");
-            assert!(msg.contains(says), "{msg:?} does not say {says:?}");
-        }
-        Err(e) => panic!("expected InvalidArgument saying {says:?}, got {e}"),
+/// Checks that `into_direct` refused with `InvalidArgument` saying `says`,
+/// and returns the QP and the CQ it gave back.
+fn refused<T: DirectTransport>(
+    r: std::result::Result<DirectQp<T>, IntoDirectError<T>>,
+    says: &str,
+) -> (QpEx<T>, CompletionQueue) {
+    let e = match r {
+        Err(e) => e,
         Ok(qp) => panic!("expected a refusal saying {says:?}, got {qp:?}"),
-    }
+    };
+    let msg = e.to_string();
+    assert!(msg.contains("into_direct"), "{msg}");
+    assert!(msg.contains(says), "{msg:?} does not say {says:?}");
+    let (qp, cq, error) = e.into_parts();
+    assert!(
+        matches!(error, Error::InvalidArgument(_)),
+        "expected InvalidArgument saying {says:?}, got {error:?}"
+    );
+    assert_eq!(error.to_string(), msg);
+    (qp, cq)
+}
+
+/// A refused `into_direct` gives the QP and the CQ back as they were: the
+/// cause mended (the right CQ given; a connected QP reset, as the refusal
+/// advises), the same QP is taken and writes to its peer.
+#[test]
+#[ignore = "needs an mlx5 device: set MLX5DV_TEST_MLX5_DEVICE"]
+fn into_direct_gives_back_what_it_refuses_and_takes_it_once_mended() {
+    let ctx = open();
+    let pd = ProtectionDomain::new(&ctx).unwrap();
+    let peer_opts = rig::connect_options(&ctx);
+    let opts = peer_opts;
+    let (scq, rq) = (
+        CompletionQueue::new(&ctx, 256).unwrap(),
+        CompletionQueue::new(&ctx, 16).unwrap(),
+    );
+    let qp = QpBuilder::rc(&pd, &scq, &rq)
+        .caps(direct_caps())
+        .build()
+        .unwrap();
+    let qpn = qp.qp_num();
+
+    // Another QP's CQ: refused, and both come back.
+    let stray = CompletionQueue::new(&ctx, 64).unwrap();
+    let (qp, mut stray) = refused(qp.into_direct(stray), "not the QP's send CQ");
+    assert_eq!(qp.qp_num(), qpn);
+    let mut sink = Vec::new();
+    assert_eq!(stray.poll_into(&mut sink, 8).unwrap(), 0);
+    drop(stray);
+
+    // Connected first: refused, with the advice to reset it.
+    let peer = rig::side(&ctx, &pd, QpCaps::default(), SendOps::rc_default());
+    let theirs = peer.qp.endpoint(0x77, &peer_opts).unwrap();
+    qp.endpoint(0x66, &opts).unwrap();
+    qp.connect_to(&theirs, &opts).unwrap();
+    let (qp, scq) = refused(qp.into_direct(scq), "in RTS, not RESET");
+    // Refused again, as often as asked: the advice is to reset it.
+    let (qp, scq) = refused(
+        qp.into_direct(scq),
+        "reset() the QP this refusal gives back",
+    );
+    assert_eq!(qp.state().unwrap(), QpState::Rts);
+
+    // Mended: reset, then taken, connected and written through.
+    qp.reset().unwrap();
+    let qp = qp.into_direct(scq).expect("into_direct once reset");
+    assert_eq!(qp.qp_num(), qpn);
+    assert_eq!(qp.state().unwrap(), QpState::Reset);
+    assert_eq!(qp.outstanding(), 0);
+    let src = MemoryRegion::new(&pd, MR_LEN, rig::access_all()).unwrap();
+    let dst = MemoryRegion::new(&pd, MR_LEN, rig::access_all()).unwrap();
+    let mut r = Rig {
+        qp,
+        _rq: rq,
+        src,
+        dst,
+        peer,
+        opts,
+        peer_opts,
+        _pd: pd,
+        _ctx: ctx,
+        psn: 0x10,
+    };
+    r.reconnect();
+    r.write_works(1, 0, 64, 256);
 }
 
 #[test]

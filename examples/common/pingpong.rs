@@ -218,7 +218,7 @@ pub fn run_direct(ctx: &Context, cfg: &Config) -> Result<(), Failure> {
         .caps(caps(cfg))
         .send_ops(SendOps::SEND)
         .build()?;
-    let mut qp = qp.into_direct(send_cq)?;
+    let mut qp = qp.into_direct(send_cq).map_err(Error::from)?;
 
     let me = Dest::of(&qp.endpoint(random_psn(), &cfg.pp.opts)?);
     me.print("local");

@@ -6,7 +6,7 @@ use super::DirectTransport;
 use crate::error::{DirectError, Error, Result};
 use crate::ffi;
 use crate::mr::{NonEmptySge, RemoteBuf, Sge, SgeMut};
-use crate::qp::{DcInitiator, ReliableConnection};
+use crate::qp::{DcInitiator, QpState, ReliableConnection};
 use crate::wr::SendFlags;
 use std::marker::PhantomData;
 
@@ -61,7 +61,9 @@ type Invariant<'m> = fn(&'m ()) -> &'m ();
 ///
 /// Nothing reaches the device before `ring`: a batch dropped, forgotten
 /// or abandoned on an error posts nothing (its WQEs are bytes in free
-/// slots of the ring, which the next batch overwrites).
+/// slots of the ring, which the next batch overwrites). A batch of a QP
+/// not in RTS writes nothing: each work request is refused with
+/// [`Error::QpNotReady`] ([`DirectQp::batch`](super::DirectQp::batch)).
 ///
 /// Every WQE it writes is well formed by construction: its DS count is
 /// the segments it wrote, each segment has its operation's layout, a
@@ -333,13 +335,20 @@ impl Av {
 }
 
 impl<'q, 'm, T: DirectTransport> DirectBatch<'q, 'm, T> {
-    pub(super) fn new(sq: &'q mut Sq) -> Self {
+    /// A batch of `sq`; of no room unless `ready`: the QP is in RTS
+    /// (libibverbs' record of its state, read by the caller without a
+    /// call: a call before the writers' loop would cost registers in it).
+    /// A writer refused for room then names the state
+    /// ([`no_room_for`](Self::no_room_for)).
+    #[inline(always)]
+    pub(super) fn new(sq: &'q mut Sq, ready: bool) -> Self {
         let state = (u64::from(sq.pi) << 48) | u64::from(sq.posted);
         DirectBatch {
             buf: sq.buf.as_ptr(),
             slots: sq.slots.as_mut_ptr(),
             bmask: u32::from(sq.mask) << 6,
-            left: sq.room(),
+            // No room on a QP not in RTS: every writer is refused.
+            left: if ready { sq.room() } else { 0 },
             limited: u32::MAX,
             max_units: (sq.max_blocks * 4).min(u32::from(crate::wqe::MAX_DS)),
             qpn8: sq.qpn8,
@@ -422,10 +431,18 @@ impl<'q, 'm, T: DirectTransport> DirectBatch<'q, 'm, T> {
     }
 
     /// The refusal of `n` more work requests than the batch has room
-    /// for: past its limit, or a full send queue.
+    /// for: a QP not in RTS, past its limit, or a full send queue.
     #[inline(always)]
     fn no_room_for(&self, n: u32) -> Error {
-        if self.limited != u32::MAX {
+        let state = self.sq.recorded_state();
+        if state != ffi::IBV_QPS_RTS {
+            Error::QpNotReady {
+                what: "DirectQp::batch",
+                qp_num: self.qpn8 >> 8,
+                state: QpState::from_raw(state),
+                receive: false,
+            }
+        } else if self.limited != u32::MAX {
             Error::BatchLimit {
                 limit: self.limited,
             }

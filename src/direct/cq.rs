@@ -162,13 +162,14 @@ impl Cqr {
     /// Reads the next CQE if the device has handed it over
     /// ([`handed_over`](Self::handed_over)), and retires the WQEs it covers
     /// from `sq`.
+    /// An error completion updates `qp`'s recorded state ([`slow_step`]).
     #[inline(always)]
-    pub(crate) fn step(&mut self, sq: &mut Idx) -> Result<Step> {
+    pub(crate) fn step(&mut self, sq: &mut Idx, qp: NonNull<ffi::ibv_qp>) -> Result<Step> {
         let Some((cqe, op_own)) = self.take() else {
             return Ok(Step::Empty);
         };
         if op_own & 0xfc != 0 {
-            let (r, moved) = slow_step(cqe, op_own, *sq);
+            let (r, moved) = slow_step(cqe, op_own, *sq, qp);
             *sq = moved;
             return r.map(Step::Wc);
         }
@@ -249,7 +250,7 @@ impl Cqr {
     #[inline(always)]
     pub(crate) fn step_sq(&mut self, sq: &mut Sq) -> Result<Step> {
         let mut idx = sq.idx();
-        let r = self.step(&mut idx);
+        let r = self.step(&mut idx, sq.qp);
         sq.put(idx);
         r
     }
@@ -273,9 +274,15 @@ impl Cqr {
 /// length, retiring their WQEs from `sq`: how many it wrote, and the error
 /// of a CQE it skipped (which ends the poll). Each kind of CQE stores its
 /// own completion: joined before the store, the completions of both would
-/// be merged field by field, at a cost to the common kind.
+/// be merged field by field, at a cost to the common kind. An error
+/// completion updates `qp`'s recorded state ([`slow_step`]).
 #[inline(always)]
-pub(crate) fn poll_into(cq: &mut Cqr, sq: &mut Idx, out: &mut [DirectWc]) -> (usize, Result<()>) {
+pub(crate) fn poll_into(
+    cq: &mut Cqr,
+    sq: &mut Idx,
+    out: &mut [DirectWc],
+    qp: NonNull<ffi::ibv_qp>,
+) -> (usize, Result<()>) {
     let mut n = 0;
     while n < out.len() {
         let Some((cqe, op_own)) = cq.take() else {
@@ -287,7 +294,7 @@ pub(crate) fn poll_into(cq: &mut Cqr, sq: &mut Idx, out: &mut [DirectWc]) -> (us
                 Err(e) => return (n, Err(e)),
             }
         } else {
-            let (res, moved) = slow_step(cqe, op_own, *sq);
+            let (res, moved) = slow_step(cqe, op_own, *sq, qp);
             *sq = moved;
             match res {
                 Ok(wc) => out[n] = wc,
@@ -379,10 +386,30 @@ fn not_outstanding(sq: &Idx, counter: u16) -> Error {
 /// Every CQE but a plain successful requester one: error CQEs, a
 /// requester CQE with data scattered into it, CQEs that do not belong on
 /// a send CQ.
+///
+/// After an error completion the device has moved the QP (`qp`, live) to
+/// ERR by itself (or, on a DCI with streams, maybe only the stream),
+/// which libibverbs' record of its state does not see: while the record
+/// says RTS, the kernel is asked (`ibv_query_qp`, which updates the
+/// record), so that the next post is refused as the QP's state says, as
+/// libmlx5's path does (`QpEx::note_failed_work_request`). Once the
+/// record says ERR, the flushes that follow ask nothing.
 #[cold]
 #[inline(never)]
-pub(crate) fn slow_step(cqe: *const u8, op_own: u8, mut sq: Idx) -> (Result<DirectWc>, Idx) {
+pub(crate) fn slow_step(
+    cqe: *const u8,
+    op_own: u8,
+    mut sq: Idx,
+    qp: NonNull<ffi::ibv_qp>,
+) -> (Result<DirectWc>, Idx) {
     let r = slow_step_in(cqe, op_own, &mut sq);
+    if r.as_ref().is_ok_and(|wc| !wc.is_success()) {
+        // SAFETY: the caller's promise: `qp` is live.
+        if unsafe { crate::qp::recorded_state(qp.as_ptr()) } == ffi::IBV_QPS_RTS {
+            // SAFETY: as above.
+            let _ = unsafe { crate::qp::query_state(qp.as_ptr()) };
+        }
+    }
     (r, sq)
 }
 

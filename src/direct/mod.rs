@@ -138,6 +138,14 @@
 //! waiting and is `unsafe`, with the contract of
 //! [`WrBatch::complete`](crate::WrBatch::complete).
 //!
+//! Both post only on a QP in RTS: on one never connected, or in RESET,
+//! INIT, RTR, SQD, SQE or ERR, they refuse with [`Error::QpNotReady`]
+//! before a WQE is written, as libmlx5's path refuses. The state is
+//! looked at once a batch, in libibverbs' record of it (no system call);
+//! the poll that reads a completion with an error status (after which the
+//! device has moved the QP to ERR, unseen by the record) asks the kernel
+//! ([`DirectQp::batch`] says more).
+//!
 //! Nothing a peer sends reaches the parser: a send queue's CQEs are the
 //! local device's. The fields it reads are at fixed offsets inside the
 //! 64-byte CQE, and a WQE counter is used only after it is checked to name
@@ -146,6 +154,7 @@
 mod arch;
 mod batch;
 mod cq;
+mod into;
 mod scoped;
 mod sq;
 #[cfg(test)]
@@ -153,6 +162,7 @@ mod tests;
 
 pub use batch::{DcWr, DirectBatch, WriteSource};
 pub use cq::DirectWc;
+pub use into::IntoDirectError;
 
 use crate::channel::Slept;
 use crate::clock::Mono;
@@ -165,10 +175,9 @@ use crate::qp::{
     ReliableConnection, Transport,
 };
 use cq::{Cqr, Step};
-use sq::{Slot, Sq, BB};
+use sq::Sq;
 use std::collections::VecDeque;
 use std::fmt;
-use std::ptr::NonNull;
 use std::time::Duration;
 
 mod sealed {
@@ -230,205 +239,6 @@ unsafe impl<T: DirectTransport> Send for DirectQp<T> {}
 // SAFETY: as above.
 unsafe impl<T: DirectTransport> Sync for DirectQp<T> {}
 
-fn refused(what: impl Into<String>) -> Error {
-    Error::InvalidArgument(what.into())
-}
-
-impl<T: DirectTransport> QpEx<T> {
-    /// Takes this QP's send queue and `cq`, its send CQ, for the direct
-    /// path ([module documentation](crate::direct)).
-    ///
-    /// Refused ([`Error::InvalidArgument`]), and both dropped, when: the
-    /// QP is not in RESET (it may have been posted through libmlx5, whose
-    /// send-queue indices the crate cannot read); `cq` is not its send CQ,
-    /// or is also its receive CQ, or another QP completes on it; `cq`
-    /// holds completions a scoped post kept; the QP was made with
-    /// `sq_sig_all`. [`Error::Unsupported`] when the provider is not mlx5
-    /// (`mlx5dv_init_obj` fails) or its queues have a shape the crate does
-    /// not write (a stride other than 64 bytes, more than 2^15 basic
-    /// blocks, CQEs other than 64 or 128 bytes).
-    pub fn into_direct(self, cq: CompletionQueue) -> Result<DirectQp<T>> {
-        let what = self.describe();
-        if !self.completes_on(&cq) {
-            return Err(refused(format!(
-                "into_direct on {what}: the CQ given is not the QP's send CQ"
-            )));
-        }
-        if T::RECV && self.recv_cq_is(&cq) {
-            return Err(refused(format!(
-                "into_direct on {what}: its receives complete on the same CQ; the direct \
-                 CQ reads send completions only (create the QP with a receive CQ of its own)"
-            )));
-        }
-        // The handle's share and this QP's (a DCI, without a receive queue,
-        // holds its one CQ as both): no other QP.
-        if cq.shares() != if T::RECV { 2 } else { 3 } {
-            return Err(refused(format!(
-                "into_direct on {what}: other QPs complete on its CQ (or hold it); the \
-                 direct CQ must be this QP's alone"
-            )));
-        }
-        if cq.has_backlog() {
-            return Err(refused(format!(
-                "into_direct on {what}: the CQ holds completions not yet handed out"
-            )));
-        }
-        let mut attr = ffi::ibv_qp_attr::default();
-        let mut init = ffi::ibv_qp_init_attr::default();
-        // SAFETY: the QP is live; both out-structs are writable.
-        let rc = unsafe {
-            ffi::ibv_query_qp(
-                self.as_ptr(),
-                &mut attr,
-                ffi::IBV_QP_STATE as i32,
-                &mut init,
-            )
-        };
-        if rc != 0 {
-            return Err(Error::verbs("ibv_query_qp", rc, what));
-        }
-        if attr.qp_state != ffi::IBV_QPS_RESET {
-            return Err(refused(format!(
-                "into_direct on {what}: the QP is in {:?}, not RESET; take it before \
-                 connecting it (or reset() it first)",
-                QpState::from_raw(attr.qp_state)
-            )));
-        }
-        if init.sq_sig_all != 0 {
-            return Err(refused(format!(
-                "into_direct on {what}: the QP was made with sq_sig_all, with which the \
-                 device may write small read responses into the CQE"
-            )));
-        }
-        let mut dvqp = ffi::mlx5dv_qp::default();
-        let mut dvcq = ffi::mlx5dv_cq::default();
-        let mut obj = ffi::mlx5dv_obj::default();
-        obj.qp.in_ = self.as_ptr();
-        obj.qp.out = &mut dvqp;
-        obj.cq.in_ = crate::qp::ffi_cq(&cq);
-        obj.cq.out = &mut dvcq;
-        // SAFETY: live QP and CQ; the out-structs are writable and outlive
-        // the call.
-        let rc = unsafe {
-            ffi::mlx5dv_init_obj(&mut obj, u64::from(ffi::MLX5DV_OBJ_QP | ffi::MLX5DV_OBJ_CQ))
-        };
-        if rc != 0 {
-            return Err(Error::Unsupported {
-                what: format!(
-                    "mlx5dv_init_obj on {what} failed ({}): the direct path needs an mlx5 \
-                     device",
-                    std::io::Error::from_raw_os_error(rc.abs())
-                ),
-            });
-        }
-        let mut sq = Self::take_sq(&dvqp, self.qp_num(), self.caps(), &what)?;
-        sq.streams = self.mlx5.streams.is_some();
-        let cqr = take_cq(&dvcq, &what)?;
-        Ok(DirectQp {
-            sq,
-            cq: cqr,
-            backlog: VecDeque::new(),
-            deferred: None,
-            done: Vec::new(),
-            qp: self,
-            raw_cq: cq.raw_cq(),
-            _cq: cq,
-        })
-    }
-
-    fn take_sq(dv: &ffi::mlx5dv_qp, qpn: u32, caps: QpCaps, what: &str) -> Result<Sq> {
-        let cnt = dv.sq.wqe_cnt;
-        let unsupported = |why: String| Error::Unsupported {
-            what: format!("the direct path on {what}: {why}"),
-        };
-        if dv.sq.stride as usize != BB {
-            return Err(unsupported(format!(
-                "a send-queue stride of {} bytes (64 expected)",
-                dv.sq.stride
-            )));
-        }
-        // A DCI's WQEs take two basic blocks at least (control, datagram,
-        // remote address, data: the writers count on it).
-        if !cnt.is_power_of_two() || cnt > 1 << 15 || (T::DC && cnt < 2) {
-            return Err(unsupported(format!(
-                "a send queue of {cnt} basic blocks (a power of two up to 2^15 expected, \
-                 two at least for a DCI)"
-            )));
-        }
-        let (Some(buf), Some(dbrec), Some(reg)) = (
-            NonNull::new(dv.sq.buf.cast::<u8>()),
-            NonNull::new(dv.dbrec),
-            NonNull::new(dv.bf.reg.cast::<u8>()),
-        ) else {
-            return Err(unsupported("libmlx5 gave a null queue pointer".into()));
-        };
-        Ok(Sq {
-            buf,
-            mask: (cnt - 1) as u16,
-            wqe_cnt: cnt,
-            pi: 0,
-            ci: 0,
-            posted: 0,
-            retired: 0,
-            // SAFETY: the record is two 32-bit words: receive, then send
-            // (`MLX5_SND_DBR`).
-            dbrec: unsafe { dbrec.add(ffi::MLX5_SND_DBR as usize) },
-            bf_reg: reg,
-            bf_size: dv.bf.size,
-            bf_offset: 0,
-            qpn8: qpn << 8,
-            // The largest WQE the QP's capabilities allow, as libmlx5
-            // sizes its send WQE: control, a DCI's datagram segment, remote
-            // address and atomic segments, then the larger of the inline
-            // data (with its count) and the data segments.
-            max_blocks: {
-                let overhead = 16 + if T::DC { 48 } else { 0 } + 32;
-                let body = (caps.max_inline_data + 4).max(caps.max_send_sge.max(1) * 16);
-                (overhead + body).div_ceil(64).clamp(1, cnt)
-            },
-            max_inline: caps.max_inline_data,
-            slots: vec![Slot::default(); cnt as usize].into_boxed_slice(),
-            streams: false,
-        })
-    }
-}
-
-fn take_cq(dv: &ffi::mlx5dv_cq, what: &str) -> Result<Cqr> {
-    let unsupported = |why: String| Error::Unsupported {
-        what: format!("the direct path on {what}: {why}"),
-    };
-    let entry = match dv.cqe_size {
-        n @ (64 | 128) => n as usize,
-        n => {
-            return Err(unsupported(format!(
-                "CQEs of {n} bytes (64 or 128 expected)"
-            )))
-        }
-    };
-    if !dv.cqe_cnt.is_power_of_two() || dv.cqe_cnt > 1 << 23 {
-        return Err(unsupported(format!("a CQ of {} entries", dv.cqe_cnt)));
-    }
-    let (Some(buf), Some(dbrec)) = (NonNull::new(dv.buf.cast::<u8>()), NonNull::new(dv.dbrec))
-    else {
-        return Err(unsupported("libmlx5 gave a null CQ pointer".into()));
-    };
-    // libmlx5's consumer index of a CQ never polled is 0; a CQ polled
-    // before continues from where the device's record says.
-    // SAFETY: the CQ's doorbell record (`MLX5_CQ_SET_CI` first), live.
-    let ci = u32::from_be(unsafe { dbrec.as_ptr().read_volatile() }) & 0x00ff_ffff;
-    Ok(Cqr {
-        cqn: dv.cqn,
-        uar: dv.cq_uar.cast::<u8>(),
-        buf,
-        mask: dv.cqe_cnt - 1,
-        cqe_cnt: dv.cqe_cnt,
-        entry,
-        cqe64_at: (dv.cqe_size as usize) - 64,
-        ci,
-        dbrec,
-    })
-}
-
 /// Idle polls, each with a pause, before a wait arms its CQ and sleeps on
 /// its channel (or backs off, without one). The clock is not read during
 /// them: they take microseconds, nothing beside a timeout of any length.
@@ -437,8 +247,42 @@ const SPINS: u32 = 64;
 impl<T: DirectTransport> DirectQp<T> {
     /// A batch of work requests written straight into the send queue; see
     /// [`DirectBatch`].
+    ///
+    /// # Errors
+    ///
+    /// The QP's state is looked at here, once for the batch: on a QP not
+    /// in RTS (never connected, or in RESET, INIT, RTR, SQD, SQE or ERR,
+    /// where a failed work request or [`to_error`](Self::to_error) left
+    /// it) the batch takes nothing. Each of its writers, and its
+    /// [`limit`](DirectBatch::limit), returns [`Error::QpNotReady`] before
+    /// writing anything, its [`room`](DirectBatch::room) is 0, and
+    /// [`ring`](DirectBatch::ring) posts nothing.
+    ///
+    /// The state is libibverbs' record of it (`ibv_qp.state`), which every
+    /// `ibv_modify_qp(3)` and `ibv_query_qp(3)` of the QP updates, read
+    /// without a system call and without a call at all (the writers' loop
+    /// keeps its registers). The device moves a QP to ERR by itself after
+    /// a failed work request, unseen by the record: the poll that reads
+    /// that failure's completion asks the kernel then (`ibv_query_qp`),
+    /// as libmlx5's path does, so the next batch sees ERR.
+    #[inline]
     pub fn batch<'m>(&mut self) -> DirectBatch<'_, 'm, T> {
-        DirectBatch::new(&mut self.sq)
+        // SAFETY: the QP is live.
+        let ready = unsafe { crate::qp::recorded_state(self.qp.as_ptr()) } == ffi::IBV_QPS_RTS;
+        DirectBatch::new(&mut self.sq, ready)
+    }
+
+    /// Refuses a post ([`Error::QpNotReady`], naming `what`) unless the QP
+    /// is in RTS: a compare of libibverbs' record of the state when the
+    /// post may go on; the kernel's answer (`ibv_query_qp`, which names
+    /// the state) only before a refusal.
+    #[inline(always)]
+    pub(crate) fn ready_to_post(&self, what: &'static str) -> Result<()> {
+        if self.sq.recorded_state() != ffi::IBV_QPS_RTS {
+            // SAFETY: the QP is live.
+            return unsafe { crate::qp::refuse(self.qp.as_ptr(), what, crate::qp::Post::Direct) };
+        }
+        Ok(())
     }
 
     /// Reads up to `max` completions, oldest first, handing each to `f`.
@@ -486,7 +330,7 @@ impl<T: DirectTransport> DirectQp<T> {
                     }
                 }
             } else {
-                let (res, moved) = cq::slow_step(cqe, op_own, idx);
+                let (res, moved) = cq::slow_step(cqe, op_own, idx, self.sq.qp);
                 idx = moved;
                 match res {
                     Ok(wc) => f(wc),
@@ -536,7 +380,7 @@ impl<T: DirectTransport> DirectQp<T> {
         }
         let mut cq = self.cq;
         let mut idx = self.sq.idx();
-        let (n, r) = cq::poll_into(&mut cq, &mut idx, out);
+        let (n, r) = cq::poll_into(&mut cq, &mut idx, out, self.sq.qp);
         self.sq.put(idx);
         self.cq.ci = cq.ci;
         if n > 0 || r.is_err() {

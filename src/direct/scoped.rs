@@ -28,10 +28,22 @@ impl<T: DirectTransport> DirectQp<T> {
     /// [`Error::Timeout`]. If even RESET is refused it aborts the process:
     /// the memory could not be released safely.
     ///
-    /// `build` returning an error (or panicking) posts nothing. Refused
-    /// ([`Error::InvalidArgument`]) inside a
+    /// `build` returning an error (or panicking) posts nothing.
+    ///
+    /// # Errors
+    ///
+    /// Refused before `build` runs, with nothing posted and the QP left as
+    /// it is: [`Error::QpNotReady`] when the QP is not in RTS (never
+    /// connected, or in RESET, INIT, RTR, SQD, SQE, or ERR, where a failed
+    /// work request of an earlier post or [`to_error`](Self::to_error)
+    /// left it; see [`batch`](Self::batch) for how the state is known);
+    /// [`Error::InvalidArgument`] inside a
     /// [`poll_each`](crate::CompletionQueue::poll_each) callback, where
-    /// the RESET it may need is refused.
+    /// the RESET it may need is refused. Then `build`'s own error, a
+    /// timeout ([`Error::Timeout`], above), or a CQE that cannot be
+    /// trusted ([`Error::Direct`]). A work request that fails is not an
+    /// error of the post: its completion, with its status, is among those
+    /// returned (and the QP is in ERR: the next post is refused).
     pub fn post_and_wait<'m, F>(&mut self, timeout: Duration, build: F) -> Result<&[DirectWc]>
     where
         F: for<'q> FnOnce(&mut DirectBatch<'q, 'm, T>) -> Result<()>,
@@ -62,9 +74,11 @@ impl<T: DirectTransport> DirectQp<T> {
                 &self.qp.describe(),
             ));
         }
+        self.ready_to_post("DirectQp::post_and_wait")?;
         let start = self.sq.posted;
         let own: *const super::sq::Sq = &self.sq;
-        let mut batch = DirectBatch::new(&mut self.sq);
+        // In RTS: `ready_to_post` let it go on.
+        let mut batch = DirectBatch::new(&mut self.sq, true);
         build(&mut batch)?;
         if !std::ptr::eq(&*batch.sq, own) {
             // Not reachable (the batch's lifetimes are invariant, so no

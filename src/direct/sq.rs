@@ -115,6 +115,10 @@ pub(crate) struct Sq {
     pub(crate) slots: Box<[Slot]>,
     /// Whether the QP is a DCI with streams.
     pub(crate) streams: bool,
+    /// The QP, whose libibverbs record of its state
+    /// ([`recorded_state`](Self::recorded_state)) says whether it takes
+    /// posts: live while this is (both are its `DirectQp`'s).
+    pub(crate) qp: NonNull<ffi::ibv_qp>,
 }
 
 /// The send queue's indices a poll reads and moves, copied out of the
@@ -160,6 +164,13 @@ impl Sq {
     }
 
     /// Basic blocks free: the ring less what is posted and not retired.
+    /// libibverbs' record of the QP's state (`enum ibv_qp_state`): a load.
+    #[inline(always)]
+    pub(crate) fn recorded_state(&self) -> u32 {
+        // SAFETY: the QP is live while this is (`qp`).
+        unsafe { crate::qp::recorded_state(self.qp.as_ptr()) }
+    }
+
     #[inline]
     pub(crate) fn room(&self) -> u32 {
         self.wqe_cnt - u32::from(self.pi.wrapping_sub(self.ci))

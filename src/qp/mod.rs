@@ -63,7 +63,7 @@ use std::sync::Arc;
 
 pub(crate) use ops::WrOps;
 pub(crate) use rc::{check_24_bits, check_psn, past_24_bits, MAX_24_BITS};
-pub(crate) use ready::{refusal_explained, refuse, Post};
+pub(crate) use ready::{recorded_state, refusal_explained, refuse, Post};
 pub(crate) use types::versioned_form;
 
 mod sealed {

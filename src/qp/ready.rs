@@ -21,6 +21,9 @@
 //! | RTS | posted | posted | posted |
 //! | ERR | posted (flushed) | posted (flushed) | refused |
 //!
+//! The direct path's posts ([`DirectQp`](crate::direct::DirectQp), safe
+//! or not) take RTS only: SQD and SQE refuse them too.
+//!
 //! In ERR every work request is flushed, which `complete` keeps (a marker
 //! posted in ERR, whose flush says that every earlier work request is
 //! done, is a common way to drain a QP); a safe post, which posts to get
@@ -41,6 +44,9 @@ pub(crate) enum Post {
     Send,
     /// Sends of a safe post: RTS, ERR refused too.
     SafeSend,
+    /// The direct path's posts ([`DirectQp`](crate::direct::DirectQp)),
+    /// which write the WQEs themselves: RTS only.
+    Direct,
 }
 
 impl Post {
@@ -54,6 +60,7 @@ impl Post {
             Post::Receive => state == ffi::IBV_QPS_RESET,
             Post::Send => state < ffi::IBV_QPS_RTS,
             Post::SafeSend => state < ffi::IBV_QPS_RTS || state == ffi::IBV_QPS_ERR,
+            Post::Direct => state != ffi::IBV_QPS_RTS,
         }
     }
 }

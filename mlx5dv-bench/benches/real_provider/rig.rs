@@ -193,11 +193,11 @@ impl Rig {
             .build()?;
         // A peer of its own for a QP whose endpoint is `e`, on the peers'
         // CQ, the two connected (`connect` connects the QP to the peer).
-        let peer_of = |e: Endpoint, connect: &dyn Fn(&Endpoint) -> Result<()>| {
+        let peer_of = |e: Endpoint, connect: &dyn Fn(&Endpoint) -> Result<()>| -> Result<RcQp> {
             let peer = QpBuilder::rc(&pd, &peer_cq, &peer_cq).caps(caps).build()?;
             connect(&peer.endpoint(PSN, &opts)?)?;
             peer.connect(&e, PSN, &opts)?;
-            Result::Ok(peer)
+            Ok(peer)
         };
         let peer = peer_of(rc.endpoint(PSN, &opts)?, &|e| rc.connect(e, PSN, &opts))?;
 

@@ -1,0 +1,330 @@
+//! Taking a QP and its send CQ for the direct path:
+//! [`QpEx::into_direct`], and its checks of the queues libmlx5 gives.
+
+use super::cq::Cqr;
+use super::sq::{Slot, Sq, BB};
+use super::{DirectQp, DirectTransport};
+use crate::cq::CompletionQueue;
+use crate::error::{Error, Result};
+use crate::ffi;
+use crate::qp::{QpCaps, QpEx, QpState};
+use std::collections::VecDeque;
+use std::fmt;
+use std::ptr::NonNull;
+
+fn refused(what: impl Into<String>) -> Error {
+    Error::InvalidArgument(what.into())
+}
+
+/// [`QpEx::into_direct`]'s refusal: why, with the QP and the CQ it was
+/// given, both handed back as they were, so that the cause can be mended
+/// and the QP taken again (as `close(self) -> Result<(), (Self, Error)>`
+/// gives a connection back in rusqlite).
+///
+/// `?` turns it into the crate's [`Error`] (the QP and the CQ are then
+/// dropped):
+///
+/// ```no_run
+/// # use mlx5dv::*;
+/// use mlx5dv::direct::IntoDirectError;
+///
+/// # fn f(qp: RcQp, cq: CompletionQueue) -> Result<()> {
+/// let direct = match qp.into_direct(cq) {
+///     Ok(direct) => direct,
+///     Err(refused) if refused.qp.state()? != QpState::Reset => {
+///         // Connected (or posted) first: back to RESET, then take it.
+///         let IntoDirectError { qp, cq, .. } = refused;
+///         qp.reset()?;
+///         qp.into_direct(cq)?
+///     }
+///     Err(refused) => return Err(refused.into()),
+/// };
+/// # drop(direct); Ok(()) }
+/// ```
+#[non_exhaustive]
+pub struct IntoDirectError<T: DirectTransport> {
+    /// The QP, as it was given.
+    pub qp: QpEx<T>,
+    /// The CQ, as it was given (but see [`QpEx::into_direct`] on the
+    /// refusals of the queues' shape, after `mlx5dv_init_obj`).
+    pub cq: CompletionQueue,
+    /// Why it was refused.
+    pub error: Error,
+}
+
+// `into_direct`'s `Result` is as large as its `Ok` already.
+const _: () = {
+    use std::mem::size_of;
+    assert!(
+        size_of::<DirectQp<crate::ReliableConnection>>()
+            >= size_of::<IntoDirectError<crate::ReliableConnection>>()
+    );
+    assert!(
+        size_of::<DirectQp<crate::DcInitiator>>()
+            >= size_of::<IntoDirectError<crate::DcInitiator>>()
+    );
+};
+
+impl<T: DirectTransport> IntoDirectError<T> {
+    /// The QP, the CQ and the error, by value.
+    pub fn into_parts(self) -> (QpEx<T>, CompletionQueue, Error) {
+        (self.qp, self.cq, self.error)
+    }
+}
+
+impl<T: DirectTransport> fmt::Debug for IntoDirectError<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("IntoDirectError")
+            .field("qp", &self.qp)
+            .field("cq", &self.cq)
+            .field("error", &self.error)
+            .finish()
+    }
+}
+
+impl<T: DirectTransport> fmt::Display for IntoDirectError<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&self.error, f)
+    }
+}
+
+impl<T: DirectTransport> std::error::Error for IntoDirectError<T> {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.error.source()
+    }
+}
+
+impl<T: DirectTransport> From<IntoDirectError<T>> for Error {
+    fn from(e: IntoDirectError<T>) -> Error {
+        e.error
+    }
+}
+
+impl<T: DirectTransport> QpEx<T> {
+    /// Takes this QP's send queue and `cq`, its send CQ, for the direct
+    /// path ([module documentation](crate::direct)).
+    ///
+    /// # Errors
+    ///
+    /// A refusal gives the QP and the CQ back with its error
+    /// ([`IntoDirectError`]), both as they were, so that the cause can be
+    /// mended and the QP taken again. Refused ([`Error::InvalidArgument`])
+    /// when: the QP is not in RESET (it may have been posted through
+    /// libmlx5, whose send-queue indices the crate cannot read: take it
+    /// before connecting it, or [`reset`](QpEx::reset) the QP given back
+    /// and take it again); `cq` is not its send CQ, or is also its receive
+    /// CQ, or another QP completes on it; `cq` holds completions a scoped
+    /// post kept; the QP was made with `sq_sig_all`.
+    /// [`Error::Unsupported`] when the provider is not mlx5
+    /// (`mlx5dv_init_obj` fails) or its queues have a shape the crate does
+    /// not write (a stride other than 64 bytes, more than 2^15 basic
+    /// blocks, CQEs other than 64 or 128 bytes): no mlx5 device's, and
+    /// then `mlx5dv_init_obj` has already marked the CQ as the
+    /// application's (libmlx5 no longer cleans it when the QP is reset).
+    // The refusal holds the QP and the CQ by value, as the `DirectQp` it
+    // would have been does (no smaller: asserted below), so boxing it would
+    // not make the `Result` smaller.
+    #[allow(clippy::result_large_err)]
+    pub fn into_direct(self, cq: CompletionQueue) -> Result<DirectQp<T>, IntoDirectError<T>> {
+        match self.take(&cq) {
+            Ok((sq, cqr)) => Ok(DirectQp {
+                sq,
+                cq: cqr,
+                backlog: VecDeque::new(),
+                deferred: None,
+                done: Vec::new(),
+                qp: self,
+                raw_cq: cq.raw_cq(),
+                _cq: cq,
+            }),
+            Err(error) => Err(IntoDirectError {
+                qp: self,
+                cq,
+                error,
+            }),
+        }
+    }
+
+    /// `into_direct`'s checks, and the queues libmlx5 gives.
+    fn take(&self, cq: &CompletionQueue) -> Result<(Sq, Cqr)> {
+        let what = self.describe();
+        if !self.completes_on(cq) {
+            return Err(refused(format!(
+                "into_direct on {what}: the CQ given is not the QP's send CQ"
+            )));
+        }
+        if T::RECV && self.recv_cq_is(cq) {
+            return Err(refused(format!(
+                "into_direct on {what}: its receives complete on the same CQ; the direct \
+                 CQ reads send completions only (create the QP with a receive CQ of its own)"
+            )));
+        }
+        // The handle's share and this QP's (a DCI, without a receive queue,
+        // holds its one CQ as both): no other QP.
+        if cq.shares() != if T::RECV { 2 } else { 3 } {
+            return Err(refused(format!(
+                "into_direct on {what}: other QPs complete on its CQ (or hold it); the \
+                 direct CQ must be this QP's alone"
+            )));
+        }
+        if cq.has_backlog() {
+            return Err(refused(format!(
+                "into_direct on {what}: the CQ holds completions not yet handed out"
+            )));
+        }
+        let mut attr = ffi::ibv_qp_attr::default();
+        let mut init = ffi::ibv_qp_init_attr::default();
+        // SAFETY: the QP is live; both out-structs are writable.
+        let rc = unsafe {
+            ffi::ibv_query_qp(
+                self.as_ptr(),
+                &mut attr,
+                ffi::IBV_QP_STATE as i32,
+                &mut init,
+            )
+        };
+        if rc != 0 {
+            return Err(Error::verbs("ibv_query_qp", rc, what));
+        }
+        if attr.qp_state != ffi::IBV_QPS_RESET {
+            return Err(refused(format!(
+                "into_direct on {what}: the QP is in {}, not RESET; take it before \
+                 connecting it, or reset() the QP this refusal gives back \
+                 (IntoDirectError::qp) and take it again",
+                QpState::from_raw(attr.qp_state)
+            )));
+        }
+        if init.sq_sig_all != 0 {
+            return Err(refused(format!(
+                "into_direct on {what}: the QP was made with sq_sig_all, with which the \
+                 device may write small read responses into the CQE"
+            )));
+        }
+        let mut dvqp = ffi::mlx5dv_qp::default();
+        let mut dvcq = ffi::mlx5dv_cq::default();
+        let mut obj = ffi::mlx5dv_obj::default();
+        obj.qp.in_ = self.as_ptr();
+        obj.qp.out = &mut dvqp;
+        obj.cq.in_ = crate::qp::ffi_cq(cq);
+        obj.cq.out = &mut dvcq;
+        // SAFETY: live QP and CQ; the out-structs are writable and outlive
+        // the call.
+        let rc = unsafe {
+            ffi::mlx5dv_init_obj(&mut obj, u64::from(ffi::MLX5DV_OBJ_QP | ffi::MLX5DV_OBJ_CQ))
+        };
+        if rc != 0 {
+            return Err(Error::Unsupported {
+                what: format!(
+                    "mlx5dv_init_obj on {what} failed ({}): the direct path needs an mlx5 \
+                     device",
+                    std::io::Error::from_raw_os_error(rc.abs())
+                ),
+            });
+        }
+        let mut sq = Self::take_sq(&dvqp, self.qp, self.caps(), &what)?;
+        sq.streams = self.mlx5.streams.is_some();
+        let cqr = take_cq(&dvcq, &what)?;
+        Ok((sq, cqr))
+    }
+
+    /// The send queue libmlx5 gives for `qp` (live while the `Sq` is).
+    pub(super) fn take_sq(
+        dv: &ffi::mlx5dv_qp,
+        qp: NonNull<ffi::ibv_qp>,
+        caps: QpCaps,
+        what: &str,
+    ) -> Result<Sq> {
+        // SAFETY: `qp` is live; its number is set at creation.
+        let qpn = unsafe { (*qp.as_ptr()).qp_num };
+        let cnt = dv.sq.wqe_cnt;
+        let unsupported = |why: String| Error::Unsupported {
+            what: format!("the direct path on {what}: {why}"),
+        };
+        if dv.sq.stride as usize != BB {
+            return Err(unsupported(format!(
+                "a send-queue stride of {} bytes (64 expected)",
+                dv.sq.stride
+            )));
+        }
+        // A DCI's WQEs take two basic blocks at least (control, datagram,
+        // remote address, data: the writers count on it).
+        if !cnt.is_power_of_two() || cnt > 1 << 15 || (T::DC && cnt < 2) {
+            return Err(unsupported(format!(
+                "a send queue of {cnt} basic blocks (a power of two up to 2^15 expected, \
+                 two at least for a DCI)"
+            )));
+        }
+        let (Some(buf), Some(dbrec), Some(reg)) = (
+            NonNull::new(dv.sq.buf.cast::<u8>()),
+            NonNull::new(dv.dbrec),
+            NonNull::new(dv.bf.reg.cast::<u8>()),
+        ) else {
+            return Err(unsupported("libmlx5 gave a null queue pointer".into()));
+        };
+        Ok(Sq {
+            buf,
+            mask: (cnt - 1) as u16,
+            wqe_cnt: cnt,
+            pi: 0,
+            ci: 0,
+            posted: 0,
+            retired: 0,
+            // SAFETY: the record is two 32-bit words: receive, then send
+            // (`MLX5_SND_DBR`).
+            dbrec: unsafe { dbrec.add(ffi::MLX5_SND_DBR as usize) },
+            bf_reg: reg,
+            bf_size: dv.bf.size,
+            bf_offset: 0,
+            qpn8: qpn << 8,
+            // The largest WQE the QP's capabilities allow, as libmlx5
+            // sizes its send WQE: control, a DCI's datagram segment, remote
+            // address and atomic segments, then the larger of the inline
+            // data (with its count) and the data segments.
+            max_blocks: {
+                let overhead = 16 + if T::DC { 48 } else { 0 } + 32;
+                let body = (caps.max_inline_data + 4).max(caps.max_send_sge.max(1) * 16);
+                (overhead + body).div_ceil(64).clamp(1, cnt)
+            },
+            max_inline: caps.max_inline_data,
+            slots: vec![Slot::default(); cnt as usize].into_boxed_slice(),
+            streams: false,
+            qp,
+        })
+    }
+}
+
+pub(super) fn take_cq(dv: &ffi::mlx5dv_cq, what: &str) -> Result<Cqr> {
+    let unsupported = |why: String| Error::Unsupported {
+        what: format!("the direct path on {what}: {why}"),
+    };
+    let entry = match dv.cqe_size {
+        n @ (64 | 128) => n as usize,
+        n => {
+            return Err(unsupported(format!(
+                "CQEs of {n} bytes (64 or 128 expected)"
+            )))
+        }
+    };
+    if !dv.cqe_cnt.is_power_of_two() || dv.cqe_cnt > 1 << 23 {
+        return Err(unsupported(format!("a CQ of {} entries", dv.cqe_cnt)));
+    }
+    let (Some(buf), Some(dbrec)) = (NonNull::new(dv.buf.cast::<u8>()), NonNull::new(dv.dbrec))
+    else {
+        return Err(unsupported("libmlx5 gave a null CQ pointer".into()));
+    };
+    // libmlx5's consumer index of a CQ never polled is 0; a CQ polled
+    // before continues from where the device's record says.
+    // SAFETY: the CQ's doorbell record (`MLX5_CQ_SET_CI` first), live.
+    let ci = u32::from_be(unsafe { dbrec.as_ptr().read_volatile() }) & 0x00ff_ffff;
+    Ok(Cqr {
+        cqn: dv.cqn,
+        uar: dv.cq_uar.cast::<u8>(),
+        buf,
+        mask: dv.cqe_cnt - 1,
+        cqe_cnt: dv.cqe_cnt,
+        entry,
+        cqe64_at: (dv.cqe_size as usize) - 64,
+        ci,
+        dbrec,
+    })
+}
