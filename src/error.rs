@@ -72,13 +72,17 @@ pub enum Error {
     /// The text names the work request, the QP (its number in hex), the
     /// status in rdma-core's words (`ibv_wc_status_str(3)`) and the
     /// provider's vendor error, then, after a colon, the status's usual
-    /// causes and what to do next ([`WcStatus::hint`](crate::WcStatus::hint)):
+    /// causes and what to do next: where the crate knows the QP's kind
+    /// (`kind`: a scoped post's completions, an [`AsyncQp`](crate::AsyncQp)'s,
+    /// [`WorkCompletion::ok_for`](crate::WorkCompletion::ok_for)), that
+    /// kind's own ([`WcStatus::hint_for`](crate::WcStatus::hint_for)), else
+    /// the hint for any kind ([`WcStatus::hint`](crate::WcStatus::hint)):
     ///
     /// ```text
     /// work request 7 on QP 0x1a2 completed with remote access error (vendor error 0x0):
     /// the peer's device refused access to its memory: a wrong or stale rkey ...
     /// ```
-    #[error("work request {wr_id} on QP {qp_num:#x} completed with {status} (vendor error {vendor_err:#x}){}", hint_suffix(*status))]
+    #[error("work request {wr_id} on QP {qp_num:#x} completed with {status} (vendor error {vendor_err:#x}){}", hint_suffix(*status, *kind))]
     WorkCompletion {
         /// The failed work request.
         wr_id: u64,
@@ -88,6 +92,24 @@ pub enum Error {
         status: crate::wc::WcStatus,
         /// The provider's vendor error code.
         vendor_err: u32,
+        /// The kind of the QP, where the crate knew it when it made the
+        /// error; `None` where it did not (a completion read from a CQ
+        /// that QPs of any kind may share).
+        kind: Option<crate::QpKind>,
+    },
+
+    /// The bytes given to a type's `from_bytes` are another type's byte
+    /// form (each of [`Endpoint`](crate::Endpoint),
+    /// [`DctEndpoint`](crate::DctEndpoint),
+    /// [`UdEndpoint`](crate::UdEndpoint) and
+    /// [`RemoteBuf`](crate::RemoteBuf) marks its own, after the version):
+    /// the peer sent, or the program read, the wrong one.
+    #[error("these are {}'s bytes, not {}'s: the byte form of one type is not read as another's; exchange and read the {expected} itself", a(found), a(expected))]
+    WrongByteForm {
+        /// The type whose `from_bytes` was called, e.g. `Endpoint`.
+        expected: &'static str,
+        /// The type whose byte form the bytes are, e.g. `RemoteBuf`.
+        found: &'static str,
     },
 
     /// A plain slice was asked of memory a remote peer may write (a region
@@ -326,12 +348,60 @@ impl Error {
         Self::verbs(call, if errno == 0 { libc::EIO } else { errno }, context)
     }
 
+    /// This error, a failed completion's ([`Error::WorkCompletion`]) saying
+    /// it came from a QP of `kind`, so that its text gives that kind's
+    /// causes and recovery ([`WcStatus::hint_for`](crate::WcStatus::hint_for));
+    /// any other error unchanged.
+    ///
+    /// ```
+    /// use mlx5dv::{Error, QpKind, WcStatus};
+    ///
+    /// let e = Error::WorkCompletion {
+    ///     wr_id: 7,
+    ///     qp_num: 0x1a2,
+    ///     status: WcStatus::LOC_LEN_ERR,
+    ///     vendor_err: 0,
+    ///     kind: None,
+    /// };
+    /// let e = e.with_qp_kind(QpKind::Ud);
+    /// assert!(matches!(e, Error::WorkCompletion { kind: Some(QpKind::Ud), .. }));
+    /// assert!(e.to_string().contains("UD_GRH_BYTES"));
+    /// ```
+    #[must_use]
+    pub fn with_qp_kind(self, kind: crate::QpKind) -> Self {
+        match self {
+            Error::WorkCompletion {
+                wr_id,
+                qp_num,
+                status,
+                vendor_err,
+                kind: _,
+            } => Error::WorkCompletion {
+                wr_id,
+                qp_num,
+                status,
+                vendor_err,
+                kind: Some(kind),
+            },
+            other => other,
+        }
+    }
+
     /// The `errno` behind this error, if it came from a C call.
     pub fn errno(&self) -> Option<i32> {
         match self {
             Error::Verbs { source, .. } => source.raw_os_error(),
             _ => None,
         }
+    }
+}
+
+/// `name` with its article: `an Endpoint`, `a RemoteBuf`.
+fn a(name: &str) -> String {
+    if name.starts_with(['A', 'E', 'I', 'O']) {
+        format!("an {name}")
+    } else {
+        format!("a {name}")
     }
 }
 
@@ -346,9 +416,14 @@ pub(crate) fn count(n: u64, noun: &str) -> String {
 }
 
 /// The end of [`Error::WorkCompletion`]'s text: `: ` and the status's
-/// hint, or nothing for a status without one.
-fn hint_suffix(status: crate::wc::WcStatus) -> String {
-    status.hint().map_or_else(String::new, |h| format!(": {h}"))
+/// hint (for the QP's kind where it is known), or nothing for a status
+/// without one.
+fn hint_suffix(status: crate::wc::WcStatus, kind: Option<crate::QpKind>) -> String {
+    match kind {
+        Some(kind) => status.hint_for(kind).map(|h| format!(": {h}")),
+        None => status.hint().map(|h| format!(": {h}")),
+    }
+    .unwrap_or_default()
 }
 
 /// The value of [`Error::OutOfRange`] as its text shows it: QP and DCT
@@ -422,7 +497,53 @@ mod tests {
             qp_num: 0x1a2,
             status,
             vendor_err: 0x88,
+            kind: None,
         }
+    }
+
+    #[test]
+    fn a_failed_completion_of_a_known_kind_gives_that_kinds_hint() {
+        use crate::QpKind;
+        // A UD receive without room for the GRH: the UD text, not RC's or
+        // DCI's recovery.
+        let ud = failed(WcStatus::LOC_LEN_ERR)
+            .with_qp_kind(QpKind::Ud)
+            .to_string();
+        assert!(
+            ud.contains("UD_GRH_BYTES") && ud.contains("ready(port, qkey, psn)"),
+            "{ud}"
+        );
+        assert!(!ud.contains("connect_to") && !ud.contains("ready(psn, &opts)"), "{ud}");
+        // A DCI whose DC key is wrong: the DC-key text.
+        let dci = failed(WcStatus::REM_ACCESS_ERR)
+            .with_qp_kind(QpKind::Dci)
+            .to_string();
+        assert!(dci.contains("DC key") && dci.contains("ready(psn, &opts)"), "{dci}");
+        assert!(!dci.contains("connect_to"), "{dci}");
+        // Every kind and status: the text ends with exactly that kind's hint.
+        for kind in [
+            QpKind::Rc,
+            QpKind::Uc,
+            QpKind::Xrc,
+            QpKind::Dci,
+            QpKind::Dct,
+            QpKind::Ud,
+            QpKind::RdmaCm,
+        ] {
+            for raw in 0..=25 {
+                let status = WcStatus::from_raw(raw);
+                let text = failed(status).with_qp_kind(kind).to_string();
+                match status.hint_for(kind) {
+                    Some(hint) => assert!(text.ends_with(&format!(": {hint}")), "{text}"),
+                    None => assert!(text.ends_with("(vendor error 0x88)"), "{text}"),
+                }
+            }
+        }
+        // Without a kind, the generic hint; other errors are unchanged.
+        let generic = failed(WcStatus::LOC_LEN_ERR).to_string();
+        assert!(generic.ends_with(WcStatus::LOC_LEN_ERR.hint().unwrap()), "{generic}");
+        let other = Error::InvalidArgument("x".into()).with_qp_kind(QpKind::Ud);
+        assert!(matches!(other, Error::InvalidArgument(ref s) if s == "x"));
     }
 
     #[test]

@@ -64,7 +64,7 @@ use std::sync::Arc;
 pub(crate) use ops::WrOps;
 pub(crate) use rc::{check_24_bits, check_psn, past_24_bits, MAX_24_BITS};
 pub(crate) use ready::{refusal_explained, refuse, Post};
-pub(crate) use types::versioned_form;
+pub(crate) use types::{versioned_form, ByteForm, FORM_VERSION};
 
 mod sealed {
     pub trait Sealed {}
@@ -78,6 +78,10 @@ pub trait Transport: sealed::Sealed + 'static {
     /// Whether every work request needs a DC address (`mlx5dv_wr_set_dc_addr`).
     #[doc(hidden)]
     const DC: bool;
+    /// The kind of its QPs, whose failed completions' hints the crate
+    /// gives ([`WcStatus::hint_for`](crate::WcStatus::hint_for)).
+    #[doc(hidden)]
+    const KIND: QpKind;
     /// The `ibv_qp_type` it is created with.
     #[doc(hidden)]
     const QP_TYPE: ffi::ibv_qp_type;
@@ -129,6 +133,7 @@ pub enum ReliableConnection {}
 impl sealed::Sealed for ReliableConnection {}
 impl Transport for ReliableConnection {
     const NAME: &'static str = "RC";
+    const KIND: QpKind = QpKind::Rc;
     const DC: bool = false;
     const QP_TYPE: ffi::ibv_qp_type = ffi::IBV_QPT_RC;
 }
@@ -147,6 +152,7 @@ pub enum DcInitiator {}
 impl sealed::Sealed for DcInitiator {}
 impl Transport for DcInitiator {
     const NAME: &'static str = "DCI";
+    const KIND: QpKind = QpKind::Dci;
     const DC: bool = true;
     const QP_TYPE: ffi::ibv_qp_type = ffi::IBV_QPT_DRIVER;
 }
@@ -162,6 +168,7 @@ pub enum UnreliableDatagram {}
 impl sealed::Sealed for UnreliableDatagram {}
 impl Transport for UnreliableDatagram {
     const NAME: &'static str = "UD";
+    const KIND: QpKind = QpKind::Ud;
     const DC: bool = false;
     const QP_TYPE: ffi::ibv_qp_type = ffi::IBV_QPT_UD;
 }

@@ -201,7 +201,7 @@ impl Endpoint {
     /// The length of the byte form ([`to_bytes`](Self::to_bytes)).
     pub const BYTES: usize = 28;
     /// The version of the byte form this crate writes and reads.
-    pub const VERSION: u8 = 1;
+    pub const VERSION: u8 = FORM_VERSION;
 
     /// The byte form, to send to the peer (over TCP, in a CM's private
     /// data, in a file). Stable: a later release that changes it writes
@@ -209,8 +209,8 @@ impl Endpoint {
     ///
     /// | offset | bytes | field |
     /// |---|---|---|
-    /// | 0 | 1 | version: 1 |
-    /// | 1 | 1 | reserved: 0 |
+    /// | 0 | 1 | version: 2 |
+    /// | 1 | 1 | form: 1 (an `Endpoint`'s; other types' forms have others) |
     /// | 2 | 2 | LID, big-endian |
     /// | 4 | 4 | QP number, big-endian (24 bits) |
     /// | 8 | 4 | PSN, big-endian (24 bits) |
@@ -221,13 +221,14 @@ impl Endpoint {
     ///
     /// let e = Endpoint { qpn: 0x11, psn: 0xabcdef, lid: 0, gid: Gid([0; 16]) };
     /// let bytes = e.to_bytes();
-    /// assert_eq!(bytes[..12], [1, 0, 0, 0, 0, 0, 0, 0x11, 0, 0xab, 0xcd, 0xef]);
+    /// assert_eq!(bytes[..12], [2, 1, 0, 0, 0, 0, 0, 0x11, 0, 0xab, 0xcd, 0xef]);
     /// assert_eq!(Endpoint::from_bytes(&bytes)?, e);
     /// # Ok::<(), mlx5dv::Error>(())
     /// ```
     pub fn to_bytes(&self) -> [u8; Self::BYTES] {
         let mut b = [0u8; Self::BYTES];
         b[0] = Self::VERSION;
+        b[1] = ByteForm::Endpoint.tag();
         b[2..4].copy_from_slice(&self.lid.to_be_bytes());
         b[4..8].copy_from_slice(&self.qpn.to_be_bytes());
         b[8..12].copy_from_slice(&self.psn.to_be_bytes());
@@ -236,13 +237,15 @@ impl Endpoint {
     }
 
     /// Reads the byte form of [`to_bytes`](Self::to_bytes): exactly
-    /// [`BYTES`](Self::BYTES) bytes of version 1, with a 24-bit QP number
-    /// and PSN; anything else is refused.
+    /// [`BYTES`](Self::BYTES) bytes of version 2 and an `Endpoint`'s form
+    /// byte, with a 24-bit QP number and PSN; anything else is refused
+    /// (another type's byte form, such as a [`RemoteBuf`](crate::RemoteBuf)'s,
+    /// as [`Error::WrongByteForm`]).
     pub fn from_bytes(bytes: &[u8]) -> Result<Self> {
         let b = versioned_form::<{ Self::BYTES }>(
             bytes,
-            ("Endpoint", "Endpoint byte form length"),
-            Self::VERSION,
+            ByteForm::Endpoint,
+            "Endpoint byte form length",
         )?;
         let word = |i: usize| u32::from_be_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
         let (qpn, psn) = (word(4), word(8));
@@ -259,25 +262,89 @@ impl Endpoint {
     }
 }
 
+/// The version of every byte form this crate writes and reads (each
+/// type's `VERSION`): byte 0 of the form.
+pub(crate) const FORM_VERSION: u8 = 2;
+
+/// Which type a byte form is: byte 1 of the form, after the version, so
+/// that the bytes of one type are never read as another's (several are 28
+/// bytes long).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ByteForm {
+    /// An [`Endpoint`]'s.
+    Endpoint = 1,
+    /// A [`DctEndpoint`](crate::DctEndpoint)'s.
+    DctEndpoint = 2,
+    /// A [`UdEndpoint`](crate::UdEndpoint)'s.
+    UdEndpoint = 3,
+    /// A [`RemoteBuf`](crate::RemoteBuf)'s.
+    RemoteBuf = 4,
+}
+
+impl ByteForm {
+    const ALL: [ByteForm; 4] = [
+        ByteForm::Endpoint,
+        ByteForm::DctEndpoint,
+        ByteForm::UdEndpoint,
+        ByteForm::RemoteBuf,
+    ];
+
+    /// The type's name.
+    pub(crate) const fn name(self) -> &'static str {
+        match self {
+            ByteForm::Endpoint => "Endpoint",
+            ByteForm::DctEndpoint => "DctEndpoint",
+            ByteForm::UdEndpoint => "UdEndpoint",
+            ByteForm::RemoteBuf => "RemoteBuf",
+        }
+    }
+
+    /// Byte 1 of the form.
+    pub(crate) const fn tag(self) -> u8 {
+        self as u8
+    }
+
+    fn of_tag(tag: u8) -> Option<ByteForm> {
+        Self::ALL.into_iter().find(|f| f.tag() == tag)
+    }
+}
+
 /// A versioned byte form of `N` bytes (an [`Endpoint`]'s, a
-/// [`DctEndpoint`](crate::DctEndpoint)'s): exactly `N` bytes, the first
-/// `version`, the second 0; anything else is refused, naming `what`
-/// (`length` names the length in the error of a wrong one).
+/// [`DctEndpoint`](crate::DctEndpoint)'s, ...): exactly `N` bytes, the
+/// first [`FORM_VERSION`], the second `form`'s tag; anything else is
+/// refused, naming the type (`length` names the length in the error of a
+/// wrong one). The bytes of another type's form (its tag, after this
+/// version) are refused first, whatever their length, as
+/// [`Error::WrongByteForm`] naming both types.
 pub(crate) fn versioned_form<'b, const N: usize>(
     bytes: &'b [u8],
-    (what, length): (&str, &'static str),
-    version: u8,
+    form: ByteForm,
+    length: &'static str,
 ) -> Result<&'b [u8; N]> {
+    let (what, version) = (form.name(), FORM_VERSION);
+    if let [v, tag, ..] = *bytes {
+        match ByteForm::of_tag(tag) {
+            Some(found) if v == version && found != form => {
+                return Err(Error::WrongByteForm {
+                    expected: what,
+                    found: found.name(),
+                })
+            }
+            _ => {}
+        }
+    }
     let b: &[u8; N] = bytes.try_into().map_err(|_| Error::OutOfRange {
         what: length,
         value: bytes.len() as u64,
         limit: format!("exactly {N} bytes for a {what} (version {version})"),
     })?;
-    if b[0] != version || b[1] != 0 {
+    if b[0] != version || b[1] != form.tag() {
         return Err(Error::InvalidArgument(format!(
-            "{what} byte form of version {} (reserved byte {}): this release reads \
-             version {version} only",
-            b[0], b[1]
+            "{what} byte form of version {} (form byte {}): this release reads \
+             version {version}, form byte {}, only",
+            b[0],
+            b[1],
+            form.tag()
         )));
     }
     Ok(b)

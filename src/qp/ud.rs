@@ -300,7 +300,8 @@ impl UdQp {
                 what: "UD receive length",
                 value: total,
                 limit: format!(
-                    "at least {UD_GRH_BYTES} (the GRH area at the start of every UD receive)"
+                    "at least UD_GRH_BYTES ({UD_GRH_BYTES}): the GRH area at the start of \
+                     every UD receive"
                 ),
             });
         }
