@@ -389,6 +389,7 @@ mod tests {
             slid: Some(3),
             sl: Some(2),
             dlid_path_bits: Some(1),
+            qp_kind: None,
         }
     }
 
