@@ -427,6 +427,25 @@ impl<T: Transport> QpEx<T> {
         )
     }
 
+    /// The QP's kind, for [`WorkCompletion::ok_for`](crate::WorkCompletion::ok_for)
+    /// of a completion polled from a CQ (a scoped post's completions carry
+    /// it already). An RC QP connected through rdma_cm is
+    /// [`QpKind::Rc`] here too.
+    ///
+    /// ```no_run
+    /// # use mlx5dv::*;
+    /// # use std::time::Duration;
+    /// # fn f(qp: &UdQp, cq: &mut CompletionQueue) -> Result<()> {
+    /// let wc = cq.wait(1, Duration::from_secs(1))?[0];
+    /// // On error, the text gives a UD QP's causes (UD_GRH_BYTES) and
+    /// // recovery (ready(port, qkey, psn)).
+    /// wc.ok_for(qp.kind())?;
+    /// # Ok(()) }
+    /// ```
+    pub const fn kind(&self) -> QpKind {
+        T::KIND
+    }
+
     /// The QP number (on a DCI too; a DCT's is its DCT number).
     pub fn qp_num(&self) -> u32 {
         // SAFETY: the QP is live.
