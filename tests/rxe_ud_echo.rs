@@ -296,6 +296,28 @@ fn client(tcp: &mut TcpStream) {
 
 #[test]
 #[ignore = "needs an RDMA device: set MLX5DV_TEST_DEVICE"]
+fn ready_with_takes_the_port_from_the_options() {
+    let ctx = rig::open();
+    let pd = ProtectionDomain::new(&ctx).expect("alloc PD");
+    let cq = CompletionQueue::new(&ctx, 8).expect("create CQ");
+    let qp = QpBuilder::ud(&pd, &cq, &cq).build().expect("create UD QP");
+    // A port the device does not have: refused, the QP left in RESET.
+    let mut bad = rig::connect_options(&ctx);
+    bad.port = 99;
+    assert!(qp.ready_with(&bad, QKEY, 5).is_err());
+    assert_eq!(qp.state().unwrap(), QpState::Reset);
+    assert_eq!(qp.max_message(), None);
+    // The options' port: RTS, with the Q_Key and that port's MTU.
+    let opts = rig::connect_options(&ctx);
+    qp.ready_with(&opts, QKEY, 5).expect("UD QP to RTS");
+    assert_eq!(qp.state().unwrap(), QpState::Rts);
+    assert_eq!(qp.qkey().unwrap(), QKEY);
+    let mtu = ctx.query_port(opts.port).unwrap().active_mtu.bytes();
+    assert_eq!(qp.max_message(), Some(mtu));
+}
+
+#[test]
+#[ignore = "needs an RDMA device: set MLX5DV_TEST_DEVICE"]
 fn a_ud_qps_endpoint_names_its_qp_qkey_and_port() {
     let s = Side::new(false);
     let e = s.qp.endpoint(&s.opts).expect("endpoint");
