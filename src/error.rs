@@ -73,7 +73,7 @@ pub enum Error {
     /// status in rdma-core's words (`ibv_wc_status_str(3)`) and the
     /// provider's vendor error, then, after a colon, the status's usual
     /// causes and what to do next: where the crate knows the QP's kind
-    /// (`kind`: a scoped post's completions, an [`AsyncQp`](crate::AsyncQp)'s,
+    /// (`kind`: a scoped post's completions, an `AsyncQp`'s,
     /// [`WorkCompletion::ok_for`](crate::WorkCompletion::ok_for)), that
     /// kind's own ([`WcStatus::hint_for`](crate::WcStatus::hint_for)), else
     /// the hint for any kind ([`WcStatus::hint`](crate::WcStatus::hint)):
@@ -513,12 +513,18 @@ mod tests {
             ud.contains("UD_GRH_BYTES") && ud.contains("ready(port, qkey, psn)"),
             "{ud}"
         );
-        assert!(!ud.contains("connect_to") && !ud.contains("ready(psn, &opts)"), "{ud}");
+        assert!(
+            !ud.contains("connect_to") && !ud.contains("ready(psn, &opts)"),
+            "{ud}"
+        );
         // A DCI whose DC key is wrong: the DC-key text.
         let dci = failed(WcStatus::REM_ACCESS_ERR)
             .with_qp_kind(QpKind::Dci)
             .to_string();
-        assert!(dci.contains("DC key") && dci.contains("ready(psn, &opts)"), "{dci}");
+        assert!(
+            dci.contains("DC key") && dci.contains("ready(psn, &opts)"),
+            "{dci}"
+        );
         assert!(!dci.contains("connect_to"), "{dci}");
         // Every kind and status: the text ends with exactly that kind's hint.
         for kind in [
@@ -541,7 +547,10 @@ mod tests {
         }
         // Without a kind, the generic hint; other errors are unchanged.
         let generic = failed(WcStatus::LOC_LEN_ERR).to_string();
-        assert!(generic.ends_with(WcStatus::LOC_LEN_ERR.hint().unwrap()), "{generic}");
+        assert!(
+            generic.ends_with(WcStatus::LOC_LEN_ERR.hint().unwrap()),
+            "{generic}"
+        );
         let other = Error::InvalidArgument("x".into()).with_qp_kind(QpKind::Ud);
         assert!(matches!(other, Error::InvalidArgument(ref s) if s == "x"));
     }

@@ -75,25 +75,25 @@ proptest! {
     #[test]
     fn each_form_reads_as_its_own_type_only(forms in forms()) {
         for (of, (bytes, debug)) in forms.iter().enumerate() {
-            for reader in 0..NAMES.len() {
+            for (reader, reader_name) in NAMES.iter().enumerate() {
                 let got = read_as(reader, bytes);
                 if reader == of {
-                    prop_assert_eq!(got.as_ref().ok(), Some(debug), "{}", NAMES[of]);
+                    prop_assert_eq!(got.as_ref().ok(), Some(debug), "{}", reader_name);
                     continue;
                 }
                 let e = got.expect_err("another type's bytes");
                 match &e {
                     Error::WrongByteForm { expected, found } => {
-                        prop_assert_eq!(*expected, NAMES[reader]);
+                        prop_assert_eq!(expected, reader_name);
                         prop_assert_eq!(*found, NAMES[of]);
                     }
-                    other => prop_assert!(false, "{} read as {}: {other:?}", NAMES[of], NAMES[reader]),
+                    other => prop_assert!(false, "{} read as {reader_name}: {other:?}", NAMES[of]),
                 }
                 let text = e.to_string();
                 let article = |n: &str| if n.starts_with('E') { "an" } else { "a" };
                 let want = format!(
                     "these are {} {}'s bytes, not {} {}'s",
-                    article(NAMES[of]), NAMES[of], article(NAMES[reader]), NAMES[reader]
+                    article(NAMES[of]), NAMES[of], article(reader_name), reader_name
                 );
                 prop_assert!(text.starts_with(&want), "{text}");
             }
@@ -146,7 +146,10 @@ fn the_forms_carry_version_2_and_a_form_byte_of_their_own() {
     let mut old = e.to_bytes();
     old[..2].copy_from_slice(&[1, 0]);
     let text = Endpoint::from_bytes(&old).unwrap_err().to_string();
-    assert!(text.contains("version 1") && text.contains("version 2"), "{text}");
+    assert!(
+        text.contains("version 1") && text.contains("version 2"),
+        "{text}"
+    );
     let mut unknown = u.to_bytes();
     unknown[1] = 9;
     assert!(matches!(

@@ -86,7 +86,14 @@ fn a_ud_receive_sized_to_the_message_names_the_grh_and_ready() {
     assert_eq!(wc.qp_kind, None, "read from a CQ: {wc:?}");
     let e = wc.ok_for(b.kind()).unwrap_err();
     assert!(
-        matches!(e, Error::WorkCompletion { kind: Some(QpKind::Ud), wr_id: 9, .. }),
+        matches!(
+            e,
+            Error::WorkCompletion {
+                kind: Some(QpKind::Ud),
+                wr_id: 9,
+                ..
+            }
+        ),
         "{e:?}"
     );
     let text = e.to_string();
@@ -94,7 +101,10 @@ fn a_ud_receive_sized_to_the_message_names_the_grh_and_ready() {
     for word in ["UD_GRH_BYTES", "ready(port, qkey, psn)"] {
         assert!(text.contains(word), "{word}: {text}");
     }
-    assert!(!text.contains("connect_to") && !text.contains("ready(psn, &opts)"), "{text}");
+    assert!(
+        !text.contains("connect_to") && !text.contains("ready(psn, &opts)"),
+        "{text}"
+    );
     drop((a.reset(), b.reset()));
 }
 

@@ -328,8 +328,14 @@ fn a_failed_work_request_and_the_flushed_rest_are_returned_with_the_callers_ids(
     );
     // The RC QP's causes and recovery, not a DCI's.
     let text = e.to_string();
-    assert!(text.contains("connect_to") && text.contains("rkey"), "{text}");
-    assert!(!text.contains("DC key") && !text.contains("UD: ready"), "{text}");
+    assert!(
+        text.contains("connect_to") && text.contains("rkey"),
+        "{text}"
+    );
+    assert!(
+        !text.contains("DC key") && !text.contains("UD: ready"),
+        "{text}"
+    );
     // The last work request's completion was seen: nothing to stop.
     assert_eq!(modifies(&recorder::take()), []);
     assert_eq!(fx.cq.backlog_len(), 0);
