@@ -246,9 +246,9 @@ mod byte_form_tests {
         let text = RemoteBuf::from_bytes(&b).unwrap_err().to_string();
         assert!(text.contains("fails its check"), "{text}");
         b[27] ^= 0x80;
-        b[0] = 2;
+        b[0] = 3;
         let text = RemoteBuf::from_bytes(&b).unwrap_err().to_string();
-        assert!(text.contains("version 2"), "{text}");
+        assert!(text.contains("version 3"), "{text}");
     }
 
     proptest! {

@@ -346,7 +346,7 @@ mod tests {
         let b = e.to_bytes();
         assert_eq!(
             b[..16],
-            [1, 0, 0, 0x42, 0, 0xab, 0xcd, 0xef, 1, 0x23, 0x45, 0x67, 0x89, 0xab, 0xcd, 0xef]
+            [2, 2, 0, 0x42, 0, 0xab, 0xcd, 0xef, 1, 0x23, 0x45, 0x67, 0x89, 0xab, 0xcd, 0xef]
         );
         assert_eq!(DctEndpoint::from_bytes(&b).unwrap(), e);
         assert_eq!(
@@ -357,10 +357,10 @@ mod tests {
             DctEndpoint::from_bytes(&b[..31]),
             Err(Error::OutOfRange { .. })
         ));
-        let mut v2 = b;
-        v2[0] = 2;
+        let mut v3 = b;
+        v3[0] = 3;
         assert!(matches!(
-            DctEndpoint::from_bytes(&v2),
+            DctEndpoint::from_bytes(&v3),
             Err(Error::InvalidArgument(_))
         ));
         let mut wide = b;

@@ -582,13 +582,13 @@ mod tests {
         };
         let b = e.to_bytes();
         assert_eq!(b.len(), Endpoint::BYTES);
-        assert_eq!(b[..4], [1, 0, 1, 2]);
+        assert_eq!(b[..4], [2, 1, 1, 2]);
         assert_eq!(Endpoint::from_bytes(&b).unwrap(), e);
         assert!(Endpoint::from_bytes(&b[..27]).is_err());
-        let mut v2 = b;
-        v2[0] = 2;
-        let err = Endpoint::from_bytes(&v2).unwrap_err().to_string();
-        assert!(err.contains("version 2"), "{err}");
+        let mut v3 = b;
+        v3[0] = 3;
+        let err = Endpoint::from_bytes(&v3).unwrap_err().to_string();
+        assert!(err.contains("version 3"), "{err}");
         let mut big = b;
         big[4] = 1; // QP number over 24 bits
         assert!(matches!(

@@ -252,7 +252,7 @@ mod tests {
         let b = e.to_bytes();
         assert_eq!(
             b[..12],
-            [1, 0, 0, 0x42, 0, 0xab, 0xcd, 0xef, 0x80, 0, 0, 0x11]
+            [2, 3, 0, 0x42, 0, 0xab, 0xcd, 0xef, 0x80, 0, 0, 0x11]
         );
         assert_eq!(b[12..], [7; 16]);
         assert_eq!(UdEndpoint::from_bytes(&b).unwrap(), e);
@@ -270,8 +270,8 @@ mod tests {
                 "{len}"
             );
         }
-        // Another version, a reserved byte set.
-        for (at, v) in [(0, 0), (0, 2), (0, 0xff), (1, 1)] {
+        // Another version, a form byte no type has.
+        for (at, v) in [(0, 0), (0, 1), (0, 3), (0, 0xff), (1, 0), (1, 9)] {
             let mut bad = b;
             bad[at] = v;
             let err = UdEndpoint::from_bytes(&bad).unwrap_err();
