@@ -25,6 +25,7 @@
 //! is made anew.
 
 mod builder;
+mod byte_form;
 mod dci;
 mod dct;
 mod ops;
@@ -61,10 +62,10 @@ use std::marker::PhantomData;
 use std::ptr::NonNull;
 use std::sync::Arc;
 
+pub(crate) use byte_form::{versioned_form, ByteForm, FORM_VERSION};
 pub(crate) use ops::WrOps;
 pub(crate) use rc::{check_24_bits, check_psn, past_24_bits, MAX_24_BITS};
 pub(crate) use ready::{refusal_explained, refuse, Post};
-pub(crate) use types::{versioned_form, ByteForm, FORM_VERSION};
 
 mod sealed {
     pub trait Sealed {}
