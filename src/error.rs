@@ -72,13 +72,17 @@ pub enum Error {
     /// The text names the work request, the QP (its number in hex), the
     /// status in rdma-core's words (`ibv_wc_status_str(3)`) and the
     /// provider's vendor error, then, after a colon, the status's usual
-    /// causes and what to do next ([`WcStatus::hint`](crate::WcStatus::hint)):
+    /// causes and what to do next: where the crate knows the QP's kind
+    /// (`kind`: a scoped post's completions, an `AsyncQp`'s,
+    /// [`WorkCompletion::ok_for`](crate::WorkCompletion::ok_for)), that
+    /// kind's own ([`WcStatus::hint_for`](crate::WcStatus::hint_for)), else
+    /// the hint for any kind ([`WcStatus::hint`](crate::WcStatus::hint)):
     ///
     /// ```text
     /// work request 7 on QP 0x1a2 completed with remote access error (vendor error 0x0):
     /// the peer's device refused access to its memory: a wrong or stale rkey ...
     /// ```
-    #[error("work request {wr_id} on QP {qp_num:#x} completed with {status} (vendor error {vendor_err:#x}){}", hint_suffix(*status))]
+    #[error("work request {wr_id} on QP {qp_num:#x} completed with {status} (vendor error {vendor_err:#x}){}", hint_suffix(*status, *kind))]
     WorkCompletion {
         /// The failed work request.
         wr_id: u64,
@@ -88,6 +92,24 @@ pub enum Error {
         status: crate::wc::WcStatus,
         /// The provider's vendor error code.
         vendor_err: u32,
+        /// The kind of the QP, where the crate knew it when it made the
+        /// error; `None` where it did not (a completion read from a CQ
+        /// that QPs of any kind may share).
+        kind: Option<crate::QpKind>,
+    },
+
+    /// The bytes given to a type's `from_bytes` are another type's byte
+    /// form (each of [`Endpoint`](crate::Endpoint),
+    /// [`DctEndpoint`](crate::DctEndpoint),
+    /// [`UdEndpoint`](crate::UdEndpoint) and
+    /// [`RemoteBuf`](crate::RemoteBuf) marks its own, after the version):
+    /// the peer sent, or the program read, the wrong one.
+    #[error("these are {}'s bytes, not {}'s: the byte form of one type is not read as another's; exchange and read the {expected} itself", a(found), a(expected))]
+    WrongByteForm {
+        /// The type whose `from_bytes` was called, e.g. `Endpoint`.
+        expected: &'static str,
+        /// The type whose byte form the bytes are, e.g. `RemoteBuf`.
+        found: &'static str,
     },
 
     /// A plain slice was asked of memory a remote peer may write (a region
@@ -326,12 +348,60 @@ impl Error {
         Self::verbs(call, if errno == 0 { libc::EIO } else { errno }, context)
     }
 
+    /// This error, a failed completion's ([`Error::WorkCompletion`]) saying
+    /// it came from a QP of `kind`, so that its text gives that kind's
+    /// causes and recovery ([`WcStatus::hint_for`](crate::WcStatus::hint_for));
+    /// any other error unchanged.
+    ///
+    /// ```
+    /// use mlx5dv::{Error, QpKind, WcStatus};
+    ///
+    /// let e = Error::WorkCompletion {
+    ///     wr_id: 7,
+    ///     qp_num: 0x1a2,
+    ///     status: WcStatus::LOC_LEN_ERR,
+    ///     vendor_err: 0,
+    ///     kind: None,
+    /// };
+    /// let e = e.with_qp_kind(QpKind::Ud);
+    /// assert!(matches!(e, Error::WorkCompletion { kind: Some(QpKind::Ud), .. }));
+    /// assert!(e.to_string().contains("UD_GRH_BYTES"));
+    /// ```
+    #[must_use]
+    pub fn with_qp_kind(self, kind: crate::QpKind) -> Self {
+        match self {
+            Error::WorkCompletion {
+                wr_id,
+                qp_num,
+                status,
+                vendor_err,
+                kind: _,
+            } => Error::WorkCompletion {
+                wr_id,
+                qp_num,
+                status,
+                vendor_err,
+                kind: Some(kind),
+            },
+            other => other,
+        }
+    }
+
     /// The `errno` behind this error, if it came from a C call.
     pub fn errno(&self) -> Option<i32> {
         match self {
             Error::Verbs { source, .. } => source.raw_os_error(),
             _ => None,
         }
+    }
+}
+
+/// `name` with its article: `an Endpoint`, `a RemoteBuf`.
+fn a(name: &str) -> String {
+    if name.starts_with(['A', 'E', 'I', 'O']) {
+        format!("an {name}")
+    } else {
+        format!("a {name}")
     }
 }
 
@@ -346,9 +416,14 @@ pub(crate) fn count(n: u64, noun: &str) -> String {
 }
 
 /// The end of [`Error::WorkCompletion`]'s text: `: ` and the status's
-/// hint, or nothing for a status without one.
-fn hint_suffix(status: crate::wc::WcStatus) -> String {
-    status.hint().map_or_else(String::new, |h| format!(": {h}"))
+/// hint (for the QP's kind where it is known), or nothing for a status
+/// without one.
+fn hint_suffix(status: crate::wc::WcStatus, kind: Option<crate::QpKind>) -> String {
+    match kind {
+        Some(kind) => status.hint_for(kind).map(|h| format!(": {h}")),
+        None => status.hint().map(|h| format!(": {h}")),
+    }
+    .unwrap_or_default()
 }
 
 /// The value of [`Error::OutOfRange`] as its text shows it: QP and DCT
@@ -392,121 +467,7 @@ pub(crate) fn report_destroy_failure(call: &str, rc: i32, device: &str) {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::WcStatus;
-
-    #[test]
-    fn eopnotsupp_and_eprotonosupport_are_unsupported() {
-        for errno in [libc::EOPNOTSUPP, libc::EPROTONOSUPPORT, -libc::EOPNOTSUPP] {
-            let e = Error::verbs("mlx5dv_create_qp", errno, "rxe0");
-            assert!(matches!(e, Error::Unsupported { .. }), "{e:?}");
-            assert!(e.to_string().contains("mlx5dv_create_qp"), "{e}");
-        }
-    }
-
-    #[test]
-    fn other_errnos_name_the_call_and_context() {
-        let e = Error::verbs("ibv_create_qp_ex", libc::ENOMEM, "RC QP on rxe0");
-        assert_eq!(e.errno(), Some(libc::ENOMEM));
-        let text = e.to_string();
-        assert!(
-            text.starts_with("ibv_create_qp_ex failed (RC QP on rxe0): "),
-            "{text}"
-        );
-    }
-
-    fn failed(status: WcStatus) -> Error {
-        Error::WorkCompletion {
-            wr_id: 7,
-            qp_num: 0x1a2,
-            status,
-            vendor_err: 0x88,
-        }
-    }
-
-    #[test]
-    fn a_failed_completion_says_why_and_what_next() {
-        let text = failed(WcStatus::REM_ACCESS_ERR).to_string();
-        let prefix =
-            "work request 7 on QP 0x1a2 completed with remote access error (vendor error 0x88): ";
-        assert!(text.starts_with(prefix), "{text}");
-        for word in ["rkey", "REMOTE_WRITE", "reset()"] {
-            assert!(text.contains(word), "{word}: {text}");
-        }
-        let text = failed(WcStatus::WR_FLUSH_ERR).to_string();
-        assert!(
-            text.starts_with(
-                "work request 7 on QP 0x1a2 completed with Work Request Flushed Error \
-                 (vendor error 0x88): "
-            ),
-            "{text}"
-        );
-        assert!(
-            text.contains("reset()") && text.contains("UD: ready"),
-            "{text}"
-        );
-        // A status without a hint ends at the vendor error.
-        assert_eq!(
-            failed(WcStatus::from_raw(99)).to_string(),
-            format!(
-                "work request 7 on QP 0x1a2 completed with {} (vendor error 0x88)",
-                WcStatus::from_raw(99)
-            )
-        );
-    }
-
-    #[test]
-    fn counts_are_singular_for_one() {
-        assert_eq!(count(0, "completion"), "0 completions");
-        assert_eq!(count(1, "completion"), "1 completion");
-        assert_eq!(count(2, "work request"), "2 work requests");
-        let one = Error::SendQueueFull { batch: 1, depth: 0 };
-        assert!(
-            one.to_string().contains("a batch of 1 work request did"),
-            "{one}"
-        );
-        let three = Error::BatchLimit { limit: 3 };
-        assert_eq!(
-            three.to_string(),
-            "batch full: it was limited to 3 work requests"
-        );
-    }
-
-    #[test]
-    fn out_of_range_qp_and_dct_numbers_are_hex() {
-        let qpn = Error::OutOfRange {
-            what: "Endpoint QP number",
-            value: 0x0100_0000,
-            limit: "at most 0xffffff (24 bits)".into(),
-        };
-        assert_eq!(
-            qpn.to_string(),
-            "Endpoint QP number = 0x1000000 is out of range: at most 0xffffff (24 bits)"
-        );
-        let dctn = Error::OutOfRange {
-            what: "remote DCT number",
-            value: 0x0100_0000,
-            limit: String::new(),
-        };
-        assert!(dctn
-            .to_string()
-            .starts_with("remote DCT number = 0x1000000 "));
-        let len = Error::OutOfRange {
-            what: "SGE range end",
-            value: 4097,
-            limit: "at most 4096".into(),
-        };
-        assert!(len.to_string().starts_with("SGE range end = 4097 "));
-    }
-
-    #[test]
-    fn check_maps_zero_to_ok() {
-        assert!(check(0, "ibv_modify_qp", || unreachable!()).is_ok());
-        let e = check(libc::EINVAL, "ibv_modify_qp", || "to RTR".into()).unwrap_err();
-        assert_eq!(e.errno(), Some(libc::EINVAL));
-    }
-}
+mod tests;
 
 /// The text of [`Error::DeviceNotFound`]: what was missing, what there
 /// is, and what to do next.

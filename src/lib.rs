@@ -88,8 +88,12 @@
 //!   with [`WcStatus::hint`]: for a remote access error, a wrong rkey, a
 //!   region without `REMOTE_WRITE`, a range past the region or a wrong DC
 //!   key; for a flushed work request, that an earlier one failed; and
-//!   how each QP type is made ready again. Code that knows the QP's type
-//!   has that type's own hint from [`WcStatus::hint_for`]. On
+//!   how each QP type is made ready again. Where the crate knows the QP's
+//!   type — a scoped post's completions, an `AsyncQp`'s operations —
+//!   the text is that type's own ([`WcStatus::hint_for`]: on UD, the GRH
+//!   and `ready(port, qkey, psn)`; on a DCI, the DC key); for a
+//!   completion polled from a CQ, [`WorkCompletion::ok_for`] with
+//!   [`QpEx::kind`] names it. On
 //!   error only the id, status, QP number and vendor error of a
 //!   completion are defined (`ibv_poll_cq(3)`); `Debug` shows the rest as
 //!   `undefined`.

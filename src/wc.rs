@@ -155,7 +155,8 @@ impl WcStatus {
     /// queued on it completes with [`WR_FLUSH_ERR`](Self::WR_FLUSH_ERR):
     /// the first completion with another status says what went wrong.
     /// [`Error::WorkCompletion`](crate::Error::WorkCompletion)'s text ends
-    /// with this hint.
+    /// with this hint, or with [`hint_for`](Self::hint_for) the QP's kind
+    /// where the crate knows it.
     ///
     /// ```
     /// use mlx5dv::WcStatus;

@@ -34,7 +34,8 @@ fn first_completion(cq: &mut CompletionQueue) -> WorkCompletion {
 /// A UD receive sized to the message, without room for the 40-byte GRH
 /// the device writes first, fails with a local length error whose text
 /// names the GRH (`UD_GRH_BYTES`) and that a UD QP is made ready with
-/// `ready`, not `connect_to`.
+/// `ready`, not `connect_to`: read from the CQ, in the words for any QP;
+/// as the UD QP's (`ok_for(qp.kind())`), `ready(port, qkey, psn)` only.
 #[test]
 #[ignore = "needs an mlx5 device: set MLX5DV_TEST_MLX5_DEVICE"]
 fn a_ud_receive_sized_to_the_message_names_the_grh_and_ready() {
@@ -66,6 +67,8 @@ fn a_ud_receive_sized_to_the_message_names_the_grh_and_ready() {
         })
         .unwrap();
     assert_eq!(sent[0].status, WcStatus::SUCCESS, "{sent:?}");
+    // The send, through the UD QP's scoped post, carries its kind.
+    assert_eq!(sent[0].qp_kind, Some(QpKind::Ud), "{sent:?}");
     let wc = first_completion(&mut cqs[3]);
     assert_eq!((wc.wr_id, wc.status), (9, WcStatus::LOC_LEN_ERR), "{wc:?}");
     let text = wc.ok().unwrap_err().to_string();
@@ -79,6 +82,29 @@ fn a_ud_receive_sized_to_the_message_names_the_grh_and_ready() {
         "{hint}"
     );
     assert!(!hint.contains("connect"), "{hint}");
+    // The same completion as the UD QP's: its text is the UD hint.
+    assert_eq!(wc.qp_kind, None, "read from a CQ: {wc:?}");
+    let e = wc.ok_for(b.kind()).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::WorkCompletion {
+                kind: Some(QpKind::Ud),
+                wr_id: 9,
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+    let text = e.to_string();
+    assert!(text.ends_with(&hint), "{text}");
+    for word in ["UD_GRH_BYTES", "ready(port, qkey, psn)"] {
+        assert!(text.contains(word), "{word}: {text}");
+    }
+    assert!(
+        !text.contains("connect_to") && !text.contains("ready(psn, &opts)"),
+        "{text}"
+    );
     drop((a.reset(), b.reset()));
 }
 
@@ -110,6 +136,11 @@ fn a_dci_access_error_names_the_dc_key() {
     for word in ["remote_dc_key", "DC key", "memory window", "rkey"] {
         assert!(text.contains(word), "{word}: {text}");
     }
+    // The scoped post's completion is the DCI's: its own hint and
+    // recovery, not RC's.
+    assert_eq!(wcs[0].qp_kind, Some(QpKind::Dci));
+    assert!(text.contains("ready(psn, &opts)"), "{text}");
+    assert!(!text.contains("connect_to"), "{text}");
     let hint = wcs[0].status.hint_for(QpKind::Dci).unwrap();
     assert!(
         hint.starts_with(

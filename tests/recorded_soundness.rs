@@ -92,6 +92,8 @@ fn expected(wc: &Wc) -> WorkCompletion {
         slid: recv.then_some(recorder::wc::SLID as u16),
         sl: recv.then_some(recorder::wc::SL),
         dlid_path_bits: recv.then_some(recorder::wc::DLID_PATH_BITS),
+        // Polled from the CQ, which QPs of any kind may share.
+        qp_kind: None,
     }
 }
 
@@ -204,6 +206,8 @@ fn post_and_wait_counts_only_its_own_completions_and_keeps_the_others_in_order()
         slid: None,
         sl: None,
         dlid_path_bits: None,
+        // A scoped post's own: its QP's kind.
+        qp_kind: Some(QpKind::Rc),
     };
     assert_eq!(
         wcs,
@@ -311,10 +315,54 @@ fn a_failed_work_request_and_the_flushed_rest_are_returned_with_the_callers_ids(
         ]
     );
     let e = wcs[1].ok().unwrap_err();
-    assert!(matches!(e, Error::WorkCompletion { wr_id: 21, .. }), "{e}");
+    assert!(
+        matches!(
+            e,
+            Error::WorkCompletion {
+                wr_id: 21,
+                kind: Some(QpKind::Rc),
+                ..
+            }
+        ),
+        "{e}"
+    );
+    // The RC QP's causes and recovery, not a DCI's.
+    let text = e.to_string();
+    assert!(
+        text.contains("connect_to") && text.contains("rkey"),
+        "{text}"
+    );
+    assert!(
+        !text.contains("DC key") && !text.contains("UD: ready"),
+        "{text}"
+    );
     // The last work request's completion was seen: nothing to stop.
     assert_eq!(modifies(&recorder::take()), []);
     assert_eq!(fx.cq.backlog_len(), 0);
+}
+
+#[test]
+fn a_dcis_failed_completion_names_the_dc_key_and_its_recovery() {
+    let mut fx = Fx::new();
+    let src = source(&mut fx);
+    let r = remote(&fx, 8);
+    fx.fq(DCI).fail_at = Some((0, ffi::IBV_WC_REM_ACCESS_ERR, 0x42));
+    let ah = &fx.ah;
+    let wcs = fx
+        .dci
+        .post_and_wait(&mut fx.cq, Duration::from_secs(1), |b| {
+            b.wr(30, DcAddr::new(ah, 0x10, 0x20))
+                .rdma_write(r)
+                .sge(src.sge(0..8)?)
+        })
+        .unwrap();
+    assert_eq!(wcs[0].qp_kind, Some(QpKind::Dci));
+    let text = wcs[0].ok().unwrap_err().to_string();
+    assert!(
+        text.contains("DC key") && text.contains("ready(psn, &opts)"),
+        "{text}"
+    );
+    assert!(!text.contains("connect_to"), "{text}");
 }
 
 // ----- 2. a scoped post waits for its LAST work request -----

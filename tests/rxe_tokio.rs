@@ -327,7 +327,15 @@ async fn a_reset_ends_operations_in_flight_and_a_leaked_one_keeps_its_region() {
     );
     let (wc, buf) = tokio::time::timeout(WAIT, waiting).await.unwrap().unwrap();
     match wc {
-        Err(Error::WorkCompletion { status, .. }) => assert_eq!(status, WcStatus::WR_FLUSH_ERR),
+        // An AsyncQp's QP is RC: the flush says how an RC QP recovers.
+        Err(e @ Error::WorkCompletion { status, kind, .. }) => {
+            assert_eq!((status, kind), (WcStatus::WR_FLUSH_ERR, Some(QpKind::Rc)));
+            let text = e.to_string();
+            assert!(
+                text.contains("connect_to") && !text.contains("UD: ready"),
+                "{text}"
+            );
+        }
         other => panic!("{other:?}"),
     }
     drop(buf);

@@ -312,6 +312,7 @@ fn a_receive_shorter_than_the_grh_area_is_refused() {
         ),
         "{e:?}"
     );
+    assert!(e.to_string().contains("UD_GRH_BYTES"), "{e}");
     let e = unsafe { p.b.qp.post_recv(1, &[]) }.unwrap_err();
     assert!(matches!(e, Error::OutOfRange { value: 0, .. }), "{e:?}");
     // Exactly the GRH area is taken, and receives an empty message.

@@ -2,7 +2,10 @@
 //! sends and receives; post a receive, `wait` for it, learn the sender
 //! from the completion (`src_qp`, `slid`, the GRH flag), make an address
 //! handle back and answer with `post_and_wait`, whose polls keep the
-//! receives that come meanwhile in the CQ's backlog. The client reaches
+//! receives that come meanwhile in the CQ's backlog (the server's CQ is
+//! on a completion channel, whose event says when the second message has
+//! arrived, so that the first answer's wait is sure to poll it). The
+//! client reaches
 //! the server through the server's `UdEndpoint`, sent over TCP, made into
 //! a `UdDest`. Under one `scripts/mlx5-sim` the two processes are two
 //! hosts of the software device's fabric; in the soft-RoCE guest they
@@ -29,6 +32,9 @@ const LIMIT: Duration = Duration::from_secs(60);
 const QKEY: u32 = 0x1111_1111;
 /// Messages, each echoed.
 const MESSAGES: usize = 3;
+/// How long the server waits for the event of the second message's
+/// arrival.
+const ARRIVAL: Duration = Duration::from_secs(30);
 const LEN: usize = 256;
 /// A receive slot: the GRH area, then the message.
 const SLOT: usize = UD_GRH_BYTES + LEN;
@@ -37,6 +43,8 @@ const SLOT: usize = UD_GRH_BYTES + LEN;
 struct Side {
     ctx: Context,
     pd: ProtectionDomain,
+    /// The CQ's completion channel, where it has one.
+    channel: Option<CompletionChannel>,
     cq: CompletionQueue,
     qp: UdQp,
     mr: MemoryRegion,
@@ -44,10 +52,16 @@ struct Side {
 }
 
 impl Side {
-    fn new() -> Side {
+    /// A side whose CQ is on a completion channel if `channel`.
+    fn new(channel: bool) -> Side {
         let ctx = rig::open();
         let pd = ProtectionDomain::new(&ctx).expect("alloc PD");
-        let cq = CompletionQueue::new(&ctx, 64).expect("create CQ");
+        let channel = channel.then(|| CompletionChannel::new(&ctx).expect("create a channel"));
+        let cq = match &channel {
+            Some(ch) => CompletionQueue::with_channel(&ctx, 64, ch),
+            None => CompletionQueue::new(&ctx, 64),
+        }
+        .expect("create CQ");
         // The same CQ for both queues, as `QpBuilder::ud` allows.
         let qp = QpBuilder::ud(&pd, &cq, &cq).build().expect("create UD QP");
         qp.ready(1, QKEY, 0).expect("UD QP to RTS");
@@ -57,6 +71,7 @@ impl Side {
         Side {
             ctx,
             pd,
+            channel,
             cq,
             qp,
             mr,
@@ -94,7 +109,7 @@ impl Side {
 fn serve(port: u16) {
     let mut tcp = TcpStream::connect(("127.0.0.1", port)).expect("connect to the client");
     tcp.set_read_timeout(Some(LIMIT)).expect("read timeout");
-    let mut s = Side::new();
+    let mut s = Side::new(true);
     for i in 0..MESSAGES {
         s.recv(i);
     }
@@ -104,14 +119,17 @@ fn serve(port: u16) {
     let mut client = [0; UdEndpoint::BYTES];
     tcp.read_exact(&mut client).expect("the client's endpoint");
     let client = UdEndpoint::from_bytes(&client).expect("a UD endpoint");
-    // The client has sent its first two messages: let them arrive, so that
-    // the first answer's post_and_wait polls the second receive.
     tcp.read_exact(&mut [0; 1]).expect("sent");
-    std::thread::sleep(Duration::from_millis(200));
 
     let mut answered = Vec::new();
     for i in 0..MESSAGES {
-        let wc = s.cq.wait(1, WAIT).expect("a receive")[0];
+        let wc = if i == 0 {
+            let wc = first_receive(&mut s.cq);
+            second_arrives(&mut s, &mut tcp);
+            wc
+        } else {
+            s.cq.wait(1, WAIT).expect("a receive")[0]
+        };
         let (area, msg) = s.received(i, &wc);
         assert_eq!(msg, pattern(LEN, i as u8), "message {i}");
         // The sender, from the completion alone.
@@ -144,6 +162,40 @@ fn serve(port: u16) {
     );
     tcp.write_all(b"d").expect("say done");
     let _ = tcp.read(&mut [0; 1]);
+}
+
+/// The first receive's completion, polled without arming the CQ (as a
+/// wait on a CQ with a channel does), so that no event of it is raised.
+fn first_receive(cq: &mut CompletionQueue) -> WorkCompletion {
+    let deadline = Instant::now() + WAIT;
+    let mut got = Vec::new();
+    while got.is_empty() {
+        assert!(Instant::now() < deadline, "no first receive in {WAIT:?}");
+        cq.poll_into(&mut got, 1).expect("poll");
+        if got.is_empty() {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+    got[0]
+}
+
+/// With the first receive taken (and none after it in the CQ: the client
+/// sends its second message only when told), waits until the second
+/// message's receive completion is in the CQ, without taking it: the CQ
+/// armed, the client told to send, then the event of the arrival, so that
+/// the first answer's `post_and_wait` polls that receive (and keeps it).
+fn second_arrives(s: &mut Side, tcp: &mut TcpStream) {
+    let channel = s.channel.clone().expect("the server's CQ has a channel");
+    // The CQ was not armed before (`first_receive`): no event can be
+    // waiting; were one there, it is dropped, so that the one awaited is
+    // the second receive's.
+    while channel.try_get_event().expect("read the channel").is_some() {}
+    s.cq.req_notify(false).expect("arm the CQ");
+    tcp.write_all(b"g").expect("say go");
+    let event = channel
+        .get_event(ARRIVAL)
+        .expect("the second message's arrival");
+    assert_eq!(event.cq(), s.cq.id());
 }
 
 #[test]
@@ -190,7 +242,7 @@ fn a_ud_echo_server_with_one_cq_answers_each_sender_from_its_completion() {
 /// The client: sends its messages to the server's endpoint and checks
 /// each echo, byte for byte, and who sent it.
 fn client(tcp: &mut TcpStream) {
-    let mut c = Side::new();
+    let mut c = Side::new(false);
     for i in 0..MESSAGES {
         c.recv(i);
     }
@@ -228,10 +280,13 @@ fn client(tcp: &mut TcpStream) {
             c.opts.gid_index.is_some()
         );
     };
-    // Two messages at once, then one after their echoes.
+    // Two messages, the second when the server says (it has taken the
+    // first and waits for the second's arrival), then one after their
+    // echoes.
     send(&mut c, 0);
-    send(&mut c, 1);
     tcp.write_all(b"s").expect("say sent");
+    tcp.read_exact(&mut [0; 1]).expect("go");
+    send(&mut c, 1);
     check_echo(&mut c, 0);
     check_echo(&mut c, 1);
     send(&mut c, 2);
@@ -241,8 +296,30 @@ fn client(tcp: &mut TcpStream) {
 
 #[test]
 #[ignore = "needs an RDMA device: set MLX5DV_TEST_DEVICE"]
+fn ready_with_takes_the_port_from_the_options() {
+    let ctx = rig::open();
+    let pd = ProtectionDomain::new(&ctx).expect("alloc PD");
+    let cq = CompletionQueue::new(&ctx, 8).expect("create CQ");
+    let qp = QpBuilder::ud(&pd, &cq, &cq).build().expect("create UD QP");
+    // A port the device does not have: refused, the QP left in RESET.
+    let mut bad = rig::connect_options(&ctx);
+    bad.port = 99;
+    assert!(qp.ready_with(&bad, QKEY, 5).is_err());
+    assert_eq!(qp.state().unwrap(), QpState::Reset);
+    assert_eq!(qp.max_message(), None);
+    // The options' port: RTS, with the Q_Key and that port's MTU.
+    let opts = rig::connect_options(&ctx);
+    qp.ready_with(&opts, QKEY, 5).expect("UD QP to RTS");
+    assert_eq!(qp.state().unwrap(), QpState::Rts);
+    assert_eq!(qp.qkey().unwrap(), QKEY);
+    let mtu = ctx.query_port(opts.port).unwrap().active_mtu.bytes();
+    assert_eq!(qp.max_message(), Some(mtu));
+}
+
+#[test]
+#[ignore = "needs an RDMA device: set MLX5DV_TEST_DEVICE"]
 fn a_ud_qps_endpoint_names_its_qp_qkey_and_port() {
-    let s = Side::new();
+    let s = Side::new(false);
     let e = s.qp.endpoint(&s.opts).expect("endpoint");
     let port = s.ctx.query_port(1).unwrap();
     assert_eq!(e.qpn, s.qp.qp_num());

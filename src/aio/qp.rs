@@ -523,7 +523,7 @@ impl Inner {
             // The device is done: the dropped operation's region goes.
             self.table.remove(&wc.wr_id);
         } else {
-            entry.result = Some(wc.ok());
+            entry.result = Some(wc.ok_for(crate::QpKind::Rc));
             if let Some(waker) = entry.waker.take() {
                 waker.wake();
             }
@@ -587,6 +587,7 @@ impl Inner {
                     qp_num,
                     status: WcStatus::WR_FLUSH_ERR,
                     vendor_err: 0,
+                    kind: Some(crate::QpKind::Rc),
                 }));
                 if let Some(waker) = entry.waker.take() {
                     waker.wake();

@@ -70,6 +70,7 @@ impl From<&RawWc> for WorkCompletion {
             slid: wc.slid.filter(|_| recv),
             sl: wc.sl.filter(|_| recv),
             dlid_path_bits: wc.dlid_path_bits.filter(|_| recv),
+            qp_kind: None,
         }
     }
 }

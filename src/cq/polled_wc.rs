@@ -197,8 +197,17 @@ impl PolledWc<'_> {
                 qp_num: self.qp_num(),
                 status,
                 vendor_err: self.vendor_err(),
+                kind: None,
             })
         }
+    }
+
+    /// [`ok`](Self::ok) for a completion of a QP of `kind`: the error's
+    /// text gives that kind's causes and recovery
+    /// ([`WcStatus::hint_for`](crate::WcStatus::hint_for)).
+    #[inline]
+    pub fn ok_for(&self, kind: crate::QpKind) -> Result<()> {
+        self.ok().map_err(|e| e.with_qp_kind(kind))
     }
 
     /// The CQ, positioned on this completion: for the `ibv_wc_read_*`

@@ -378,6 +378,7 @@ fn every_accessor_returns_what_the_provider_reported() {
             slid: Some(s.11 .1),
             sl: Some(s.11 .2),
             dlid_path_bits: Some(s.11 .3),
+            qp_kind: None,
         })
         .collect();
     assert_eq!(owned, want);
@@ -443,6 +444,7 @@ fn owned(c: Cqe) -> WorkCompletion {
         slid: None,
         sl: None,
         dlid_path_bits: None,
+        qp_kind: None,
     }
 }
 
@@ -843,6 +845,7 @@ fn owned_completions_carry_the_sender_of_a_receive_fresh_or_kept() {
             slid: Some(0x42),
             sl: Some(5),
             dlid_path_bits: Some(3),
+            qp_kind: None,
         },
         // A send completion has no sender: nothing is read for it.
         WorkCompletion {
@@ -859,6 +862,7 @@ fn owned_completions_carry_the_sender_of_a_receive_fresh_or_kept() {
             slid: None,
             sl: None,
             dlid_path_bits: None,
+            qp_kind: None,
         },
     ];
     // Fresh: `wait` and `WorkCompletion::from` read the same.

@@ -45,6 +45,7 @@ use std::fmt;
 ///     slid: None,
 ///     sl: None,
 ///     dlid_path_bits: None,
+///     qp_kind: None,
 /// };
 /// let text = format!("{wc:?}");
 /// assert!(text.contains("opcode: undefined") && !text.contains("SEND"), "{text}");
@@ -102,10 +103,20 @@ pub struct WorkCompletion {
     /// (`ibv_wc_read_dlid_path_bits`; 0 on RoCE); `None` as for
     /// [`src_qp`](Self::src_qp).
     pub dlid_path_bits: Option<u8>,
+    /// The kind of the QP the work request was posted on, where the crate
+    /// knew it when it read the completion: a scoped post's completions
+    /// ([`QpEx::post_and_wait`](crate::QpEx::post_and_wait)) carry their
+    /// QP's; `None` for one polled from a CQ, which QPs of any kind may
+    /// share ([`ok_for`](Self::ok_for) names the kind then). It makes
+    /// [`ok`](Self::ok)'s error text that kind's
+    /// ([`WcStatus::hint_for`]).
+    pub qp_kind: Option<crate::QpKind>,
 }
 
 impl WorkCompletion {
-    /// `Ok(self)` when successful, else [`Error::WorkCompletion`].
+    /// `Ok(self)` when successful, else [`Error::WorkCompletion`], whose
+    /// text gives the causes and recovery of [`qp_kind`](Self::qp_kind)
+    /// where it is known.
     pub fn ok(self) -> Result<Self> {
         if self.status.is_success() {
             Ok(self)
@@ -115,8 +126,39 @@ impl WorkCompletion {
                 qp_num: self.qp_num,
                 status: self.status,
                 vendor_err: self.vendor_err,
+                kind: self.qp_kind,
             })
         }
+    }
+
+    /// [`ok`](Self::ok) for a completion of a QP of `kind` (one read from a
+    /// CQ, whose [`qp_kind`](Self::qp_kind) is `None`): the error's text
+    /// gives that kind's causes and recovery ([`WcStatus::hint_for`]).
+    ///
+    /// ```
+    /// use mlx5dv::{QpKind, WcFlags, WcOpcode, WcStatus, WorkCompletion};
+    ///
+    /// let wc = WorkCompletion {
+    ///     wr_id: 3,
+    ///     status: WcStatus::LOC_LEN_ERR,
+    ///     opcode: WcOpcode::RECV,
+    ///     byte_len: 0,
+    ///     imm: None,
+    ///     invalidated_rkey: None,
+    ///     qp_num: 0x1a2,
+    ///     vendor_err: 0,
+    ///     wc_flags: WcFlags::empty(),
+    ///     src_qp: None,
+    ///     slid: None,
+    ///     sl: None,
+    ///     dlid_path_bits: None,
+    ///     qp_kind: None,
+    /// };
+    /// let text = wc.ok_for(QpKind::Ud).unwrap_err().to_string();
+    /// assert!(text.contains("UD_GRH_BYTES") && text.contains("ready(port, qkey, psn)"));
+    /// ```
+    pub fn ok_for(self, kind: crate::QpKind) -> Result<Self> {
+        self.ok().map_err(|e| e.with_qp_kind(kind))
     }
 }
 
@@ -208,6 +250,7 @@ impl From<&PolledWc<'_>> for WorkCompletion {
             slid: sender.slid,
             sl: sender.sl,
             dlid_path_bits: sender.dlid_path_bits,
+            qp_kind: None,
         }
     }
 }
@@ -254,6 +297,7 @@ pub(crate) unsafe fn write_wc_fields(slot: *mut WorkCompletion, wc: &PolledWc<'_
             slid: _,
             sl: _,
             dlid_path_bits: _,
+            qp_kind: _,
         } = w;
     };
     let flags = wc.wc_flags();
@@ -283,6 +327,7 @@ pub(crate) unsafe fn write_wc_fields(slot: *mut WorkCompletion, wc: &PolledWc<'_
         std::ptr::addr_of_mut!((*slot).slid).write(sender.slid);
         std::ptr::addr_of_mut!((*slot).sl).write(sender.sl);
         std::ptr::addr_of_mut!((*slot).dlid_path_bits).write(sender.dlid_path_bits);
+        std::ptr::addr_of_mut!((*slot).qp_kind).write(None);
     }
 }
 
@@ -344,6 +389,7 @@ mod tests {
             slid: Some(3),
             sl: Some(2),
             dlid_path_bits: Some(1),
+            qp_kind: None,
         }
     }
 

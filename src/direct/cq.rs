@@ -87,6 +87,7 @@ impl DirectWc {
                 qp_num: self.qp_num,
                 status: self.status,
                 vendor_err: u32::from(self.vendor_err),
+                kind: None,
             })
         }
     }

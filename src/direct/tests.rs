@@ -704,7 +704,8 @@ fn error_cqes_name_their_work_request_with_the_mapped_status() {
             wr_id: 101,
             qp_num: 0x2,
             status: WcStatus::REM_ACCESS_ERR,
-            vendor_err: 0x42
+            vendor_err: 0x42,
+            kind: None
         })
     ));
     for id in [102, 103] {

@@ -52,7 +52,7 @@ impl RemoteBuf {
     /// The length of the byte form ([`to_bytes`](Self::to_bytes)).
     pub const BYTES: usize = 28;
     /// The version of the byte form this crate writes and reads.
-    pub const VERSION: u8 = 1;
+    pub const VERSION: u8 = crate::qp::FORM_VERSION;
 
     /// The byte form, to send to the peer with the QP's
     /// [`Endpoint`](crate::Endpoint) (over TCP, in a file). Versioned as
@@ -66,8 +66,9 @@ impl RemoteBuf {
     ///
     /// | offset | bytes | field |
     /// |---|---|---|
-    /// | 0 | 1 | version: 1 |
-    /// | 1 | 3 | reserved: 0 |
+    /// | 0 | 1 | version: 2 |
+    /// | 1 | 1 | form: 4 (a `RemoteBuf`'s; other types' forms have others) |
+    /// | 2 | 2 | reserved: 0 |
     /// | 4 | 4 | rkey, big-endian |
     /// | 8 | 8 | address, big-endian |
     /// | 16 | 8 | length, big-endian |
@@ -78,7 +79,7 @@ impl RemoteBuf {
     ///
     /// let r = RemoteBuf { addr: 0x7f00_0000_1000, len: 4096, rkey: 0x1234 };
     /// let bytes = r.to_bytes();
-    /// assert_eq!(bytes[..8], [1, 0, 0, 0, 0, 0, 0x12, 0x34]);
+    /// assert_eq!(bytes[..8], [2, 4, 0, 0, 0, 0, 0x12, 0x34]);
     /// assert_eq!(RemoteBuf::from_bytes(&bytes)?, r);
     /// let mut garbled = bytes;
     /// garbled[9] ^= 1;
@@ -89,6 +90,7 @@ impl RemoteBuf {
     pub fn to_bytes(&self) -> [u8; Self::BYTES] {
         let mut b = [0u8; Self::BYTES];
         b[0] = Self::VERSION;
+        b[1] = crate::qp::ByteForm::RemoteBuf.tag();
         b[4..8].copy_from_slice(&self.rkey.to_be_bytes());
         b[8..16].copy_from_slice(&self.addr.to_be_bytes());
         b[16..24].copy_from_slice(&self.len.to_be_bytes());
@@ -98,9 +100,11 @@ impl RemoteBuf {
     }
 
     /// Reads the byte form of [`to_bytes`](Self::to_bytes): exactly
-    /// [`BYTES`](Self::BYTES) bytes of version 1 (else
-    /// [`Error::OutOfRange`] for the length, [`Error::InvalidArgument`]
-    /// for the version), whose reserved bytes are 0 and whose CRC-32
+    /// [`BYTES`](Self::BYTES) bytes of version 2 and a `RemoteBuf`'s form
+    /// byte (else [`Error::OutOfRange`] for the length,
+    /// [`Error::InvalidArgument`] for the version, and
+    /// [`Error::WrongByteForm`] for another type's byte form, such as an
+    /// [`Endpoint`](crate::Endpoint)'s), whose reserved bytes are 0 and whose CRC-32
     /// matches (else [`Error::InvalidArgument`]). A buffer whose end,
     /// `addr + len`, overflows 2^64 is refused too
     /// ([`Error::OutOfRange`]; a length of `u64::MAX` is
@@ -108,8 +112,8 @@ impl RemoteBuf {
     pub fn from_bytes(bytes: &[u8]) -> Result<Self> {
         let b = crate::qp::versioned_form::<{ Self::BYTES }>(
             bytes,
-            ("RemoteBuf", "RemoteBuf byte form length"),
-            Self::VERSION,
+            crate::qp::ByteForm::RemoteBuf,
+            "RemoteBuf byte form length",
         )?;
         let sent = u32::from_be_bytes([b[24], b[25], b[26], b[27]]);
         let computed = crc32(&b[..24]);
@@ -242,9 +246,9 @@ mod byte_form_tests {
         let text = RemoteBuf::from_bytes(&b).unwrap_err().to_string();
         assert!(text.contains("fails its check"), "{text}");
         b[27] ^= 0x80;
-        b[0] = 2;
+        b[0] = 3;
         let text = RemoteBuf::from_bytes(&b).unwrap_err().to_string();
-        assert!(text.contains("version 2"), "{text}");
+        assert!(text.contains("version 3"), "{text}");
     }
 
     proptest! {

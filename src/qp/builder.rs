@@ -114,7 +114,23 @@ impl<'a> QpBuilder<'a, UnreliableDatagram> {
     /// [`SendOps::SEND`] and [`SendOps::SEND_WITH_IMM`] (any other is
     /// refused by [`build`](Self::build) with
     /// [`Error::InvalidArgument`], before any C call). After `build`,
-    /// [`UdQp::ready`](crate::UdQp::ready) moves it to RTS.
+    /// [`UdQp::ready`](crate::UdQp::ready) (or
+    /// [`ready_with`](crate::UdQp::ready_with)) moves it to RTS.
+    ///
+    /// With one CQ for both or two, a receive's completion says who sent
+    /// it: [`WorkCompletion`](crate::WorkCompletion) (from
+    /// [`CompletionQueue::wait`](crate::CompletionQueue::wait) and the
+    /// polls) and [`PolledWc`](crate::PolledWc) (in
+    /// [`poll_each`](crate::CompletionQueue::poll_each)) carry the sender's
+    /// QP number (`src_qp`), its LID (`slid`) and whether the buffer starts
+    /// with its GRH (`wc_flags`' [`WcFlags::GRH`](crate::WcFlags::GRH)),
+    /// which is what an answer needs
+    /// ([`AhAttr::from_received`](crate::AhAttr::from_received)); a
+    /// receive a scoped post polled meanwhile on a shared CQ keeps them in
+    /// the CQ's backlog. To be reached, a UD QP hands out its
+    /// [`UdEndpoint`](crate::UdEndpoint)
+    /// ([`UdQp::endpoint`](crate::UdQp::endpoint)), which the sender makes
+    /// into a [`UdDest`](crate::UdDest).
     pub fn ud(
         pd: &'a ProtectionDomain,
         send_cq: &'a CompletionQueue,

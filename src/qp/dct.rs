@@ -282,15 +282,15 @@ impl DctEndpoint {
     /// The length of the byte form ([`to_bytes`](Self::to_bytes)).
     pub const BYTES: usize = 32;
     /// The version of the byte form this crate writes and reads.
-    pub const VERSION: u8 = 1;
+    pub const VERSION: u8 = super::FORM_VERSION;
 
     /// The byte form, to send to the initiators. Stable: a later release
     /// that changes it writes another version, which this one refuses.
     ///
     /// | offset | bytes | field |
     /// |---|---|---|
-    /// | 0 | 1 | version: 1 |
-    /// | 1 | 1 | reserved: 0 |
+    /// | 0 | 1 | version: 2 |
+    /// | 1 | 1 | form: 2 (a `DctEndpoint`'s; other types' forms have others) |
     /// | 2 | 2 | LID, big-endian |
     /// | 4 | 4 | DCT number, big-endian (24 bits) |
     /// | 8 | 8 | DC access key, big-endian |
@@ -298,6 +298,7 @@ impl DctEndpoint {
     pub fn to_bytes(&self) -> [u8; Self::BYTES] {
         let mut b = [0u8; Self::BYTES];
         b[0] = Self::VERSION;
+        b[1] = super::ByteForm::DctEndpoint.tag();
         b[2..4].copy_from_slice(&self.lid.to_be_bytes());
         b[4..8].copy_from_slice(&self.dctn.to_be_bytes());
         b[8..16].copy_from_slice(&self.dc_key.to_be_bytes());
@@ -306,13 +307,14 @@ impl DctEndpoint {
     }
 
     /// Reads the byte form of [`to_bytes`](Self::to_bytes): exactly
-    /// [`BYTES`](Self::BYTES) bytes of version 1, with a 24-bit DCT
-    /// number; anything else is refused.
+    /// [`BYTES`](Self::BYTES) bytes of version 2 and a `DctEndpoint`'s
+    /// form byte, with a 24-bit DCT number; anything else is refused
+    /// (another type's byte form as [`Error::WrongByteForm`]).
     pub fn from_bytes(bytes: &[u8]) -> Result<Self> {
-        let b = super::types::versioned_form::<{ Self::BYTES }>(
+        let b = super::versioned_form::<{ Self::BYTES }>(
             bytes,
-            ("DctEndpoint", "DctEndpoint byte form length"),
-            Self::VERSION,
+            super::ByteForm::DctEndpoint,
+            "DctEndpoint byte form length",
         )?;
         let dctn = u32::from_be_bytes([b[4], b[5], b[6], b[7]]);
         super::check_24_bits("DctEndpoint DCT number", dctn)?;
@@ -344,7 +346,7 @@ mod tests {
         let b = e.to_bytes();
         assert_eq!(
             b[..16],
-            [1, 0, 0, 0x42, 0, 0xab, 0xcd, 0xef, 1, 0x23, 0x45, 0x67, 0x89, 0xab, 0xcd, 0xef]
+            [2, 2, 0, 0x42, 0, 0xab, 0xcd, 0xef, 1, 0x23, 0x45, 0x67, 0x89, 0xab, 0xcd, 0xef]
         );
         assert_eq!(DctEndpoint::from_bytes(&b).unwrap(), e);
         assert_eq!(
@@ -355,10 +357,10 @@ mod tests {
             DctEndpoint::from_bytes(&b[..31]),
             Err(Error::OutOfRange { .. })
         ));
-        let mut v2 = b;
-        v2[0] = 2;
+        let mut v3 = b;
+        v3[0] = 3;
         assert!(matches!(
-            DctEndpoint::from_bytes(&v2),
+            DctEndpoint::from_bytes(&v3),
             Err(Error::InvalidArgument(_))
         ));
         let mut wide = b;

@@ -25,6 +25,7 @@
 //! is made anew.
 
 mod builder;
+mod byte_form;
 mod dci;
 mod dct;
 mod ops;
@@ -61,10 +62,10 @@ use std::marker::PhantomData;
 use std::ptr::NonNull;
 use std::sync::Arc;
 
+pub(crate) use byte_form::{versioned_form, ByteForm, FORM_VERSION};
 pub(crate) use ops::WrOps;
 pub(crate) use rc::{check_24_bits, check_psn, past_24_bits, MAX_24_BITS};
 pub(crate) use ready::{recorded_state, refusal_explained, refuse, Post};
-pub(crate) use types::versioned_form;
 
 mod sealed {
     pub trait Sealed {}
@@ -78,6 +79,10 @@ pub trait Transport: sealed::Sealed + 'static {
     /// Whether every work request needs a DC address (`mlx5dv_wr_set_dc_addr`).
     #[doc(hidden)]
     const DC: bool;
+    /// The kind of its QPs, whose failed completions' hints the crate
+    /// gives ([`WcStatus::hint_for`](crate::WcStatus::hint_for)).
+    #[doc(hidden)]
+    const KIND: QpKind;
     /// The `ibv_qp_type` it is created with.
     #[doc(hidden)]
     const QP_TYPE: ffi::ibv_qp_type;
@@ -129,6 +134,7 @@ pub enum ReliableConnection {}
 impl sealed::Sealed for ReliableConnection {}
 impl Transport for ReliableConnection {
     const NAME: &'static str = "RC";
+    const KIND: QpKind = QpKind::Rc;
     const DC: bool = false;
     const QP_TYPE: ffi::ibv_qp_type = ffi::IBV_QPT_RC;
 }
@@ -147,6 +153,7 @@ pub enum DcInitiator {}
 impl sealed::Sealed for DcInitiator {}
 impl Transport for DcInitiator {
     const NAME: &'static str = "DCI";
+    const KIND: QpKind = QpKind::Dci;
     const DC: bool = true;
     const QP_TYPE: ffi::ibv_qp_type = ffi::IBV_QPT_DRIVER;
 }
@@ -162,6 +169,7 @@ pub enum UnreliableDatagram {}
 impl sealed::Sealed for UnreliableDatagram {}
 impl Transport for UnreliableDatagram {
     const NAME: &'static str = "UD";
+    const KIND: QpKind = QpKind::Ud;
     const DC: bool = false;
     const QP_TYPE: ffi::ibv_qp_type = ffi::IBV_QPT_UD;
 }
@@ -418,6 +426,25 @@ impl<T: Transport> QpEx<T> {
                 ),
             },
         )
+    }
+
+    /// The QP's kind, for [`WorkCompletion::ok_for`](crate::WorkCompletion::ok_for)
+    /// of a completion polled from a CQ (a scoped post's completions carry
+    /// it already). An RC QP connected through rdma_cm is
+    /// [`QpKind::Rc`] here too.
+    ///
+    /// ```no_run
+    /// # use mlx5dv::*;
+    /// # use std::time::Duration;
+    /// # fn f(qp: &UdQp, cq: &mut CompletionQueue) -> Result<()> {
+    /// let wc = cq.wait(1, Duration::from_secs(1))?[0];
+    /// // On error, the text gives a UD QP's causes (UD_GRH_BYTES) and
+    /// // recovery (ready(port, qkey, psn)).
+    /// wc.ok_for(qp.kind())?;
+    /// # Ok(()) }
+    /// ```
+    pub const fn kind(&self) -> QpKind {
+        T::KIND
     }
 
     /// The QP number (on a DCI too; a DCT's is its DCT number).

@@ -1,6 +1,9 @@
 //! The plain data of QPs: send ops, sizes, states, endpoints, options.
 
-use crate::error::{Error, Result};
+use super::{versioned_form, ByteForm, FORM_VERSION};
+#[cfg(any(doc, test))]
+use crate::error::Error;
+use crate::error::Result;
 use crate::ffi;
 use crate::mr::AccessFlags;
 use crate::port::{Gid, Mtu};
@@ -201,7 +204,7 @@ impl Endpoint {
     /// The length of the byte form ([`to_bytes`](Self::to_bytes)).
     pub const BYTES: usize = 28;
     /// The version of the byte form this crate writes and reads.
-    pub const VERSION: u8 = 1;
+    pub const VERSION: u8 = FORM_VERSION;
 
     /// The byte form, to send to the peer (over TCP, in a CM's private
     /// data, in a file). Stable: a later release that changes it writes
@@ -209,8 +212,8 @@ impl Endpoint {
     ///
     /// | offset | bytes | field |
     /// |---|---|---|
-    /// | 0 | 1 | version: 1 |
-    /// | 1 | 1 | reserved: 0 |
+    /// | 0 | 1 | version: 2 |
+    /// | 1 | 1 | form: 1 (an `Endpoint`'s; other types' forms have others) |
     /// | 2 | 2 | LID, big-endian |
     /// | 4 | 4 | QP number, big-endian (24 bits) |
     /// | 8 | 4 | PSN, big-endian (24 bits) |
@@ -221,13 +224,14 @@ impl Endpoint {
     ///
     /// let e = Endpoint { qpn: 0x11, psn: 0xabcdef, lid: 0, gid: Gid([0; 16]) };
     /// let bytes = e.to_bytes();
-    /// assert_eq!(bytes[..12], [1, 0, 0, 0, 0, 0, 0, 0x11, 0, 0xab, 0xcd, 0xef]);
+    /// assert_eq!(bytes[..12], [2, 1, 0, 0, 0, 0, 0, 0x11, 0, 0xab, 0xcd, 0xef]);
     /// assert_eq!(Endpoint::from_bytes(&bytes)?, e);
     /// # Ok::<(), mlx5dv::Error>(())
     /// ```
     pub fn to_bytes(&self) -> [u8; Self::BYTES] {
         let mut b = [0u8; Self::BYTES];
         b[0] = Self::VERSION;
+        b[1] = ByteForm::Endpoint.tag();
         b[2..4].copy_from_slice(&self.lid.to_be_bytes());
         b[4..8].copy_from_slice(&self.qpn.to_be_bytes());
         b[8..12].copy_from_slice(&self.psn.to_be_bytes());
@@ -236,13 +240,15 @@ impl Endpoint {
     }
 
     /// Reads the byte form of [`to_bytes`](Self::to_bytes): exactly
-    /// [`BYTES`](Self::BYTES) bytes of version 1, with a 24-bit QP number
-    /// and PSN; anything else is refused.
+    /// [`BYTES`](Self::BYTES) bytes of version 2 and an `Endpoint`'s form
+    /// byte, with a 24-bit QP number and PSN; anything else is refused
+    /// (another type's byte form, such as a [`RemoteBuf`](crate::RemoteBuf)'s,
+    /// as [`Error::WrongByteForm`]).
     pub fn from_bytes(bytes: &[u8]) -> Result<Self> {
         let b = versioned_form::<{ Self::BYTES }>(
             bytes,
-            ("Endpoint", "Endpoint byte form length"),
-            Self::VERSION,
+            ByteForm::Endpoint,
+            "Endpoint byte form length",
         )?;
         let word = |i: usize| u32::from_be_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
         let (qpn, psn) = (word(4), word(8));
@@ -257,30 +263,6 @@ impl Endpoint {
             gid: Gid(gid),
         })
     }
-}
-
-/// A versioned byte form of `N` bytes (an [`Endpoint`]'s, a
-/// [`DctEndpoint`](crate::DctEndpoint)'s): exactly `N` bytes, the first
-/// `version`, the second 0; anything else is refused, naming `what`
-/// (`length` names the length in the error of a wrong one).
-pub(crate) fn versioned_form<'b, const N: usize>(
-    bytes: &'b [u8],
-    (what, length): (&str, &'static str),
-    version: u8,
-) -> Result<&'b [u8; N]> {
-    let b: &[u8; N] = bytes.try_into().map_err(|_| Error::OutOfRange {
-        what: length,
-        value: bytes.len() as u64,
-        limit: format!("exactly {N} bytes for a {what} (version {version})"),
-    })?;
-    if b[0] != version || b[1] != 0 {
-        return Err(Error::InvalidArgument(format!(
-            "{what} byte form of version {} (reserved byte {}): this release reads \
-             version {version} only",
-            b[0], b[1]
-        )));
-    }
-    Ok(b)
 }
 
 /// How to connect an RC QP: the local port and GID, the path (MTU, service
@@ -515,13 +497,13 @@ mod tests {
         };
         let b = e.to_bytes();
         assert_eq!(b.len(), Endpoint::BYTES);
-        assert_eq!(b[..4], [1, 0, 1, 2]);
+        assert_eq!(b[..4], [2, 1, 1, 2]);
         assert_eq!(Endpoint::from_bytes(&b).unwrap(), e);
         assert!(Endpoint::from_bytes(&b[..27]).is_err());
-        let mut v2 = b;
-        v2[0] = 2;
-        let err = Endpoint::from_bytes(&v2).unwrap_err().to_string();
-        assert!(err.contains("version 2"), "{err}");
+        let mut v3 = b;
+        v3[0] = 3;
+        let err = Endpoint::from_bytes(&v3).unwrap_err().to_string();
+        assert!(err.contains("version 3"), "{err}");
         let mut big = b;
         big[4] = 1; // QP number over 24 bits
         assert!(matches!(

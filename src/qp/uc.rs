@@ -18,6 +18,7 @@ pub enum UnreliableConnection {}
 impl sealed::Sealed for UnreliableConnection {}
 impl Transport for UnreliableConnection {
     const NAME: &'static str = "UC";
+    const KIND: crate::QpKind = crate::QpKind::Uc;
     const DC: bool = false;
     const QP_TYPE: ffi::ibv_qp_type = ffi::IBV_QPT_UC;
     const SEND_OPS: SendOps = SendOps::uc_default();

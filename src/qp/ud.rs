@@ -1,7 +1,7 @@
 //! UD QPs: the RESET → INIT → RTR → RTS path, UD addresses, receives
 //! with their 40-byte GRH area.
 
-use super::{check_psn, Mlx5SendOps, SendOps, UdQp};
+use super::{check_psn, ConnectOptions, Mlx5SendOps, SendOps, UdQp};
 use crate::ah::AddressHandle;
 use crate::error::{check, Error, Result};
 use crate::ffi;
@@ -218,6 +218,13 @@ impl UdQp {
     /// packet, so a send of more bytes is refused from then on
     /// ([`Error::OutOfRange`], before any C call;
     /// [`max_message`](Self::max_message) says how many).
+    ///
+    /// The port is a parameter of its own, not [`ConnectOptions`]: a UD QP
+    /// has no peer and no path, so it takes nothing else of them (the
+    /// path, the GID and the retry parameters are the sender's, in each
+    /// [`UdDest`](crate::UdDest)). Where the same options are given to
+    /// [`endpoint`](Self::endpoint) and [`UdDest::new`](crate::UdDest::new),
+    /// [`ready_with`](Self::ready_with) takes the port from them.
     pub fn ready(&self, port: u8, qkey: u32, sq_psn: u32) -> Result<()> {
         check_psn(sq_psn)?;
         let mtu = self.pd().context().query_port(port)?.active_mtu.bytes();
@@ -243,6 +250,24 @@ impl UdQp {
         self.modify(&mut a, ffi::IBV_QP_STATE | ffi::IBV_QP_SQ_PSN, "RTS")?;
         self.max_message.store(mtu, Relaxed);
         Ok(())
+    }
+
+    /// [`ready`](Self::ready) on the port of `opts`
+    /// ([`ConnectOptions::port`]), the options this side also gives
+    /// [`endpoint`](Self::endpoint) and [`UdDest::new`](crate::UdDest::new);
+    /// nothing else of them is used.
+    ///
+    /// ```no_run
+    /// # use mlx5dv::*;
+    /// # fn f(ctx: &Context, qp: &UdQp) -> Result<()> {
+    /// let mut opts = ConnectOptions::default(); // port 1
+    /// opts.gid_index = ctx.default_gid_index(opts.port)?;
+    /// qp.ready_with(&opts, 0x1111_1111, 0)?;
+    /// let me = qp.endpoint(&opts)?; // the same port
+    /// # Ok(()) }
+    /// ```
+    pub fn ready_with(&self, opts: &ConnectOptions, qkey: u32, sq_psn: u32) -> Result<()> {
+        self.ready(opts.port, qkey, sq_psn)
     }
 
     /// The QP's Q_Key (`ibv_query_qp(3)` of `IBV_QP_QKEY`): what
@@ -300,7 +325,8 @@ impl UdQp {
                 what: "UD receive length",
                 value: total,
                 limit: format!(
-                    "at least {UD_GRH_BYTES} (the GRH area at the start of every UD receive)"
+                    "at least UD_GRH_BYTES ({UD_GRH_BYTES}): the GRH area at the start of \
+                     every UD receive"
                 ),
             });
         }

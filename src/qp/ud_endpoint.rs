@@ -2,7 +2,7 @@
 //! a UD QP, its byte form, and [`UdDest`], the address handle and remote
 //! QP made of a peer's.
 
-use super::types::versioned_form;
+use super::{versioned_form, ByteForm};
 use super::{ConnectOptions, UdAddr, UdQp};
 use crate::ah::{AddressHandle, AhAttr};
 use crate::error::Result;
@@ -84,15 +84,15 @@ impl UdEndpoint {
     /// The length of the byte form ([`to_bytes`](Self::to_bytes)).
     pub const BYTES: usize = 28;
     /// The version of the byte form this crate writes and reads.
-    pub const VERSION: u8 = 1;
+    pub const VERSION: u8 = super::FORM_VERSION;
 
     /// The byte form, to send to the peers. Stable: a later release that
     /// changes it writes another version, which this one refuses.
     ///
     /// | offset | bytes | field |
     /// |---|---|---|
-    /// | 0 | 1 | version: 1 |
-    /// | 1 | 1 | reserved: 0 |
+    /// | 0 | 1 | version: 2 |
+    /// | 1 | 1 | form: 3 (a `UdEndpoint`'s; other types' forms have others) |
     /// | 2 | 2 | LID, big-endian |
     /// | 4 | 4 | QP number, big-endian (24 bits) |
     /// | 8 | 4 | Q_Key, big-endian |
@@ -103,13 +103,14 @@ impl UdEndpoint {
     ///
     /// let e = UdEndpoint { qpn: 0x12, qkey: 0x1111_1111, lid: 3, gid: Gid::default() };
     /// let bytes = e.to_bytes();
-    /// assert_eq!(bytes[..12], [1, 0, 0, 3, 0, 0, 0, 0x12, 0x11, 0x11, 0x11, 0x11]);
+    /// assert_eq!(bytes[..12], [2, 3, 0, 3, 0, 0, 0, 0x12, 0x11, 0x11, 0x11, 0x11]);
     /// assert_eq!(UdEndpoint::from_bytes(&bytes)?, e);
     /// # Ok::<(), mlx5dv::Error>(())
     /// ```
     pub fn to_bytes(&self) -> [u8; Self::BYTES] {
         let mut b = [0u8; Self::BYTES];
         b[0] = Self::VERSION;
+        b[1] = ByteForm::UdEndpoint.tag();
         b[2..4].copy_from_slice(&self.lid.to_be_bytes());
         b[4..8].copy_from_slice(&self.qpn.to_be_bytes());
         b[8..12].copy_from_slice(&self.qkey.to_be_bytes());
@@ -118,13 +119,15 @@ impl UdEndpoint {
     }
 
     /// Reads the byte form of [`to_bytes`](Self::to_bytes): exactly
-    /// [`BYTES`](Self::BYTES) bytes of version 1, with a 24-bit QP
-    /// number; anything else is refused.
+    /// [`BYTES`](Self::BYTES) bytes of version 2 and a `UdEndpoint`'s
+    /// form byte, with a 24-bit QP number; anything else is refused
+    /// (another type's byte form, such as an [`Endpoint`](crate::Endpoint)'s,
+    /// as [`Error::WrongByteForm`](crate::Error::WrongByteForm)).
     pub fn from_bytes(bytes: &[u8]) -> Result<Self> {
         let b = versioned_form::<{ Self::BYTES }>(
             bytes,
-            ("UdEndpoint", "UdEndpoint byte form length"),
-            Self::VERSION,
+            ByteForm::UdEndpoint,
+            "UdEndpoint byte form length",
         )?;
         let word = |i: usize| u32::from_be_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
         let qpn = word(4);
@@ -249,7 +252,7 @@ mod tests {
         let b = e.to_bytes();
         assert_eq!(
             b[..12],
-            [1, 0, 0, 0x42, 0, 0xab, 0xcd, 0xef, 0x80, 0, 0, 0x11]
+            [2, 3, 0, 0x42, 0, 0xab, 0xcd, 0xef, 0x80, 0, 0, 0x11]
         );
         assert_eq!(b[12..], [7; 16]);
         assert_eq!(UdEndpoint::from_bytes(&b).unwrap(), e);
@@ -267,8 +270,8 @@ mod tests {
                 "{len}"
             );
         }
-        // Another version, a reserved byte set.
-        for (at, v) in [(0, 0), (0, 2), (0, 0xff), (1, 1)] {
+        // Another version, a form byte no type has.
+        for (at, v) in [(0, 0), (0, 1), (0, 3), (0, 0xff), (1, 0), (1, 9)] {
             let mut bad = b;
             bad[at] = v;
             let err = UdEndpoint::from_bytes(&bad).unwrap_err();

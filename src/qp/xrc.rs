@@ -24,6 +24,7 @@ pub enum XrcInitiator {}
 impl sealed::Sealed for XrcInitiator {}
 impl Transport for XrcInitiator {
     const NAME: &'static str = "XRC initiator";
+    const KIND: crate::QpKind = crate::QpKind::Xrc;
     const DC: bool = false;
     const QP_TYPE: ffi::ibv_qp_type = ffi::IBV_QPT_XRC_SEND;
 }

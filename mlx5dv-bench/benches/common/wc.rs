@@ -2,7 +2,7 @@
 //! write them (`CWc`) and as a Rust user keeps them (`BenchWc`); every field
 //! of one, as the C loops of the completions rows write them (`CWcFull`).
 
-use mlx5dv::{WcOpcode, WcStatus, WorkCompletion};
+use mlx5dv::{WcFlags, WcOpcode, WcStatus, WorkCompletion};
 
 /// `struct bench_wc` of `c/bench.h`: what the C poll loops read of each
 /// completion.
@@ -99,6 +99,14 @@ impl CWcFull {
             invalidated_rkey: (self.has_inv != 0).then_some(self.inv),
             qp_num: self.qp_num,
             vendor_err: self.vendor_err,
+            // Send-side completions: no flags, no sender (the C loops read
+            // neither); read from a CQ, which does not know the QP's kind.
+            wc_flags: WcFlags::empty(),
+            src_qp: None,
+            slid: None,
+            sl: None,
+            dlid_path_bits: None,
+            qp_kind: None,
         }
     }
 }

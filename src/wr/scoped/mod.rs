@@ -231,6 +231,8 @@ struct Waiting<'a> {
     peer_receive: Option<(PeerReceive, usize)>,
     /// Whether the QP is a DCI (whose peers receive through a DCT's SRQ).
     dc: bool,
+    /// The QP's kind, which its completions carry.
+    kind: crate::QpKind,
 }
 
 impl Waiting<'_> {
@@ -259,7 +261,7 @@ impl Waiting<'_> {
         let mut written = 0;
         let mut last = false;
         let mut others: Vec<RawWc> = Vec::new();
-        let (qp_num, base, ids) = (self.qp_num, self.base, self.ids);
+        let (qp_num, base, ids, kind) = (self.qp_num, self.base, self.ids, self.kind);
         // Inlined (twice, in `poll_provider`): the test and the writes are
         // then the poll loop's own, with their values in registers.
         let polled = cq.poll_provider(
@@ -281,12 +283,14 @@ impl Waiting<'_> {
                         // past `out`'s length: slot `written` is in its
                         // allocation and uninitialised; every field is
                         // written (two here, the rest by
-                        // `write_wc_fields`) before it is counted.
+                        // `write_wc_fields`, the kind after it) before it
+                        // is counted.
                         unsafe {
                             let slot = slots.add(written);
                             std::ptr::addr_of_mut!((*slot).wr_id).write(caller);
                             std::ptr::addr_of_mut!((*slot).qp_num).write(qp_num);
                             write_wc_fields(slot, wc);
+                            std::ptr::addr_of_mut!((*slot).qp_kind).write(Some(kind));
                         }
                         written += 1;
                         last |= k + 1 == n;
@@ -532,6 +536,7 @@ impl<T: Transport> QpEx<T> {
             done: false,
             peer_receive,
             dc: T::DC,
+            kind: T::KIND,
         };
         let outcome = match posted {
             // Refused before the provider saw it (the QP's state): nothing
