@@ -320,6 +320,10 @@ pub(crate) fn good(cqe: *const u8, sq: &mut Idx) -> Result<DirectWc> {
             u16::from_be(cqe.add(off::WQE_COUNTER).cast::<u16>().read_volatile()),
         )
     };
+    let qp_num = qpn_word & 0x00ff_ffff;
+    if qp_num != sq.qpn {
+        return Err(foreign(sq, qp_num));
+    }
     let (slot, covers) = retire(sq, counter)?;
     let opcode = WcOpcode::from_raw(u32::from(slot.opcode));
     let byte_len = match opcode {
@@ -336,7 +340,7 @@ pub(crate) fn good(cqe: *const u8, sq: &mut Idx) -> Result<DirectWc> {
         status: WcStatus::SUCCESS,
         opcode,
         byte_len,
-        qp_num: qpn_word & 0x00ff_ffff,
+        qp_num,
         vendor_err: 0,
         syndrome: 0,
         wqe_index: counter,
@@ -373,6 +377,15 @@ fn retire(sq: &mut Idx, counter: u16) -> Result<(sq::Slot, u32)> {
     sq.ci = end;
     // SAFETY: as above.
     Ok((unsafe { *slot }, covers))
+}
+
+#[cold]
+#[inline(never)]
+fn foreign(sq: &Idx, qp_num: u32) -> Error {
+    Error::Direct(DirectError::ForeignCqe {
+        qp_num,
+        own: sq.qpn,
+    })
 }
 
 #[inline(always)]
@@ -431,18 +444,23 @@ fn slow_step_in(cqe: *const u8, op_own: u8, sq: &mut Idx) -> Result<DirectWc> {
         // `into_direct` refuses (it comes only with sq_sig_all): the read's
         // data is in the CQE, not its buffer. Never success.
         ffi::MLX5_CQE_REQ => (WcStatus::GENERAL_ERR, 0, 0),
-        ffi::MLX5_CQE_REQ_ERR | ffi::MLX5_CQE_RESP_ERR => (status_of(syndrome), syndrome, vendor),
-        // A responder or other CQE: this CQ completes the send queue of
-        // one QP only (`into_direct`).
+        ffi::MLX5_CQE_REQ_ERR => (status_of(syndrome), syndrome, vendor),
+        // A responder CQE (a receive's, or its error or flush) or any
+        // other: this CQ completes the send queue of one QP only
+        // (`into_direct`).
         _ => return Err(Error::Direct(DirectError::StrayCqe { op_own })),
     };
+    let qp_num = qpn_word & 0x00ff_ffff;
+    if qp_num != sq.qpn {
+        return Err(foreign(sq, qp_num));
+    }
     let (slot, covers) = retire(sq, counter)?;
     Ok(DirectWc {
         wr_id: slot.wr_id,
         status,
         opcode: WcOpcode::from_raw(u32::from(slot.opcode)),
         byte_len: 0,
-        qp_num: qpn_word & 0x00ff_ffff,
+        qp_num,
         vendor_err: vendor,
         syndrome,
         wqe_index: counter,
