@@ -151,7 +151,7 @@ fn a_refused_into_direct_gives_back_a_cq_whose_stale_cqes_are_never_taken() {
 
     let rq0 = CompletionQueue::new(&ctx, 16).unwrap();
     let qp0 = QpBuilder::rc(&pd, &cq, &rq0).caps(caps(0)).build().unwrap();
-    let (qp0, cq, refusal) = qp0.into_direct(cq).err().expect("refused").into_parts();
+    let (qp0, cq, refusal) = qp0.into_direct(cq).expect_err("refused").into_parts();
     drop(qp0);
 
     leave_a_dead_qps_cqe(&ctx, &pd, &cq, step);
