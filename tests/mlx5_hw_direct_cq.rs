@@ -8,8 +8,6 @@
 //! without `MLX5DV_SIM_THREAD=0`: the tests step the device themselves
 //! then).
 
-#![allow(clippy::undocumented_unsafe_blocks)]
-
 mod support;
 
 use mlx5dv::direct::{DirectRc, DirectWc};
@@ -32,8 +30,10 @@ fn stepper() -> Option<StepFn> {
     if std::env::var("MLX5DV_SIM_THREAD").as_deref() != Ok("0") {
         return None;
     }
+    // SAFETY: RTLD_DEFAULT (null) and a NUL-terminated name.
     let p = unsafe { dlsym(std::ptr::null_mut(), c"mlx5dv_sim_step".as_ptr()) };
     assert!(!p.is_null(), "mlx5dv_sim_step not found");
+    // SAFETY: the software device exports `int mlx5dv_sim_step(void)`.
     Some(unsafe { std::mem::transmute::<*mut std::ffi::c_void, StepFn>(p) })
 }
 
@@ -233,6 +233,8 @@ fn into_direct_refuses_a_cq_holding_completions_not_yet_polled() {
     obj.cq.in_ = cq.as_ptr().cast::<ffi::ibv_cq>();
     obj.cq.out = &mut dvcq;
     assert_eq!(
+        // SAFETY: a live CQ; the out-struct is writable and outlives the
+        // call.
         unsafe { ffi::mlx5dv_init_obj(&mut obj, u64::from(ffi::MLX5DV_OBJ_CQ)) },
         0
     );
@@ -301,7 +303,8 @@ fn a_panicking_poll_callback_loses_no_kept_completion() {
         )
         .unwrap();
     }
-    // `src` lives until the completions below.
+    // SAFETY: `src` is neither written nor dropped until the completions
+    // below.
     assert_eq!(unsafe { b.ring() }, 2);
     // The scoped post reads both earlier completions and keeps them.
     let wcs = direct
