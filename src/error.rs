@@ -201,7 +201,7 @@ pub enum Error {
     /// post_and_wait: QP 0x1a2b is in RESET (not connected): connect it (connect_to / ready) before posting
     /// post_and_wait: QP 0x1a2b is in ERR: a work request failed or it was stopped; reset() it and make it ready again as its kind does (RC, UC: connect_to; XRC: connect; DCI, DCT, UD: ready; through rdma_cm: a new CmId)
     /// ```
-    #[error("{what}: QP {qp_num:#x} is in {}", crate::qp_state::not_ready(*state, *receive))]
+    #[error("{what}: QP {qp_num:#x} is in {}", crate::qp_state::not_ready_in(what, *state, *receive))]
     QpNotReady {
         /// The refused call: `post_and_wait`, `ibv_wr_complete`,
         /// `ibv_post_recv`, `AsyncQp::send`, ...
@@ -299,6 +299,16 @@ pub enum DirectError {
     StrayCqe {
         /// The CQE's `op_own` byte (opcode, format, owner bit).
         op_own: u8,
+    },
+    /// A CQE of another QP (its QP number is not the direct QP's) on a
+    /// CQ that completes only the direct QP's send queue: skipped, never
+    /// trusted.
+    #[error("a direct CQ got a CQE of QP {qp_num:#x}, not of its own QP {own:#x}; it was skipped")]
+    ForeignCqe {
+        /// The QP number the CQE carries.
+        qp_num: u32,
+        /// The direct QP's number.
+        own: u32,
     },
     /// A CQE whose WQE counter names no outstanding work request (not a
     /// WQE posted and not yet retired, or not the first basic block of

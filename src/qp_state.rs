@@ -149,6 +149,17 @@ impl QpKind {
 pub(crate) const ANY_RECOVERY: &str = "reset() it and make it ready again as its kind does (RC, \
      UC: connect_to; XRC: connect; DCI, DCT, UD: ready; through rdma_cm: a new CmId)";
 
+/// [`not_ready`], or the direct path's own text when `what`, the refused
+/// call, is a direct QP's (whose ways back differ).
+pub(crate) fn not_ready_in(what: &str, state: QpState, receive: bool) -> String {
+    #[cfg(target_pointer_width = "64")]
+    if what.starts_with(crate::direct::WHAT_PREFIX) {
+        return crate::direct::not_ready(state);
+    }
+    let _ = what;
+    not_ready(state, receive)
+}
+
 /// The text of [`Error::QpNotReady`](crate::Error::QpNotReady) after
 /// `QP 0x… is in `: the state, what it means for the refused post, and
 /// what to do.

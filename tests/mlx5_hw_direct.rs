@@ -1623,6 +1623,18 @@ fn scoped_post_times_out_and_recovers() {
     assert!(matches!(state, QpState::Err | QpState::Reset), "{state:?}");
     assert_eq!(r.qp.outstanding(), 0);
     assert_eq!(r.qp.room(), r.qp.depth());
+    // The flush is kept for the next poll (none is dropped).
+    let mut kept = Vec::new();
+    r.qp.poll(16, |wc| kept.push((wc.wr_id, wc.status)))
+        .unwrap();
+    if e.to_string().contains("moved to ERR") {
+        assert_eq!(kept, [(70, WcStatus::WR_FLUSH_ERR)]);
+    } else {
+        assert!(
+            kept.iter().all(|&k| k == (70, WcStatus::WR_FLUSH_ERR)),
+            "{kept:?}"
+        );
+    }
 
     r.reconnect();
     r.write_works(2, 0, 64, 128);
@@ -1714,6 +1726,11 @@ fn waits_on_a_channel_time_out_at_their_deadline_asleep() {
         let scoped = (scoped, thread_cpu() - cpu0, t0.elapsed());
         let state = r.qp.state().unwrap();
         assert_eq!(r.qp.outstanding(), 0);
+        // The flush is kept for the next poll (none is dropped).
+        r.qp.poll(16, |wc| {
+            assert_eq!((wc.wr_id, wc.status), (70, WcStatus::WR_FLUSH_ERR))
+        })
+        .unwrap();
         r.reconnect();
         r.write_works(2, 0, 64, 128);
         // Nothing outstanding: a wait sleeps to its deadline.

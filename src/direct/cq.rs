@@ -320,7 +320,8 @@ pub(crate) fn good(cqe: *const u8, sq: &mut Idx) -> Result<DirectWc> {
             u16::from_be(cqe.add(off::WQE_COUNTER).cast::<u16>().read_volatile()),
         )
     };
-    let (slot, covers) = retire(sq, counter)?;
+    let qp_num = qpn_word & 0x00ff_ffff;
+    let (slot, covers) = retire(sq, counter, qp_num)?;
     let opcode = WcOpcode::from_raw(u32::from(slot.opcode));
     let byte_len = match opcode {
         WcOpcode::RDMA_READ => {
@@ -336,7 +337,7 @@ pub(crate) fn good(cqe: *const u8, sq: &mut Idx) -> Result<DirectWc> {
         status: WcStatus::SUCCESS,
         opcode,
         byte_len,
-        qp_num: qpn_word & 0x00ff_ffff,
+        qp_num,
         vendor_err: 0,
         syndrome: 0,
         wqe_index: counter,
@@ -345,12 +346,12 @@ pub(crate) fn good(cqe: *const u8, sq: &mut Idx) -> Result<DirectWc> {
 }
 
 /// The slot of the WQE a CQE's counter names and how many work requests
-/// the CQE retires; retires them. The WQE must start a work request posted
-/// and not retired: the counter in [ci, pi) of the send queue, its slot's
-/// sequence number among the outstanding ones and its end within
-/// (counter, pi].
+/// the CQE retires; retires them. The CQE must carry the QP's own number
+/// (`qp_num`), and the WQE must start a work request posted and not
+/// retired: the counter in [ci, pi) of the send queue, its slot's sequence
+/// number among the outstanding ones and its end within (counter, pi].
 #[inline(always)]
-fn retire(sq: &mut Idx, counter: u16) -> Result<(sq::Slot, u32)> {
+fn retire(sq: &mut Idx, counter: u16, qp_num: u32) -> Result<(sq::Slot, u32)> {
     // SAFETY: masked, the slot is inside the slot array (one per basic
     // block of the ring).
     let slot = unsafe { sq.slots.add(usize::from(counter & sq.mask)) };
@@ -359,15 +360,17 @@ fn retire(sq: &mut Idx, counter: u16) -> Result<(sq::Slot, u32)> {
     // SAFETY: as above.
     let seq = unsafe { std::ptr::addr_of!((*slot).seq).read() };
     let covers = seq.wrapping_sub(sq.retired);
+    // One exit for every refusal (which it was is sorted out there).
     if counter.wrapping_sub(sq.ci) >= sq.pi.wrapping_sub(sq.ci)
         || covers.wrapping_sub(1) >= sq.outstanding()
+        || qp_num != sq.qpn
     {
-        return Err(not_outstanding(sq, counter));
+        return Err(not_outstanding(sq, counter, qp_num));
     }
     // SAFETY: as above.
     let end = unsafe { std::ptr::addr_of!((*slot).end).read() };
     if end.wrapping_sub(counter).wrapping_sub(1) >= sq.pi.wrapping_sub(counter) {
-        return Err(not_outstanding(sq, counter));
+        return Err(not_outstanding(sq, counter, qp_num));
     }
     sq.retired = seq;
     sq.ci = end;
@@ -375,8 +378,16 @@ fn retire(sq: &mut Idx, counter: u16) -> Result<(sq::Slot, u32)> {
     Ok((unsafe { *slot }, covers))
 }
 
+/// The refusal of a CQE [`retire`] does not take: another QP's, or one
+/// naming no outstanding WQE.
 #[inline(always)]
-fn not_outstanding(sq: &Idx, counter: u16) -> Error {
+fn not_outstanding(sq: &Idx, counter: u16, qp_num: u32) -> Error {
+    if qp_num != sq.qpn {
+        return Error::Direct(DirectError::ForeignCqe {
+            qp_num,
+            own: sq.qpn,
+        });
+    }
     Error::Direct(DirectError::CqeNotOutstanding {
         counter,
         ci: sq.ci,
@@ -431,18 +442,20 @@ fn slow_step_in(cqe: *const u8, op_own: u8, sq: &mut Idx) -> Result<DirectWc> {
         // `into_direct` refuses (it comes only with sq_sig_all): the read's
         // data is in the CQE, not its buffer. Never success.
         ffi::MLX5_CQE_REQ => (WcStatus::GENERAL_ERR, 0, 0),
-        ffi::MLX5_CQE_REQ_ERR | ffi::MLX5_CQE_RESP_ERR => (status_of(syndrome), syndrome, vendor),
-        // A responder or other CQE: this CQ completes the send queue of
-        // one QP only (`into_direct`).
+        ffi::MLX5_CQE_REQ_ERR => (status_of(syndrome), syndrome, vendor),
+        // A responder CQE (a receive's, or its error or flush) or any
+        // other: this CQ completes the send queue of one QP only
+        // (`into_direct`).
         _ => return Err(Error::Direct(DirectError::StrayCqe { op_own })),
     };
-    let (slot, covers) = retire(sq, counter)?;
+    let qp_num = qpn_word & 0x00ff_ffff;
+    let (slot, covers) = retire(sq, counter, qp_num)?;
     Ok(DirectWc {
         wr_id: slot.wr_id,
         status,
         opcode: WcOpcode::from_raw(u32::from(slot.opcode)),
         byte_len: 0,
-        qp_num: qpn_word & 0x00ff_ffff,
+        qp_num,
         vendor_err: vendor,
         syndrome,
         wqe_index: counter,

@@ -45,8 +45,15 @@ fn refused(what: impl Into<String>) -> Error {
 pub struct IntoDirectError<T: DirectTransport> {
     /// The QP, as it was given.
     pub qp: QpEx<T>,
-    /// The CQ, as it was given (but see [`QpEx::into_direct`] on the
-    /// refusals of the queues' shape, after `mlx5dv_init_obj`).
+    /// The CQ, as it was given: every refusal of the QP (its state, its
+    /// send queue's shape, no send queue at all) and of how the CQ is
+    /// shared comes before `mlx5dv_init_obj` is asked for the CQ, so such
+    /// a CQ is libmlx5's as before (it cleans a reset or destroyed QP's
+    /// completions from it). Only a refusal of the CQ's own shape, or of
+    /// the completions it holds, comes after: that CQ is then marked the
+    /// application's (`mlx5dv_init_obj(3)`), and libmlx5 no longer cleans
+    /// it; give it only to QPs whose completions are polled before they
+    /// are reset or destroyed, or drop it ([`QpEx::into_direct`]).
     pub cq: CompletionQueue,
     /// Why it was refused.
     pub error: Error,
@@ -112,15 +119,25 @@ impl<T: DirectTransport> QpEx<T> {
     /// when: the QP is not in RESET (it may have been posted through
     /// libmlx5, whose send-queue indices the crate cannot read: take it
     /// before connecting it, or [`reset`](QpEx::reset) the QP given back
-    /// and take it again); `cq` is not its send CQ, or is also its receive
-    /// CQ, or another QP completes on it; `cq` holds completions a scoped
-    /// post kept; the QP was made with `sq_sig_all`.
+    /// and take it again); it has no send queue (made with `max_send_wr`
+    /// 0); `cq` is not its send CQ, or is also its receive CQ, or another
+    /// QP completes on it; `cq` holds completions a scoped post kept; the
+    /// QP was made with `sq_sig_all`; `cq` holds completions the device
+    /// wrote and no one polled (poll them, or use a new CQ).
     /// [`Error::Unsupported`] when the provider is not mlx5
     /// (`mlx5dv_init_obj` fails) or its queues have a shape the crate does
     /// not write (a stride other than 64 bytes, more than 2^15 basic
-    /// blocks, CQEs other than 64 or 128 bytes): no mlx5 device's, and
-    /// then `mlx5dv_init_obj` has already marked the CQ as the
-    /// application's (libmlx5 no longer cleans it when the QP is reset).
+    /// blocks, CQEs other than 64 or 128 bytes): no mlx5 device's.
+    ///
+    /// The CQ given back: every refusal but the last two kinds (the CQ's
+    /// shape, the completions it holds) comes before `mlx5dv_init_obj` is
+    /// asked for the CQ, which leaves it libmlx5's, as it was. After those
+    /// two, `mlx5dv_init_obj` has marked it the application's: libmlx5 no
+    /// longer cleans a reset or destroyed QP's completions from it, so a
+    /// QP that is reset or destroyed with completions on it leaves them
+    /// there. A later `into_direct` on that CQ refuses it while it holds
+    /// any, and the direct poll skips a CQE of another QP with an error
+    /// ([`Error::Direct`]), never taking it for its own.
     // The refusal holds the QP and the CQ by value, as the `DirectQp` it
     // would have been does (no smaller: asserted below), so boxing it would
     // not make the `Result` smaller.
@@ -200,29 +217,34 @@ impl<T: DirectTransport> QpEx<T> {
                  device may write small read responses into the CQE"
             )));
         }
+        if self.caps().max_send_wr == 0 {
+            return Err(refused(format!(
+                "into_direct on {what}: a QP without a send queue cannot take the direct \
+                 path (it was made with max_send_wr 0)"
+            )));
+        }
+        // The QP alone first: `mlx5dv_init_obj` of a CQ marks it the
+        // application's (libmlx5 then no longer cleans a reset or destroyed
+        // QP's CQEs from it), so every refusal of the send queue comes
+        // before the CQ is asked for.
         let mut dvqp = ffi::mlx5dv_qp::default();
-        let mut dvcq = ffi::mlx5dv_cq::default();
         let mut obj = ffi::mlx5dv_obj::default();
         obj.qp.in_ = self.as_ptr();
         obj.qp.out = &mut dvqp;
-        obj.cq.in_ = crate::qp::ffi_cq(cq);
-        obj.cq.out = &mut dvcq;
-        // SAFETY: live QP and CQ; the out-structs are writable and outlive
-        // the call.
-        let rc = unsafe {
-            ffi::mlx5dv_init_obj(&mut obj, u64::from(ffi::MLX5DV_OBJ_QP | ffi::MLX5DV_OBJ_CQ))
-        };
-        if rc != 0 {
-            return Err(Error::Unsupported {
-                what: format!(
-                    "mlx5dv_init_obj on {what} failed ({}): the direct path needs an mlx5 \
-                     device",
-                    std::io::Error::from_raw_os_error(rc.abs())
-                ),
-            });
-        }
+        // SAFETY: a live QP; the out-struct is writable and outlives the
+        // call.
+        let rc = unsafe { ffi::mlx5dv_init_obj(&mut obj, u64::from(ffi::MLX5DV_OBJ_QP)) };
+        init_obj_result(rc, &what)?;
         let mut sq = Self::take_sq(&dvqp, self.qp, self.caps(), &what)?;
         sq.streams = self.mlx5.streams.is_some();
+        let mut dvcq = ffi::mlx5dv_cq::default();
+        let mut obj = ffi::mlx5dv_obj::default();
+        obj.cq.in_ = crate::qp::ffi_cq(cq);
+        obj.cq.out = &mut dvcq;
+        // SAFETY: a live CQ; the out-struct is writable and outlives the
+        // call.
+        let rc = unsafe { ffi::mlx5dv_init_obj(&mut obj, u64::from(ffi::MLX5DV_OBJ_CQ)) };
+        init_obj_result(rc, &what)?;
         let cqr = take_cq(&dvcq, &what)?;
         Ok((sq, cqr))
     }
@@ -240,6 +262,11 @@ impl<T: DirectTransport> QpEx<T> {
         let unsupported = |why: String| Error::Unsupported {
             what: format!("the direct path on {what}: {why}"),
         };
+        if cnt == 0 {
+            return Err(refused(format!(
+                "into_direct on {what}: a QP without a send queue cannot take the direct path"
+            )));
+        }
         if dv.sq.stride as usize != BB {
             return Err(unsupported(format!(
                 "a send-queue stride of {} bytes (64 expected)",
@@ -293,6 +320,19 @@ impl<T: DirectTransport> QpEx<T> {
     }
 }
 
+/// `mlx5dv_init_obj`'s return code as a result.
+fn init_obj_result(rc: i32, what: &str) -> Result<()> {
+    if rc == 0 {
+        return Ok(());
+    }
+    Err(Error::Unsupported {
+        what: format!(
+            "mlx5dv_init_obj on {what} failed ({}): the direct path needs an mlx5 device",
+            std::io::Error::from_raw_os_error(rc.abs())
+        ),
+    })
+}
+
 pub(super) fn take_cq(dv: &ffi::mlx5dv_cq, what: &str) -> Result<Cqr> {
     let unsupported = |why: String| Error::Unsupported {
         what: format!("the direct path on {what}: {why}"),
@@ -316,7 +356,7 @@ pub(super) fn take_cq(dv: &ffi::mlx5dv_cq, what: &str) -> Result<Cqr> {
     // before continues from where the device's record says.
     // SAFETY: the CQ's doorbell record (`MLX5_CQ_SET_CI` first), live.
     let ci = u32::from_be(unsafe { dbrec.as_ptr().read_volatile() }) & 0x00ff_ffff;
-    Ok(Cqr {
+    let cqr = Cqr {
         cqn: dv.cqn,
         uar: dv.cq_uar.cast::<u8>(),
         buf,
@@ -326,5 +366,15 @@ pub(super) fn take_cq(dv: &ffi::mlx5dv_cq, what: &str) -> Result<Cqr> {
         cqe64_at: (dv.cqe_size as usize) - 64,
         ci,
         dbrec,
-    })
+    };
+    // A CQE the device handed over at the consumer index is one no one
+    // polled: another QP's (a dead one's, left on a CQ libmlx5 no longer
+    // cleans), which the direct reader would take for its own.
+    if cqr.ready() {
+        return Err(refused(format!(
+            "into_direct on {what}: the CQ holds completions not yet polled; poll them (or \
+             use a new CQ) first"
+        )));
+    }
+    Ok(cqr)
 }

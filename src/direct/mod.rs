@@ -149,7 +149,10 @@
 //! Nothing a peer sends reaches the parser: a send queue's CQEs are the
 //! local device's. The fields it reads are at fixed offsets inside the
 //! 64-byte CQE, and a WQE counter is used only after it is checked to name
-//! an outstanding WQE.
+//! an outstanding WQE, in a requester CQE (`MLX5_CQE_REQ`,
+//! `MLX5_CQE_REQ_ERR`) carrying the QP's own number: any other (a
+//! responder's, another QP's) is skipped with an error
+//! ([`Error::Direct`]), never taken for a completion of this QP.
 
 mod arch;
 mod batch;
@@ -179,6 +182,31 @@ use sq::Sq;
 use std::collections::VecDeque;
 use std::fmt;
 use std::time::Duration;
+
+/// The `what` of every [`Error::QpNotReady`] the direct path builds
+/// starts with this: its text then gives a direct QP's own way back.
+pub(crate) const WHAT_PREFIX: &str = "DirectQp::";
+
+/// The text of [`Error::QpNotReady`] for a direct QP's post, after `QP
+/// 0x… is in `: the state, and what a direct QP can do (it has no
+/// `to_init` or `to_rts`: from any state but RTS, its way back is
+/// [`reset`](DirectQp::reset), then `connect_to`, or `ready` for a DCI).
+pub(crate) fn not_ready(state: QpState) -> String {
+    const BACK: &str = "reset() it, then connect it again (connect_to; a DCI: ready)";
+    match state {
+        QpState::Reset => {
+            format!("{state} (not connected): connect it (connect_to; a DCI: ready) before posting")
+        }
+        QpState::Init | QpState::Rtr => format!(
+            "{state} (not ready to send): a direct QP posts in RTS only, which it reaches \
+             from RESET (a connect that stopped half way left it here): {BACK}"
+        ),
+        QpState::Err => {
+            format!("{state}: a work request failed or it was stopped; {BACK}")
+        }
+        _ => format!("{state}: a direct QP posts in RTS only; {BACK}"),
+    }
+}
 
 mod sealed {
     pub trait Sealed {}
@@ -292,9 +320,10 @@ impl<T: DirectTransport> DirectQp<T> {
     /// ([`Error::Direct`]) after the completions before it.
     /// [`poll_into`](Self::poll_into) is the same into a slice.
     ///
-    /// If `f` panics, the completions this call read are not marked read:
-    /// a later poll hands them out again (the work requests they retire
-    /// stay outstanding until then, so no memory is given back early).
+    /// If `f` panics, the completion it was given is not marked read, nor
+    /// any this call read from the CQ: a later poll hands them out again
+    /// (the work requests they retire stay outstanding until then, so no
+    /// memory is given back early).
     #[inline]
     pub fn poll(&mut self, max: usize, mut f: impl FnMut(DirectWc)) -> Result<usize> {
         if let Some(e) = self.deferred.take() {
@@ -302,10 +331,12 @@ impl<T: DirectTransport> DirectQp<T> {
         }
         let mut n = 0;
         while n < max {
-            let Some(wc) = self.backlog.pop_front() else {
+            // Handed out before it is taken: if `f` panics, it stays.
+            let Some(&wc) = self.backlog.front() else {
                 break;
             };
             f(wc);
+            self.backlog.pop_front();
             n += 1;
         }
         let start = n;

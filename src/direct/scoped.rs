@@ -44,6 +44,12 @@ impl<T: DirectTransport> DirectQp<T> {
     /// trusted ([`Error::Direct`]). A work request that fails is not an
     /// error of the post: its completion, with its status, is among those
     /// returned (and the QP is in ERR: the next post is refused).
+    ///
+    /// No completion is dropped by an error after the post: those of the
+    /// batch it had read, and the flushes after its move to ERR (or what
+    /// came before RESET), are kept, in order, for the next
+    /// [`poll`](Self::poll) or [`wait`](Self::wait) (none is returned or
+    /// appended to `out` with the error).
     pub fn post_and_wait<'m, F>(&mut self, timeout: Duration, build: F) -> Result<&[DirectWc]>
     where
         F: for<'q> FnOnce(&mut DirectBatch<'q, 'm, T>) -> Result<()>,
@@ -114,8 +120,7 @@ impl<T: DirectTransport> DirectQp<T> {
                         }
                     }
                     Err(e) => {
-                        out.truncate(first);
-                        return Err(self.stop(start, end, e));
+                        return Err(self.stop(start, end, out, first, e));
                     }
                 }
                 continue;
@@ -139,15 +144,11 @@ impl<T: DirectTransport> DirectQp<T> {
                     ),
                     waited_ms: t0.elapsed().as_millis() as u64,
                 };
-                out.truncate(first);
-                return Err(self.stop(start, end, e));
+                return Err(self.stop(start, end, out, first, e));
             }
             match self.idle(&mut idle, deadline) {
                 Ok(e) => expired = e,
-                Err(e) => {
-                    out.truncate(first);
-                    return Err(self.stop(start, end, e));
-                }
+                Err(e) => return Err(self.stop(start, end, out, first, e)),
             }
         }
     }
@@ -174,10 +175,20 @@ impl<T: DirectTransport> DirectQp<T> {
     }
 
     /// After a timeout or a failed poll: ERR and the flush, or RESET; then
-    /// the error, saying which.
+    /// the error, saying which. The completions the post read
+    /// (`out[first..]`) and those of the flush go to the backlog, for the
+    /// next poll: none is dropped.
     #[cold]
     #[inline(never)]
-    fn stop(&mut self, start: u32, end: u32, cause: Error) -> Error {
+    fn stop(
+        &mut self,
+        start: u32,
+        end: u32,
+        out: &mut Vec<DirectWc>,
+        first: usize,
+        cause: Error,
+    ) -> Error {
+        self.backlog.extend(out.drain(first..));
         let to_err = self.qp.to_error();
         let deadline = Instant::now()
             + if to_err.is_ok() {
@@ -186,18 +197,28 @@ impl<T: DirectTransport> DirectQp<T> {
                 Duration::ZERO
             };
         let mut idle = 0u32;
-        let mut sink = Vec::new();
+        let mut flushed = Vec::new();
         while self.sq.retired != end && Instant::now() < deadline {
-            match self.wait_step(start, &mut sink) {
+            match self.wait_step(start, &mut flushed) {
                 Ok(true) => idle = 0,
                 _ => crate::cq::back_off(&mut idle),
             }
+            self.backlog.extend(flushed.drain(..));
         }
         let how = if self.sq.retired == end {
             "the QP was moved to ERR and the rest flushed".to_string()
         } else {
-            match self.reset() {
-                Ok(()) => "the QP was moved to RESET: the device runs nothing more of it".into(),
+            match self.qp.reset() {
+                Ok(()) => {
+                    // What came before the QP reached RESET is kept too;
+                    // then the rings start again.
+                    while self.cq.ready() {
+                        let _ = self.wait_step(start, &mut flushed);
+                    }
+                    self.backlog.extend(flushed.drain(..));
+                    self.resync();
+                    "the QP was moved to RESET: the device runs nothing more of it".into()
+                }
                 Err(e) => crate::wr::abort_with(format_args!(
                     "direct QP {:#x}: a scoped batch may still be running and the QP cannot \
                      be reset ({e}); aborting, since its memory cannot be released safely",

@@ -132,6 +132,8 @@ pub(crate) struct Idx {
     pub(crate) ci: u16,
     pub(crate) posted: u32,
     pub(crate) retired: u32,
+    /// The QP's number: a CQE naming another is not this QP's.
+    pub(crate) qpn: u32,
 }
 
 impl Idx {
@@ -153,6 +155,7 @@ impl Sq {
             ci: self.ci,
             posted: self.posted,
             retired: self.retired,
+            qpn: self.qpn8 >> 8,
         }
     }
 

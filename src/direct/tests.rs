@@ -842,6 +842,93 @@ fn a_cqe_naming_no_outstanding_wqe_retires_nothing() {
     assert_eq!(cq.ci, 4);
 }
 
+/// A CQE of another QP (a dead QP's, left on the CQ), or a responder's
+/// (a receive's flush on a CQ that completes receives too), is never a
+/// completion of the direct QP, whatever WQE counter it carries: skipped
+/// with an error, the WQE it names still outstanding, until the QP's own
+/// CQE retires it. In `step`, `poll` and the slice poll alike.
+#[test]
+fn a_cqe_of_another_qp_or_a_responder_is_skipped_and_retires_nothing() {
+    let mut ring = Ring::new(16);
+    let mut sq = ring.sq(0x5, 0);
+    let mut mem = CqMem::new(8, 64);
+    let mut cq = mem.cqr();
+    post_writes(&mut sq, 2, 1);
+    let w = ffi::MLX5_OPCODE_RDMA_WRITE as u8;
+    let flush = ffi::MLX5_CQE_SYNDROME_WR_FLUSH_ERR as u8;
+    mem.produce(0, ffi::MLX5_CQE_REQ as u8, w, 0x6, 0, 0, 0);
+    mem.produce(1, ffi::MLX5_CQE_RESP_ERR as u8, 0, 0x5, 0, 0, flush);
+    mem.produce(2, ffi::MLX5_CQE_REQ_ERR as u8, w, 0x6, 0, 0, flush);
+    for at in 0..3 {
+        let r = cq.step_sq(&mut sq);
+        let Err(e @ Error::Direct(_)) = r else {
+            panic!("CQE {at} was taken: {:?}", r.map(|_| ()))
+        };
+        let text = e.to_string();
+        assert!(
+            if at == 1 {
+                text.contains(&format!("opcode {:#x}", ffi::MLX5_CQE_RESP_ERR))
+            } else {
+                text.contains("QP 0x6") && text.contains("QP 0x5")
+            },
+            "{text}"
+        );
+        assert_eq!((sq.outstanding(), sq.ci), (2, 0));
+    }
+    // The slice poll and the closure poll read the common kind alike.
+    mem.produce(3, ffi::MLX5_CQE_REQ as u8, w, 0x7, 1, 0, 0);
+    let mut out = [DirectWc::default(); 2];
+    let mut idx = sq.idx();
+    let (n, r) = super::cq::poll_into(&mut cq, &mut idx, &mut out, sq.qp);
+    sq.put(idx);
+    assert!(n == 0 && matches!(r, Err(Error::Direct(_))), "{n} {r:?}");
+    assert_eq!(sq.outstanding(), 2);
+    mem.produce(4, ffi::MLX5_CQE_REQ as u8, w, 0x5, 0, 0, 0);
+    let Ok(Step::Wc(wc)) = cq.step_sq(&mut sq) else {
+        panic!("the QP's own CQE")
+    };
+    assert_eq!((wc.wr_id, wc.qp_num, sq.outstanding()), (100, 0x5, 1));
+}
+
+/// A direct QP refused for its state is told its own way back: it has no
+/// `to_init` or `to_rts`, only `reset` and `connect_to` (`ready` for a
+/// DCI). The other paths' texts are unchanged.
+#[test]
+fn a_direct_qp_not_ready_is_told_its_own_way_back() {
+    use crate::QpState;
+    for state in [
+        QpState::Reset,
+        QpState::Init,
+        QpState::Rtr,
+        QpState::Sqe,
+        QpState::Err,
+    ] {
+        for what in ["DirectQp::post_and_wait", "DirectQp::batch"] {
+            let e = Error::QpNotReady {
+                what,
+                qp_num: 0x12,
+                state,
+                receive: false,
+            }
+            .to_string();
+            assert!(!e.contains("to_rts") && !e.contains("to_init"), "{e}");
+            assert!(e.contains("connect_to") && e.contains("ready"), "{e}");
+            assert!(state == QpState::Reset || e.contains("reset()"), "{e}");
+            assert!(
+                e.starts_with(&format!("{what}: QP 0x12 is in {state}")),
+                "{e}"
+            );
+        }
+    }
+    let e = Error::QpNotReady {
+        what: "post_and_wait",
+        qp_num: 0x12,
+        state: QpState::Rtr,
+        receive: false,
+    };
+    assert!(e.to_string().contains("(to_rts)"), "{e}");
+}
+
 #[test]
 fn arming_writes_the_record_and_the_doorbell_as_mlx5_arm_cq() {
     let mut mem = CqMem::new(8, 64);
