@@ -421,8 +421,28 @@ impl MemoryRegion {
 
     /// What a peer needs to reach `range` of this region with RDMA: its
     /// address, length and rkey. Send it to the peer out of band.
+    ///
+    /// A region registered without any of
+    /// [`REMOTE_WRITE`](AccessFlags::REMOTE_WRITE),
+    /// [`REMOTE_READ`](AccessFlags::REMOTE_READ) and
+    /// [`REMOTE_ATOMIC`](AccessFlags::REMOTE_ATOMIC) is refused
+    /// ([`Error::MissingAccess`]): its rkey
+    /// lets a peer do nothing, and each of its work requests would fail
+    /// only at the peer, as a remote access error. (A memory window gives
+    /// its own `RemoteBuf`; the region under it needs no remote access.)
     #[inline]
     pub fn remote(&self, range: impl RangeBounds<usize>) -> Result<RemoteBuf> {
+        const ANY_REMOTE: AccessFlags = AccessFlags::REMOTE_WRITE
+            .union(AccessFlags::REMOTE_READ)
+            .union(AccessFlags::REMOTE_ATOMIC);
+        if !self.access().intersects(ANY_REMOTE) {
+            return Err(Error::MissingAccess {
+                what:
+                    "MemoryRegion::remote (a peer's RDMA write, read or atomic needs one of these)",
+                needed: ANY_REMOTE,
+                access: self.access(),
+            });
+        }
         let (offset, len) = self.check_range(range)?;
         Ok(RemoteBuf {
             addr: self.addr() + offset as u64,

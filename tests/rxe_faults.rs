@@ -405,7 +405,7 @@ fn writing_where_the_peer_gave_no_write_access_is_a_remote_access_error() {
         "rkey",
         "REMOTE_WRITE",
         "reset()",
-        "make it ready again",
+        "connect_to (RC, UC) or ready (DCI, UD) again",
     ] {
         assert!(text.contains(cause), "{cause}: {text}");
     }

@@ -5,9 +5,10 @@
 use super::{versioned_form, ByteForm};
 use super::{ConnectOptions, UdAddr, UdQp};
 use crate::ah::{AddressHandle, AhAttr};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::pd::ProtectionDomain;
 use crate::port::Gid;
+use crate::qp_state::QpState;
 use std::fmt;
 
 /// What a peer needs to send to a UD QP ([`UdQp::endpoint`]): its QP
@@ -160,8 +161,26 @@ impl UdQp {
     /// On RoCE `opts.gid_index` must name the GID: an endpoint without one
     /// is refused ([`Error::InvalidArgument`](crate::Error::InvalidArgument)),
     /// as a peer could not address it.
+    ///
+    /// The QP has a Q_Key from [`ready`](Self::ready) (or
+    /// [`ready_with`](Self::ready_with)) on, until it is
+    /// [`reset`](crate::QpEx::reset): in RESET (before `ready`, after
+    /// `reset`) and in ERR the endpoint is refused
+    /// ([`Error::QpNotReady`](crate::Error::QpNotReady), saying to call
+    /// `ready` first), as a peer sending with the Q_Key read then (0, or
+    /// the one before the reset) would have every message dropped
+    /// silently.
     pub fn endpoint(&self, opts: &ConnectOptions) -> Result<UdEndpoint> {
         let ctx = self.pd().context();
+        let state = self.state()?;
+        if matches!(state, QpState::Reset | QpState::Err | QpState::Other(_)) {
+            return Err(Error::QpNotReady {
+                what: crate::qp_state::UD_ENDPOINT,
+                qp_num: self.qp_num(),
+                state,
+                receive: false,
+            });
+        }
         crate::roce::require_gid(ctx, opts)?;
         Ok(UdEndpoint {
             qpn: self.qp_num(),
@@ -239,7 +258,6 @@ impl fmt::Debug for UdDest {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::Error;
 
     #[test]
     fn a_ud_endpoint_round_trips_and_bad_forms_are_refused() {
