@@ -468,3 +468,40 @@ fn a_wait_that_times_out_names_a_cq_overrun() {
         assert!(text.contains(said), "{said}: {text}");
     }
 }
+
+/// `AhAttr::reply_to` makes the reply's path of a received message's
+/// `WorkCompletion` and its buffer (the GRH area and the message), as
+/// `from_received` does of the parts; a buffer shorter than the GRH area
+/// and a send's completion are refused before any C call.
+#[test]
+#[ignore = "needs an RDMA device: set MLX5DV_TEST_DEVICE"]
+fn a_reply_path_is_made_of_a_received_work_completion() {
+    let mut p = UdPair::new(QKEY, QKEY);
+    p.recv(0, 64);
+    p.a.mr.write_at(SLOT, &pattern(32, 5)).unwrap();
+    let to = UdAddr::new(&p.ah, p.b.qp.qp_num(), QKEY);
+    let mr = &p.a.mr;
+    let sent =
+        p.a.qp
+            .post_and_wait(&mut p.a.send_cq, WAIT, |b| {
+                b.wr(1, to).send().sge(mr.sge(SLOT..SLOT + 32)?)
+            })
+            .unwrap()
+            .to_vec();
+    let wc = p.b.recv_cq.wait(1, WAIT).unwrap()[0].ok().unwrap();
+    assert_eq!(wc.src_qp, Some(p.a.qp.qp_num()));
+    let received = p.b.mr.to_vec(0..wc.byte_len as usize).unwrap();
+    let attr = AhAttr::reply_to(&p.ctx, 1, &wc, &received).expect("reply_to");
+    let area: [u8; UD_GRH_BYTES] = received[..UD_GRH_BYTES].try_into().unwrap();
+    let parts = AhAttr::from_received(&p.ctx, 1, &area, wc.wc_flags, wc.slid.unwrap()).unwrap();
+    assert_eq!(attr, parts);
+    AddressHandle::new(&p.pd, &attr).expect("the reply's AH");
+    let short = AhAttr::reply_to(&p.ctx, 1, &wc, &received[..UD_GRH_BYTES - 1]).unwrap_err();
+    assert!(
+        matches!(short, Error::OutOfRange { value: 39, .. }),
+        "{short:?}"
+    );
+    let send = AhAttr::reply_to(&p.ctx, 1, &sent[0], &received).unwrap_err();
+    assert!(matches!(send, Error::InvalidArgument(_)), "{send:?}");
+    assert!(send.to_string().contains("not a received"), "{send}");
+}

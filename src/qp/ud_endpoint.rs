@@ -23,7 +23,11 @@ use std::fmt;
 /// bits when reading. A peer makes a [`UdDest`] of it.
 ///
 /// Two UD QPs, each sending to the other's endpoint (in two processes,
-/// the bytes go over TCP or any other channel):
+/// the bytes go over TCP or any other channel). Both are made ready with
+/// one Q_Key, the service's: a receiver answering a message addresses
+/// the reply by the completion ([`AhAttr::reply_to`], to its `src_qp`),
+/// which does not carry the sender's Q_Key, so a server that replies to
+/// whoever wrote needs to know it beforehand (or from the message).
 ///
 /// ```no_run
 /// use mlx5dv::*;
@@ -37,8 +41,9 @@ use std::fmt;
 /// let opts = ConnectOptions::default().gid_index(ctx.default_gid_index(1)?);
 /// let mut server = QpBuilder::ud(&pd, &cq, &cq).build()?;
 /// let mut client = QpBuilder::ud(&pd, &cq, &cq).build()?;
-/// server.ready(opts.port, 0x1111_1111, 0)?;
-/// client.ready(opts.port, 0x2222_2222, 0)?;
+/// const QKEY: u32 = 0x1111_1111; // the service's, on both sides
+/// server.ready(opts.port, QKEY, 0)?;
+/// client.ready(opts.port, QKEY, 0)?;
 ///
 /// // The server sends its endpoint's bytes; the client reads them.
 /// let wire = server.endpoint(&opts)?.to_bytes();
