@@ -205,6 +205,10 @@ pub enum Error {
     /// seen only through an unsafe batch's completions, the first safe
     /// post may return flushed completions instead of this error.
     ///
+    /// [`UdQp::endpoint`](crate::UdQp::endpoint) refuses so too, in RESET
+    /// and ERR, where the QP has no Q_Key to give a peer (`what` is
+    /// `UdQp::endpoint`, and the text says to call `ready` first).
+    ///
     /// Nothing was posted, and the QP was left as it was: connect it (or
     /// [`reset`](crate::QpEx::reset) and connect it again) and post again.
     /// The text says the state and the next step:
