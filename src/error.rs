@@ -233,10 +233,7 @@ pub enum Error {
     /// A memory region lacks an access flag what was asked needs (checked
     /// before C is called): a memory window bind needs the region's
     /// [`MW_BIND`](crate::AccessFlags::MW_BIND), and a window granting
-    /// remote write or atomic access its `LOCAL_WRITE` (`ibv_bind_mw(3)`);
-    /// a [`RemoteBuf`](crate::RemoteBuf) of a region
-    /// ([`MemoryRegion::remote`](crate::MemoryRegion::remote)) needs one of
-    /// its remote access flags.
+    /// remote write or atomic access its `LOCAL_WRITE` (`ibv_bind_mw(3)`).
     #[error("{what} needs a memory region with {needed:?}; the region has {access:?}")]
     MissingAccess {
         /// What was refused.

@@ -422,27 +422,20 @@ impl MemoryRegion {
     /// What a peer needs to reach `range` of this region with RDMA: its
     /// address, length and rkey. Send it to the peer out of band.
     ///
-    /// A region registered without any of
+    /// It is made whatever the region's access, as a `RemoteBuf` is
+    /// plain data that any code may also build field by field: a peer's
+    /// work request that the region's access does not allow (no
     /// [`REMOTE_WRITE`](AccessFlags::REMOTE_WRITE),
-    /// [`REMOTE_READ`](AccessFlags::REMOTE_READ) and
-    /// [`REMOTE_ATOMIC`](AccessFlags::REMOTE_ATOMIC) is refused
-    /// ([`Error::MissingAccess`]): its rkey
-    /// lets a peer do nothing, and each of its work requests would fail
-    /// only at the peer, as a remote access error. (A memory window gives
-    /// its own `RemoteBuf`; the region under it needs no remote access.)
+    /// [`REMOTE_READ`](AccessFlags::REMOTE_READ) or
+    /// [`REMOTE_ATOMIC`](AccessFlags::REMOTE_ATOMIC) for its operation)
+    /// completes, at the peer, with
+    /// [`WcStatus::REM_ACCESS_ERR`](crate::WcStatus::REM_ACCESS_ERR), its
+    /// QP going to ERR, and nothing shows on this side. Check
+    /// [`access`](Self::access) before handing one out; after
+    /// [`rereg_access`](Self::rereg_access) make a new one, as the rkey
+    /// may have changed.
     #[inline]
     pub fn remote(&self, range: impl RangeBounds<usize>) -> Result<RemoteBuf> {
-        const ANY_REMOTE: AccessFlags = AccessFlags::REMOTE_WRITE
-            .union(AccessFlags::REMOTE_READ)
-            .union(AccessFlags::REMOTE_ATOMIC);
-        if !self.access().intersects(ANY_REMOTE) {
-            return Err(Error::MissingAccess {
-                what:
-                    "MemoryRegion::remote (a peer's RDMA write, read or atomic needs one of these)",
-                needed: ANY_REMOTE,
-                access: self.access(),
-            });
-        }
         let (offset, len) = self.check_range(range)?;
         Ok(RemoteBuf {
             addr: self.addr() + offset as u64,

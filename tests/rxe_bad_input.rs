@@ -678,38 +678,3 @@ fn every_bad_input_gives_its_typed_error_on_the_device() {
     rows.extend(wr_rows(&d));
     run(&format!("device {}", d.p.ctx.name()), &mut d, rows);
 }
-
-/// A `RemoteBuf` of a region no peer may touch (no remote access flag) is
-/// refused where it is made, naming the flags, instead of failing later
-/// at the peer as a remote access error; one remote flag is enough.
-#[test]
-#[ignore = "needs an RDMA device: set MLX5DV_TEST_DEVICE"]
-fn a_remote_buf_of_a_region_without_remote_access_is_refused() {
-    let ctx = rig::open();
-    let pd = ProtectionDomain::new(&ctx).expect("PD");
-    let local = MemoryRegion::new(&pd, 4096, AccessFlags::LOCAL_WRITE).expect("MR");
-    let err = local.remote(0..64).unwrap_err();
-    assert!(
-        matches!(
-            err,
-            Error::MissingAccess { needed, access, .. }
-                if needed == AccessFlags::REMOTE_WRITE
-                    | AccessFlags::REMOTE_READ
-                    | AccessFlags::REMOTE_ATOMIC
-                    && access == AccessFlags::LOCAL_WRITE
-        ),
-        "{err:?}"
-    );
-    let text = err.to_string();
-    assert!(text.starts_with("MemoryRegion::remote"), "{text}");
-    assert!(text.contains("REMOTE_WRITE"), "{text}");
-    for access in [
-        AccessFlags::REMOTE_READ,
-        AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
-        AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_ATOMIC,
-    ] {
-        let mr = MemoryRegion::new(&pd, 4096, access).expect("MR");
-        let r = mr.remote(0..64).expect("remote");
-        assert_eq!((r.addr, r.len, r.rkey), (mr.addr(), 64, mr.rkey()));
-    }
-}
