@@ -169,7 +169,7 @@ fn pingpong(ctx: &Context, cfg: &Config) -> Result<(), Failure> {
     let recv_len = slot_len
         .checked_mul(cfg.rx_depth as usize)
         .ok_or("--size × --rx-depth is too large".to_string())?;
-    let recv_mr = MemoryRegion::new(&pd, recv_len, AccessFlags::LOCAL_WRITE)?;
+    let mut recv_mr = MemoryRegion::new(&pd, recv_len, AccessFlags::LOCAL_WRITE)?;
     let channel = if cfg.events {
         Some(CompletionChannel::new(ctx)?)
     } else {
@@ -202,7 +202,7 @@ fn pingpong(ctx: &Context, cfg: &Config) -> Result<(), Failure> {
     // A UD QP has no peer: it can be ready (RTS) before the exchange.
     qp.ready(cfg.ib_port, QKEY, me.psn)?;
     for slot in 0..cfg.rx_depth as usize {
-        post_recv(&mut qp, &recv_mr, slot, slot_len)?;
+        post_recv(&mut qp, &mut recv_mr, slot, slot_len)?;
     }
     println!(
         "  local address:  LID {:#06x}, QPN {:#08x}, PSN {:#08x}: GID {}",
@@ -261,7 +261,7 @@ fn pingpong(ctx: &Context, cfg: &Config) -> Result<(), Failure> {
             let at = slot * slot_len;
             let buf = recv_mr.to_vec(at..at + slot_len)?;
             message = check_message(&buf, &wc, cfg.size, &peer, rcnt)?;
-            post_recv(&mut qp, &recv_mr, slot, slot_len)?;
+            post_recv(&mut qp, &mut recv_mr, slot, slot_len)?;
             rcnt += 1;
             pending &= !RECV;
         }
@@ -341,8 +341,9 @@ fn poll(
 }
 
 /// Posts the receive of buffer slot `slot` (GRH area and message).
-fn post_recv(qp: &mut UdQp, mr: &MemoryRegion, slot: usize, len: usize) -> Result<(), Failure> {
-    let sge = mr.sge(slot * len..(slot + 1) * len)?;
+fn post_recv(qp: &mut UdQp, mr: &mut MemoryRegion, slot: usize, len: usize) -> Result<(), Failure> {
+    // Memory the device writes: named by an `SgeMut`, as a receive's is.
+    let sge = mr.sge_mut(slot * len..(slot + 1) * len)?.into();
     // SAFETY: the region lives until after the QP is destroyed (declared
     // before it); the slot is read only after this receive's completion and
     // before it is posted again.

@@ -10,7 +10,19 @@ use std::io;
 /// of the man pages is refused before any C call, as
 /// [`Error::OutOfRange`] or [`Error::InvalidArgument`]; on the direct data
 /// path, which calls no C to post or poll, as [`Error::Direct`].
-#[derive(Debug, thiserror::Error)]
+///
+/// Its `Debug` form is the variant's name and the `Display` text, as
+/// `anyhow` shows an error, so that a `main` or a `#[test]` returning this
+/// crate's [`Result`] prints the whole message (`Error: DeviceNotFound: no
+/// RDMA device named "mlx5_0" (found: none): without RDMA hardware run
+/// under ...`); `{:#?}` shows the variant's fields.
+///
+/// ```
+/// let e = mlx5dv::Error::InvalidArgument("a bad value".into());
+/// assert_eq!(format!("{e:?}"), "InvalidArgument: invalid argument: a bad value");
+/// assert!(format!("{e:#?}").starts_with("InvalidArgument(\n"));
+/// ```
+#[derive(thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
     /// A verbs or direct-verbs call failed.
@@ -193,13 +205,17 @@ pub enum Error {
     /// seen only through an unsafe batch's completions, the first safe
     /// post may return flushed completions instead of this error.
     ///
+    /// [`UdQp::endpoint`](crate::UdQp::endpoint) refuses so too, in RESET
+    /// and ERR, where the QP has no Q_Key to give a peer (`what` is
+    /// `UdQp::endpoint`, and the text says to call `ready` first).
+    ///
     /// Nothing was posted, and the QP was left as it was: connect it (or
     /// [`reset`](crate::QpEx::reset) and connect it again) and post again.
     /// The text says the state and the next step:
     ///
     /// ```text
     /// post_and_wait: QP 0x1a2b is in RESET (not connected): connect it (connect_to / ready) before posting
-    /// post_and_wait: QP 0x1a2b is in ERR: a work request failed or it was stopped; reset() it and make it ready again as its kind does (RC, UC: connect_to; XRC: connect; DCI, DCT, UD: ready; through rdma_cm: a new CmId)
+    /// post_and_wait: QP 0x1a2b is in ERR: a work request failed or it was stopped; RC, UC, DCI, UD: reset() it, then connect_to (RC, UC) or ready (DCI, UD) again; XRC: reset() the initiator, then connect; a DCT or an XRC target has no reset(): make a new one; through rdma_cm: a new CmId
     /// ```
     #[error("{what}: QP {qp_num:#x} is in {}", crate::qp_state::not_ready_in(what, *state, *receive))]
     QpNotReady {
@@ -324,6 +340,162 @@ pub enum DirectError {
     },
 }
 
+impl std::fmt::Debug for Error {
+    /// `Variant: text` (the `Display` text); `{:#?}`: the fields.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if f.alternate() {
+            return self.fields(f);
+        }
+        write!(f, "{}: {self}", self.variant())
+    }
+}
+
+impl Error {
+    /// The variant's name, as the `Debug` form starts.
+    fn variant(&self) -> &'static str {
+        match self {
+            Error::Verbs { .. } => "Verbs",
+            Error::Unsupported { .. } => "Unsupported",
+            Error::DeviceNotFound { .. } => "DeviceNotFound",
+            Error::OutOfRange { .. } => "OutOfRange",
+            Error::InvalidArgument(_) => "InvalidArgument",
+            Error::Timeout { .. } => "Timeout",
+            Error::WorkCompletion { .. } => "WorkCompletion",
+            Error::WrongByteForm { .. } => "WrongByteForm",
+            Error::PeerWritable { .. } => "PeerWritable",
+            Error::SendQueueFull { .. } => "SendQueueFull",
+            Error::BatchLimit { .. } => "BatchLimit",
+            Error::Cm { .. } => "Cm",
+            Error::Rejected { .. } => "Rejected",
+            Error::QpNotReady { .. } => "QpNotReady",
+            Error::MissingAccess { .. } => "MissingAccess",
+            Error::Direct(_) => "Direct",
+        }
+    }
+
+    /// The fields, as a derived `Debug` shows them (`{:#?}`).
+    fn fields(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut s = match self {
+            Error::Verbs {
+                call,
+                context,
+                source,
+            } => {
+                let mut s = f.debug_struct("Verbs");
+                s.field("call", call)
+                    .field("context", context)
+                    .field("source", source);
+                s
+            }
+            Error::Unsupported { what } | Error::PeerWritable { what } => {
+                let mut s = f.debug_struct(self.variant());
+                s.field("what", what);
+                s
+            }
+            Error::DeviceNotFound { name, found } => {
+                let mut s = f.debug_struct("DeviceNotFound");
+                s.field("name", name).field("found", found);
+                s
+            }
+            Error::OutOfRange { what, value, limit } => {
+                let mut s = f.debug_struct("OutOfRange");
+                s.field("what", what)
+                    .field("value", value)
+                    .field("limit", limit);
+                s
+            }
+            Error::InvalidArgument(text) => {
+                return f.debug_tuple("InvalidArgument").field(text).finish()
+            }
+            Error::Direct(e) => return f.debug_tuple("Direct").field(e).finish(),
+            Error::Timeout { what, waited_ms } => {
+                let mut s = f.debug_struct("Timeout");
+                s.field("what", what).field("waited_ms", waited_ms);
+                s
+            }
+            Error::WorkCompletion {
+                wr_id,
+                qp_num,
+                status,
+                vendor_err,
+                kind,
+            } => {
+                let mut s = f.debug_struct("WorkCompletion");
+                s.field("wr_id", wr_id)
+                    .field("qp_num", &format_args!("{qp_num:#x}"))
+                    .field("status", status)
+                    .field("vendor_err", &format_args!("{vendor_err:#x}"))
+                    .field("kind", kind);
+                s
+            }
+            Error::WrongByteForm { expected, found } => {
+                let mut s = f.debug_struct("WrongByteForm");
+                s.field("expected", expected).field("found", found);
+                s
+            }
+            Error::SendQueueFull { batch, depth } => {
+                let mut s = f.debug_struct("SendQueueFull");
+                s.field("batch", batch).field("depth", depth);
+                s
+            }
+            Error::BatchLimit { limit } => {
+                let mut s = f.debug_struct("BatchLimit");
+                s.field("limit", limit);
+                s
+            }
+            Error::Cm {
+                what,
+                event,
+                status,
+                hint,
+            } => {
+                let mut s = f.debug_struct("Cm");
+                s.field("what", what)
+                    .field("event", event)
+                    .field("status", status)
+                    .field("hint", hint);
+                s
+            }
+            Error::Rejected {
+                what,
+                reason,
+                private_data,
+            } => {
+                let mut s = f.debug_struct("Rejected");
+                s.field("what", what)
+                    .field("reason", reason)
+                    .field("private_data", private_data);
+                s
+            }
+            Error::QpNotReady {
+                what,
+                qp_num,
+                state,
+                receive,
+            } => {
+                let mut s = f.debug_struct("QpNotReady");
+                s.field("what", what)
+                    .field("qp_num", &format_args!("{qp_num:#x}"))
+                    .field("state", state)
+                    .field("receive", receive);
+                s
+            }
+            Error::MissingAccess {
+                what,
+                needed,
+                access,
+            } => {
+                let mut s = f.debug_struct("MissingAccess");
+                s.field("what", what)
+                    .field("needed", needed)
+                    .field("access", access);
+                s
+            }
+        };
+        s.finish()
+    }
+}
+
 /// `Result` with this crate's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
@@ -407,7 +579,7 @@ impl Error {
 }
 
 /// `name` with its article: `an Endpoint`, `a RemoteBuf`.
-fn a(name: &str) -> String {
+pub(crate) fn a(name: &str) -> String {
     if name.starts_with(['A', 'E', 'I', 'O']) {
         format!("an {name}")
     } else {

@@ -2,6 +2,7 @@
 //! start of every UD receive buffer, and the message after it.
 
 use crate::ah::{AhAttr, Grh};
+use crate::cq::WorkCompletion;
 use crate::device::Context;
 use crate::error::{Error, Result};
 use crate::ffi;
@@ -120,6 +121,17 @@ impl AhAttr {
     /// with [`AddressHandle::new`](crate::AddressHandle::new), and address
     /// the reply to the completion's
     /// [`src_qp`](crate::PolledWc::src_qp).
+    ///
+    /// A completion does not carry the sender's Q_Key: the reply's
+    /// [`UdAddr`](crate::UdAddr) needs the one the sender's QP was made
+    /// ready with, which the two sides agree on beforehand (one Q_Key
+    /// for the whole service, as in [`UdEndpoint`](crate::UdEndpoint)'s
+    /// example) or which the sender tells in its message or its
+    /// endpoint ([`UdEndpoint::qkey`](crate::UdEndpoint::qkey)).
+    ///
+    /// From a [`WorkCompletion`](crate::WorkCompletion), whose `slid` is
+    /// an `Option`, and a receive buffer of any length:
+    /// [`reply_to`](Self::reply_to).
     pub fn from_received(
         ctx: &Context,
         port: u8,
@@ -170,6 +182,48 @@ impl AhAttr {
                 flow_label: raw.grh.flow_label,
             }),
         })
+    }
+
+    /// [`from_received`](Self::from_received) of a UD receive's
+    /// completion `wc` (its flags and sender's LID) and the start of its
+    /// receive buffer, `received`: at least the [`UD_GRH_BYTES`] (40) of
+    /// the GRH area (the whole buffer will do; the rest is not read). A
+    /// shorter slice is refused ([`Error::OutOfRange`]), and so is a
+    /// completion that is not a received message's (one without a source
+    /// LID: a send's, [`Error::InvalidArgument`]), before any C call.
+    /// Address the reply to `wc.src_qp`, with the sender's Q_Key (see
+    /// `from_received`).
+    ///
+    /// ```no_run
+    /// # use mlx5dv::*;
+    /// # use std::time::Duration;
+    /// # fn f(ctx: &Context, pd: &ProtectionDomain, cq: &mut CompletionQueue,
+    /// #      mr: &MemoryRegion, qkey: u32) -> Result<()> {
+    /// let wc = cq.wait(1, Duration::from_secs(1))?[0].ok()?;
+    /// let received = mr.to_vec(0..wc.byte_len as usize)?; // GRH area, then the message
+    /// let back = AddressHandle::new(pd, &AhAttr::reply_to(ctx, 1, &wc, &received)?)?;
+    /// let to = UdAddr::new(&back, wc.src_qp.unwrap_or_default(), qkey);
+    /// # let _ = to; Ok(()) }
+    /// ```
+    pub fn reply_to(ctx: &Context, port: u8, wc: &WorkCompletion, received: &[u8]) -> Result<Self> {
+        let Some(area) = received.first_chunk::<UD_GRH_BYTES>() else {
+            return Err(Error::OutOfRange {
+                what: "AhAttr::reply_to receive buffer length",
+                value: received.len() as u64,
+                limit: format!(
+                    "at least UD_GRH_BYTES ({UD_GRH_BYTES}): the GRH area at the start of \
+                     every UD receive"
+                ),
+            });
+        };
+        let Some(slid) = wc.slid else {
+            return Err(Error::InvalidArgument(format!(
+                "AhAttr::reply_to: work request {} on QP {:#x} ({:?}) is not a received \
+                 message's completion (it has no source LID): reply to a receive's",
+                wc.wr_id, wc.qp_num, wc.opcode
+            )));
+        };
+        Self::from_received(ctx, port, area, wc.wc_flags, slid)
     }
 }
 

@@ -421,6 +421,19 @@ impl MemoryRegion {
 
     /// What a peer needs to reach `range` of this region with RDMA: its
     /// address, length and rkey. Send it to the peer out of band.
+    ///
+    /// It is made whatever the region's access, as a `RemoteBuf` is
+    /// plain data that any code may also build field by field: a peer's
+    /// work request that the region's access does not allow (no
+    /// [`REMOTE_WRITE`](AccessFlags::REMOTE_WRITE),
+    /// [`REMOTE_READ`](AccessFlags::REMOTE_READ) or
+    /// [`REMOTE_ATOMIC`](AccessFlags::REMOTE_ATOMIC) for its operation)
+    /// completes, at the peer, with
+    /// [`WcStatus::REM_ACCESS_ERR`](crate::WcStatus::REM_ACCESS_ERR), its
+    /// QP going to ERR, and nothing shows on this side. Check
+    /// [`access`](Self::access) before handing one out; after
+    /// [`rereg_access`](Self::rereg_access) make a new one, as the rkey
+    /// may have changed.
     #[inline]
     pub fn remote(&self, range: impl RangeBounds<usize>) -> Result<RemoteBuf> {
         let (offset, len) = self.check_range(range)?;

@@ -145,19 +145,44 @@ impl QpKind {
 }
 
 /// How a QP of any kind becomes ready again: [`QpKind::recovery`] for a
-/// QP whose kind is not known where the text is made.
-pub(crate) const ANY_RECOVERY: &str = "reset() it and make it ready again as its kind does (RC, \
-     UC: connect_to; XRC: connect; DCI, DCT, UD: ready; through rdma_cm: a new CmId)";
+/// QP whose kind is not known where the text is made. Only the kinds
+/// with a `reset()` are offered it.
+pub(crate) const ANY_RECOVERY: &str = "RC, UC, DCI, UD: reset() it, then connect_to (RC, UC) \
+     or ready (DCI, UD) again; XRC: reset() the initiator, then connect; a DCT or an XRC \
+     target has no reset(): make a new one; through rdma_cm: a new CmId";
 
-/// [`not_ready`], or the direct path's own text when `what`, the refused
-/// call, is a direct QP's (whose ways back differ).
+/// The `what` of [`UdQp::endpoint`](crate::UdQp::endpoint)'s refusal
+/// ([`Error::QpNotReady`](crate::Error::QpNotReady)), whose text
+/// [`not_ready_for`] gives its own.
+pub(crate) const UD_ENDPOINT: &str = "UdQp::endpoint";
+
+/// The text of [`Error::QpNotReady`](crate::Error::QpNotReady) after
+/// `QP 0x… is in `, for the refused call `what`: [`not_ready`] for a
+/// post; for [`UD_ENDPOINT`], why the QP has no Q_Key to give.
+pub(crate) fn not_ready_for(what: &str, state: QpState, receive: bool) -> String {
+    if what != UD_ENDPOINT {
+        return not_ready(state, receive);
+    }
+    match state {
+        QpState::Reset => format!(
+            "{state} (no Q_Key yet): an endpoint names the Q_Key that ready sets; call \
+             ready / ready_with (after a reset(), again) before endpoint"
+        ),
+        _ => format!(
+            "{state}: it receives nothing, so its Q_Key is of no use to a peer; reset() it \
+             and ready / ready_with it again before endpoint"
+        ),
+    }
+}
+
+/// [`not_ready_for`], or the direct path's own text when `what`, the
+/// refused call, is a direct QP's (whose ways back differ).
 pub(crate) fn not_ready_in(what: &str, state: QpState, receive: bool) -> String {
     #[cfg(target_pointer_width = "64")]
     if what.starts_with(crate::direct::WHAT_PREFIX) {
         return crate::direct::not_ready(state);
     }
-    let _ = what;
-    not_ready(state, receive)
+    not_ready_for(what, state, receive)
 }
 
 /// The text of [`Error::QpNotReady`](crate::Error::QpNotReady) after
@@ -224,9 +249,41 @@ mod tests {
         assert!(not_ready(QpState::Rtr, false).starts_with("RTR (not ready to send): "));
         assert_eq!(
             not_ready(QpState::Err, false),
-            "ERR: a work request failed or it was stopped; reset() it and make it ready \
-             again as its kind does (RC, UC: connect_to; XRC: connect; DCI, DCT, UD: ready; \
-             through rdma_cm: a new CmId)"
+            "ERR: a work request failed or it was stopped; RC, UC, DCI, UD: reset() it, then \
+             connect_to (RC, UC) or ready (DCI, UD) again; XRC: reset() the initiator, then \
+             connect; a DCT or an XRC target has no reset(): make a new one; through \
+             rdma_cm: a new CmId"
+        );
+    }
+
+    #[test]
+    fn the_generic_recovery_offers_reset_only_to_kinds_that_have_it() {
+        // A DCT and an XRC target have no reset(): the text says to make a
+        // new one, and never lists them among the kinds to reset.
+        let (resettable, rest) = ANY_RECOVERY.split_once(": reset() it").unwrap();
+        assert_eq!(resettable, "RC, UC, DCI, UD");
+        assert!(rest.contains("a DCT or an XRC target has no reset(): make a new one"));
+        assert!(!ANY_RECOVERY.contains("DCT, UD"), "{ANY_RECOVERY}");
+        for kind in [QpKind::Dct, QpKind::Xrc] {
+            assert!(kind.recovery().contains("no reset()"), "{kind:?}");
+        }
+    }
+
+    #[test]
+    fn a_ud_endpoint_refusal_says_to_call_ready() {
+        for state in [QpState::Reset, QpState::Err] {
+            let text = not_ready_for(UD_ENDPOINT, state, false);
+            assert!(text.starts_with(&state.to_string()), "{text}");
+            assert!(
+                text.contains("Q_Key") && text.contains("ready / ready_with"),
+                "{text}"
+            );
+            assert!(!text.contains("posting"), "{text}");
+        }
+        // Any other call keeps the post's text.
+        assert_eq!(
+            not_ready_for("post_and_wait", QpState::Init, false),
+            not_ready(QpState::Init, false)
         );
     }
 }

@@ -132,9 +132,10 @@ named_values!(WcStatus {
 /// left its QP in, and the way back.
 macro_rules! reconnect {
     () => {
-        "; the QP is now in the error state and flushes every later work request: \
-         reset() it and make it ready again as its kind does (RC, UC: connect_to; XRC: \
-         connect; DCI, DCT, UD: ready; through rdma_cm: a new CmId)"
+        "; the QP is now in the error state and flushes every later work request: RC, \
+         UC, DCI, UD: reset() it, then connect_to (RC, UC) or ready (DCI, UD) again; XRC: \
+         reset() the initiator, then connect; a DCT or an XRC target has no reset(): make \
+         a new one; through rdma_cm: a new CmId"
     };
 }
 
@@ -197,9 +198,10 @@ impl WcStatus {
                 "the work request did not run: its QP was in the error state, because an \
                  earlier work request failed (the first completion with another status \
                  says why) or the QP was stopped (to_error, a post_and_wait that timed \
-                 out, an AsyncQp reset); reset() the QP and make it ready again as its \
-                 kind does (RC, UC: connect_to; XRC: connect; DCI, DCT, UD: ready; through \
-                 rdma_cm: a new CmId), then post again"
+                 out, an AsyncQp reset); RC, UC, DCI, UD: reset() it, then connect_to \
+                 (RC, UC) or ready (DCI, UD) again; XRC: reset() the initiator, then \
+                 connect; a DCT or an XRC target has no reset(): make a new one; through \
+                 rdma_cm: a new CmId; then post again"
             }
             Self::MW_BIND_ERR => concat!(
                 "binding a memory window failed: the region was registered without \
@@ -246,8 +248,8 @@ impl WcStatus {
             ),
             Self::RETRY_EXC_ERR => concat!(
                 "the peer did not answer within ConnectOptions::timeout and retry_cnt \
-                 retries: on a first work request, the Endpoint given to connect is wrong \
-                 (QP number, LID, GID, PSN) or so are the local port and gid_index, the \
+                 retries: on a first work request, the Endpoint given to connect_to (XRC: \
+                 connect) is wrong (QP number, LID, GID, PSN) or so are the local port and gid_index, the \
                  peer's QP is not connected (not yet in RTR/RTS), or the path is down \
                  (link, RoCE address, an MTU larger than the path's); after others \
                  succeeded, the peer's QP went away (reset, destroyed, process gone); \
@@ -568,9 +570,10 @@ mod tests {
             WcStatus::GENERAL_ERR,
         ] {
             let hint = status.hint().unwrap();
+            // Only the kinds with a reset() are offered it.
+            assert!(!hint.contains("DCT, UD"), "{status:?}: {hint}");
             assert!(
-                hint.contains("reset()")
-                    && hint.contains("RC, UC: connect_to; XRC: connect; DCI, DCT, UD: ready"),
+                hint.contains(crate::qp_state::ANY_RECOVERY),
                 "{status:?}: {hint}"
             );
             // Each kind's own hint names its way back, and only that.
@@ -602,6 +605,15 @@ mod tests {
     ];
 
     #[test]
+    fn a_retry_exceeded_hint_names_the_rc_method() {
+        let hint = WcStatus::RETRY_EXC_ERR.hint().unwrap();
+        assert!(
+            hint.contains("the Endpoint given to connect_to (XRC: connect) is wrong"),
+            "{hint}"
+        );
+    }
+
+    #[test]
     fn a_ud_receive_too_short_names_the_grh_and_ready() {
         let ud = WcStatus::LOC_LEN_ERR.hint_for(crate::QpKind::Ud).unwrap();
         for word in ["40-byte GRH", "UD_GRH_BYTES", "ready(port, qkey, psn)"] {
@@ -611,7 +623,7 @@ mod tests {
         // Without the kind, the hint still names the GRH for UD.
         let any = WcStatus::LOC_LEN_ERR.hint().unwrap();
         assert!(
-            any.contains("UD_GRH_BYTES") && any.contains("UD: ready"),
+            any.contains("UD_GRH_BYTES") && any.contains("ready (DCI, UD)"),
             "{any}"
         );
         let rc = WcStatus::LOC_LEN_ERR.hint_for(crate::QpKind::Rc).unwrap();

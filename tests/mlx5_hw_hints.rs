@@ -72,7 +72,7 @@ fn a_ud_receive_sized_to_the_message_names_the_grh_and_ready() {
     let wc = first_completion(&mut cqs[3]);
     assert_eq!((wc.wr_id, wc.status), (9, WcStatus::LOC_LEN_ERR), "{wc:?}");
     let text = wc.ok().unwrap_err().to_string();
-    for word in ["40-byte", "UD_GRH_BYTES", "UD: ready"] {
+    for word in ["40-byte", "UD_GRH_BYTES", "ready (DCI, UD)"] {
         assert!(text.contains(word), "{word}: {text}");
     }
     assert!(!text.contains("ready for a DCI"), "{text}");

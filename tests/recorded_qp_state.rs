@@ -174,8 +174,9 @@ fn in_err_a_scoped_post_is_refused_and_complete_posts_a_work_request_that_is_flu
     assert!(
         err.to_string().starts_with(
             "post_and_wait: QP 0xabcdef is in ERR: a work request failed or it was stopped; \
-             reset() it and make it ready again as its kind does (RC, UC: connect_to; XRC: \
-             connect; DCI, DCT, UD: ready"
+             RC, UC, DCI, UD: reset() it, then connect_to (RC, UC) or ready (DCI, UD) again; \
+             XRC: reset() the initiator, then connect; a DCT or an XRC target has no \
+             reset(): make a new one"
         ),
         "{err}"
     );

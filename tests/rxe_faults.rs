@@ -398,14 +398,14 @@ fn writing_where_the_peer_gave_no_write_access_is_a_remote_access_error() {
         "a refused write landed"
     );
     // The errors say why and what next: the region's access or the rkey,
-    // then reset and make it ready again; the flushed one, that it did not run.
+    // then reset and connect it again; the flushed one, that it did not run.
     let text = wcs[0].ok().unwrap_err().to_string();
     for cause in [
         "remote access error",
         "rkey",
         "REMOTE_WRITE",
         "reset()",
-        "make it ready again",
+        "connect_to",
     ] {
         assert!(text.contains(cause), "{cause}: {text}");
     }

@@ -168,7 +168,8 @@ fn posting_on_a_qp_in_err_is_refused_until_it_is_reset_and_connected_again() {
         "post_and_wait",
         &p.a.qp,
         QpState::Err,
-        "ERR: a work request failed or it was stopped; reset() it and make it ready again",
+        "ERR: a work request failed or it was stopped; RC, UC, DCI, UD: reset() it, then \
+         connect_to (RC, UC) or ready (DCI, UD) again",
     );
     assert_eq!(p.a.qp.state().unwrap(), QpState::Err);
     assert_empty(&mut p.a.send_cq);

@@ -409,3 +409,99 @@ fn a_reply_goes_back_through_an_ah_made_from_the_received_message() {
     let (_, msg) = ud_received(&buf, r.byte_len, r.flags).unwrap();
     assert_eq!(msg, &reply[..]);
 }
+
+/// A UD QP's endpoint is refused (`QpNotReady`, saying to call `ready`)
+/// before `ready`, in ERR and after `reset`, when the QP has no Q_Key to give (a
+/// peer sending with the Q_Key read then, 0 or the old one, is dropped
+/// silently); from INIT on it names the Q_Key `ready` set.
+#[test]
+#[ignore = "needs an RDMA device: set MLX5DV_TEST_DEVICE"]
+fn a_ud_endpoint_is_refused_until_ready_and_after_reset() {
+    let ctx = open();
+    let pd = ProtectionDomain::new(&ctx).expect("alloc PD");
+    let opts = connect_options(&ctx);
+    let cq = CompletionQueue::new(&ctx, 16).expect("CQ");
+    let qp = QpBuilder::ud(&pd, &cq, &cq).build().expect("create UD QP");
+    let refused = |qp: &UdQp, state: QpState| {
+        let err = qp.endpoint(&opts).unwrap_err();
+        assert!(
+            matches!(err, Error::QpNotReady { state: s, .. } if s == state),
+            "{err:?}"
+        );
+        let text = err.to_string();
+        assert!(text.contains("UdQp::endpoint"), "{text}");
+        assert!(text.contains("ready"), "{text}");
+        assert!(text.contains("Q_Key"), "{text}");
+    };
+    refused(&qp, QpState::Reset);
+    qp.ready_with(&opts, QKEY, 0).expect("ready");
+    let e = qp.endpoint(&opts).expect("endpoint in RTS");
+    assert_eq!((e.qpn, e.qkey), (qp.qp_num(), QKEY));
+    qp.to_error().expect("to ERR");
+    refused(&qp, QpState::Err);
+    qp.reset().expect("reset");
+    refused(&qp, QpState::Reset);
+    qp.ready_with(&opts, 0x2222_2222, 0).expect("ready again");
+    assert_eq!(qp.endpoint(&opts).expect("endpoint").qkey, 0x2222_2222);
+}
+
+/// A wait that times out names the other cause of missing completions,
+/// a CQ that overran (which only the asynchronous events show), with the
+/// CQ's capacity.
+#[test]
+#[ignore = "needs an RDMA device: set MLX5DV_TEST_DEVICE"]
+fn a_wait_that_times_out_names_a_cq_overrun() {
+    let ctx = open();
+    let mut cq = CompletionQueue::new(&ctx, 16).expect("CQ");
+    let capacity = cq.capacity();
+    let err = cq.wait(2, Duration::from_millis(20)).unwrap_err();
+    assert!(matches!(err, Error::Timeout { .. }), "{err:?}");
+    let text = err.to_string();
+    for said in [
+        "waiting for 2 completions",
+        "(0 arrived)",
+        &format!("(capacity {capacity})"),
+        "overran",
+        "Context::async_events",
+        "CqErr",
+    ] {
+        assert!(text.contains(said), "{said}: {text}");
+    }
+}
+
+/// `AhAttr::reply_to` makes the reply's path of a received message's
+/// `WorkCompletion` and its buffer (the GRH area and the message), as
+/// `from_received` does of the parts; a buffer shorter than the GRH area
+/// and a send's completion are refused before any C call.
+#[test]
+#[ignore = "needs an RDMA device: set MLX5DV_TEST_DEVICE"]
+fn a_reply_path_is_made_of_a_received_work_completion() {
+    let mut p = UdPair::new(QKEY, QKEY);
+    p.recv(0, 64);
+    p.a.mr.write_at(SLOT, &pattern(32, 5)).unwrap();
+    let to = UdAddr::new(&p.ah, p.b.qp.qp_num(), QKEY);
+    let mr = &p.a.mr;
+    let sent =
+        p.a.qp
+            .post_and_wait(&mut p.a.send_cq, WAIT, |b| {
+                b.wr(1, to).send().sge(mr.sge(SLOT..SLOT + 32)?)
+            })
+            .unwrap()
+            .to_vec();
+    let wc = p.b.recv_cq.wait(1, WAIT).unwrap()[0].ok().unwrap();
+    assert_eq!(wc.src_qp, Some(p.a.qp.qp_num()));
+    let received = p.b.mr.to_vec(0..wc.byte_len as usize).unwrap();
+    let attr = AhAttr::reply_to(&p.ctx, 1, &wc, &received).expect("reply_to");
+    let area: [u8; UD_GRH_BYTES] = received[..UD_GRH_BYTES].try_into().unwrap();
+    let parts = AhAttr::from_received(&p.ctx, 1, &area, wc.wc_flags, wc.slid.unwrap()).unwrap();
+    assert_eq!(attr, parts);
+    AddressHandle::new(&p.pd, &attr).expect("the reply's AH");
+    let short = AhAttr::reply_to(&p.ctx, 1, &wc, &received[..UD_GRH_BYTES - 1]).unwrap_err();
+    assert!(
+        matches!(short, Error::OutOfRange { value: 39, .. }),
+        "{short:?}"
+    );
+    let send = AhAttr::reply_to(&p.ctx, 1, &sent[0], &received).unwrap_err();
+    assert!(matches!(send, Error::InvalidArgument(_)), "{send:?}");
+    assert!(send.to_string().contains("not a received"), "{send}");
+}

@@ -120,11 +120,7 @@ impl CompletionQueue {
             });
             if start.elapsed() >= timeout {
                 return Err(Error::Timeout {
-                    what: format!(
-                        "{} on {} ({got} arrived)",
-                        crate::error::count(n as u64, "completion"),
-                        self.inner.ctx.name()
-                    ),
+                    what: timeout_what(n, got, self.inner.ctx.name(), self.capacity),
                     waited_ms: start.elapsed().as_millis() as u64,
                 });
             }
@@ -156,6 +152,23 @@ impl CompletionQueue {
     }
 }
 
+/// What a wait that timed out awaited ([`Error::Timeout`]'s `what`): the
+/// completions, how many arrived, and the cause a plain timeout hides. A
+/// CQ that overran (more completions than its capacity before they were
+/// polled, as unsafe batches of more work requests than it holds can
+/// make) stops taking completions, and the device says so only with an
+/// asynchronous event, which libibverbs does not show on the CQ itself:
+/// the text names it, and where to read it.
+#[cold]
+fn timeout_what(n: usize, got: usize, device: &str, capacity: u32) -> String {
+    format!(
+        "{} on {device} ({got} arrived); if more work requests completed on the CQ than it \
+         holds (capacity {capacity}) before they were polled, it overran and takes no more: \
+         see Context::async_events for a CqErr",
+        crate::error::count(n as u64, "completion"),
+    )
+}
+
 /// Spins briefly, then yields, then sleeps 50 µs at a time, so that a wait
 /// on a CQ without a channel does not burn a core for long.
 #[inline]
@@ -175,6 +188,20 @@ pub(crate) fn back_off(rounds: &mut u32) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_timeout_names_a_cq_overrun_and_where_to_see_it() {
+        let e = Error::Timeout {
+            what: timeout_what(20, 3, "mlx5_0", 16),
+            waited_ms: 3000,
+        };
+        assert_eq!(
+            e.to_string(),
+            "timed out after 3000 ms waiting for 20 completions on mlx5_0 (3 arrived); if \
+             more work requests completed on the CQ than it holds (capacity 16) before they \
+             were polled, it overran and takes no more: see Context::async_events for a CqErr"
+        );
+    }
 
     #[test]
     fn back_off_saturates_instead_of_overflowing() {

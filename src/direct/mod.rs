@@ -13,7 +13,7 @@
 //! let rq = CompletionQueue::new(ctx, 16)?;
 //! let qp = QpBuilder::rc(&pd, &cq, &rq).build()?; // in RESET, never posted
 //! let mut qp = qp.into_direct(cq)?;
-//! let opts = ConnectOptions::default();
+//! let opts = ConnectOptions::default().gid_index(ctx.default_gid_index(1)?); // RoCE: a GID
 //! let _mine = qp.endpoint(0x1234, &opts)?; // sent to the peer
 //! qp.connect_to(peer, &opts)?;
 //!

@@ -105,7 +105,7 @@ fn a_failed_completion_says_why_and_what_next() {
         "{text}"
     );
     assert!(
-        text.contains("reset()") && text.contains("UD: ready"),
+        text.contains("reset()") && text.contains("ready (DCI, UD)"),
         "{text}"
     );
     // A status without a hint ends at the vendor error.

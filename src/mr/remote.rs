@@ -4,7 +4,10 @@
 use crate::error::{Error, Result};
 
 /// A peer's memory: what an RDMA read, write or atomic targets.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+///
+/// Its `Debug` form gives the address and rkey in hex, as the crate's
+/// messages do, and the length in decimal.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub struct RemoteBuf {
     /// Remote address.
     pub addr: u64,
@@ -12,6 +15,16 @@ pub struct RemoteBuf {
     pub len: u64,
     /// The remote region's rkey.
     pub rkey: u32,
+}
+
+impl std::fmt::Debug for RemoteBuf {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RemoteBuf")
+            .field("addr", &format_args!("{:#x}", self.addr))
+            .field("len", &self.len)
+            .field("rkey", &format_args!("{:#x}", self.rkey))
+            .finish()
+    }
 }
 
 impl RemoteBuf {

@@ -80,7 +80,10 @@ pub(crate) fn versioned_form<'b, const N: usize>(
     let b: &[u8; N] = bytes.try_into().map_err(|_| Error::OutOfRange {
         what: length,
         value: bytes.len() as u64,
-        limit: format!("exactly {N} bytes for a {what} (version {version})"),
+        limit: format!(
+            "exactly {N} bytes for {} (version {version})",
+            crate::error::a(what)
+        ),
     })?;
     if b[0] != version || b[1] != form.tag() {
         return Err(Error::InvalidArgument(format!(

@@ -5,9 +5,10 @@
 use super::{versioned_form, ByteForm};
 use super::{ConnectOptions, UdAddr, UdQp};
 use crate::ah::{AddressHandle, AhAttr};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::pd::ProtectionDomain;
 use crate::port::Gid;
+use crate::qp_state::QpState;
 use std::fmt;
 
 /// What a peer needs to send to a UD QP ([`UdQp::endpoint`]): its QP
@@ -22,7 +23,11 @@ use std::fmt;
 /// bits when reading. A peer makes a [`UdDest`] of it.
 ///
 /// Two UD QPs, each sending to the other's endpoint (in two processes,
-/// the bytes go over TCP or any other channel):
+/// the bytes go over TCP or any other channel). Both are made ready with
+/// one Q_Key, the service's: a receiver answering a message addresses
+/// the reply by the completion ([`AhAttr::reply_to`], to its `src_qp`),
+/// which does not carry the sender's Q_Key, so a server that replies to
+/// whoever wrote needs to know it beforehand (or from the message).
 ///
 /// ```no_run
 /// use mlx5dv::*;
@@ -36,8 +41,9 @@ use std::fmt;
 /// let opts = ConnectOptions::default().gid_index(ctx.default_gid_index(1)?);
 /// let mut server = QpBuilder::ud(&pd, &cq, &cq).build()?;
 /// let mut client = QpBuilder::ud(&pd, &cq, &cq).build()?;
-/// server.ready(opts.port, 0x1111_1111, 0)?;
-/// client.ready(opts.port, 0x2222_2222, 0)?;
+/// const QKEY: u32 = 0x1111_1111; // the service's, on both sides
+/// server.ready(opts.port, QKEY, 0)?;
+/// client.ready(opts.port, QKEY, 0)?;
 ///
 /// // The server sends its endpoint's bytes; the client reads them.
 /// let wire = server.endpoint(&opts)?.to_bytes();
@@ -160,8 +166,26 @@ impl UdQp {
     /// On RoCE `opts.gid_index` must name the GID: an endpoint without one
     /// is refused ([`Error::InvalidArgument`](crate::Error::InvalidArgument)),
     /// as a peer could not address it.
+    ///
+    /// The QP has a Q_Key from [`ready`](Self::ready) (or
+    /// [`ready_with`](Self::ready_with)) on, until it is
+    /// [`reset`](crate::QpEx::reset): in RESET (before `ready`, after
+    /// `reset`) and in ERR the endpoint is refused
+    /// ([`Error::QpNotReady`](crate::Error::QpNotReady), saying to call
+    /// `ready` first), as a peer sending with the Q_Key read then (0, or
+    /// the one before the reset) would have every message dropped
+    /// silently.
     pub fn endpoint(&self, opts: &ConnectOptions) -> Result<UdEndpoint> {
         let ctx = self.pd().context();
+        let state = self.state()?;
+        if matches!(state, QpState::Reset | QpState::Err | QpState::Other(_)) {
+            return Err(Error::QpNotReady {
+                what: crate::qp_state::UD_ENDPOINT,
+                qp_num: self.qp_num(),
+                state,
+                receive: false,
+            });
+        }
         crate::roce::require_gid(ctx, opts)?;
         Ok(UdEndpoint {
             qpn: self.qp_num(),
@@ -239,7 +263,6 @@ impl fmt::Debug for UdDest {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::Error;
 
     #[test]
     fn a_ud_endpoint_round_trips_and_bad_forms_are_refused() {

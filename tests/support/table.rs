@@ -118,7 +118,7 @@ fn describe_whole(got: &mlx5dv::Result<()>) -> String {
         Err(e) => {
             let kind = format!("{e:?}");
             let kind = kind
-                .split([' ', '(', '{'])
+                .split([':', ' ', '(', '{'])
                 .next()
                 .unwrap_or("?")
                 .to_string();
