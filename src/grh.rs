@@ -218,8 +218,9 @@ impl AhAttr {
         };
         let Some(slid) = wc.slid else {
             return Err(Error::InvalidArgument(format!(
-                "AhAttr::reply_to: work request {} on QP {:#x} ({:?}) is not a received \
-                 message's completion (it has no source LID): reply to a receive's",
+                "AhAttr::reply_to: work request {} on QP {:#x} ({:?}) has no source LID: \
+                 reply to a receive's completion, read on a CQ a UD QP receives on (or \
+                 one that CompletionQueue::read_senders was called for)",
                 wc.wr_id, wc.qp_num, wc.opcode
             )));
         };

@@ -90,8 +90,6 @@ fn expected(wc: &Wc) -> WorkCompletion {
         wc_flags: WcFlags::from_bits_retain(wc.wc_flags),
         src_qp: recv.then_some(recorder::wc::SRC_QP),
         slid: recv.then_some(recorder::wc::SLID as u16),
-        sl: recv.then_some(recorder::wc::SL),
-        dlid_path_bits: recv.then_some(recorder::wc::DLID_PATH_BITS),
         // Polled from the CQ, which QPs of any kind may share.
         qp_kind: None,
     }
@@ -204,8 +202,6 @@ fn post_and_wait_counts_only_its_own_completions_and_keeps_the_others_in_order()
         wc_flags: WcFlags::empty(),
         src_qp: None,
         slid: None,
-        sl: None,
-        dlid_path_bits: None,
         // A scoped post's own: its QP's kind.
         qp_kind: Some(QpKind::Rc),
     };

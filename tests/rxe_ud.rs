@@ -503,5 +503,5 @@ fn a_reply_path_is_made_of_a_received_work_completion() {
     );
     let send = AhAttr::reply_to(&p.ctx, 1, &sent[0], &received).unwrap_err();
     assert!(matches!(send, Error::InvalidArgument(_)), "{send:?}");
-    assert!(send.to_string().contains("not a received"), "{send}");
+    assert!(send.to_string().contains("has no source LID"), "{send}");
 }

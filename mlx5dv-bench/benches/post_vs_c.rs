@@ -676,7 +676,15 @@ fn check_same_work(o: &BenchObjs, c: &CSide, h: &mut Handles, p: &Plan<'_>) {
                 Work::Poll => Did::Polled(c.take_wcs().to_vec()),
                 Work::Full { posted } => {
                     let wcs = if rust {
-                        h.natural.wcs.clone()
+                        // Compared with the C's, which has no notion of the
+                        // QP's kind that a scoped post records for its
+                        // error texts.
+                        let wcs = h.natural.wcs.iter();
+                        wcs.map(|wc| WorkCompletion {
+                            qp_kind: None,
+                            ..*wc
+                        })
+                        .collect()
                     } else {
                         take_full_wcs(c)
                     };

@@ -93,6 +93,11 @@ struct bench_wc_full {
 	uint32_t inv;
 	uint32_t qp_num;
 	uint32_t vendor_err;
+	/* The flags as read, and whether the sender of a receive was read:
+	 * never here (a CQ no UD QP receives on), as the Rust side's
+	 * completions of such a CQ say with their sender fields. */
+	uint32_t wc_flags;
+	uint32_t has_sender;
 };
 
 /* Builds the fake objects (never freed). */

@@ -193,6 +193,8 @@ static void read_wc_full_plain(struct ibv_cq_ex *cq, struct bench_wc_full *w)
 	w->has_inv = !w->has_imm && (ibv_wc_read_wc_flags(cq) & IBV_WC_WITH_INV);
 	w->imm = w->has_imm ? be32toh(ibv_wc_read_imm_data(cq)) : 0;
 	w->inv = w->has_inv ? ibv_wc_read_invalidated_rkey(cq) : 0;
+	w->wc_flags = ibv_wc_read_wc_flags(cq);
+	w->has_sender = 0;
 	w->qp_num = ibv_wc_read_qp_num(cq);
 	w->vendor_err = ibv_wc_read_vendor_err(cq);
 }

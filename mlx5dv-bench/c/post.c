@@ -238,6 +238,8 @@ static inline void read_wc_full(struct ibv_cq_ex *cq, struct bench_wc_full *w)
 		w->imm = be32toh(ibv_wc_read_imm_data(cq));
 	else if (flags & IBV_WC_WITH_INV)
 		w->inv = ibv_wc_read_invalidated_rkey(cq);
+	w->wc_flags = flags;
+	w->has_sender = 0;
 	w->qp_num = ibv_wc_read_qp_num(cq);
 	w->vendor_err = ibv_wc_read_vendor_err(cq);
 }

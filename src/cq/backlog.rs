@@ -27,6 +27,8 @@ impl CompletionQueue {
             let wc = PolledWc {
                 // From the whole stand-in, whose readers reach past `ex`.
                 cq: NonNull::from(&mut *stand_in).cast(),
+                // What was kept of the sender is what was read.
+                senders: true,
                 _poll: PhantomData,
             };
             f(&wc);
@@ -68,8 +70,6 @@ impl From<&RawWc> for WorkCompletion {
             wc_flags: flags,
             src_qp: wc.src_qp.filter(|_| recv),
             slid: wc.slid.filter(|_| recv),
-            sl: wc.sl.filter(|_| recv),
-            dlid_path_bits: wc.dlid_path_bits.filter(|_| recv),
             qp_kind: None,
         }
     }
@@ -132,8 +132,9 @@ impl RawWc {
             vendor_err: wc.vendor_err,
             src_qp: wc.src_qp,
             slid: wc.slid,
-            sl: wc.sl,
-            dlid_path_bits: wc.dlid_path_bits,
+            // Not in an owned completion: a poll of its reader reads none.
+            sl: None,
+            dlid_path_bits: None,
         }
     }
 }

@@ -113,6 +113,12 @@ pub struct CompletionQueue {
 pub(crate) struct CqInner {
     pub(crate) cq: NonNull<ffi::ibv_cq_ex>,
     owned: bool,
+    /// Whether the owned completions read the sender of each receive
+    /// (`src_qp`, `slid`, `sl`, `dlid_path_bits`): set once a UD QP
+    /// receives on this CQ ([`QpBuilder::ud`](crate::QpBuilder::ud)),
+    /// whose server answers each sender; other CQs skip the four reads
+    /// (a UD sender's fields mean nothing to an RC receive).
+    senders: std::sync::atomic::AtomicBool,
     // Dropped after the CQ is destroyed.
     one_per_start: Option<OnePerStartPtr>,
     /// The channel the CQ's events go to: dropped after the CQ is
@@ -206,6 +212,28 @@ const WC_FLAGS: u64 = ffi::IBV_WC_EX_WITH_BYTE_LEN as u64
     | ffi::IBV_WC_EX_WITH_DLID_PATH_BITS as u64;
 
 impl CompletionQueue {
+    /// Makes the owned completions of this CQ ([`WorkCompletion`], from
+    /// [`wait`](Self::wait), [`poll_into`](Self::poll_into) and the scoped
+    /// posts) read the sender of each receive: `src_qp`, `slid`, `sl`,
+    /// `dlid_path_bits`. A CQ a UD QP receives on does so from the QP's
+    /// creation ([`QpBuilder::ud`](crate::QpBuilder::ud)); on others,
+    /// which skip those four reads a receive, call it where the sender
+    /// matters. [`PolledWc`]'s readers read them on any CQ.
+    pub fn read_senders(&self) {
+        self.inner
+            .senders
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Whether the owned completions read senders
+    /// ([`read_senders`](Self::read_senders)).
+    #[inline]
+    pub(crate) fn reads_senders(&self) -> bool {
+        self.inner
+            .senders
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// Creates a CQ with room for at least `cqe` completions. Its waits
     /// poll (spinning, then yielding, then sleeping 50 µs at a time): see
     /// [`with_channel`](Self::with_channel) for a CQ whose waits sleep in
@@ -248,6 +276,7 @@ impl CompletionQueue {
         let mut inner = CqInner {
             cq,
             owned: true,
+            senders: Default::default(),
             one_per_start: None,
             channel: channel.cloned(),
             ctx: ctx.clone(),
@@ -309,6 +338,7 @@ impl CompletionQueue {
             inner: Arc::new(CqInner {
                 cq,
                 owned: false,
+                senders: Default::default(),
                 one_per_start: None,
                 channel: None,
                 ctx: ctx.clone(),

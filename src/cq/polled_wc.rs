@@ -41,6 +41,9 @@ use std::ptr::NonNull;
 /// ```
 pub struct PolledWc<'p> {
     pub(super) cq: NonNull<ffi::ibv_cq_ex>,
+    /// Whether an owned copy reads the sender of a receive
+    /// ([`CompletionQueue::read_senders`](super::CompletionQueue::read_senders)).
+    pub(super) senders: bool,
     // Borrows the poll of `CompletionQueue::poll_each`; not Send, not Sync:
     // it stands for a poll in progress on this thread.
     pub(super) _poll: PhantomData<(&'p mut (), *mut ())>,

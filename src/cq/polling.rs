@@ -69,6 +69,7 @@ impl CompletionQueue {
         let cq = self.cq;
         let wc = PolledWc {
             cq,
+            senders: self.reads_senders(),
             _poll: PhantomData,
         };
         // SAFETY: the CQ is live, its entries were checked at creation, and

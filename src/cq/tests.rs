@@ -353,6 +353,7 @@ fn every_accessor_returns_what_the_provider_reported() {
 
     // WorkCompletion::from reads the same, every field.
     let mut fx = Fx::new(cqes);
+    fx.cq.read_senders();
     let mut owned = Vec::new();
     let mut errors = Vec::new();
     fx.cq
@@ -376,8 +377,6 @@ fn every_accessor_returns_what_the_provider_reported() {
             // Receives all three (the third's opcode has the receive bit).
             src_qp: Some(s.11 .0),
             slid: Some(s.11 .1),
-            sl: Some(s.11 .2),
-            dlid_path_bits: Some(s.11 .3),
             qp_kind: None,
         })
         .collect();
@@ -416,7 +415,7 @@ fn debug_of_a_failed_completion_reads_and_shows_only_the_defined_fields() {
         "WorkCompletion { wr_id: 8, status: REM_ACCESS_ERR, opcode: undefined, \
          byte_len: undefined, imm: undefined, invalidated_rkey: undefined, \
          qp_num: 0x108, vendor_err: 0x88, wc_flags: undefined, src_qp: undefined, \
-         slid: undefined, sl: undefined, dlid_path_bits: undefined }"
+         slid: undefined }"
     );
     // Of the failed one, ibv_poll_cq(3)'s undefined fields are not read.
     let log = fx.log();
@@ -442,8 +441,6 @@ fn owned(c: Cqe) -> WorkCompletion {
         wc_flags: WcFlags::empty(),
         src_qp: None,
         slid: None,
-        sl: None,
-        dlid_path_bits: None,
         qp_kind: None,
     }
 }
@@ -843,8 +840,6 @@ fn owned_completions_carry_the_sender_of_a_receive_fresh_or_kept() {
             wc_flags: WcFlags::GRH | WcFlags::WITH_IMM,
             src_qp: Some(0x00AB_CDEF),
             slid: Some(0x42),
-            sl: Some(5),
-            dlid_path_bits: Some(3),
             qp_kind: None,
         },
         // A send completion has no sender: nothing is read for it.
@@ -860,13 +855,12 @@ fn owned_completions_carry_the_sender_of_a_receive_fresh_or_kept() {
             wc_flags: WcFlags::empty(),
             src_qp: None,
             slid: None,
-            sl: None,
-            dlid_path_bits: None,
             qp_kind: None,
         },
     ];
     // Fresh: `wait` and `WorkCompletion::from` read the same.
     let mut fx = Fx::new(ud_pair());
+    fx.cq.read_senders();
     let got = fx.cq.wait(2, std::time::Duration::from_secs(1)).unwrap();
     assert_eq!(got, want);
     let log = fx.log();
@@ -876,6 +870,7 @@ fn owned_completions_carry_the_sender_of_a_receive_fresh_or_kept() {
         "{log:?}"
     );
     let mut fx = Fx::new(ud_pair());
+    fx.cq.read_senders();
     let mut from = Vec::new();
     fx.cq
         .poll_each(2, |wc| from.push(WorkCompletion::from(wc)))
@@ -884,6 +879,7 @@ fn owned_completions_carry_the_sender_of_a_receive_fresh_or_kept() {
 
     // Kept by a scoped post, whether read by a poll or already owned.
     let mut fx = Fx::new(ud_pair());
+    fx.cq.read_senders();
     let mut kept = Vec::new();
     fx.cq.poll_each(1, |wc| kept.push(RawWc::of(wc))).unwrap();
     kept.push(RawWc::from_read(&want[1]));
@@ -893,4 +889,27 @@ fn owned_completions_carry_the_sender_of_a_receive_fresh_or_kept() {
     fx.cq.poll_into(&mut got, 8).unwrap();
     assert_eq!(got, [want[0], want[1], want[0]]);
     assert_eq!(WorkCompletion::from(&RawWc::from_read(&want[0])), want[0]);
+
+    // A CQ no UD QP receives on (none called `read_senders`): its owned
+    // completions skip the sender's four reads, and say `None`; the
+    // in-place view still reads them.
+    let mut fx = Fx::new(ud_pair());
+    let got = fx.cq.wait(2, std::time::Duration::from_secs(1)).unwrap();
+    let none = WorkCompletion {
+        src_qp: None,
+        slid: None,
+        ..want[0]
+    };
+    assert_eq!(got, [none, want[1]]);
+    let log = fx.log();
+    assert!(
+        !log.contains(&"read_src_qp") && !log.contains(&"read_slid"),
+        "{log:?}"
+    );
+    let mut fx = Fx::new(ud_pair());
+    let mut seen = Vec::new();
+    fx.cq
+        .poll_each(1, |wc| seen.push((wc.src_qp(), wc.slid())))
+        .unwrap();
+    assert_eq!(seen, [(want[0].src_qp, want[0].slid)]);
 }

@@ -21,24 +21,54 @@ impl CompletionQueue {
     /// `wc->field = ibv_wc_read_field(cq)`, so nothing is held across the
     /// next read.
     pub fn poll_into(&mut self, out: &mut Vec<WorkCompletion>, max: usize) -> Result<usize> {
+        // One loop for a CQ that reads senders and one for a CQ that does
+        // not: neither tests it per completion.
+        if self.reads_senders() {
+            self.poll_into_as::<true>(out, max)
+        } else {
+            self.poll_into_as::<false>(out, max)
+        }
+    }
+
+    /// [`poll_into`](Self::poll_into), reading the sender of each receive
+    /// or not.
+    #[inline(always)]
+    fn poll_into_as<const SENDERS: bool>(
+        &mut self,
+        out: &mut Vec<WorkCompletion>,
+        max: usize,
+    ) -> Result<usize> {
         // At most the backlog and what the CQ holds come out of one poll;
         // reserved up to a bound, whatever `max` says.
         out.reserve(
             max.min(self.backlog.len() + self.capacity as usize)
                 .min(POLL_INTO_RESERVE),
         );
-        self.poll_each(max, |wc| {
-            if out.len() == out.capacity() {
-                out.reserve(1);
-            }
-            let len = out.len();
-            // SAFETY: `len` is below the capacity: the slot is in `out`'s
-            // allocation and uninitialised; written whole, it is counted.
-            unsafe {
-                write_wc(out.as_mut_ptr().add(len), wc);
-                out.set_len(len + 1);
-            }
-        })
+        // The length, the room and the place kept in locals (registers)
+        // across the loop, the vector's length set once after it.
+        let (mut len, mut cap, mut base) = (out.len(), out.capacity(), out.as_mut_ptr());
+        let polled = self.poll_each(
+            max,
+            #[inline(always)]
+            |wc| {
+                if len == cap {
+                    // SAFETY: the first `len` slots are written whole.
+                    unsafe { out.set_len(len) };
+                    out.reserve(1);
+                    (cap, base) = (out.capacity(), out.as_mut_ptr());
+                }
+                // SAFETY: `len` is below the capacity: the slot is in `out`'s
+                // allocation and uninitialised; written whole, it is counted
+                // (nothing between the write and the count can unwind: the
+                // readers are the provider's C functions).
+                unsafe { write_wc::<SENDERS>(base.add(len), wc) };
+                len += 1;
+            },
+        );
+        // SAFETY: the first `len` slots were written whole, within the
+        // capacity.
+        unsafe { out.set_len(len) };
+        polled
     }
 
     /// Polls until `n` completions have arrived or `timeout` has passed,

@@ -15,10 +15,13 @@ use std::fmt;
 /// `WorkCompletion::from(wc)`.
 ///
 /// A receive says who sent it: [`src_qp`](Self::src_qp),
-/// [`slid`](Self::slid), [`sl`](Self::sl) and whether the buffer starts
-/// with a GRH ([`wc_flags`](Self::wc_flags)), what a UD server needs to
-/// answer (the fields of `struct ibv_wc` that `ibv_init_ah_from_wc(3)`
-/// reads).
+/// [`slid`](Self::slid) and whether the buffer starts with a GRH
+/// ([`wc_flags`](Self::wc_flags)), what a UD server needs to answer
+/// (with the GRH, the fields of `struct ibv_wc` that
+/// `ibv_init_ah_from_wc(3)` reads but the service level: read it, and the
+/// DLID path bits, with [`PolledWc::sl`] and
+/// [`PolledWc::dlid_path_bits`] in a poll, where wanted; kept out of this
+/// copy, which every poll writes whole).
 ///
 /// Of a failed completion (`status` other than
 /// [`SUCCESS`](WcStatus::SUCCESS)), only `wr_id`, `status`, `qp_num` and
@@ -43,8 +46,6 @@ use std::fmt;
 ///     wc_flags: WcFlags::empty(),
 ///     src_qp: None,
 ///     slid: None,
-///     sl: None,
-///     dlid_path_bits: None,
 ///     qp_kind: None,
 /// };
 /// let text = format!("{wc:?}");
@@ -87,8 +88,11 @@ pub struct WorkCompletion {
     /// The QP number of the sender of a received message
     /// (`ibv_wc_read_src_qp`): on a UD (or XRC) receive, the remote QP to
     /// answer. `None` for a send-side completion (its opcode without the
-    /// `IBV_WC_RECV` bit), and where the CQ has no reader for it (one made
-    /// elsewhere without `IBV_WC_EX_WITH_SRC_QP`:
+    /// `IBV_WC_RECV` bit), on a CQ that does not read senders (none is
+    /// read unless a UD QP receives on the CQ or
+    /// [`CompletionQueue::read_senders`] was called: four reads a receive
+    /// that an RC program does not need), and where the CQ has no reader
+    /// for it (one made elsewhere without `IBV_WC_EX_WITH_SRC_QP`:
     /// [`CompletionQueue::from_raw`]). Undefined unless `status` is
     /// [`SUCCESS`](WcStatus::SUCCESS).
     pub src_qp: Option<u32>,
@@ -96,13 +100,6 @@ pub struct WorkCompletion {
     /// `dlid` of an address handle back; `None` as for
     /// [`src_qp`](Self::src_qp).
     pub slid: Option<u16>,
-    /// The service level of a received message (`ibv_wc_read_sl`); `None`
-    /// as for [`src_qp`](Self::src_qp).
-    pub sl: Option<u8>,
-    /// The path bits of the local LID a received message was sent to
-    /// (`ibv_wc_read_dlid_path_bits`; 0 on RoCE); `None` as for
-    /// [`src_qp`](Self::src_qp).
-    pub dlid_path_bits: Option<u8>,
     /// The kind of the QP the work request was posted on, where the crate
     /// knew it when it read the completion: a scoped post's completions
     /// ([`QpEx::post_and_wait`](crate::QpEx::post_and_wait)) carry their
@@ -150,8 +147,6 @@ impl WorkCompletion {
     ///     wc_flags: WcFlags::empty(),
     ///     src_qp: None,
     ///     slid: None,
-    ///     sl: None,
-    ///     dlid_path_bits: None,
     ///     qp_kind: None,
     /// };
     /// let text = wc.ok_for(QpKind::Ud).unwrap_err().to_string();
@@ -182,8 +177,6 @@ impl fmt::Debug for WorkCompletion {
             .field("wc_flags", &self.wc_flags)
             .field("src_qp", &self.src_qp.map(Hex))
             .field("slid", &self.slid)
-            .field("sl", &self.sl)
-            .field("dlid_path_bits", &self.dlid_path_bits)
             .finish()
     }
 }
@@ -220,8 +213,6 @@ pub(super) fn debug_failed(
         .field("wc_flags", &undefined)
         .field("src_qp", &undefined)
         .field("slid", &undefined)
-        .field("sl", &undefined)
-        .field("dlid_path_bits", &undefined)
         .finish()
 }
 
@@ -248,8 +239,6 @@ impl From<&PolledWc<'_>> for WorkCompletion {
             wc_flags: flags,
             src_qp: sender.src_qp,
             slid: sender.slid,
-            sl: sender.sl,
-            dlid_path_bits: sender.dlid_path_bits,
             qp_kind: None,
         }
     }
@@ -261,11 +250,11 @@ impl From<&PolledWc<'_>> for WorkCompletion {
 /// # Safety
 /// `slot` is valid for writes of a `WorkCompletion`.
 #[inline(always)]
-pub(super) unsafe fn write_wc(slot: *mut WorkCompletion, wc: &PolledWc<'_>) {
+pub(super) unsafe fn write_wc<const SENDERS: bool>(slot: *mut WorkCompletion, wc: &PolledWc<'_>) {
     // SAFETY: the caller's promise; with the two fields written here,
     // every field is written.
     unsafe {
-        write_wc_fields(slot, wc);
+        write_wc_fields::<SENDERS>(slot, wc);
         std::ptr::addr_of_mut!((*slot).wr_id).write(wc.wr_id());
         std::ptr::addr_of_mut!((*slot).qp_num).write(wc.qp_num());
     }
@@ -277,8 +266,15 @@ pub(super) unsafe fn write_wc(slot: *mut WorkCompletion, wc: &PolledWc<'_>) {
 ///
 /// # Safety
 /// `slot` is valid for writes of a `WorkCompletion`.
+///
+/// `SENDERS`: whether the CQ reads the sender of a receive
+/// ([`CompletionQueue::read_senders`](super::CompletionQueue::read_senders)),
+/// known to the caller once a poll, so that the loop does not test it.
 #[inline(always)]
-pub(crate) unsafe fn write_wc_fields(slot: *mut WorkCompletion, wc: &PolledWc<'_>) {
+pub(crate) unsafe fn write_wc_fields<const SENDERS: bool>(
+    slot: *mut WorkCompletion,
+    wc: &PolledWc<'_>,
+) {
     // The fields written here and by the callers: a field added to
     // `WorkCompletion` fails this pattern until it is written too (its
     // readers count it initialised).
@@ -295,8 +291,6 @@ pub(crate) unsafe fn write_wc_fields(slot: *mut WorkCompletion, wc: &PolledWc<'_
             wc_flags: _,
             src_qp: _,
             slid: _,
-            sl: _,
-            dlid_path_bits: _,
             qp_kind: _,
         } = w;
     };
@@ -322,37 +316,66 @@ pub(crate) unsafe fn write_wc_fields(slot: *mut WorkCompletion, wc: &PolledWc<'_
         std::ptr::addr_of_mut!((*slot).opcode).write(opcode);
         std::ptr::addr_of_mut!((*slot).byte_len).write(wc.byte_len());
         std::ptr::addr_of_mut!((*slot).vendor_err).write(wc.vendor_err());
-        let sender = Sender::of(opcode, wc);
-        std::ptr::addr_of_mut!((*slot).src_qp).write(sender.src_qp);
-        std::ptr::addr_of_mut!((*slot).slid).write(sender.slid);
-        std::ptr::addr_of_mut!((*slot).sl).write(sender.sl);
-        std::ptr::addr_of_mut!((*slot).dlid_path_bits).write(sender.dlid_path_bits);
+        if SENDERS && opcode.to_raw() & ffi::IBV_WC_RECV != 0 {
+            write_sender(slot, wc);
+        } else {
+            // As `Sender::of`: nothing read. Written in place (a `Sender`
+            // made here would go through the stack).
+            std::ptr::addr_of_mut!((*slot).src_qp).write(None);
+            std::ptr::addr_of_mut!((*slot).slid).write(None);
+        }
         std::ptr::addr_of_mut!((*slot).qp_kind).write(None);
     }
 }
 
+/// Writes the sender fields of the receive `wc` is positioned on into
+/// `slot`: out of the poll loop's way (a UD server's path; inlined, the
+/// four reads made the per-completion writer too large to inline into
+/// the loop).
+///
+/// # Safety
+/// `slot` is valid for writes of a `WorkCompletion`.
+#[cold]
+#[inline(never)]
+unsafe fn write_sender(slot: *mut WorkCompletion, wc: &PolledWc<'_>) {
+    let sender = Sender::read(wc);
+    // SAFETY: the caller's promise.
+    unsafe {
+        std::ptr::addr_of_mut!((*slot).src_qp).write(sender.src_qp);
+        std::ptr::addr_of_mut!((*slot).slid).write(sender.slid);
+    }
+}
+
 /// The sender fields of a completion: read for a receive (an opcode with
-/// the `IBV_WC_RECV` bit, as verbs.h says to test), `None` for a
-/// send-side completion, whose CQE has no sender (nothing is read then).
+/// the `IBV_WC_RECV` bit, as verbs.h says to test) on a CQ that reads
+/// senders ([`CompletionQueue::read_senders`](super::CompletionQueue::read_senders)),
+/// `None` for a send-side completion, whose CQE has no sender, and on
+/// other CQs (nothing is read then).
 #[derive(Clone, Copy, Default)]
 pub(super) struct Sender {
     pub(super) src_qp: Option<u32>,
     pub(super) slid: Option<u16>,
-    pub(super) sl: Option<u8>,
-    pub(super) dlid_path_bits: Option<u8>,
 }
 
 impl Sender {
-    #[inline]
+    #[inline(always)]
     pub(super) fn of(opcode: WcOpcode, wc: &PolledWc<'_>) -> Self {
-        if opcode.to_raw() & ffi::IBV_WC_RECV == 0 {
+        if !wc.senders || opcode.to_raw() & ffi::IBV_WC_RECV == 0 {
             return Sender::default();
         }
+        Self::read(wc)
+    }
+
+    /// The four reads, out of the poll loop's way: inlined, they made the
+    /// per-completion writer too large to inline into the loop, which
+    /// then paid a call and its saved registers for every completion
+    /// (about 40 instructions each), senders read or not.
+    #[cold]
+    #[inline(never)]
+    pub(super) fn read(wc: &PolledWc<'_>) -> Self {
         Sender {
             src_qp: wc.src_qp(),
             slid: wc.slid(),
-            sl: wc.sl(),
-            dlid_path_bits: wc.dlid_path_bits(),
         }
     }
 }
@@ -387,8 +410,6 @@ mod tests {
             wc_flags: WcFlags::WITH_IMM | WcFlags::GRH,
             src_qp: Some(0xabc),
             slid: Some(3),
-            sl: Some(2),
-            dlid_path_bits: Some(1),
             qp_kind: None,
         }
     }
@@ -400,8 +421,7 @@ mod tests {
             text,
             "WorkCompletion { wr_id: 5, status: REM_ACCESS_ERR, opcode: undefined, \
              byte_len: undefined, imm: undefined, invalidated_rkey: undefined, qp_num: 0x11, \
-             vendor_err: 0x81, wc_flags: undefined, src_qp: undefined, slid: undefined, \
-             sl: undefined, dlid_path_bits: undefined }"
+             vendor_err: 0x81, wc_flags: undefined, src_qp: undefined, slid: undefined }"
         );
         for value in ["SEND", "4096", "4660", "0xabc", "GRH"] {
             assert!(!text.contains(value), "{value}: {text}");
@@ -415,8 +435,7 @@ mod tests {
             format!("{ok:?}"),
             "WorkCompletion { wr_id: 5, status: SUCCESS, opcode: SEND, byte_len: 4096, \
              imm: Some(4660), invalidated_rkey: None, qp_num: 0x11, vendor_err: 0x81, \
-             wc_flags: WcFlags(GRH | WITH_IMM), src_qp: Some(0xabc), slid: Some(3), sl: Some(2), \
-             dlid_path_bits: Some(1) }"
+             wc_flags: WcFlags(GRH | WITH_IMM), src_qp: Some(0xabc), slid: Some(3) }"
         );
         // The formatter's flags reach the other fields, as a derived Debug's do.
         assert!(format!("{ok:#x?}").contains("byte_len: 0x1000,"));

@@ -136,6 +136,9 @@ impl<'a> QpBuilder<'a, UnreliableDatagram> {
         send_cq: &'a CompletionQueue,
         recv_cq: &'a CompletionQueue,
     ) -> Self {
+        // A UD server answers each sender: its CQ's owned completions
+        // read them.
+        recv_cq.read_senders();
         let mut b = Self::new(pd, send_cq, recv_cq, QpCaps::default());
         b.send_ops = super::ud::UD_SEND_OPS;
         b

@@ -71,6 +71,8 @@ pub struct CWcFull {
     inv: u32,
     qp_num: u32,
     vendor_err: u32,
+    wc_flags: u32,
+    has_sender: u32,
 }
 
 impl CWcFull {
@@ -87,9 +89,12 @@ impl CWcFull {
         inv: 0,
         qp_num: 0,
         vendor_err: 0,
+        wc_flags: 0,
+        has_sender: 0,
     };
 
     pub fn to_rust(self) -> WorkCompletion {
+        assert_eq!(self.has_sender, 0, "the C loops read no sender");
         WorkCompletion {
             wr_id: self.wr_id,
             status: WcStatus::from_raw(self.status),
@@ -99,13 +104,11 @@ impl CWcFull {
             invalidated_rkey: (self.has_inv != 0).then_some(self.inv),
             qp_num: self.qp_num,
             vendor_err: self.vendor_err,
-            // Send-side completions: no flags, no sender (the C loops read
-            // neither); read from a CQ, which does not know the QP's kind.
-            wc_flags: WcFlags::empty(),
+            wc_flags: WcFlags::from_bits_retain(self.wc_flags),
+            // The C read no sender (a CQ no UD QP receives on), and says
+            // so; a completion read from a CQ knows no QP's kind.
             src_qp: None,
             slid: None,
-            sl: None,
-            dlid_path_bits: None,
             qp_kind: None,
         }
     }

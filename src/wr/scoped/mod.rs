@@ -240,6 +240,18 @@ impl Waiting<'_> {
     /// as are still to come: its own are written into `out` as they are
     /// read, every other one is kept in the CQ's backlog.
     fn poll(&mut self, cq: &mut CompletionQueue) -> Result<usize> {
+        // One loop for a CQ that reads senders and one for a CQ that does
+        // not: neither tests it per completion.
+        if cq.reads_senders() {
+            self.poll_as::<true>(cq)
+        } else {
+            self.poll_as::<false>(cq)
+        }
+    }
+
+    /// [`poll`](Self::poll), reading the sender of each receive or not.
+    #[inline(always)]
+    fn poll_as<const SENDERS: bool>(&mut self, cq: &mut CompletionQueue) -> Result<usize> {
         let n = self.ids.len() as u64;
         let seen = self.out.len() - self.start;
         // Its own still to come, but at least a poll's worth, so that
@@ -289,7 +301,7 @@ impl Waiting<'_> {
                             let slot = slots.add(written);
                             std::ptr::addr_of_mut!((*slot).wr_id).write(caller);
                             std::ptr::addr_of_mut!((*slot).qp_num).write(qp_num);
-                            write_wc_fields(slot, wc);
+                            write_wc_fields::<SENDERS>(slot, wc);
                             std::ptr::addr_of_mut!((*slot).qp_kind).write(Some(kind));
                         }
                         written += 1;
