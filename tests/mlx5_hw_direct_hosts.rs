@@ -30,12 +30,11 @@ mod support;
 
 use mlx5dv::direct::{DirectQp, DirectTransport, DirectWc};
 use mlx5dv::*;
-use std::io::{ErrorKind, Read, Write};
-use std::net::{TcpListener, TcpStream};
-use std::process::Command;
+use std::io::{Read, Write};
+use std::net::TcpStream;
 use std::time::{Duration, Instant};
 use support::hw::{open, DCI_PSN, DCT_KEY};
-use support::process::{finish, spawn, text};
+use support::process::{finish, start_peer, text};
 use support::rig::{self, pattern, MR_LEN, WAIT};
 
 /// The variable that makes the test binary the peer: `rc:PORT` or
@@ -389,32 +388,6 @@ fn round2<T: DirectTransport>(
     }
 }
 
-/// The test's side: starts the peer, returns its TCP stream and process.
-fn start_peer(kind: &str, test: &str) -> (TcpStream, std::process::Child) {
-    let listener = TcpListener::bind(("127.0.0.1", 0)).expect("bind a TCP port");
-    let port = listener.local_addr().expect("local_addr").port();
-    let exe = std::env::current_exe().expect("current_exe");
-    let child = spawn(
-        Command::new(exe)
-            .args(["--exact", test, "--ignored", "--nocapture"])
-            .env(PEER_ENV, format!("{kind}:{port}")),
-    );
-    listener.set_nonblocking(true).expect("nonblocking");
-    let deadline = Instant::now() + LIMIT;
-    let tcp = loop {
-        match listener.accept() {
-            Ok((tcp, _)) => break tcp,
-            Err(e) if e.kind() == ErrorKind::WouldBlock && Instant::now() < deadline => {
-                std::thread::sleep(Duration::from_millis(10));
-            }
-            Err(e) => panic!("the peer never connected: {e}"),
-        }
-    };
-    tcp.set_nonblocking(false).expect("blocking");
-    tcp.set_read_timeout(Some(LIMIT)).expect("read timeout");
-    (tcp, child)
-}
-
 /// Reads the peer's word that it checked round `round`.
 #[track_caller]
 fn verdict(tcp: &mut TcpStream, round: u8) {
@@ -429,7 +402,14 @@ fn with_peer(kind: &str, test: &str, side: fn(&mut TcpStream)) {
     if peer_here() {
         return;
     }
-    let (mut tcp, child) = start_peer(kind, test);
+    let (child, mut tcp) = start_peer(
+        test,
+        &[],
+        PEER_ENV,
+        |port| format!("{kind}:{port}"),
+        LIMIT,
+        "the peer",
+    );
     let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| side(&mut tcp)));
     // End of file: the peer leaves (or, on a failure, sees the end early).
     drop(tcp);

@@ -15,11 +15,10 @@
 mod support;
 
 use mlx5dv::*;
-use std::io::{ErrorKind, Read, Write};
-use std::net::{TcpListener, TcpStream};
-use std::process::Command;
-use std::time::{Duration, Instant};
-use support::process::{finish, spawn, text};
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+use support::process::{finish, start_peer, text};
 use support::rig::{self, pattern, WAIT};
 
 const OWNER_ENV: &str = "MLX5DV_TEST_MW_OWNER_PORT";
@@ -113,28 +112,15 @@ fn a_window_serves_a_peer_process_until_it_is_invalidated() {
         play_owner(port.parse().expect("a TCP port"));
         return;
     }
-    let listener = TcpListener::bind(("127.0.0.1", 0)).expect("bind a TCP port");
-    let port = listener.local_addr().expect("local_addr").port();
-    let exe = std::env::current_exe().expect("current_exe");
     let test = "a_window_serves_a_peer_process_until_it_is_invalidated";
-    let child = spawn(
-        Command::new(exe)
-            .args(["--exact", test, "--ignored", "--nocapture"])
-            .env(OWNER_ENV, port.to_string()),
+    let (child, mut tcp) = start_peer(
+        test,
+        &[],
+        OWNER_ENV,
+        |port| port.to_string(),
+        LIMIT,
+        "the owner",
     );
-    listener.set_nonblocking(true).expect("nonblocking");
-    let deadline = Instant::now() + LIMIT;
-    let mut tcp = loop {
-        match listener.accept() {
-            Ok((tcp, _)) => break tcp,
-            Err(e) if e.kind() == ErrorKind::WouldBlock && Instant::now() < deadline => {
-                std::thread::sleep(Duration::from_millis(10));
-            }
-            Err(e) => panic!("the owner never connected: {e}"),
-        }
-    };
-    tcp.set_nonblocking(false).expect("blocking");
-    tcp.set_read_timeout(Some(LIMIT)).expect("read timeout");
     let mut side = Side::new(AccessFlags::LOCAL_WRITE);
     let ours = side.qp.endpoint(0x4000, &side.opts).expect("endpoint");
     let mut theirs = [0; Endpoint::BYTES];

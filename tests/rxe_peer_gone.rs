@@ -37,12 +37,12 @@ mod support;
 
 use mlx5dv::*;
 use std::io::{ErrorKind, Read, Write};
-use std::net::{TcpListener, TcpStream};
-use std::process::{Child, Command, Output};
+use std::net::TcpStream;
+use std::process::{Child, Output};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
-use support::process::{spawn, text};
+use support::process::{start_peer, text};
 use support::rig;
 
 /// Set in a re-run of this binary that plays the peer: `target PORT` or
@@ -234,46 +234,6 @@ fn play_peer_if_asked() -> bool {
     true
 }
 
-/// Starts this binary's test `test` again as the peer in `role`, and
-/// returns it and the TCP connection it made to this process.
-fn spawn_peer(test: &str, role: &str) -> (Child, TcpStream) {
-    let listener = TcpListener::bind(("127.0.0.1", 0)).expect("bind a TCP port");
-    let port = listener.local_addr().expect("local_addr").port();
-    let exe = std::env::current_exe().expect("current_exe");
-    let mut child = spawn(
-        Command::new(exe)
-            .args([
-                "--exact",
-                test,
-                "--ignored",
-                "--nocapture",
-                "--test-threads=1",
-            ])
-            .env(PEER_ENV, format!("{role} {port}")),
-    );
-    listener.set_nonblocking(true).expect("nonblocking");
-    let deadline = Instant::now() + LIMIT;
-    loop {
-        match listener.accept() {
-            Ok((tcp, _)) => {
-                tcp.set_nonblocking(false).expect("blocking");
-                tcp.set_read_timeout(Some(LIMIT)).expect("read timeout");
-                return (child, tcp);
-            }
-            Err(e) if e.kind() == ErrorKind::WouldBlock => {
-                let ended = child.try_wait().expect("try_wait").is_some();
-                if ended || Instant::now() > deadline {
-                    let _ = child.kill();
-                    let out = child.wait_with_output().expect("wait");
-                    panic!("the {role} peer never connected: {}", text(&out));
-                }
-                std::thread::sleep(Duration::from_millis(10));
-            }
-            Err(e) => panic!("accept: {e}"),
-        }
-    }
-}
-
 /// The start of test `test`: in a re-run asked to play the peer, plays
 /// it and returns `None`; otherwise this side, and the peer in `role`
 /// (started as a re-run of `test`) with the TCP connection it made.
@@ -282,7 +242,14 @@ fn start(test: &str, role: &str) -> Option<(Side, Child, TcpStream)> {
         return None;
     }
     let side = Side::new();
-    let (child, tcp) = spawn_peer(test, role);
+    let (child, tcp) = start_peer(
+        test,
+        &["--test-threads=1"],
+        PEER_ENV,
+        |port| format!("{role} {port}"),
+        LIMIT,
+        &format!("the {role} peer"),
+    );
     Some((side, child, tcp))
 }
 

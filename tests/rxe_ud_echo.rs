@@ -19,11 +19,10 @@
 mod support;
 
 use mlx5dv::*;
-use std::io::{ErrorKind, Read, Write};
-use std::net::{TcpListener, TcpStream};
-use std::process::Command;
+use std::io::{Read, Write};
+use std::net::TcpStream;
 use std::time::{Duration, Instant};
-use support::process::{finish, spawn, text};
+use support::process::{finish, start_peer, text};
 use support::rig::{self, pattern, WAIT};
 
 const SERVER_ENV: &str = "MLX5DV_TEST_UD_ECHO_PORT";
@@ -205,28 +204,15 @@ fn a_ud_echo_server_with_one_cq_answers_each_sender_from_its_completion() {
         serve(port.parse().expect("a TCP port"));
         return;
     }
-    let listener = TcpListener::bind(("127.0.0.1", 0)).expect("bind a TCP port");
-    let port = listener.local_addr().expect("local_addr").port();
-    let exe = std::env::current_exe().expect("current_exe");
     let test = "a_ud_echo_server_with_one_cq_answers_each_sender_from_its_completion";
-    let child = spawn(
-        Command::new(exe)
-            .args(["--exact", test, "--ignored", "--nocapture"])
-            .env(SERVER_ENV, port.to_string()),
+    let (child, mut tcp) = start_peer(
+        test,
+        &[],
+        SERVER_ENV,
+        |port| port.to_string(),
+        LIMIT,
+        "the server",
     );
-    listener.set_nonblocking(true).expect("nonblocking");
-    let deadline = Instant::now() + LIMIT;
-    let mut tcp = loop {
-        match listener.accept() {
-            Ok((tcp, _)) => break tcp,
-            Err(e) if e.kind() == ErrorKind::WouldBlock && Instant::now() < deadline => {
-                std::thread::sleep(Duration::from_millis(10));
-            }
-            Err(e) => panic!("the server never connected: {e}"),
-        }
-    };
-    tcp.set_nonblocking(false).expect("blocking");
-    tcp.set_read_timeout(Some(LIMIT)).expect("read timeout");
 
     // Whatever happens to the client, the server's output is shown.
     let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| client(&mut tcp)));
