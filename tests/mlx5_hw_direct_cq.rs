@@ -15,7 +15,8 @@ use mlx5dv::*;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use support::rig::{self, open, pattern, WAIT};
+use support::hw::open;
+use support::rig::{self, pattern, WAIT};
 
 extern "C" {
     fn dlsym(handle: *mut std::ffi::c_void, name: *const std::ffi::c_char)
