@@ -148,7 +148,10 @@ pub enum Error {
     SendQueueFull {
         /// Work requests in the batch.
         batch: u32,
-        /// The QP's send queue depth (`max_send_wr`).
+        /// The room the send queue had for the batch: its depth
+        /// (`max_send_wr`), less the type 1 memory window binds
+        /// ([`QpEx::bind_mw`](crate::QpEx::bind_mw)) queued on it and not
+        /// yet seen complete, which take up the queue too.
         depth: u32,
     },
 

@@ -185,10 +185,15 @@
 //!   queue full over the last WQE it wrote (and takes the send CQ's lock
 //!   to find out). A batch holds at most the QP's `max_send_wr` work
 //!   requests: the one past that is refused before the provider sees it.
-//!   The safe API leaves the queue empty between batches; work requests
-//!   posted with the unsafe [`WrBatch::complete`] take it up until they are
-//!   known done, and its `# Safety` section makes keeping room for the next
-//!   batch the caller's rule.
+//!   The safe API leaves only type 1 memory window binds in the queue
+//!   between calls ([`QpEx::bind_mw`], which completes asynchronously, as
+//!   in C; every other safe post waits for its completions). The QP counts
+//!   them until a poll of its send CQ reads their completions (or a later
+//!   scoped post's, or a reset empties the queue), and a batch opens with
+//!   the depth less that count as its room. Work requests posted with the
+//!   unsafe [`WrBatch::complete`] take room up until they are known done,
+//!   and its `# Safety` section makes keeping room for the next batch the
+//!   caller's rule.
 //! - A batch leaked with `mem::forget` would keep the provider's send-queue
 //!   lock: the next batch on the QP, a move to RESET (which would reset the
 //!   queue's indices under it) or the QP's drop aborts it first.

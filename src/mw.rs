@@ -5,7 +5,7 @@ use crate::error::{check, Error, Result};
 use crate::ffi;
 use crate::mr::{AccessFlags, MemoryRegion, RemoteBuf};
 use crate::pd::ProtectionDomain;
-use crate::qp::{QpEx, ReliableConnection};
+use crate::qp::{QpEx, ReliableConnection, SendOps};
 use std::fmt;
 use std::ops::RangeBounds;
 use std::ptr::NonNull;
@@ -80,7 +80,9 @@ impl MwType {
 /// hardware (not verified here) the window's translation likewise goes
 /// through the region's key, which deregistration destroys.
 ///
-/// Allocate, bind (type 1), and hand the peer the bound range:
+/// Allocate, bind (type 1, on a QP created with
+/// [`SendOps::BIND_MW`](crate::SendOps::BIND_MW)), and hand the peer the
+/// bound range:
 ///
 /// ```no_run
 /// # use mlx5dv::*;
@@ -413,6 +415,39 @@ impl QpEx<ReliableConnection> {
     /// peer reaches through the window once that completion is in: the
     /// range under the window's new rkey (also [`MemoryWindow::rkey`]).
     ///
+    /// The QP must have been created with
+    /// [`SendOps::BIND_MW`](crate::SendOps::BIND_MW) among its send ops
+    /// ([`Error::Unsupported`] otherwise): libmlx5 sizes the send queue's
+    /// slots for a bind (three 64-byte blocks) only then, and a bind in a
+    /// smaller slot overwrites the work requests after it.
+    ///
+    /// The bind stays in the send queue after this returns, until the
+    /// device has run it. The QP counts it from just before the call until
+    /// a poll of the send CQ (any of the crate's polls, or a scoped post's
+    /// wait) reads its successful completion, or the completion of a work
+    /// request posted after it, or [`reset`](QpEx::reset) empties the
+    /// queue; meanwhile batches on the QP have one work request less of
+    /// room, and a bind that finds the queue full of binds is refused
+    /// ([`Error::SendQueueFull`]). A bind that fails leaves the QP in ERR,
+    /// and is counted until the reset that makes it usable again.
+    ///
+    /// ```no_run
+    /// # use mlx5dv::*;
+    /// # use std::time::Duration;
+    /// # fn f(pd: &ProtectionDomain, send_cq: &mut CompletionQueue, recv_cq: &CompletionQueue, mr: &MemoryRegion) -> Result<()> {
+    /// let mut qp = QpBuilder::rc(pd, send_cq, recv_cq)
+    ///     .send_ops(SendOps::rc_default() | SendOps::BIND_MW)
+    ///     .build()?;
+    /// // ... connect it ...
+    /// let mut mw = MemoryWindow::new(pd, MwType::Type1)?;
+    /// let bind = MwBind::new(mr, 0..4096, AccessFlags::REMOTE_READ)?;
+    /// let remote = qp.bind_mw(7, &mut mw, &bind)?;
+    /// let wcs = send_cq.wait(1, Duration::from_secs(5))?; // the bind's, read: no longer queued
+    /// assert_eq!((wcs[0].wr_id, wcs[0].opcode), (7, WcOpcode::BIND_MW));
+    /// wcs[0].ok()?;
+    /// # let _ = remote; Ok(()) }
+    /// ```
+    ///
     /// Refused before C is called: a type 2 window or a zero-based bind
     /// ([`Error::InvalidArgument`], as libmlx5), a window, region and QP
     /// not in one PD, a QP that is not ready to send
@@ -440,7 +475,8 @@ impl QpEx<ReliableConnection> {
     /// once the completion (wr_id `wr_id`, [`WcOpcode::BIND_MW`](crate::WcOpcode::BIND_MW))
     /// is in, its rkey reaches nothing. `mr` is the region it was bound to
     /// (soft-RoCE's provider reads the region's lkey even for an unbind).
-    /// Refused as [`bind_mw`](Self::bind_mw) is.
+    /// Refused, and counted in the send queue, as
+    /// [`bind_mw`](Self::bind_mw) is.
     pub fn unbind_mw(
         &mut self,
         wr_id: u64,
@@ -488,9 +524,26 @@ impl QpEx<ReliableConnection> {
                 limit: "below 2^63 (ids with bit 63 are the scoped post's)".into(),
             });
         }
+        // libmlx5 sizes the send queue's WQEs (and counts its room) for a
+        // bind only on a QP created with BIND_MW: on another, a bind takes
+        // more blocks than its slot and overwrites the WQEs after it.
+        if !self.send_ops().contains(SendOps::BIND_MW) {
+            return Err(Error::Unsupported {
+                what: format!(
+                    "ibv_bind_mw on {}: the QP was not created with SendOps::BIND_MW in its \
+                     send ops, for which libmlx5 sizes its send queue's WQEs (a bind would \
+                     overwrite the WQEs after it); create it with \
+                     QpBuilder::send_ops(SendOps::rc_default() | SendOps::BIND_MW)",
+                    self.describe()
+                ),
+            });
+        }
         self.ready_to_send("ibv_bind_mw")?;
         // A leaked batch holds the send queue's lock: end it first.
         self.abort_if_leaked();
+        // Counted as queued from before the call until its completion is
+        // seen: a batch leaves room for it (see `crate::cq::Queued`).
+        self.queue_bind(wr_id)?;
         // From here the bind may be posted: the window may reach the
         // region's memory until it is deallocated.
         if let Some(mr) = region {
@@ -506,6 +559,11 @@ impl QpEx<ReliableConnection> {
         // any, is borrowed by the caller for the call. The provider writes
         // the window's new rkey, which `&mut mw` lets it.
         let rc = unsafe { ffi::ibv_bind_mw(self.as_ptr(), mw.as_ptr(), &mut wr) };
+        if rc != 0 && self.pd().context().is_mlx5() {
+            // libmlx5 checks a bind whole before writing it: refused, it
+            // posted nothing. (Other providers' refusals count as posted.)
+            self.unqueue_bind();
+        }
         check(rc, "ibv_bind_mw", || {
             format!("{} wr_id {wr_id}, {mw:?}", self.describe())
         })

@@ -475,3 +475,233 @@ fn a_region_keeps_its_memory_while_a_window_bound_to_it_is_allocated() {
         Err(e) => panic!("rereg after the window is gone: {e}"),
     }
 }
+
+extern "C" {
+    fn dlsym(handle: *mut std::ffi::c_void, name: *const std::ffi::c_char)
+        -> *mut std::ffi::c_void;
+}
+
+/// The software device's step function when it runs only when stepped
+/// (`MLX5DV_SIM_THREAD=0`): work posted waits there until stepped, as on
+/// a device slower than the program.
+fn stepper() -> Option<extern "C" fn() -> i32> {
+    if std::env::var("MLX5DV_SIM_THREAD").as_deref() != Ok("0") {
+        return None;
+    }
+    let p = unsafe { dlsym(std::ptr::null_mut(), c"mlx5dv_sim_step".as_ptr()) };
+    assert!(!p.is_null(), "mlx5dv_sim_step not found");
+    Some(unsafe { std::mem::transmute::<*mut std::ffi::c_void, extern "C" fn() -> i32>(p) })
+}
+
+/// Steps a stepped device until `stop` is set (from another thread), so
+/// that the waits after a stepped part of a test end.
+fn keep_stepping(step: Option<extern "C" fn() -> i32>, stop: &std::sync::atomic::AtomicBool) {
+    if let Some(f) = step {
+        while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+            f();
+            std::thread::sleep(std::time::Duration::from_micros(200));
+        }
+    }
+}
+
+/// A type 1 bind takes more of a send queue than libmlx5 gives a work
+/// request on a QP created without `BIND_MW` (three 64-byte blocks in a
+/// slot of one or two): `bind_mw` refuses such a QP before C is called,
+/// and posts nothing.
+#[test]
+#[ignore = "needs an RDMA device: set MLX5DV_TEST_DEVICE"]
+fn a_type1_bind_needs_bind_mw_among_the_send_ops() {
+    let caps = QpCaps {
+        max_send_wr: 4,
+        ..QpCaps::default()
+    };
+    let mut p = Pair::with(caps, SendOps::rc_default());
+    let target = bindable(&p.pd);
+    let Some(mut mw) = window(&p.ctx, &p.pd, MwType::Type1) else {
+        return;
+    };
+    let allocated = mw.rkey();
+    for i in 0..4u64 {
+        let bind = MwBind::new(&target, (i as usize * 64)..(i as usize * 64 + 64), rw()).unwrap();
+        let err = p.b.qp.bind_mw(40 + i, &mut mw, &bind).unwrap_err();
+        assert!(matches!(err, Error::Unsupported { .. }), "{err:?}");
+        assert!(err.to_string().contains("SendOps::BIND_MW"), "{err}");
+        let err = p.b.qp.unbind_mw(50 + i, &mut mw, &target).unwrap_err();
+        assert!(matches!(err, Error::Unsupported { .. }), "{err:?}");
+    }
+    assert_eq!(mw.rkey(), allocated, "a refused bind changed the rkey");
+    // Nothing reached the send queue, and the QP sends as before.
+    assert!(p
+        .b
+        .send_cq
+        .wait(1, std::time::Duration::from_millis(300))
+        .is_err());
+    assert_eq!(p.b.qp.state().unwrap(), QpState::Rts);
+    let data = pattern(256, 9);
+    p.b.mr.write_at(0, &data).unwrap();
+    let to = RemoteBuf {
+        addr: p.a.mr.addr(),
+        len: 256,
+        rkey: p.a.mr.rkey(),
+    };
+    let wcs =
+        p.b.qp
+            .post_and_wait(&mut p.b.send_cq, WAIT, |b| {
+                b.wr(7).rdma_write(to).sge(p.b.mr.sge(0..256)?)
+            })
+            .unwrap();
+    assert_eq!(wcs.len(), 1, "{wcs:?}");
+    assert_wc(&wcs[0], 7, WcOpcode::RDMA_WRITE);
+    assert_eq!(p.a.mr.to_vec(0..256).unwrap(), data);
+}
+
+/// Binds left queued take up the send queue: with the queue full of
+/// unpolled binds, a batch's first work request and another bind are
+/// refused before the provider sees them (libmlx5's builders would write
+/// their segments over the last WQE it built, a bind the device may not
+/// have run yet), the binds all complete as binds, each window works,
+/// and once their completions are polled the queue has its room back.
+/// Under `MLX5DV_SIM_THREAD=0` the software device runs nothing until the
+/// refusals are done, as a slow device would.
+#[test]
+#[ignore = "needs an RDMA device: set MLX5DV_TEST_DEVICE"]
+fn binds_left_queued_take_room_from_the_next_batch() {
+    let caps = QpCaps {
+        max_send_wr: 4,
+        ..QpCaps::default()
+    };
+    let step = stepper();
+    let mut p = Pair::with(caps, ops());
+    let depth = p.b.qp.caps().max_send_wr as usize;
+    assert!((4..=64).contains(&depth), "depth {depth}");
+    let mut target = bindable(&p.pd);
+    let mut windows = Vec::new();
+    for _ in 0..depth {
+        let Some(mw) = window(&p.ctx, &p.pd, MwType::Type1) else {
+            return;
+        };
+        windows.push(mw);
+    }
+    let mut remotes = Vec::new();
+    for (i, mw) in windows.iter_mut().enumerate() {
+        let bind = MwBind::new(&target, i * 256..i * 256 + 256, rw()).unwrap();
+        remotes.push(p.b.qp.bind_mw(100 + i as u64, mw, &bind).unwrap());
+    }
+    let to = RemoteBuf {
+        addr: p.a.mr.addr(),
+        len: 64,
+        rkey: p.a.mr.rkey(),
+    };
+    p.a.mr.fill(0..64, 0).unwrap();
+    p.b.mr.fill(0..64, 0x5a).unwrap();
+    // The room left is 0: the binds took the whole depth.
+    let full = |e: &Error| matches!(e, Error::SendQueueFull { batch: 1, depth: 0 });
+    // The scoped post, refused: nothing posted.
+    let err =
+        p.b.qp
+            .post_and_wait(&mut p.b.send_cq, WAIT, |b| {
+                b.wr(1).rdma_write(to).sge(p.b.mr.sge(0..64)?)
+            })
+            .unwrap_err();
+    assert!(full(&err), "{err:?}");
+    // A batch's first work request, refused before libmlx5's builder.
+    {
+        let mut batch = p.b.qp.batch();
+        let err = batch
+            .wr(2)
+            .rdma_write(to)
+            .sge(p.b.mr.sge(0..64).unwrap())
+            .unwrap_err();
+        assert!(full(&err), "{err:?}");
+        assert_eq!(batch.len(), 0);
+    }
+    // One bind more than the queue holds.
+    let mut extra = window(&p.ctx, &p.pd, MwType::Type1).unwrap();
+    let bind = MwBind::new(&target, 0..64, rw()).unwrap();
+    let err = p.b.qp.bind_mw(99, &mut extra, &bind).unwrap_err();
+    assert!(full(&err), "{err:?}");
+    assert_eq!(p.b.qp.state().unwrap(), QpState::Rts);
+
+    // Now the device runs what was posted: the binds, each a bind.
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|s| {
+        s.spawn(|| keep_stepping(step, &stop));
+        let wcs = p.b.send_cq.wait(depth, WAIT).unwrap().to_vec();
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        assert_eq!(wcs.len(), depth, "{wcs:?}");
+        for (i, wc) in wcs.iter().enumerate() {
+            assert_wc(wc, 100 + i as u64, WcOpcode::BIND_MW);
+        }
+    });
+    assert_eq!(
+        p.a.mr.to_vec(0..64).unwrap(),
+        vec![0; 64],
+        "a refused write ran"
+    );
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|s| {
+        s.spawn(|| keep_stepping(step, &stop));
+        // Each window reaches its own range.
+        for (i, remote) in remotes.iter().enumerate() {
+            let data = pattern(256, i as u8);
+            p.a.mr.write_at(0, &data).unwrap();
+            assert_wc(
+                &write_from_a(&mut p, 200 + i as u64, *remote, 256),
+                200 + i as u64,
+                WcOpcode::RDMA_WRITE,
+            );
+            assert_eq!(target.to_vec(i * 256..i * 256 + 256).unwrap(), data);
+        }
+        // Polled, the binds are known done: a batch of the whole depth fits.
+        p.a.mr.fill(0..64, 0).unwrap();
+        let wcs =
+            p.b.qp
+                .post_and_wait(&mut p.b.send_cq, WAIT, |b| {
+                    for k in 0..depth as u64 {
+                        b.wr(300 + k).rdma_write(to).sge(p.b.mr.sge(0..64)?)?;
+                    }
+                    Ok(())
+                })
+                .unwrap()
+                .to_vec();
+        assert_eq!(wcs.len(), depth);
+        for (k, wc) in wcs.iter().enumerate() {
+            assert_wc(wc, 300 + k as u64, WcOpcode::RDMA_WRITE);
+        }
+        assert_eq!(p.a.mr.to_vec(0..64).unwrap(), vec![0x5a; 64]);
+
+        // A scoped post's own completion also retires the binds queued
+        // before it: depth - 1 binds, a post of one, then one of the depth.
+        for (i, mw) in windows.iter_mut().take(depth - 1).enumerate() {
+            p.b.qp.unbind_mw(400 + i as u64, mw, &target).unwrap();
+        }
+        let wcs =
+            p.b.qp
+                .post_and_wait(&mut p.b.send_cq, WAIT, |b| {
+                    b.wr(500).rdma_write(to).sge(p.b.mr.sge(0..64)?)
+                })
+                .unwrap()
+                .to_vec();
+        assert_eq!(wcs.len(), 1);
+        assert_wc(&wcs[0], 500, WcOpcode::RDMA_WRITE);
+        let wcs =
+            p.b.qp
+                .post_and_wait(&mut p.b.send_cq, WAIT, |b| {
+                    for k in 0..depth as u64 {
+                        b.wr(600 + k).rdma_write(to).sge(p.b.mr.sge(0..64)?)?;
+                    }
+                    Ok(())
+                })
+                .unwrap()
+                .to_vec();
+        assert_eq!(wcs.len(), depth);
+        // The unbinds' completions were kept for the next poll, in order.
+        let kept = p.b.send_cq.wait(depth - 1, WAIT).unwrap().to_vec();
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        assert_eq!(kept.len(), depth - 1, "{kept:?}");
+        for (i, wc) in kept.iter().enumerate() {
+            assert_wc(wc, 400 + i as u64, WcOpcode::BIND_MW);
+        }
+    });
+    target.fill(.., 0).unwrap();
+}

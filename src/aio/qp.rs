@@ -450,7 +450,10 @@ impl Inner {
             )));
         }
         let caps = self.qp().caps();
-        if !recv && self.sends >= caps.max_send_wr {
+        // Type 1 binds posted on the QP before it was handed over, not
+        // yet seen complete, take up the send queue too.
+        let binds = self.qp().queued.len();
+        if !recv && self.sends.saturating_add(binds) >= caps.max_send_wr {
             return Err(Error::SendQueueFull {
                 batch: 1,
                 depth: caps.max_send_wr,

@@ -46,6 +46,7 @@ mod backlog;
 mod one_per_start;
 mod polled_wc;
 mod polling;
+mod queued;
 mod resize;
 mod soft_roce_probe;
 #[cfg(test)]
@@ -58,6 +59,7 @@ pub(crate) use backlog::RawWc;
 use one_per_start::{OnePerStart, OnePerStartPtr};
 pub use polled_wc::PolledWc;
 pub(crate) use polling::{after_polls, in_provider_poll};
+pub(crate) use queued::Queued;
 pub(crate) use wait::back_off;
 pub(crate) use work_completion::write_wc_fields;
 pub use work_completion::WorkCompletion;
@@ -119,6 +121,9 @@ pub(crate) struct CqInner {
     /// whose server answers each sender; other CQs skip the four reads
     /// (a UD sender's fields mean nothing to an RC receive).
     senders: std::sync::atomic::AtomicBool,
+    /// The QPs sending on this CQ with type 1 binds queued, whose
+    /// completions its polls look for ([`queued`]).
+    pub(crate) watch: queued::Watch,
     // Dropped after the CQ is destroyed.
     one_per_start: Option<OnePerStartPtr>,
     /// The channel the CQ's events go to: dropped after the CQ is
@@ -277,6 +282,7 @@ impl CompletionQueue {
             cq,
             owned: true,
             senders: Default::default(),
+            watch: Default::default(),
             one_per_start: None,
             channel: channel.cloned(),
             ctx: ctx.clone(),
@@ -339,6 +345,7 @@ impl CompletionQueue {
                 cq,
                 owned: false,
                 senders: Default::default(),
+                watch: Default::default(),
                 one_per_start: None,
                 channel: None,
                 ctx: ctx.clone(),

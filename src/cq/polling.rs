@@ -57,9 +57,45 @@ impl CompletionQueue {
     }
 
     /// [`poll_each`](Self::poll_each) of the device's completions only,
-    /// leaving the backlog alone.
+    /// leaving the backlog alone. On a CQ that watches for binds queued on
+    /// its QPs (`queued`), each successful bind completion is also noted
+    /// after `f` has seen it, and what the notes show done is retired after
+    /// the poll (when `f` panics, nothing is: less room, never more). Two
+    /// loops, one that notes and one that does not, so that neither tests
+    /// the watch per completion and `f` is inlined into both.
     #[inline(always)]
-    pub(crate) fn poll_provider<F>(&mut self, max: usize, mut f: F) -> Result<usize>
+    pub(crate) fn poll_provider<F>(&mut self, max: usize, f: F) -> Result<usize>
+    where
+        F: FnMut(&PolledWc<'_>),
+    {
+        if self.inner.watch.is_on() {
+            let mut seen = super::queued::Seen::new();
+            let r = self.poll_device::<true, F>(max, f, &mut seen);
+            self.retire(&seen);
+            return r;
+        }
+        self.poll_device::<false, F>(max, f, &mut Vec::new())
+    }
+
+    /// Retires the binds whose completions a watched poll noted.
+    #[cold]
+    #[inline(never)]
+    fn retire(&self, seen: &super::queued::Seen) {
+        if !seen.is_empty() {
+            super::queued::retire(&self.inner.watch.snapshot(), seen);
+            self.inner.watch.prune();
+        }
+    }
+
+    /// The poll of the device itself, noting bind completions in `seen`
+    /// when `WATCH`.
+    #[inline(always)]
+    fn poll_device<const WATCH: bool, F>(
+        &mut self,
+        max: usize,
+        mut f: F,
+        seen: &mut super::queued::Seen,
+    ) -> Result<usize>
     where
         F: FnMut(&PolledWc<'_>),
     {
@@ -89,6 +125,9 @@ impl CompletionQueue {
         // of the count (no copy of it, no extra jump). `f` is inlined
         // twice.
         f(&wc);
+        if WATCH {
+            super::queued::note(seen, &wc);
+        }
         let mut n = 1;
         while n < max {
             // SAFETY: a poll is in progress (ended by `poll`, not by `f`,
@@ -105,6 +144,9 @@ impl CompletionQueue {
                 return Err(next_poll_failed(cq, rc));
             }
             f(&wc);
+            if WATCH {
+                super::queued::note(seen, &wc);
+            }
             n += 1;
         }
         drop(poll);

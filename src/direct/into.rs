@@ -189,6 +189,15 @@ impl<T: DirectTransport> QpEx<T> {
                 "into_direct on {what}: the CQ holds completions not yet handed out"
             )));
         }
+        // A type 1 bind not seen complete may still be in the ring, where
+        // the direct path would write its own WQEs.
+        let binds = self.queued.len();
+        if binds != 0 {
+            return Err(refused(format!(
+                "into_direct on {what}: {binds} memory window bind(s) posted with bind_mw \
+                 have not been seen complete; poll their completions first"
+            )));
+        }
         let mut attr = ffi::ibv_qp_attr::default();
         let mut init = ffi::ibv_qp_init_attr::default();
         // SAFETY: the QP is live; both out-structs are writable.

@@ -60,6 +60,7 @@ use crate::pd::ProtectionDomain;
 use std::fmt;
 use std::marker::PhantomData;
 use std::ptr::NonNull;
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
 pub(crate) use byte_form::{versioned_form, ByteForm, FORM_VERSION};
@@ -297,6 +298,9 @@ pub struct QpEx<T: Transport> {
     /// MTU, set when it is made ready ([`UdQp::ready`]); `u32::MAX` (no
     /// limit of the crate's) otherwise.
     pub(crate) max_message: std::sync::atomic::AtomicU32,
+    /// The type 1 memory window binds queued on the send queue and not yet
+    /// known done, which a batch leaves room for (see `crate::cq::Queued`).
+    pub(crate) queued: Arc<crate::cq::Queued>,
     // Dropped after the QP is destroyed (fields drop after Drop::drop).
     pd: ProtectionDomain,
     send_cq: Arc<CqInner>,
@@ -375,6 +379,7 @@ impl<T: Transport> QpEx<T> {
         let qp = QpEx {
             ops: Box::new(WrOps {
                 depth: p.caps.max_send_wr,
+                room: std::sync::atomic::AtomicU32::new(p.caps.max_send_wr),
                 mqpx: p.mlx5.mqpx.map_or(std::ptr::null_mut(), NonNull::as_ptr),
                 ..ops
             }),
@@ -392,6 +397,8 @@ impl<T: Transport> QpEx<T> {
             resets: std::sync::atomic::AtomicU64::new(0),
             srq: None,
             max_message: std::sync::atomic::AtomicU32::new(u32::MAX),
+            // SAFETY: the QP is live.
+            queued: crate::cq::Queued::new(unsafe { (*p.qp.as_ptr()).qp_num }),
             pd: p.pd.clone(),
             send_cq: p.send_cq.share(),
             _recv_cq: p.recv_cq.share(),
@@ -577,7 +584,58 @@ impl<T: Transport> QpEx<T> {
         self.modify(&mut a, ffi::IBV_QP_STATE, "RESET")?;
         self.resets
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        // The queue is empty: no bind counted is left in it.
+        self.forget_queued();
         Ok(())
+    }
+
+    /// Counts a type 1 bind with `wr_id` as queued, before it is posted,
+    /// and has the send CQ's polls look for its completion; refused
+    /// ([`Error::SendQueueFull`]) when the binds already queued fill the
+    /// send queue.
+    pub(crate) fn queue_bind(&self, wr_id: u64) -> Result<()> {
+        let (queued, depth) = (self.queued.len(), self.ops.depth);
+        if queued >= depth {
+            return Err(Error::SendQueueFull {
+                batch: 1,
+                depth: depth - queued.min(depth),
+            });
+        }
+        self.queued.push(wr_id);
+        self.send_cq.watch.add(&self.queued);
+        self.ops.room.store(depth - queued - 1, Relaxed);
+        Ok(())
+    }
+
+    /// Takes back the bind [`queue_bind`](Self::queue_bind) just counted:
+    /// the provider refused it and posted nothing of it.
+    pub(crate) fn unqueue_bind(&self) {
+        self.queued.unpush();
+        self.send_cq.watch.prune();
+        self.room_now();
+    }
+
+    /// The room a batch opens with: the depth less the binds counted as
+    /// queued now (fewer than when a bind last lowered it, once polls have
+    /// seen some complete).
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn room_now(&self) -> u32 {
+        let room = self.ops.depth - self.queued.len().min(self.ops.depth);
+        self.ops.room.store(room, Relaxed);
+        room
+    }
+
+    /// Marks every type 1 bind counted on the send queue done (the queue
+    /// was reset, or a later work request's completion seen), and stops
+    /// the send CQ's watch for them.
+    #[inline]
+    pub(crate) fn forget_queued(&self) {
+        if self.queued.len() != 0 {
+            self.queued.clear();
+            self.send_cq.watch.prune();
+            self.ops.room.store(self.ops.depth, Relaxed);
+        }
     }
 }
 

@@ -31,7 +31,10 @@ bitflags::bitflags! {
         const ATOMIC_FETCH_AND_ADD = ffi::IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD as u64;
         /// `ibv_wr_local_inv`.
         const LOCAL_INV = ffi::IBV_QP_EX_WITH_LOCAL_INV as u64;
-        /// `ibv_wr_bind_mw`.
+        /// `ibv_wr_bind_mw` (type 2 windows, in a batch), and what
+        /// [`QpEx::bind_mw`](crate::QpEx::bind_mw) (type 1, `ibv_bind_mw`)
+        /// needs: libmlx5 sizes the send queue's slots for a bind only
+        /// with it.
         const BIND_MW = ffi::IBV_QP_EX_WITH_BIND_MW as u64;
         /// `ibv_wr_send_inv`.
         const SEND_WITH_INV = ffi::IBV_QP_EX_WITH_SEND_WITH_INV as u64;

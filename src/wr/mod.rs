@@ -265,11 +265,13 @@ struct BatchState {
     /// (see `last_peer_receive`).
     peer_receive_mark: usize,
     /// How many the batch may hold: the send queue's depth
-    /// (`max_send_wr`), past which libmlx5 would build a work request over
-    /// the last WQE it wrote, or less after [`WrBatch::limit`].
+    /// (`max_send_wr`) less the type 1 binds still queued on it (see
+    /// `crate::cq::Queued`), past which libmlx5 would build a work request
+    /// over the last WQE it wrote, or less after [`WrBatch::limit`].
     room: usize,
-    /// The send queue's depth, as `room` has it at first (so that, in a
-    /// batch that is not limited, the compiler knows the two equal).
+    /// The room the send queue had when the batch opened, as `room` has it
+    /// at first (so that, in a batch that is not limited, the compiler
+    /// knows the two equal): its depth less the binds queued then.
     depth: u32,
     /// The QP's context: a DC or UD address must come from it.
     ctx: *mut ffi::ibv_context,
@@ -286,8 +288,9 @@ impl BatchState {
     }
 
     /// The error of a batch of `batch` work requests, more than its room:
-    /// the batch's [`limit`](WrBatch::limit) where that is below the send
-    /// queue's depth, else a full send queue. Built of integers where it
+    /// the batch's [`limit`](WrBatch::limit) where that is below the room
+    /// the send queue had, else a full send queue (whose `depth` is that
+    /// room: the depth less the binds queued). Built of integers where it
     /// is made (inlined), so that the caller's `?` knows it is an error
     /// and its loop keeps one counter.
     #[inline(always)]
@@ -342,6 +345,13 @@ impl BatchState {
 /// bound, and with the queue empty (as the safe API always leaves it; see
 /// `complete`'s `# Safety` for work requests posted with it), neither
 /// happens, and a batch may be built and posted in a poll callback.
+///
+/// Type 1 memory window binds ([`QpEx::bind_mw`]) stay in the send queue
+/// after the call that posts them, until the device has run them: a batch
+/// opens with the depth less the binds not yet seen complete (by a poll of
+/// the send CQ, or a later scoped post) as its room, and its work request
+/// past that room is refused with [`Error::SendQueueFull`], whose `depth`
+/// is then that room.
 #[must_use = "a batch is aborted when dropped: call complete() to post it"]
 pub struct WrBatch<'q, 'm, T: Transport> {
     state: BatchState,
@@ -394,6 +404,12 @@ impl<T: Transport> QpEx<T> {
     fn open_batch<'m>(&mut self, flags: SendFlags) -> WrBatch<'_, 'm, T> {
         let qpx = self.qpx;
         self.abort_if_leaked();
+        // Type 1 binds still queued take up room: the room a bind left,
+        // brought up to date (a cold call) only when binds were queued.
+        let mut room = self.ops.room.load(Relaxed);
+        if room != self.ops.depth {
+            room = self.room_now();
+        }
         // SAFETY: the QP is live; `start` is its provider's wr_start entry
         // (resolved non-NULL at creation); `&mut self` excludes any other
         // live batch on it, and a leaked one was just aborted. `wr_flags`
@@ -417,8 +433,8 @@ impl<T: Transport> QpEx<T> {
                 wr_flags: flags,
                 posted: 0,
                 peer_receive_mark: 0,
-                room: self.ops.depth as usize,
-                depth: self.ops.depth,
+                room: room as usize,
+                depth: room,
                 max_message: self.max_message.load(Relaxed),
             },
             _qp: PhantomData,
@@ -513,7 +529,10 @@ impl<'q, 'm, T: Transport> WrBatch<'q, 'm, T> {
     /// device may not have run yet. So the work requests posted and not
     /// yet known done (their completion, or a later one's, polled), plus
     /// those of any batch being built, must stay within the QP's
-    /// `max_send_wr`.
+    /// `max_send_wr`. (Type 1 binds posted with [`QpEx::bind_mw`] are
+    /// among those posted: the crate counts them until their completions
+    /// are polled, or a scoped post's later ones, and leaves them room, but
+    /// it cannot see work requests posted by `complete`.)
     ///
     /// The batch's work request ids are below 2^63: ids with bit 63 set
     /// are those [`QpEx::post_and_wait`] (and the `tokio` feature's

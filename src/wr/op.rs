@@ -403,9 +403,9 @@ impl<T: Transport> Wr<'_, '_, T> {
         build: impl FnOnce(*mut ffi::ibv_qp_ex, &WrOps),
     ) -> Result<()> {
         // A work request that finds the send queue full is built over the
-        // last WQE libmlx5 wrote (rdma-core 44); with the queue empty (all
-        // the safe API leaves it) and the batch within the queue's depth,
-        // none does, and libmlx5 never takes the send CQ's lock to check
+        // last WQE libmlx5 wrote (rdma-core 44); with the batch within its
+        // room (the queue's depth less the type 1 binds still queued, the
+        // only safe work left in a queue between calls), none does, and libmlx5 never takes the send CQ's lock to check
         // (which a poll of that CQ may hold on this thread). By value: the
         // batch's state must not escape the caller's loop.
         if self.state.posted >= self.state.room {

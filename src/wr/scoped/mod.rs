@@ -559,6 +559,12 @@ impl<T: Transport> QpEx<T> {
             Ok(_) => self.wait_scoped(cq, &mut waiting, timeout),
         };
         std::mem::forget(unwinding);
+        // Its last work request's completion was seen: every type 1 bind
+        // queued before the batch is done too (a send queue completes in
+        // order).
+        if waiting.done {
+            self.forget_queued();
+        }
         let outcome = match outcome {
             Ok(()) => {
                 // The last completion is not a success when any work
