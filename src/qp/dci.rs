@@ -18,9 +18,16 @@ use std::ptr::NonNull;
 /// from the DCI's own device context (libmlx5 reads it as an mlx5 address
 /// handle): a work request with another's is refused with
 /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) before any
-/// C call. It borrows the address handle
-/// and holds its raw pointer, read once here, so that a loop of work
-/// requests passes it on as C does.
+/// C call.
+///
+/// It borrows the address handle and holds its raw pointer, read once
+/// here, so that a loop of work requests passes it on as C does. In the
+/// scoped post ([`ScopedBatch::wr`](crate::ScopedBatch::wr)) the borrow
+/// lasts until the device is done with the batch, as for a
+/// [`UdAddr`](crate::UdAddr): libmlx5 copies the address vector into the
+/// WQE when the work request is built, so a DCI would need it less, but
+/// one rule for both holds whatever the provider does and costs nothing
+/// at run time (see [`ScopedBatch`](crate::ScopedBatch#address-handles)).
 #[derive(Clone, Copy)]
 pub struct DcAddr<'a> {
     ah: NonNull<ffi::ibv_ah>,

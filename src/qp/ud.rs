@@ -49,8 +49,16 @@ pub(crate) fn check_builder(send_ops: SendOps, mlx5_ops: Mlx5SendOps, flags: u32
 /// QP's own device context: a work request with another's is refused with
 /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) before any C
 /// call; a QP number of more than 24 bits with
-/// [`Error::OutOfRange`](crate::Error::OutOfRange). It borrows the
-/// address handle for as long as the work request is being built.
+/// [`Error::OutOfRange`](crate::Error::OutOfRange).
+///
+/// It borrows the address handle. In the scoped post
+/// ([`ScopedBatch::wr`](crate::ScopedBatch::wr)) the borrow lasts until
+/// the device is done with the batch (the device reads the address handle
+/// when it sends: soft-RoCE looks it up then), so that one made or dropped
+/// in the closure does not compile; with [`WrBatch`](crate::WrBatch) it
+/// lasts while the work request is built, and
+/// [`complete`](crate::WrBatch::complete)'s `# Safety` keeps the address
+/// handle alive until the completion.
 ///
 /// A `remote_qkey` with its high bit set (0x8000_0000 and above) asks the
 /// device to send the QP's own Q_Key instead (the InfiniBand rule for

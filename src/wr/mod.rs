@@ -506,6 +506,14 @@ impl<'q, 'm, T: Transport> WrBatch<'q, 'm, T> {
     /// completion polled, or the QP has been moved to RESET or destroyed.
     /// A peer may also reach memory through the keys the batch sends.
     ///
+    /// The address handles its work requests name (their [`UdAddr`] or
+    /// [`DcAddr`]) must stay alive, not destroyed, until the same point:
+    /// the work request's completion (or a later one's) polled, or the QP
+    /// flushed, reset or destroyed. Their borrows end with the work
+    /// requests' building, but the device may use them later: soft-RoCE
+    /// looks a UD send's address handle up when it sends the packet, and
+    /// fails the send (moving the QP to ERR) when it is gone.
+    ///
     /// Until then its work requests also take up the send queue: work
     /// requests built on the QP (by any batch, the safe scoped post
     /// included) while the queue has no room left for them make libmlx5
@@ -586,7 +594,9 @@ impl<'m> WrBatch<'_, 'm, DcInitiator> {
     /// Adds a work request whose completion carries `wr_id`, going to the
     /// DCT at `addr` (`mlx5dv_wr_set_dc_addr`, called after the builder and
     /// its data, as mlx5dv_wr_post(3) orders it). A DCI work request cannot
-    /// be built without an address.
+    /// be built without an address. Its address handle is borrowed while
+    /// the work request is built; see [`complete`](Self::complete) for how
+    /// long it must live.
     #[inline]
     pub fn wr<'s>(&'s mut self, wr_id: u64, addr: DcAddr<'s>) -> Wr<'s, 'm, DcInitiator> {
         self.start_wr(wr_id, Some(RawAddr::Dc(RawDc::new(addr, None))))
@@ -614,6 +624,8 @@ impl<'m> WrBatch<'_, 'm, UnreliableDatagram> {
     /// Adds a work request whose completion carries `wr_id`, going to the
     /// UD QP at `addr` (`ibv_wr_set_ud_addr`, called after the builder and
     /// its data). A UD work request cannot be built without an address.
+    /// Its address handle is borrowed while the work request is built;
+    /// see [`complete`](Self::complete) for how long it must live.
     #[inline]
     pub fn wr<'s>(&'s mut self, wr_id: u64, addr: UdAddr<'s>) -> Wr<'s, 'm, UnreliableDatagram> {
         self.start_wr(wr_id, Some(RawAddr::Ud(RawUd::new(addr))))
@@ -622,7 +634,7 @@ impl<'m> WrBatch<'_, 'm, UnreliableDatagram> {
 
 /// The address a work request's builder is followed by, as handed to C;
 /// the borrow of what it names (an address handle) lives in the `Wr`'s
-/// lifetime.
+/// lifetime, and in a scoped batch for its `'m`.
 #[derive(Clone, Copy)]
 pub(crate) enum RawAddr {
     /// A DCI's `mlx5dv_wr_set_dc_addr` / `mlx5dv_wr_set_dc_addr_stream`.

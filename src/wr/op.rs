@@ -466,7 +466,8 @@ impl<T: Transport> Wr<'_, '_, T> {
         if let Some(RawAddr::Ud(ud)) = self.addr {
             // SAFETY: a UD QP's wr_set_ud_addr entry was resolved non-NULL
             // at creation; the address handle is borrowed for the Wr's
-            // lifetime and belongs to the QP's context (checked above).
+            // lifetime (in the scoped post, until the device is done) and
+            // belongs to the QP's context (checked above).
             unsafe { (ops.set_ud_addr)(q, ud.ah, ud.remote_qpn, ud.remote_qkey) }
         }
         if let Some(RawAddr::Dc(dc)) = self.addr {
@@ -474,7 +475,8 @@ impl<T: Transport> Wr<'_, '_, T> {
             // refuses a DCI without it), whose DC setters were resolved
             // non-NULL at creation (the stream setter when it has
             // streams, and only then can `stream_id` be Some here); the
-            // address handle is borrowed for the Wr's lifetime.
+            // address handle is borrowed for the Wr's lifetime (in the
+            // scoped post, until the device is done).
             unsafe {
                 match dc.stream_id {
                     None => (ops.set_dc_addr)(ops.mqpx, dc.ah, dc.remote_dctn, dc.remote_dc_key),

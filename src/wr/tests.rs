@@ -153,6 +153,12 @@ impl Fx {
         }
     }
 
+    /// An address handle of the fixture's PD.
+    fn ah(&mut self) -> crate::ah::AddressHandle {
+        let raw = NonNull::from(&mut *self.ah_raw);
+        unsafe { crate::ah::AddressHandle::fake(&self.pd, raw) }
+    }
+
     fn mr(&self) -> MemoryRegion {
         unsafe {
             MemoryRegion::from_raw(&self.pd, NonNull::from(&*self.mr_raw), AccessFlags::all())
@@ -184,6 +190,20 @@ struct Other {
     _pd_raw: Box<ffi::ibv_pd>,
     _fcq: Box<FakeCq>,
     _vctx: Box<FakeVerbsContext>,
+}
+
+/// The arguments of each of the fixture QP's calls to `entry`, taken.
+fn args_of(fx: &Fx, entry: &str) -> Vec<Vec<Arg>> {
+    let calls = fx.qp_calls();
+    entries(&calls, entry)
+        .into_iter()
+        .map(|c| c.args.clone())
+        .collect()
+}
+
+/// The id and status of each completion.
+fn outcomes(wcs: &[WorkCompletion]) -> Vec<(u64, WcStatus)> {
+    wcs.iter().map(|w| (w.wr_id, w.status)).collect()
 }
 
 fn remote(len: u64) -> RemoteBuf {

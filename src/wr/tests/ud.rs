@@ -136,3 +136,42 @@ fn ud_refusals_never_reach_the_provider() {
         ]
     );
 }
+
+#[test]
+fn a_scoped_ud_send_takes_an_address_handle_made_before_the_call() {
+    // The address handle outlives the calls (as the scoped post requires:
+    // one made or dropped in the closure does not compile), and its address
+    // serves several of them.
+    let mut fx = Fx::new();
+    let mr = fx.mr();
+    let ah_ptr = &mut *fx.ah_raw as *mut ffi::ibv_ah;
+    let ah = fx.ah();
+    let mut qp = fx.qp::<UnreliableDatagram>(
+        SendOps::SEND | SendOps::SEND_WITH_IMM,
+        Mlx5SendOps::empty(),
+        None,
+    );
+    let to = UdAddr::new(&ah, 0x34, QKEY);
+    take();
+    for round in 0..2u64 {
+        let wcs = qp
+            .post_and_wait(&mut fx.cq, Duration::from_secs(1), |b| {
+                b.wr(round * 10, to).send().sge(mr.sge(0..16)?)?;
+                b.wr(round * 10 + 1, to).send_imm(7).inline(b"hi")
+            })
+            .unwrap();
+        assert_eq!(
+            outcomes(wcs),
+            [
+                (round * 10, WcStatus::SUCCESS),
+                (round * 10 + 1, WcStatus::SUCCESS)
+            ]
+        );
+    }
+    drop(ah);
+    assert_eq!(
+        args_of(&fx, "wr_set_ud_addr"),
+        vec![vec![ptr(ah_ptr), Arg::U32(0x34), Arg::U32(QKEY)]; 4]
+    );
+    assert!(fx.fcq.violations.is_empty(), "{:?}", fx.fcq.violations);
+}
