@@ -271,8 +271,12 @@ struct BatchState {
     /// The send queue's depth, as `room` has it at first (so that, in a
     /// batch that is not limited, the compiler knows the two equal).
     depth: u32,
-    /// The QP's context: a DC or UD address must come from it.
+    /// The QP's context: an mkey must come from it.
     ctx: *mut ffi::ibv_context,
+    /// The QP's protection domain: a DC or UD address's address handle
+    /// must be of it (`ibv_create_ah(3)`, `ibv_post_send(3)`), which also
+    /// makes it of the QP's context.
+    pd: *mut ffi::ibv_pd,
     /// The largest message a send may carry (a UD QP's MTU; `u32::MAX`
     /// on the others).
     max_message: u32,
@@ -409,6 +413,8 @@ impl<T: Transport> QpEx<T> {
                 qpx,
                 // SAFETY: the QP is live.
                 ctx: unsafe { (*self.qp.as_ptr()).context },
+                // SAFETY: as above.
+                pd: unsafe { (*self.qp.as_ptr()).pd },
                 caps: self.caps,
                 send_ops: self.send_ops(),
                 mlx5: self.mlx5,
@@ -649,7 +655,8 @@ pub(crate) enum RawAddr {
 #[derive(Clone, Copy)]
 pub(crate) struct RawUd {
     ah: *mut ffi::ibv_ah,
-    ctx: *mut ffi::ibv_context,
+    /// The address handle's PD (NULL for a QP number past 24 bits).
+    pd: *mut ffi::ibv_pd,
     remote_qpn: u32,
     remote_qkey: u32,
 }
@@ -659,7 +666,7 @@ impl RawUd {
     fn new(addr: UdAddr<'_>) -> Self {
         RawUd {
             ah: addr.ah_ptr(),
-            ctx: addr.context_ptr(),
+            pd: addr.pd_ptr(),
             remote_qpn: addr.remote_qpn(),
             remote_qkey: addr.remote_qkey(),
         }
@@ -670,7 +677,8 @@ impl RawUd {
 #[derive(Clone, Copy)]
 pub(crate) struct RawDc {
     ah: *mut ffi::ibv_ah,
-    ctx: *mut ffi::ibv_context,
+    /// The address handle's PD (NULL for a DCT number past 24 bits).
+    pd: *mut ffi::ibv_pd,
     remote_dctn: u32,
     remote_dc_key: u64,
     stream_id: Option<u16>,
@@ -681,7 +689,7 @@ impl RawDc {
     fn new(addr: DcAddr<'_>, stream_id: Option<u16>) -> Self {
         RawDc {
             ah: addr.ah_ptr(),
-            ctx: addr.context_ptr(),
+            pd: addr.pd_ptr(),
             remote_dctn: addr.remote_dctn(),
             remote_dc_key: addr.remote_dc_key(),
             stream_id,
