@@ -220,6 +220,34 @@ impl AddressHandle {
     }
 }
 
+/// Why an address handle whose PD is not a QP's is refused for its work
+/// requests, and what to do instead, after "the address handle": read
+/// only to say so (the check itself compares the PDs alone). `ah_pd` is
+/// the address handle's PD (`ibv_ah.pd`, live while the address handle
+/// is: NULL only for one wrapped with no PD), `ctx` the QP's context; `qp`
+/// names the QP ("QP", "DCI").
+#[cold]
+pub(crate) fn not_of_the_qps_pd(
+    ah_pd: *mut ffi::ibv_pd,
+    ctx: *mut ffi::ibv_context,
+    qp: &str,
+) -> String {
+    // SAFETY: a PD that is not NULL is the live PD of a live address
+    // handle (an `AddressHandle` holds its PD; `from_raw`'s promise); its
+    // context is read.
+    let ah_ctx = (!ah_pd.is_null()).then(|| unsafe { (*ah_pd).context });
+    let which = if ah_ctx == Some(ctx) {
+        format!("is of another protection domain than the {qp}'s (of the same device context)")
+    } else {
+        format!("belongs to another device context than the {qp}'s")
+    };
+    format!(
+        "{which}; an address handle serves the QPs of its own protection domain only \
+         (ibv_create_ah(3), ibv_post_send(3)): make it with AddressHandle::new(qp.pd(), ..) \
+         of the {qp} that sends"
+    )
+}
+
 impl fmt::Debug for AddressHandle {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_tuple("AddressHandle").field(&self.0.attr).finish()

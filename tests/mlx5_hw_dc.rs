@@ -133,6 +133,52 @@ fn dc_rdma_write() {
     }
 }
 
+/// Not from rdma-core: a DC address whose address handle is of another
+/// protection domain of the DCI's own context (the server side's, made in
+/// its own PD) is refused with a typed error before any C call: nothing
+/// is posted (no completion at the client, nothing received at the
+/// server), the DCI stays in RTS, and a send through the address handle
+/// of its own PD then arrives whole.
+#[test]
+#[ignore = "needs an mlx5 device: set MLX5DV_TEST_MLX5_DEVICE"]
+fn a_dc_address_handle_of_another_pd_is_refused_and_the_dci_sends_on() {
+    let ctx = open();
+    let Some(mut p) = DcPair::new(&ctx, SendOps::SEND, &[None]) else {
+        return;
+    };
+    assert_ne!(p.server.pd.as_ptr(), p.client.pd.as_ptr());
+    let theirs = dc_addr(&p.server.ah, &p.server.dct);
+    let data = pattern(MSG, 42);
+    p.client.src.write_at(0, &data).unwrap();
+    let other_pd = |e: &Error| {
+        matches!(e, Error::InvalidArgument(m)
+            if m.contains("is of another protection domain than the DCI's (of the same device context)"))
+    };
+    let e = post_one(
+        &mut p.client.dcis[0],
+        &mut p.client.send_cq,
+        theirs,
+        None,
+        1,
+        &p.client.src,
+        Op::Send,
+    )
+    .unwrap_err();
+    assert!(other_pd(&e), "{e}");
+    let mut b = p.client.dcis[0].batch();
+    let e = b.wr(2, theirs).send().inline(b"x").unwrap_err();
+    assert!(other_pd(&e), "{e}");
+    drop(b);
+    assert_eq!(p.client.dcis[0].state().unwrap(), QpState::Rts);
+    let mut seen = 0;
+    p.client.send_cq.poll_each(4, |_| seen += 1).unwrap();
+    p.server.recv_cq.poll_each(4, |_| seen += 1).unwrap();
+    assert_eq!(seen, 0, "nothing completed at either side");
+    // Through the client's own address handle: received whole.
+    send_once(&mut p.client, &mut p.server, 0, 3, &data);
+    assert_eq!(p.client.dcis[0].state().unwrap(), QpState::Rts);
+}
+
 /// Not from rdma-core: a write whose DC address carries another key than
 /// the DCT's is refused by the target, lands nothing, and its error says
 /// that a DC key may be why and what to do next.

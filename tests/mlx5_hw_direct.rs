@@ -2754,7 +2754,8 @@ fn dci_streams_and_their_refusal_without_streams() {
 }
 
 /// `dc_addr` refuses an address handle of another device context (a
-/// second open of the same device).
+/// second open of the same device), and one of another protection domain
+/// of the DCI's own context, as a DCI work request does.
 #[test]
 #[ignore = "needs an mlx5 device: set MLX5DV_TEST_MLX5_DEVICE"]
 fn dc_addr_refuses_an_address_handle_of_another_context() {
@@ -2774,7 +2775,17 @@ fn dc_addr_refuses_an_address_handle_of_another_context() {
         }
         other => panic!("expected InvalidArgument, got {other}"),
     }
-    // One of this context is taken, and equals the rig's.
+    let second = ProtectionDomain::new(&r.ctx).unwrap();
+    let ah2 = AddressHandle::new(&second, r.ah.attr()).unwrap();
+    let e = r
+        .dci
+        .dc_addr(&DcAddr::new(&ah2, r.t[0].dct.dctn(), DCT_KEY))
+        .unwrap_err();
+    assert!(
+        matches!(&e, Error::InvalidArgument(m) if m.contains("another protection domain")),
+        "{e}"
+    );
+    // One of the DCI's PD is taken, and equals the rig's.
     let same = r
         .dci
         .dc_addr(&DcAddr::new(&r.ah, r.t[0].dct.dctn(), DCT_KEY))

@@ -357,6 +357,54 @@ fn what_a_ud_qp_cannot_do_is_refused_before_c() {
     assert_eq!(a.qp.state().unwrap(), QpState::Rts);
 }
 
+/// An address handle of another protection domain of the QP's own
+/// context (`ibv_create_ah(3)`: an address handle serves the QPs of its
+/// PD) is refused with a typed error before any C call, in the scoped
+/// post and in a batch: nothing is posted (no completion at A, nothing
+/// received at B), the QP stays in RTS, and a send through an address
+/// handle of its own PD, made before the call and outliving it, then
+/// arrives whole.
+#[test]
+#[ignore = "needs an RDMA device: set MLX5DV_TEST_DEVICE"]
+fn an_address_handle_of_another_pd_is_refused_and_the_qp_sends_on() {
+    let mut p = UdPair::new(QKEY, QKEY);
+    let second = ProtectionDomain::new(&p.ctx).expect("a second PD");
+    let theirs = AddressHandle::new(&second, p.ah.attr()).expect("AH in the second PD");
+    let other_pd = |e: &Error| {
+        matches!(e, Error::InvalidArgument(m)
+            if m.contains("is of another protection domain than the QP's (of the same device context)"))
+    };
+    p.recv(0, 256);
+    let data = pattern(200, 6);
+    p.a.mr.write_at(0, &data).unwrap();
+    let to = UdAddr::new(&theirs, p.b.qp.qp_num(), QKEY);
+    let mr = &p.a.mr;
+    let e =
+        p.a.qp
+            .post_and_wait(&mut p.a.send_cq, WAIT, |b| {
+                b.wr(1, to).send().sge(mr.sge(0..data.len())?)
+            })
+            .unwrap_err();
+    assert!(other_pd(&e), "{e}");
+    let mut b = p.a.qp.batch();
+    let e = b.wr(2, to).send().inline(b"x").unwrap_err();
+    assert!(other_pd(&e), "{e}");
+    drop(b);
+    assert_eq!(p.a.qp.state().unwrap(), QpState::Rts);
+    let mut sent = 0;
+    p.a.send_cq.poll_each(4, |_| sent += 1).unwrap();
+    assert_eq!(sent, 0, "no send completed at A");
+    let early = receives(&mut p.b.recv_cq, 1, Duration::from_millis(200));
+    assert!(early.is_empty(), "nothing reached B: {early:?}");
+    // Through the QP's own PD's address handle (`p.ah`, made before the
+    // call, kept after it): the message arrives byte for byte.
+    p.send(3, &data, None, QKEY);
+    let got = receives(&mut p.b.recv_cq, 1, WAIT);
+    assert_eq!(got.len(), 1, "{got:?}");
+    check_received(&p, &got[0], &data, None);
+    assert_eq!(p.a.qp.state().unwrap(), QpState::Rts);
+}
+
 /// B answers A through an address handle made from A's message
 /// (`AhAttr::from_received`: its GRH area, flags and source LID), to the
 /// completion's source QP; A receives the answer from B's QP.

@@ -382,8 +382,12 @@ struct bench_objs *bench_objs_new(void)
 	null_qp_init(o->rc, 0x101);
 	o->dci = zalloc(sizeof(*o->dci));
 	null_qp_init(o->dci, 0x102);
+	/* Of the PD, as libibverbs makes a QP: a UD or DC address's address
+	 * handle is checked against it. */
 	o->rc->ibv.qp_base.context = ctx;
+	o->rc->ibv.qp_base.pd = pd;
 	o->dci->ibv.qp_base.context = ctx;
+	o->dci->ibv.qp_base.pd = pd;
 	o->rc_qp = &o->rc->ibv.qp_base;
 	o->rc_qpx = &o->rc->ibv;
 	o->rc_mqpx = &o->rc->dv;
@@ -398,6 +402,7 @@ struct bench_objs *bench_objs_new(void)
 	o->rcw = zalloc(sizeof(*o->rcw));
 	null_qp_init(o->rcw, 0x103);
 	o->rcw->ibv.qp_base.context = ctx;
+	o->rcw->ibv.qp_base.pd = pd;
 	o->rcw_qp = &o->rcw->ibv.qp_base;
 	o->rcw_qpx = &o->rcw->ibv;
 	o->wcq = ring_cq_new(ctx, o->rcw);

@@ -670,14 +670,18 @@ impl DirectQp<DcInitiator> {
     /// The address a direct DCI work request is sent to, from a DC
     /// address ([`DcAddr`]): the address handle's address vector
     /// (`mlx5dv_init_obj(MLX5DV_OBJ_AH)`) with the DCT number and DC key,
-    /// as `mlx5dv_wr_set_dc_addr` writes them into the WQE. Refused when
-    /// the address handle is of another device context.
+    /// as `mlx5dv_wr_set_dc_addr` writes them into the WQE. Refused
+    /// ([`Error::InvalidArgument`]) when the address handle is not of the
+    /// DCI's protection domain (of another device context, or another PD
+    /// of its own), as a work request of [`WrBatch`](crate::WrBatch) is;
+    /// a DCT number past 24 bits with [`Error::OutOfRange`].
     pub fn dc_addr(&self, addr: &DcAddr<'_>) -> Result<DirectDcAddr> {
-        let ctx = self.qp.pd().context().as_ptr();
-        if addr.context_ptr() != ctx {
+        crate::qp::check_24_bits("remote DCT number", addr.remote_dctn())?;
+        if addr.pd_ptr() != self.qp.pd().as_ptr() {
             return Err(Error::InvalidArgument(format!(
-                "dc_addr on {}: the address handle is of another device context",
-                self.qp.describe()
+                "dc_addr on {}: the address handle {}",
+                self.qp.describe(),
+                crate::ah::not_of_the_qps_pd(addr.pd_ptr(), self.qp.pd().context().as_ptr(), "DCI")
             )));
         }
         let mut dvah = ffi::mlx5dv_ah::default();

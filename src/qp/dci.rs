@@ -14,18 +14,28 @@ use std::ptr::NonNull;
 ///
 /// Given to every work request of a DCI batch
 /// ([`WrBatch::wr`](crate::WrBatch::wr) on a `DciQp`): a DCI work
-/// request without one does not compile. The address handle must come
-/// from the DCI's own device context (libmlx5 reads it as an mlx5 address
-/// handle): a work request with another's is refused with
-/// [`Error::InvalidArgument`](crate::Error::InvalidArgument) before any
-/// C call. It borrows the address handle
-/// and holds its raw pointer, read once here, so that a loop of work
-/// requests passes it on as C does.
+/// request without one does not compile. The address handle must be of
+/// the DCI's own protection domain (`ibv_create_ah(3)`; libmlx5 also
+/// reads it as an mlx5 address handle of its device): a work request with
+/// one of another PD, of the same device context or of another, is
+/// refused with [`Error::InvalidArgument`](crate::Error::InvalidArgument)
+/// before any C call (one pointer compare); a DCT number of more than 24
+/// bits with [`Error::OutOfRange`](crate::Error::OutOfRange).
+///
+/// It borrows the address handle and holds its raw pointer, read once
+/// here, so that a loop of work requests passes it on as C does. In the
+/// scoped post ([`ScopedBatch::wr`](crate::ScopedBatch::wr)) the borrow
+/// lasts until the device is done with the batch, as for a
+/// [`UdAddr`](crate::UdAddr): libmlx5 copies the address vector into the
+/// WQE when the work request is built, so a DCI would need it less, but
+/// one rule for both holds whatever the provider does and costs nothing
+/// at run time (see [`ScopedBatch`](crate::ScopedBatch#address-handles)).
 #[derive(Clone, Copy)]
 pub struct DcAddr<'a> {
     ah: NonNull<ffi::ibv_ah>,
-    /// The AH's context: a DCI takes addresses of its own context only.
-    ctx: *mut ffi::ibv_context,
+    /// The AH's protection domain (a DCI takes addresses of its own PD
+    /// only), or NULL for a DCT number past 24 bits.
+    pd: *mut ffi::ibv_pd,
     remote_dctn: u32,
     remote_dc_key: u64,
     _ah: PhantomData<&'a AddressHandle>,
@@ -44,17 +54,17 @@ impl<'a> DcAddr<'a> {
     pub fn new(ah: &'a AddressHandle, remote_dctn: u32, remote_dc_key: u64) -> Self {
         let raw = ah.as_non_null();
         // An address with a DCT number of more than 24 bits gets no
-        // context: the work request's context check (one compare, made
-        // anyway) then refuses it, and the error says why.
-        let ctx = if remote_dctn > MAX_DCTN {
+        // PD: the work request's PD check (one compare, made anyway) then
+        // refuses it, and the error says why.
+        let pd = if remote_dctn > MAX_DCTN {
             std::ptr::null_mut()
         } else {
             // SAFETY: the AH is live (borrowed).
-            unsafe { (*raw.as_ptr()).context }
+            unsafe { (*raw.as_ptr()).pd }
         };
         DcAddr {
             ah: raw,
-            ctx,
+            pd,
             remote_dctn,
             remote_dc_key,
             _ah: PhantomData,
@@ -67,10 +77,11 @@ impl<'a> DcAddr<'a> {
         self.ah.as_ptr()
     }
 
-    /// The context of the address handle.
+    /// The protection domain of the address handle (NULL for a DCT
+    /// number past 24 bits).
     #[inline]
-    pub(crate) fn context_ptr(&self) -> *mut ffi::ibv_context {
-        self.ctx
+    pub(crate) fn pd_ptr(&self) -> *mut ffi::ibv_pd {
+        self.pd
     }
 
     /// The remote DCT number.
@@ -123,7 +134,9 @@ impl RemoteDct {
     /// The DCT of `endpoint`, reached from the port (and, on RoCE, the
     /// source GID index) of `opts` (`ibv_create_ah(3)`: the endpoint's LID
     /// on InfiniBand, its GID with a global route header where
-    /// `opts.gid_index` is set, as it must be on RoCE).
+    /// `opts.gid_index` is set, as it must be on RoCE). `pd` is the
+    /// protection domain of the DCIs that send to it: a DCI refuses an
+    /// address handle of another.
     pub fn new(
         pd: &ProtectionDomain,
         endpoint: &DctEndpoint,

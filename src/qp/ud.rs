@@ -45,12 +45,22 @@ pub(crate) fn check_builder(send_ops: SendOps, mlx5_ops: Mlx5SendOps, flags: u32
 ///
 /// Given to every work request of a UD batch
 /// ([`WrBatch::wr`](crate::WrBatch::wr) on a `UdQp`): a UD work request
-/// without one does not compile. The address handle must come from the
-/// QP's own device context: a work request with another's is refused with
+/// without one does not compile. The address handle must be of the QP's
+/// own protection domain (`ibv_create_ah(3)`, `ibv_post_send(3)`: make it
+/// with the QP's [`pd`](crate::QpEx::pd)): a work request with one of
+/// another PD, of the same device context or of another, is refused with
 /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) before any C
-/// call; a QP number of more than 24 bits with
-/// [`Error::OutOfRange`](crate::Error::OutOfRange). It borrows the
-/// address handle for as long as the work request is being built.
+/// call (one pointer compare); a QP number of more than 24 bits with
+/// [`Error::OutOfRange`](crate::Error::OutOfRange).
+///
+/// It borrows the address handle. In the scoped post
+/// ([`ScopedBatch::wr`](crate::ScopedBatch::wr)) the borrow lasts until
+/// the device is done with the batch (the device reads the address handle
+/// when it sends: soft-RoCE looks it up then), so that one made or dropped
+/// in the closure does not compile; with [`WrBatch`](crate::WrBatch) it
+/// lasts while the work request is built, and
+/// [`complete`](crate::WrBatch::complete)'s `# Safety` keeps the address
+/// handle alive until the completion.
 ///
 /// A `remote_qkey` with its high bit set (0x8000_0000 and above) asks the
 /// device to send the QP's own Q_Key instead (the InfiniBand rule for
@@ -141,9 +151,9 @@ pub(crate) fn check_builder(send_ops: SendOps, mlx5_ops: Mlx5SendOps, flags: u32
 #[derive(Clone, Copy)]
 pub struct UdAddr<'a> {
     ah: NonNull<ffi::ibv_ah>,
-    /// The AH's context, or NULL for a QP number past 24 bits (refused
-    /// by the work request's context check, whose error says why).
-    ctx: *mut ffi::ibv_context,
+    /// The AH's protection domain, or NULL for a QP number past 24 bits
+    /// (refused by the work request's PD check, whose error says why).
+    pd: *mut ffi::ibv_pd,
     remote_qpn: u32,
     remote_qkey: u32,
     _ah: PhantomData<&'a AddressHandle>,
@@ -155,15 +165,15 @@ impl<'a> UdAddr<'a> {
     #[inline]
     pub fn new(ah: &'a AddressHandle, remote_qpn: u32, remote_qkey: u32) -> Self {
         let raw = ah.as_non_null();
-        let ctx = if remote_qpn > super::MAX_24_BITS {
+        let pd = if remote_qpn > super::MAX_24_BITS {
             std::ptr::null_mut()
         } else {
             // SAFETY: the AH is live (borrowed).
-            unsafe { (*raw.as_ptr()).context }
+            unsafe { (*raw.as_ptr()).pd }
         };
         UdAddr {
             ah: raw,
-            ctx,
+            pd,
             remote_qpn,
             remote_qkey,
             _ah: PhantomData,
@@ -176,11 +186,11 @@ impl<'a> UdAddr<'a> {
         self.ah.as_ptr()
     }
 
-    /// The context of the address handle (NULL for a QP number past 24
-    /// bits).
+    /// The protection domain of the address handle (NULL for a QP number
+    /// past 24 bits).
     #[inline]
-    pub(crate) fn context_ptr(&self) -> *mut ffi::ibv_context {
-        self.ctx
+    pub(crate) fn pd_ptr(&self) -> *mut ffi::ibv_pd {
+        self.pd
     }
 
     /// The remote QP number.

@@ -217,6 +217,10 @@ impl UdDest {
     /// be set: without it the path has no GRH, and the address handle is
     /// refused before any C call
     /// ([`Error::InvalidArgument`](crate::Error::InvalidArgument)).
+    ///
+    /// `pd` is the protection domain of the UD QPs that send to the peer:
+    /// a QP refuses an address handle of another
+    /// ([`UdAddr`](crate::UdAddr)).
     pub fn new(pd: &ProtectionDomain, peer: &UdEndpoint, opts: &ConnectOptions) -> Result<Self> {
         crate::roce::require_gid(pd.context(), opts)?;
         let ah = AddressHandle::new(pd, &peer.ah_attr(opts))?;

@@ -273,8 +273,12 @@ struct BatchState {
     /// at first (so that, in a batch that is not limited, the compiler
     /// knows the two equal): its depth less the binds queued then.
     depth: u32,
-    /// The QP's context: a DC or UD address must come from it.
+    /// The QP's context: an mkey must come from it.
     ctx: *mut ffi::ibv_context,
+    /// The QP's protection domain: a DC or UD address's address handle
+    /// must be of it (`ibv_create_ah(3)`, `ibv_post_send(3)`), which also
+    /// makes it of the QP's context.
+    pd: *mut ffi::ibv_pd,
     /// The largest message a send may carry (a UD QP's MTU; `u32::MAX`
     /// on the others).
     max_message: u32,
@@ -425,6 +429,8 @@ impl<T: Transport> QpEx<T> {
                 qpx,
                 // SAFETY: the QP is live.
                 ctx: unsafe { (*self.qp.as_ptr()).context },
+                // SAFETY: as above.
+                pd: unsafe { (*self.qp.as_ptr()).pd },
                 caps: self.caps,
                 send_ops: self.send_ops(),
                 mlx5: self.mlx5,
@@ -522,6 +528,14 @@ impl<'q, 'm, T: Transport> WrBatch<'q, 'm, T> {
     /// completion polled, or the QP has been moved to RESET or destroyed.
     /// A peer may also reach memory through the keys the batch sends.
     ///
+    /// The address handles its work requests name (their [`UdAddr`] or
+    /// [`DcAddr`]) must stay alive, not destroyed, until the same point:
+    /// the work request's completion (or a later one's) polled, or the QP
+    /// flushed, reset or destroyed. Their borrows end with the work
+    /// requests' building, but the device may use them later: soft-RoCE
+    /// looks a UD send's address handle up when it sends the packet, and
+    /// fails the send (moving the QP to ERR) when it is gone.
+    ///
     /// Until then its work requests also take up the send queue: work
     /// requests built on the QP (by any batch, the safe scoped post
     /// included) while the queue has no room left for them make libmlx5
@@ -605,7 +619,9 @@ impl<'m> WrBatch<'_, 'm, DcInitiator> {
     /// Adds a work request whose completion carries `wr_id`, going to the
     /// DCT at `addr` (`mlx5dv_wr_set_dc_addr`, called after the builder and
     /// its data, as mlx5dv_wr_post(3) orders it). A DCI work request cannot
-    /// be built without an address.
+    /// be built without an address. Its address handle is borrowed while
+    /// the work request is built; see [`complete`](Self::complete) for how
+    /// long it must live.
     #[inline]
     pub fn wr<'s>(&'s mut self, wr_id: u64, addr: DcAddr<'s>) -> Wr<'s, 'm, DcInitiator> {
         self.start_wr(wr_id, Some(RawAddr::Dc(RawDc::new(addr, None))))
@@ -633,6 +649,8 @@ impl<'m> WrBatch<'_, 'm, UnreliableDatagram> {
     /// Adds a work request whose completion carries `wr_id`, going to the
     /// UD QP at `addr` (`ibv_wr_set_ud_addr`, called after the builder and
     /// its data). A UD work request cannot be built without an address.
+    /// Its address handle is borrowed while the work request is built;
+    /// see [`complete`](Self::complete) for how long it must live.
     #[inline]
     pub fn wr<'s>(&'s mut self, wr_id: u64, addr: UdAddr<'s>) -> Wr<'s, 'm, UnreliableDatagram> {
         self.start_wr(wr_id, Some(RawAddr::Ud(RawUd::new(addr))))
@@ -641,7 +659,7 @@ impl<'m> WrBatch<'_, 'm, UnreliableDatagram> {
 
 /// The address a work request's builder is followed by, as handed to C;
 /// the borrow of what it names (an address handle) lives in the `Wr`'s
-/// lifetime.
+/// lifetime, and in a scoped batch for its `'m`.
 #[derive(Clone, Copy)]
 pub(crate) enum RawAddr {
     /// A DCI's `mlx5dv_wr_set_dc_addr` / `mlx5dv_wr_set_dc_addr_stream`.
@@ -656,7 +674,8 @@ pub(crate) enum RawAddr {
 #[derive(Clone, Copy)]
 pub(crate) struct RawUd {
     ah: *mut ffi::ibv_ah,
-    ctx: *mut ffi::ibv_context,
+    /// The address handle's PD (NULL for a QP number past 24 bits).
+    pd: *mut ffi::ibv_pd,
     remote_qpn: u32,
     remote_qkey: u32,
 }
@@ -666,7 +685,7 @@ impl RawUd {
     fn new(addr: UdAddr<'_>) -> Self {
         RawUd {
             ah: addr.ah_ptr(),
-            ctx: addr.context_ptr(),
+            pd: addr.pd_ptr(),
             remote_qpn: addr.remote_qpn(),
             remote_qkey: addr.remote_qkey(),
         }
@@ -677,7 +696,8 @@ impl RawUd {
 #[derive(Clone, Copy)]
 pub(crate) struct RawDc {
     ah: *mut ffi::ibv_ah,
-    ctx: *mut ffi::ibv_context,
+    /// The address handle's PD (NULL for a DCT number past 24 bits).
+    pd: *mut ffi::ibv_pd,
     remote_dctn: u32,
     remote_dc_key: u64,
     stream_id: Option<u16>,
@@ -688,7 +708,7 @@ impl RawDc {
     fn new(addr: DcAddr<'_>, stream_id: Option<u16>) -> Self {
         RawDc {
             ah: addr.ah_ptr(),
-            ctx: addr.context_ptr(),
+            pd: addr.pd_ptr(),
             remote_dctn: addr.remote_dctn(),
             remote_dc_key: addr.remote_dc_key(),
             stream_id,

@@ -8,6 +8,7 @@ use crate::mr::{RemoteBuf, Sge, SgeMut};
 use crate::qp::{RemoteReadAtomic, RemoteWrite, SendOps, Transport, WrOps};
 use std::borrow::Borrow;
 use std::marker::PhantomData;
+use std::ptr::NonNull;
 
 /// One work request being built: flags, then a builder.
 #[must_use = "a work request is added only when its data is given"]
@@ -423,14 +424,17 @@ impl<T: Transport> Wr<'_, '_, T> {
         if let Some(RawAddr::Xrc(srqn)) = self.addr {
             crate::qp::check_24_bits("XRC SRQ number", srqn)?;
         }
+        // One compare each: an address handle of the QP's PD (the same PD
+        // is the same context), with a 24-bit number (an address with a
+        // wider one has no PD).
         if let Some(RawAddr::Ud(ud)) = self.addr {
-            if ud.ctx != self.state.ctx {
-                return Err(bad_ud_addr(ud.remote_qpn));
+            if ud.pd != self.state.pd {
+                return Err(bad_ud_addr(ud.remote_qpn, ud.pd, self.state.qpx));
             }
         }
         if let Some(RawAddr::Dc(dc)) = self.addr {
-            if dc.ctx != self.state.ctx {
-                return Err(bad_dc_addr(dc.remote_dctn));
+            if dc.pd != self.state.pd {
+                return Err(bad_dc_addr(dc.remote_dctn, dc.pd, self.state.qpx));
             }
             if dc.stream_id.is_some() && self.state.mlx5.streams.is_none() {
                 return Err(Error::Unsupported { what: no_streams() });
@@ -466,7 +470,8 @@ impl<T: Transport> Wr<'_, '_, T> {
         if let Some(RawAddr::Ud(ud)) = self.addr {
             // SAFETY: a UD QP's wr_set_ud_addr entry was resolved non-NULL
             // at creation; the address handle is borrowed for the Wr's
-            // lifetime and belongs to the QP's context (checked above).
+            // lifetime (in the scoped post, until the device is done) and
+            // belongs to the QP's PD (checked above).
             unsafe { (ops.set_ud_addr)(q, ud.ah, ud.remote_qpn, ud.remote_qkey) }
         }
         if let Some(RawAddr::Dc(dc)) = self.addr {
@@ -474,7 +479,9 @@ impl<T: Transport> Wr<'_, '_, T> {
             // refuses a DCI without it), whose DC setters were resolved
             // non-NULL at creation (the stream setter when it has
             // streams, and only then can `stream_id` be Some here); the
-            // address handle is borrowed for the Wr's lifetime.
+            // address handle is borrowed for the Wr's lifetime (in the
+            // scoped post, until the device is done) and belongs to the
+            // DCI's PD (checked above).
             unsafe {
                 match dc.stream_id {
                     None => (ops.set_dc_addr)(ops.mqpx, dc.ah, dc.remote_dctn, dc.remote_dc_key),
@@ -566,15 +573,22 @@ fn inline_too_long(max: u32) -> String {
 
 #[cold]
 #[inline(never)]
-fn bad_dc_addr(remote_dctn: u32) -> Error {
+fn bad_dc_addr(remote_dctn: u32, ah_pd: *mut ffi::ibv_pd, qpx: NonNull<ffi::ibv_qp_ex>) -> Error {
     if remote_dctn > crate::qp::MAX_DCTN {
         return crate::qp::past_24_bits("remote DCT number", remote_dctn);
     }
-    Error::InvalidArgument(
-        "mlx5dv_wr_set_dc_addr: the DC address's address handle belongs to another \
-         device context than the DCI's"
-            .into(),
-    )
+    Error::InvalidArgument(format!(
+        "mlx5dv_wr_set_dc_addr: the DC address's address handle {}",
+        crate::ah::not_of_the_qps_pd(ah_pd, qp_context(qpx), "DCI")
+    ))
+}
+
+/// The context of a batch's QP, read where an error is made (not kept
+/// in the batch's loop for it).
+fn qp_context(qpx: NonNull<ffi::ibv_qp_ex>) -> *mut ffi::ibv_context {
+    // SAFETY: the live extended QP of an open batch; its first field is
+    // the QP, whose context is read.
+    unsafe { (*qpx.as_ptr()).qp_base.context }
 }
 
 #[cold]
@@ -585,15 +599,14 @@ fn longer_than_mtu(mtu: u32) -> String {
 
 #[cold]
 #[inline(never)]
-fn bad_ud_addr(remote_qpn: u32) -> Error {
+fn bad_ud_addr(remote_qpn: u32, ah_pd: *mut ffi::ibv_pd, qpx: NonNull<ffi::ibv_qp_ex>) -> Error {
     if remote_qpn > crate::qp::MAX_24_BITS {
         return crate::qp::past_24_bits("remote QP number", remote_qpn);
     }
-    Error::InvalidArgument(
-        "ibv_wr_set_ud_addr: the UD address's address handle belongs to another \
-         device context than the QP's"
-            .into(),
-    )
+    Error::InvalidArgument(format!(
+        "ibv_wr_set_ud_addr: the UD address's address handle {}",
+        crate::ah::not_of_the_qps_pd(ah_pd, qp_context(qpx), "QP")
+    ))
 }
 
 #[cold]

@@ -63,10 +63,14 @@ impl Fx {
         });
         let mut fq = FakeQp::new();
         fq.ibv.qp_base.qp_num = wc::QP_NUM;
+        // Of the PD, as libibverbs makes a QP (UD and DC addresses are
+        // checked against it).
+        fq.ibv.qp_base.pd = &mut *pd_raw;
         vctx.add_qp(&mut fq);
         fq.attach(&mut fcq);
         let ah_raw = Box::new(ffi::ibv_ah {
             context: vctx.ctx(),
+            pd: &mut *pd_raw,
             ..Default::default()
         });
         Box::new(Fx {
@@ -153,6 +157,33 @@ impl Fx {
         }
     }
 
+    /// A second PD of the fixture's own context, and an address handle of
+    /// it (as `AddressHandle::new` in that PD makes one).
+    fn second_pd(&self) -> SecondPd {
+        let ctx = self.pd.context();
+        let mut pd_raw: Box<ffi::ibv_pd> = Box::default();
+        pd_raw.context = ctx.as_ptr();
+        let pd = unsafe { ProtectionDomain::from_raw(ctx, NonNull::from(&mut *pd_raw)) };
+        let mut ah_raw = Box::new(ffi::ibv_ah {
+            context: ctx.as_ptr(),
+            pd: &mut *pd_raw,
+            ..Default::default()
+        });
+        let ah = unsafe { crate::ah::AddressHandle::fake(&pd, NonNull::from(&mut *ah_raw)) };
+        SecondPd {
+            ah,
+            pd,
+            _ah_raw: ah_raw,
+            _pd_raw: pd_raw,
+        }
+    }
+
+    /// An address handle of the fixture's PD.
+    fn ah(&mut self) -> crate::ah::AddressHandle {
+        let raw = NonNull::from(&mut *self.ah_raw);
+        unsafe { crate::ah::AddressHandle::fake(&self.pd, raw) }
+    }
+
     fn mr(&self) -> MemoryRegion {
         unsafe {
             MemoryRegion::from_raw(&self.pd, NonNull::from(&*self.mr_raw), AccessFlags::all())
@@ -184,6 +215,36 @@ struct Other {
     _pd_raw: Box<ffi::ibv_pd>,
     _fcq: Box<FakeCq>,
     _vctx: Box<FakeVerbsContext>,
+}
+
+/// Checks that the calls since the last `take` are `n` batches opened
+/// and aborted: nothing built or posted, and the QP not moved.
+fn only_aborted_batches(n: usize) {
+    let names: Vec<_> = take().iter().map(|c| c.entry).collect();
+    assert_eq!(names, ["wr_start", "wr_abort"].repeat(n));
+}
+
+/// The arguments of each of the fixture QP's calls to `entry`, taken.
+fn args_of(fx: &Fx, entry: &str) -> Vec<Vec<Arg>> {
+    let calls = fx.qp_calls();
+    entries(&calls, entry)
+        .into_iter()
+        .map(|c| c.args.clone())
+        .collect()
+}
+
+/// The id and status of each completion.
+fn outcomes(wcs: &[WorkCompletion]) -> Vec<(u64, WcStatus)> {
+    wcs.iter().map(|w| (w.wr_id, w.status)).collect()
+}
+
+/// A second PD of the fixture's context with an address handle of it
+/// (field order is drop order: the handles first).
+struct SecondPd {
+    ah: crate::ah::AddressHandle,
+    pd: ProtectionDomain,
+    _ah_raw: Box<ffi::ibv_ah>,
+    _pd_raw: Box<ffi::ibv_pd>,
 }
 
 fn remote(len: u64) -> RemoteBuf {
@@ -1300,6 +1361,7 @@ fn a_qp_dropped_in_a_nested_poll_waits_for_the_outermost_and_a_panic_ends_it() {
     assert!(ran.get());
 }
 
+mod dc;
 mod srq;
 
 #[test]
@@ -1547,7 +1609,6 @@ fn a_type2_bind_hands_the_window_its_new_rkey_and_the_range_and_checks_first() {
     let mut fx = Fx::new();
     let mr = fx.mr();
     let pd_ptr = fx.pd.as_ptr();
-    fx.fq.ibv.qp_base.pd = pd_ptr;
     let mut raw = Box::new(ffi::ibv_mw {
         pd: pd_ptr,
         rkey: 0x4242_4201,

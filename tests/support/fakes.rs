@@ -119,6 +119,9 @@ impl Fx {
         let mut raw_qp = |qpn: u32, mlx5: Option<(Mlx5SendOps, Option<DciStreams>)>| {
             let mut fq = FakeQp::new();
             fq.ibv.qp_base.qp_num = qpn;
+            // Of the PD, as libibverbs makes a QP (UD and DC addresses are
+            // checked against it).
+            fq.ibv.qp_base.pd = pd.as_ptr();
             vctx.add_qp(&mut fq);
             fq.attach(&mut fcq);
             let raw = RawQp {
@@ -171,9 +174,10 @@ impl Fx {
         });
         let mkey_small = unsafe { Mkey::from_raw(&pd, NonNull::from(&mut *mk_small), 2, false) };
         let mkey_big = unsafe { Mkey::from_raw(&pd, NonNull::from(&mut *mk_big), 64, false) };
-        // The address handle is of the QPs' context, as a DCI requires.
+        // The address handle is of the QPs' PD, as a DCI requires.
         let mut ah_raw: Box<ffi::ibv_ah> = zeroed();
         ah_raw.context = ctx.as_ptr();
+        ah_raw.pd = pd.as_ptr();
         let ah_attr = AhAttr {
             port: 1,
             dlid: 0,
@@ -228,6 +232,7 @@ impl Fx {
             .unwrap();
         let mut fq = FakeQp::new();
         fq.ibv.qp_base.qp_num = qpn;
+        fq.ibv.qp_base.pd = self.pd.as_ptr();
         self._raw.ctxs[0].add_qp(&mut fq);
         fq.attach(&mut fcq);
         let raw = RawQp {

@@ -67,6 +67,75 @@ const SCOPED_ID_BIT: u64 = 1 << 63;
 /// })?;
 /// # Ok(()) }
 /// ```
+///
+/// # Address handles
+///
+/// The address handle that a UD or DCI work request names (its
+/// [`UdAddr`] or [`DcAddr`]) stays borrowed for `'m` too, as the memory
+/// of the work requests does: until the device is done with the whole
+/// batch, past the closure. An address handle made in the closure, or
+/// dropped there, does not compile. A UD send needs it that long:
+/// soft-RoCE looks the address handle up when it sends the packet, after
+/// the closure has returned, and fails the send (moving the QP to ERR)
+/// when it is gone. A DCI's would need it less (libmlx5 copies the
+/// address vector into the WQE when the work request is built), but the
+/// rule is the same for both: one rule to know, which holds whatever the
+/// provider does with the handle, and costs nothing at run time. Make
+/// the address handles ([`UdDest`](crate::UdDest),
+/// [`RemoteDct`](crate::RemoteDct)) before the call.
+///
+/// ```compile_fail,E0597
+/// # use mlx5dv::*;
+/// # use std::time::Duration;
+/// # fn f(qp: &mut UdQp, cq: &mut CompletionQueue, pd: &ProtectionDomain, attr: &AhAttr) -> Result<()> {
+/// qp.post_and_wait(cq, Duration::from_secs(1), |b| {
+///     let ah = AddressHandle::new(pd, attr)?;
+///     // `ah` is dropped at the closure's end, before the send is posted:
+///     b.wr(1, UdAddr::new(&ah, 0x12, 0x1111_1111)).send().inline(b"hi") // ERROR: does not live long enough
+/// })?;
+/// # Ok(()) }
+/// ```
+///
+/// ```compile_fail,E0597
+/// # use mlx5dv::*;
+/// # use std::time::Duration;
+/// # fn f(qp: &mut UdQp, cq: &mut CompletionQueue, ah: AddressHandle) -> Result<()> {
+/// qp.post_and_wait(cq, Duration::from_secs(1), |b| {
+///     // The closure takes `ah` (to drop it), and drops it before the send is posted:
+///     b.wr(1, UdAddr::new(&ah, 0x12, 0x1111_1111)).send().inline(b"hi")?; // ERROR: does not live long enough
+///     drop(ah);
+///     Ok(())
+/// })?;
+/// # Ok(()) }
+/// ```
+///
+/// ```compile_fail,E0597
+/// # use mlx5dv::*;
+/// # use std::time::Duration;
+/// # fn f(dci: &mut DciQp, cq: &mut CompletionQueue, pd: &ProtectionDomain, peer: &DctEndpoint,
+/// #      opts: &ConnectOptions, src: &MemoryRegion, remote: RemoteBuf) -> Result<()> {
+/// dci.post_and_wait(cq, Duration::from_secs(1), |b| {
+///     let target = RemoteDct::new(pd, peer, opts)?;
+///     // `target` (its address handle) is dropped before the write is posted:
+///     b.wr(1, target.addr()).rdma_write(remote).sge(src.sge(0..8)?) // ERROR: does not live long enough
+/// })?;
+/// # Ok(()) }
+/// ```
+///
+/// Made before the call, they may go after it:
+///
+/// ```no_run
+/// # use mlx5dv::*;
+/// # use std::time::Duration;
+/// # fn f(qp: &mut UdQp, cq: &mut CompletionQueue, pd: &ProtectionDomain, peer: &UdEndpoint,
+/// #      opts: &ConnectOptions, src: &MemoryRegion) -> Result<()> {
+/// let to = UdDest::new(pd, peer, opts)?; // in the QP's protection domain
+/// qp.post_and_wait(cq, Duration::from_secs(1), |b| {
+///     b.wr(1, to.addr()).send().sge(src.sge(0..64)?)
+/// })?;
+/// drop(to);
+/// # Ok(()) }
+/// ```
 #[must_use = "a work request is added only when its data is given"]
 pub struct ScopedBatch<'q, 'm, T: Transport> {
     batch: WrBatch<'q, 'm, T>,
@@ -149,8 +218,12 @@ impl<'m> ScopedBatch<'_, 'm, XrcInitiator> {
 impl<'m> ScopedBatch<'_, 'm, DcInitiator> {
     /// Adds a work request to the DCT at `addr`, whose completion carries
     /// `wr_id`, as [`WrBatch::wr`] on a DCI. It is signalled.
+    ///
+    /// The address handle stays borrowed for `'m`, as the memory of the
+    /// work requests does: until the device is done with the batch (see
+    /// [`ScopedBatch`]).
     #[inline]
-    pub fn wr<'s>(&'s mut self, wr_id: u64, addr: DcAddr<'s>) -> super::Wr<'s, 'm, DcInitiator> {
+    pub fn wr(&mut self, wr_id: u64, addr: DcAddr<'m>) -> super::Wr<'_, 'm, DcInitiator> {
         let id = self.next_id(wr_id);
         self.batch
             .start_wr(id, Some(RawAddr::Dc(RawDc::new(addr, None))))
@@ -159,12 +232,12 @@ impl<'m> ScopedBatch<'_, 'm, DcInitiator> {
     /// Like [`wr`](Self::wr), on DCI stream `stream_id`, as
     /// [`WrBatch::wr_stream`].
     #[inline]
-    pub fn wr_stream<'s>(
-        &'s mut self,
+    pub fn wr_stream(
+        &mut self,
         wr_id: u64,
-        addr: DcAddr<'s>,
+        addr: DcAddr<'m>,
         stream_id: u16,
-    ) -> super::Wr<'s, 'm, DcInitiator> {
+    ) -> super::Wr<'_, 'm, DcInitiator> {
         let id = self.next_id(wr_id);
         self.batch
             .start_wr(id, Some(RawAddr::Dc(RawDc::new(addr, Some(stream_id)))))
@@ -174,12 +247,12 @@ impl<'m> ScopedBatch<'_, 'm, DcInitiator> {
 impl<'m> ScopedBatch<'_, 'm, UnreliableDatagram> {
     /// Adds a work request to the UD QP at `addr`, whose completion
     /// carries `wr_id`, as [`WrBatch::wr`] on a UD QP. It is signalled.
+    ///
+    /// The address handle stays borrowed for `'m`, as the memory of the
+    /// work requests does: until the device is done with the batch (see
+    /// [`ScopedBatch`]).
     #[inline]
-    pub fn wr<'s>(
-        &'s mut self,
-        wr_id: u64,
-        addr: UdAddr<'s>,
-    ) -> super::Wr<'s, 'm, UnreliableDatagram> {
+    pub fn wr(&mut self, wr_id: u64, addr: UdAddr<'m>) -> super::Wr<'_, 'm, UnreliableDatagram> {
         let id = self.next_id(wr_id);
         self.batch.start_wr(id, Some(RawAddr::Ud(RawUd::new(addr))))
     }
@@ -330,8 +403,9 @@ impl Waiting<'_> {
 
 impl<T: Transport> QpEx<T> {
     /// Posts a batch and waits until the device is done with all of it,
-    /// keeping the memory its SGEs borrow (`'m`) borrowed until then: the
-    /// safe way to post.
+    /// keeping the memory its SGEs borrow, and the address handles its UD
+    /// or DCI work requests name (`'m`), borrowed until then: the safe way
+    /// to post.
     ///
     /// `build` adds the work requests to a [`ScopedBatch`]; every one is
     /// signalled. Returns their completions (successful or not), in the

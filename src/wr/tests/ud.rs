@@ -136,3 +136,97 @@ fn ud_refusals_never_reach_the_provider() {
         ]
     );
 }
+
+#[test]
+fn an_address_handle_of_another_pd_of_the_qps_context_is_refused_and_nothing_posted() {
+    let mut fx = Fx::new();
+    let mr = fx.mr();
+    let ah_ptr = &mut *fx.ah_raw as *mut ffi::ibv_ah;
+    let second = fx.second_pd();
+    let ah = fx.ah();
+    let mut qp = fx.qp::<UnreliableDatagram>(SendOps::SEND, Mlx5SendOps::empty(), None);
+    assert_eq!(second.pd.context().as_ptr(), qp.pd().context().as_ptr());
+    let theirs = UdAddr::new(&second.ah, 0x12, QKEY);
+    let other_pd = |e: &Error| {
+        matches!(e, Error::InvalidArgument(m)
+            if m.starts_with("ibv_wr_set_ud_addr: the UD address's address handle is of \
+                              another protection domain than the QP's (of the same device \
+                              context)")
+                && m.contains("AddressHandle::new(qp.pd(), ..) of the QP that sends"))
+    };
+    take();
+    // In a batch, with an SGE and with inline data: refused before any
+    // builder.
+    let mut b = qp.batch();
+    let e = b
+        .wr(1, theirs)
+        .send()
+        .sge(mr.sge(0..8).unwrap())
+        .unwrap_err();
+    assert!(other_pd(&e), "{e}");
+    let e = b.wr(2, theirs).send().inline(b"x").unwrap_err();
+    assert!(other_pd(&e), "{e}");
+    drop(b);
+    // In a scoped post: refused, nothing posted, the QP left as it is (no
+    // move to ERR or RESET).
+    let e = qp
+        .post_and_wait(&mut fx.cq, Duration::from_secs(1), |b| {
+            b.wr(3, theirs).send().sge(mr.sge(0..8)?)
+        })
+        .unwrap_err();
+    assert!(other_pd(&e), "{e}");
+    only_aborted_batches(2);
+    // A send through an address handle of the QP's own PD goes.
+    let wcs = qp
+        .post_and_wait(&mut fx.cq, Duration::from_secs(1), |b| {
+            b.wr(4, UdAddr::new(&ah, 0x12, QKEY))
+                .send()
+                .sge(mr.sge(0..8)?)
+        })
+        .unwrap();
+    assert_eq!(outcomes(wcs), [(4, WcStatus::SUCCESS)]);
+    assert_eq!(
+        args_of(&fx, "wr_set_ud_addr"),
+        [vec![ptr(ah_ptr), Arg::U32(0x12), Arg::U32(QKEY)]]
+    );
+    assert!(fx.fcq.violations.is_empty(), "{:?}", fx.fcq.violations);
+}
+
+#[test]
+fn a_scoped_ud_send_takes_an_address_handle_made_before_the_call() {
+    // The address handle outlives the calls (as the scoped post requires:
+    // one made or dropped in the closure does not compile), and its address
+    // serves several of them.
+    let mut fx = Fx::new();
+    let mr = fx.mr();
+    let ah_ptr = &mut *fx.ah_raw as *mut ffi::ibv_ah;
+    let ah = fx.ah();
+    let mut qp = fx.qp::<UnreliableDatagram>(
+        SendOps::SEND | SendOps::SEND_WITH_IMM,
+        Mlx5SendOps::empty(),
+        None,
+    );
+    let to = UdAddr::new(&ah, 0x34, QKEY);
+    take();
+    for round in 0..2u64 {
+        let wcs = qp
+            .post_and_wait(&mut fx.cq, Duration::from_secs(1), |b| {
+                b.wr(round * 10, to).send().sge(mr.sge(0..16)?)?;
+                b.wr(round * 10 + 1, to).send_imm(7).inline(b"hi")
+            })
+            .unwrap();
+        assert_eq!(
+            outcomes(wcs),
+            [
+                (round * 10, WcStatus::SUCCESS),
+                (round * 10 + 1, WcStatus::SUCCESS)
+            ]
+        );
+    }
+    drop(ah);
+    assert_eq!(
+        args_of(&fx, "wr_set_ud_addr"),
+        vec![vec![ptr(ah_ptr), Arg::U32(0x34), Arg::U32(QKEY)]; 4]
+    );
+    assert!(fx.fcq.violations.is_empty(), "{:?}", fx.fcq.violations);
+}
