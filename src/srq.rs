@@ -11,12 +11,28 @@ use crate::mr::{recv_wr, Sge};
 use crate::pd::ProtectionDomain;
 use std::fmt;
 use std::ptr::NonNull;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 /// A shared receive queue, destroyed when its last handle goes. A cheap,
 /// cloneable handle; DCTs and QPs made on it keep it alive, so it is
 /// destroyed after the last of them (`ibv_destroy_srq` fails while a QP
 /// is on it).
+///
+/// An XRC SRQ ([`new_xrc`](Self::new_xrc)) on which a receive was posted
+/// is not destroyed with its last handle: its CQ keeps it, with its
+/// protection domain and XRC domain, and destroys it right before itself
+/// (once the CQ's handle and the last QP and SRQ on it are gone). Its
+/// receives may have completed without their completions being polled, or
+/// may still complete (a peer can still send to it), and the provider
+/// finds an XRC SRQ's completions by the SRQ's index (libmlx5's user
+/// index): destroyed, the SRQ would leave its index to the next SRQ made,
+/// which would be credited with them (with its own work request ids, its
+/// buffers never written). Kept, its completions carry its own receives'
+/// ids, and the memory of its receives stays the device's until they are
+/// polled or the CQ is destroyed (see [`post_recv`](Self::post_recv)). An
+/// XRC SRQ never posted on is destroyed at once, as a plain SRQ is. This
+/// holds on every provider.
 #[derive(Clone)]
 pub struct SharedReceiveQueue(Arc<SrqInner>);
 
@@ -24,10 +40,14 @@ struct SrqInner {
     srq: NonNull<ffi::ibv_srq>,
     max_wr: u32,
     max_sge: u32,
-    // Dropped after the SRQ is destroyed.
+    /// Whether a receive may have been posted on it: set before each post
+    /// (a failed post may have posted) and when its raw pointer is handed
+    /// out. An XRC SRQ with it set is kept by its CQ when dropped.
+    posted: AtomicBool,
+    // Dropped after the SRQ is destroyed (or handed to its CQ).
     pd: ProtectionDomain,
     /// An XRC SRQ's domain and CQ, kept until it is destroyed.
-    _xrc: Option<crate::xrc::XrcParents>,
+    xrc: Option<crate::xrc::XrcParents>,
 }
 
 // SAFETY: SRQ calls (posting, destruction) are thread-safe in rdma-core's
@@ -38,11 +58,34 @@ unsafe impl Sync for SrqInner {}
 
 impl Drop for SrqInner {
     fn drop(&mut self) {
+        if let Some(xrc) = self.xrc.as_ref() {
+            // The last handle is gone, so every post (and every pointer
+            // handed out) happened before this load.
+            if self.posted.load(Ordering::Relaxed) {
+                // Its completions may be in its CQ, or still come: the CQ
+                // keeps it, and destroys it right before itself.
+                // SAFETY: created by this crate in `xrc`'s domain on its
+                // CQ; no handle is left, so nothing else destroys it.
+                unsafe { xrc.retire(self.srq, &self.pd) };
+                return;
+            }
+        }
         // SAFETY: created by this crate, destroyed once when no handle (and
         // so no DCT) is left.
-        let rc = unsafe { ffi::ibv_destroy_srq(self.srq.as_ptr()) };
-        crate::error::report_destroy_failure("ibv_destroy_srq", rc, self.pd.context().name());
+        unsafe { destroy_srq(self.srq, &self.pd) };
     }
+}
+
+/// Destroys `srq` (`ibv_destroy_srq`), reporting a failure as every
+/// destroy in drop is reported.
+///
+/// # Safety
+/// `srq` is a live SRQ of `pd`'s context that nothing uses any more; it is
+/// destroyed once.
+pub(crate) unsafe fn destroy_srq(srq: NonNull<ffi::ibv_srq>, pd: &ProtectionDomain) {
+    // SAFETY: the caller's promise.
+    let rc = unsafe { ffi::ibv_destroy_srq(srq.as_ptr()) };
+    crate::error::report_destroy_failure("ibv_destroy_srq", rc, pd.context().name());
 }
 
 impl SharedReceiveQueue {
@@ -86,19 +129,30 @@ impl SharedReceiveQueue {
             srq,
             max_wr: got.max_wr,
             max_sge: got.max_sge,
+            posted: AtomicBool::new(false),
             pd: pd.clone(),
-            _xrc: xrc,
+            xrc,
         }))
     }
 
     /// Whether it is an XRC SRQ ([`new_xrc`](Self::new_xrc)): it feeds XRC
     /// target QPs only, not an RC QP or a DCT.
     pub fn is_xrc(&self) -> bool {
-        self.0._xrc.is_some()
+        self.0.xrc.is_some()
     }
 
     /// The raw SRQ, valid while this handle lives.
+    ///
+    /// Receives may be posted through it (`ibv_post_srq_recv`): an XRC SRQ
+    /// whose pointer was taken is therefore kept by its CQ when dropped, as
+    /// one posted on with [`post_recv`](Self::post_recv) is.
     pub fn as_ptr(&self) -> *mut ffi::ibv_srq {
+        self.0.posted.store(true, Ordering::Relaxed);
+        self.raw()
+    }
+
+    /// The raw SRQ, for the crate's own calls (which post nothing).
+    pub(crate) fn raw(&self) -> *mut ffi::ibv_srq {
         self.0.srq.as_ptr()
     }
 
@@ -119,14 +173,26 @@ impl SharedReceiveQueue {
     ///
     /// As [`QpEx::post_recv`](crate::QpEx::post_recv): the SGEs' memory
     /// must stay registered and unaccessed by other references until the
-    /// receive's completion (or flush) has been polled; `wr_id` is below
-    /// 2^63 (ids with bit 63 are the crate's own, see `QpEx::post_recv`).
+    /// receive's completion (or flush) has been polled or the SRQ has been
+    /// destroyed; `wr_id` is below 2^63 (ids with bit 63 are the crate's
+    /// own, see `QpEx::post_recv`).
+    ///
+    /// A plain SRQ is destroyed when its last handle and the last QP or
+    /// DCT on it are dropped. An XRC SRQ that a receive was posted on is
+    /// not destroyed with its last handle (see [`SharedReceiveQueue`]): its
+    /// CQ keeps it, and a peer may still send to it, so the memory of its
+    /// receives stays the device's after the SRQ is dropped, until their
+    /// completions have been polled from the CQ or the CQ has been
+    /// destroyed (its handle, and every QP and SRQ completing on it,
+    /// dropped).
     pub unsafe fn post_recv(&self, wr_id: u64, sges: &[Sge<'_>]) -> Result<()> {
         let mut wr = recv_wr(wr_id, sges, self.0.max_sge, "the SRQ's max_sge")?;
         let mut bad = std::ptr::null_mut();
+        // Before the call: a failed post may have posted some of it.
+        self.0.posted.store(true, Ordering::Relaxed);
         // SAFETY: the SRQ is live; `wr` and its SGE list are valid for the
         // call; the memory's lifetime is the caller's promise.
-        let rc = unsafe { ffi::ibv_post_srq_recv(self.as_ptr(), &mut wr, &mut bad) };
+        let rc = unsafe { ffi::ibv_post_srq_recv(self.raw(), &mut wr, &mut bad) };
         check(rc, "ibv_post_srq_recv", || format!("wr_id {wr_id}"))
     }
 }

@@ -15,8 +15,9 @@
 //! (`polled_wc`), owned completions (`work_completion`),
 //! polling (`polling`) and the completions a scoped post kept for it
 //! (`backlog`), waiting (`wait`), and the soft-RoCE workaround
-//! (`one_per_start`, `soft_roce_probe`), resizing (`resize`). This file: the handle, its
-//! creation and its drop.
+//! (`one_per_start`, `soft_roce_probe`), resizing (`resize`), the XRC SRQs
+//! it keeps until it goes (`retired`). This file: the handle, its creation
+//! and its drop.
 
 use crate::channel::{cq_of, CompletionChannel};
 use crate::device::Context;
@@ -25,7 +26,7 @@ use crate::ffi;
 use std::collections::VecDeque;
 use std::fmt;
 use std::ptr::NonNull;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 /// Calls the poll entry `$entry` of a CQ (`NonNull<ibv_cq_ex>`) straight
 /// from its `struct ibv_cq_ex`, as the header's inline functions do, with
@@ -48,6 +49,7 @@ mod polled_wc;
 mod polling;
 mod queued;
 mod resize;
+mod retired;
 mod soft_roce_probe;
 #[cfg(test)]
 mod tests;
@@ -73,7 +75,10 @@ pub use work_completion::WorkCompletion;
 /// crate (the provider's own, held from `ibv_start_poll` to `ibv_end_poll`,
 /// is the one C pays too). Several QPs may complete on the CQ: they are
 /// built with `&CompletionQueue` and keep the CQ alive (it is destroyed
-/// when the handle and the last of them are dropped). To poll one CQ from
+/// when the handle and the last of them are dropped), as XRC SRQs made on
+/// it do; an XRC SRQ dropped after a receive was posted on it is kept by
+/// the CQ and destroyed right before it
+/// ([`SharedReceiveQueue`](crate::SharedReceiveQueue)). To poll one CQ from
 /// several threads, share the handle in a `Mutex`:
 ///
 /// ```no_run
@@ -124,6 +129,10 @@ pub(crate) struct CqInner {
     /// The QPs sending on this CQ with type 1 binds queued, whose
     /// completions its polls look for ([`queued`]).
     pub(crate) watch: queued::Watch,
+    /// XRC SRQs dropped after a receive was posted on them, whose
+    /// completions may still be in this CQ or still come: destroyed right
+    /// before it (`retired`). They hold their PD and domain, not the CQ.
+    retired: Mutex<Vec<crate::xrc::RetiredSrq>>,
     // Dropped after the CQ is destroyed.
     one_per_start: Option<OnePerStartPtr>,
     /// The channel the CQ's events go to: dropped after the CQ is
@@ -139,23 +148,28 @@ unsafe impl Send for CompletionQueue {}
 // SAFETY: as above.
 unsafe impl Sync for CompletionQueue {}
 // SAFETY: a shared `CqInner` is only read (QPs give its pointer to verbs
-// calls); its `OnePerStart`, whose `Cell` a poll sets, is touched only by
-// polls, which hold the CQ's handle mutably (one thread at a time); the CQ
-// is destroyed by the last owner.
+// calls), but for its kept SRQs, behind a `Mutex`; its `OnePerStart`,
+// whose `Cell` a poll sets, is touched only by polls, which hold the CQ's
+// handle mutably (one thread at a time); the CQ is destroyed by the last
+// owner.
 unsafe impl Send for CqInner {}
 // SAFETY: as above.
 unsafe impl Sync for CqInner {}
 
 impl Drop for CqInner {
     fn drop(&mut self) {
+        // The XRC SRQs it keeps first, owned CQ or not: an SRQ names its CQ
+        // until destroyed (and a CQ made elsewhere is destroyed after this).
+        self.destroy_retired();
         if self.owned {
             if let Some(channel) = &self.channel {
                 // SAFETY: attached when made; destroyed next. Its events
                 // are acknowledged, or ibv_destroy_cq would wait for ever.
                 unsafe { channel.detach(cq_of(self.cq)) };
             }
-            // SAFETY: created by this crate; the handle and every QP using
-            // it hold this Arc, so none is left; destroyed once.
+            // SAFETY: created by this crate; the handle and every QP and
+            // SRQ using it hold this Arc, so none is left (a dropped XRC SRQ
+            // it kept was destroyed above); destroyed once.
             let rc = unsafe { ffi::ibv_destroy_cq(ffi::ibv_cq_ex_to_cq(self.cq.as_ptr())) };
             crate::error::report_destroy_failure("ibv_destroy_cq", rc, self.ctx.name());
         }
@@ -283,6 +297,7 @@ impl CompletionQueue {
             owned: true,
             senders: Default::default(),
             watch: Default::default(),
+            retired: Mutex::default(),
             one_per_start: None,
             channel: channel.cloned(),
             ctx: ctx.clone(),
@@ -325,7 +340,9 @@ impl CompletionQueue {
     /// at least `IBV_WC_EX_WITH_BYTE_LEN | IBV_WC_EX_WITH_IMM |
     /// IBV_WC_EX_WITH_QP_NUM` in its `wc_flags`, polled by nobody else,
     /// its poll entries left as the provider set them, and kept alive
-    /// until this handle and the QPs made with it are dropped.
+    /// until this handle and the QPs and SRQs made with it are dropped
+    /// (a dropped XRC SRQ it keeps is destroyed with the last of them:
+    /// see [`SharedReceiveQueue`](crate::SharedReceiveQueue)).
     /// Fails with [`Error::Unsupported`] when the provider left a poll
     /// entry NULL. The handle polls as ibv_create_cq_ex(3) says; for a
     /// soft-RoCE CQ use [`CompletionQueue::new`], which works around that
@@ -346,6 +363,7 @@ impl CompletionQueue {
                 owned: false,
                 senders: Default::default(),
                 watch: Default::default(),
+                retired: Mutex::default(),
                 one_per_start: None,
                 channel: None,
                 ctx: ctx.clone(),

@@ -121,9 +121,11 @@ impl<T: DirectTransport> QpEx<T> {
     /// before connecting it, or [`reset`](QpEx::reset) the QP given back
     /// and take it again); it has no send queue (made with `max_send_wr`
     /// 0); `cq` is not its send CQ, or is also its receive CQ, or another
-    /// QP completes on it; `cq` holds completions a scoped post kept; the
-    /// QP was made with `sq_sig_all`; `cq` holds completions the device
-    /// wrote and no one polled (poll them, or use a new CQ).
+    /// QP completes on it, or it keeps a dropped XRC SRQ (see
+    /// [`SharedReceiveQueue`](crate::SharedReceiveQueue)); `cq` holds
+    /// completions a scoped post kept; the QP was made with `sq_sig_all`;
+    /// `cq` holds completions the device wrote and no one polled (poll
+    /// them, or use a new CQ).
     /// [`Error::Unsupported`] when the provider is not mlx5
     /// (`mlx5dv_init_obj` fails) or its queues have a shape the crate does
     /// not write (a stride other than 64 bytes, more than 2^15 basic
@@ -196,6 +198,14 @@ impl<T: DirectTransport> QpEx<T> {
             return Err(refused(format!(
                 "into_direct on {what}: {binds} memory window bind(s) posted with bind_mw \
                  have not been seen complete; poll their completions first"
+            )));
+        }
+        // A dropped XRC SRQ's share is gone, but its receives may still
+        // complete here (`CqInner::retire`).
+        if cq.retired_srqs() != 0 {
+            return Err(refused(format!(
+                "into_direct on {what}: the CQ keeps XRC SRQs dropped with receives \
+                 posted, whose completions may still come (use a new CQ)"
             )));
         }
         let mut attr = ffi::ibv_qp_attr::default();

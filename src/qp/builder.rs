@@ -365,7 +365,7 @@ impl<T: Transport> QpBuilder<'_, T> {
             send_ops_flags: self.send_ops.bits(),
             srq: self
                 .srq
-                .map_or(std::ptr::null_mut(), SharedReceiveQueue::as_ptr),
+                .map_or(std::ptr::null_mut(), SharedReceiveQueue::raw),
             ..Default::default()
         };
         let mlx5_path = self.mlx5_path();

@@ -88,7 +88,7 @@ impl Dct {
         let mut attr = ffi::ibv_qp_init_attr_ex {
             send_cq: ffi_cq(cq),
             recv_cq: ffi_cq(cq),
-            srq: srq.as_ptr(),
+            srq: srq.raw(),
             cap: ffi::ibv_qp_cap {
                 max_send_wr: 0,
                 max_recv_wr: 0,

@@ -52,8 +52,7 @@ impl SharedReceiveQueue {
             srq_limit,
         };
         // SAFETY: the SRQ is live; `attr` is initialised for IBV_SRQ_LIMIT.
-        let rc =
-            unsafe { ffi::ibv_modify_srq(self.as_ptr(), &mut attr, ffi::IBV_SRQ_LIMIT as i32) };
+        let rc = unsafe { ffi::ibv_modify_srq(self.raw(), &mut attr, ffi::IBV_SRQ_LIMIT as i32) };
         check(rc, "ibv_modify_srq", || {
             format!("SRQ {} limit {srq_limit}", self.handle())
         })
@@ -63,7 +62,7 @@ impl SharedReceiveQueue {
     pub fn query(&self) -> Result<SrqAttr> {
         let mut attr = ffi::ibv_srq_attr::default();
         // SAFETY: the SRQ is live; `attr` is writable.
-        let rc = unsafe { ffi::ibv_query_srq(self.as_ptr(), &mut attr) };
+        let rc = unsafe { ffi::ibv_query_srq(self.raw(), &mut attr) };
         check(rc, "ibv_query_srq", || format!("SRQ {}", self.handle()))?;
         Ok(SrqAttr {
             max_wr: attr.max_wr,
@@ -83,7 +82,7 @@ impl SharedReceiveQueue {
     pub fn handle(&self) -> u32 {
         // SAFETY: the SRQ is live; `handle` is set at creation and never
         // written after.
-        unsafe { (*self.as_ptr()).handle }
+        unsafe { (*self.raw()).handle }
     }
 
     /// Whether `event` is about this SRQ: an

@@ -20,7 +20,7 @@
 mod srq;
 mod tgt;
 
-pub(crate) use srq::XrcParents;
+pub(crate) use srq::{RetiredSrq, XrcParents};
 pub use tgt::XrcTgtQp;
 
 use crate::device::Context;
@@ -97,6 +97,16 @@ impl XrcDomain {
             xrcd,
             ctx: ctx.clone(),
         })))
+    }
+
+    /// A domain over a fake `ibv_xrcd`, for the recording-provider tests:
+    /// its closing reaches the fake's `close_xrcd`.
+    #[cfg(test)]
+    pub(crate) fn fake(ctx: &Context, xrcd: NonNull<ffi::ibv_xrcd>) -> Self {
+        XrcDomain(Arc::new(XrcdInner {
+            xrcd,
+            ctx: ctx.clone(),
+        }))
     }
 
     /// The raw domain, valid while this handle lives.

@@ -1079,6 +1079,39 @@ unsafe extern "C" fn post_recv(
     0
 }
 
+/// A receive posted with this id on a fake SRQ fails (`ENOMEM`), after
+/// being recorded.
+pub const FAILING_SRQ_WR_ID: u64 = 0xFA11;
+
+unsafe extern "C" fn post_srq_recv(
+    srq: *mut ffi::ibv_srq,
+    wr: *mut ffi::ibv_recv_wr,
+    bad_wr: *mut *mut ffi::ibv_recv_wr,
+) -> i32 {
+    let wr_id = unsafe { (*wr).wr_id };
+    push(Call {
+        entry: "post_srq_recv",
+        obj: srq as usize,
+        wr: None,
+        args: vec![Arg::U64(wr_id)],
+    });
+    if wr_id == FAILING_SRQ_WR_ID {
+        unsafe { *bad_wr = wr };
+        return libc::ENOMEM;
+    }
+    0
+}
+
+unsafe extern "C" fn close_xrcd(xrcd: *mut ffi::ibv_xrcd) -> i32 {
+    push(Call {
+        entry: "close_xrcd",
+        obj: xrcd as usize,
+        wr: None,
+        args: vec![],
+    });
+    0
+}
+
 unsafe extern "C" fn poll_cq(cq: *mut ffi::ibv_cq, num_entries: i32, wc: *mut ffi::ibv_wc) -> i32 {
     push(Call {
         entry: "poll_cq",
@@ -1149,7 +1182,9 @@ const SLOTS: usize = 256;
 /// `destroy_srq`) and succeed; on a QP registered with
 /// [`add_qp`](Self::add_qp), `modify_qp` also plays the device (see
 /// `FakeQp::moved_to`). The legacy `post_send` / `post_recv` / `poll_cq`
-/// entries of the context's `ops` record as [`FakeContext`]'s do.
+/// entries of the context's `ops` record as [`FakeContext`]'s do, and its
+/// `post_srq_recv` records `post_srq_recv` with the work request's id
+/// (failing for [`FAILING_SRQ_WR_ID`]).
 #[repr(C)]
 pub struct FakeVerbsContext {
     /// `struct verbs_ex_private *priv`.
@@ -1191,7 +1226,25 @@ impl FakeVerbsContext {
         c.ctx.ops.post_send = Some(post_send);
         c.ctx.ops.post_recv = Some(post_recv);
         c.ctx.ops.poll_cq = Some(poll_cq);
+        c.ctx.ops.post_srq_recv = Some(post_srq_recv);
         c
+    }
+
+    /// A fake XRC domain of this context, whose `ibv_close_xrcd` records
+    /// `close_xrcd`: the context is marked extended and its `close_xrcd`
+    /// entry (in `struct verbs_context`, before `sz`) set.
+    pub fn xrcd(&mut self) -> Box<ffi::ibv_xrcd> {
+        // `__VERBS_ABI_IS_EXTENDED`, which `verbs_get_ctx` checks.
+        self.ctx.abi_compat = usize::MAX as *mut c_void;
+        // `close_xrcd`: the eleventh entry after `priv` (`query_device_ex`,
+        // `ibv_destroy_flow`, a placeholder, `ibv_create_flow`, a
+        // placeholder, `open_qp`, `create_qp_ex`, `get_srq_num`,
+        // `create_srq_ex`, `open_xrcd`, `close_xrcd`).
+        self._after_priv[10] =
+            close_xrcd as unsafe extern "C" fn(*mut ffi::ibv_xrcd) -> i32 as usize;
+        Box::new(ffi::ibv_xrcd {
+            context: self.ctx(),
+        })
     }
 
     /// The `ibv_context`.
