@@ -136,6 +136,29 @@ fn direct_on(
     Ok((direct, peer, rq))
 }
 
+/// Rings `n` signalled 64-byte writes (wr_ids 0..n) of `src` to `remote`,
+/// each at `64 * wr_id` in both.
+///
+/// # Safety
+///
+/// `src` is neither written nor dropped until their completions are
+/// polled.
+unsafe fn ring_writes(direct: &mut DirectRc, src: &MemoryRegion, remote: &RemoteBuf, n: u64) {
+    let mut b = direct.batch();
+    for i in 0..n {
+        let at = i * 64;
+        b.rdma_write(
+            i,
+            SendFlags::SIGNALED,
+            remote.slice(at, 64).unwrap(),
+            src.sge(at as usize..at as usize + 64).unwrap(),
+        )
+        .unwrap();
+    }
+    // SAFETY: the caller's.
+    assert_eq!(unsafe { b.ring() }, n as u32);
+}
+
 /// A QP without a send queue is refused before `mlx5dv_init_obj` marks its
 /// CQ (so libmlx5 still cleans a destroyed QP's CQEs from it), and a direct
 /// QP later taken on that CQ gets only its own completion: its RDMA read
@@ -293,20 +316,9 @@ fn a_panicking_poll_callback_loses_no_kept_completion() {
     let (mut direct, peer, _rq) = direct_on(&ctx, &pd, cq, &opts).unwrap();
     let src = MemoryRegion::new(&pd, 4096, rig::access_all()).unwrap();
     let remote = peer.mr.remote(..).unwrap();
-    let mut b = direct.batch();
-    for i in 0..2u64 {
-        let at = i * 64;
-        b.rdma_write(
-            i,
-            SendFlags::SIGNALED,
-            remote.slice(at, 64).unwrap(),
-            src.sge(at as usize..at as usize + 64).unwrap(),
-        )
-        .unwrap();
-    }
     // SAFETY: `src` is neither written nor dropped until the completions
     // below.
-    assert_eq!(unsafe { b.ring() }, 2);
+    unsafe { ring_writes(&mut direct, &src, &remote, 2) };
     // The scoped post reads both earlier completions and keeps them.
     let wcs = direct
         .post_and_wait(WAIT, |b| {
@@ -326,4 +338,64 @@ fn a_panicking_poll_callback_loses_no_kept_completion() {
     let mut got = Vec::new();
     direct.poll(16, |wc| got.push(wc.wr_id)).unwrap();
     assert_eq!(got, [0, 1]);
+}
+
+/// A direct poll whose callback panics at its second completion: the
+/// first stays read (never handed out again), the one it panicked on is
+/// handed out again, first, by the next poll, and the rest follow once
+/// each; nothing is outstanding after.
+#[test]
+#[ignore = "needs an mlx5 device: set MLX5DV_TEST_MLX5_DEVICE"]
+fn a_direct_poll_whose_callback_panics_hands_out_no_completion_twice() {
+    let step = stepper();
+    let ctx = open();
+    let pd = ProtectionDomain::new(&ctx).unwrap();
+    let opts = rig::connect_options(&ctx);
+    let cq = CompletionQueue::new(&ctx, 256).unwrap();
+    let (mut direct, peer, _rq) = direct_on(&ctx, &pd, cq, &opts).unwrap();
+    let mut src = MemoryRegion::new(&pd, 4096, rig::access_all()).unwrap();
+    let data = pattern(256, 0x21);
+    src.write_at(0, &data).unwrap();
+    let remote = peer.mr.remote(..).unwrap();
+    // SAFETY: `src` is neither written nor dropped until every completion
+    // below has been polled.
+    unsafe { ring_writes(&mut direct, &src, &remote, 4) };
+    run_device(step);
+    let _bg = Background::new(step, Duration::ZERO);
+    // All four are in the CQ (the device ran them): wait for the first.
+    let deadline = std::time::Instant::now() + WAIT;
+    while peer.mr.to_vec(192..256).unwrap() != data[192..] {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the writes never landed"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let mut first = Vec::new();
+    let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        direct.poll(4, |wc| {
+            first.push(wc.wr_id);
+            if first.len() == 2 {
+                panic!("the callback panics at its second completion");
+            }
+        })
+    }));
+    assert!(panicked.is_err());
+    assert_eq!(first, [0, 1]);
+    let mut after = Vec::new();
+    let deadline = std::time::Instant::now() + WAIT;
+    while after.len() < 3 && std::time::Instant::now() < deadline {
+        direct
+            .poll(16, |wc| {
+                assert_eq!(wc.status, WcStatus::SUCCESS, "{wc:?}");
+                after.push(wc.wr_id)
+            })
+            .unwrap();
+    }
+    assert_eq!(after, [1, 2, 3], "duplicated or lost");
+    let mut more = Vec::new();
+    direct.poll(16, |wc| more.push(wc.wr_id)).unwrap();
+    assert!(more.is_empty(), "{more:?}");
+    assert_eq!(direct.outstanding(), 0);
+    assert_eq!(peer.mr.to_vec(0..256).unwrap(), data);
 }

@@ -705,3 +705,168 @@ fn binds_left_queued_take_room_from_the_next_batch() {
     });
     target.fill(.., 0).unwrap();
 }
+
+/// A pair whose B side sends on a CQ of `cqe` entries of its own.
+fn pair_with_send_cq(cqe: u32, caps: QpCaps) -> Pair {
+    let mut p = Pair::unconnected(caps, ops());
+    let send_cq = CompletionQueue::new(&p.ctx, cqe).unwrap();
+    p.b.qp = QpBuilder::rc(&p.pd, &send_cq, &p.b.recv_cq)
+        .caps(caps)
+        .send_ops(ops())
+        .build()
+        .unwrap();
+    p.b.send_cq = send_cq;
+    p.connect();
+    p
+}
+
+/// Each bind's completion takes a place in the send CQ until a poll reads
+/// it: with the CQ's capacity of binds unpolled, one bind more, a scoped
+/// post and a shrinking resize are refused before C (the device would
+/// overrun the CQ and drop completions), every bind posted completes as a
+/// bind, and once they are polled the places are free again.
+#[test]
+#[ignore = "needs an RDMA device: set MLX5DV_TEST_DEVICE"]
+fn binds_are_held_to_the_send_cqs_capacity() {
+    let caps = QpCaps {
+        max_send_wr: 32,
+        ..QpCaps::default()
+    };
+    let mut p = pair_with_send_cq(2, caps);
+    let capacity = p.b.send_cq.capacity() as usize;
+    assert!(
+        capacity < p.b.qp.caps().max_send_wr as usize,
+        "capacity {capacity}"
+    );
+    let mut target = bindable(&p.pd);
+    let mut windows = Vec::new();
+    for _ in 0..=capacity {
+        let Some(mw) = window(&p.ctx, &p.pd, MwType::Type1) else {
+            return;
+        };
+        windows.push(mw);
+    }
+    let mut remotes = Vec::new();
+    for (i, mw) in windows.iter_mut().take(capacity).enumerate() {
+        let bind = MwBind::new(&target, i * 256..i * 256 + 256, rw()).unwrap();
+        remotes.push(p.b.qp.bind_mw(100 + i as u64, mw, &bind).unwrap());
+    }
+    assert_eq!(p.b.send_cq.binds_in_flight() as usize, capacity);
+    let over = |e: &Error| matches!(e, Error::OutOfRange { .. }) && e.to_string().contains("bind");
+    // One bind more than the CQ holds.
+    let extra = MwBind::new(&target, 0..64, rw()).unwrap();
+    let err =
+        p.b.qp
+            .bind_mw(99, &mut windows[capacity], &extra)
+            .unwrap_err();
+    assert!(over(&err), "{err:?}");
+    // A scoped post of one: its completion has no place left.
+    let to = RemoteBuf {
+        addr: p.a.mr.addr(),
+        len: 64,
+        rkey: p.a.mr.rkey(),
+    };
+    p.a.mr.fill(0..64, 0).unwrap();
+    p.b.mr.fill(0..64, 0x3c).unwrap();
+    let err =
+        p.b.qp
+            .post_and_wait(&mut p.b.send_cq, WAIT, |b| {
+                b.wr(1).rdma_write(to).sge(p.b.mr.sge(0..64)?)
+            })
+            .unwrap_err();
+    assert!(over(&err), "{err:?}");
+    // A resize below what the binds need.
+    let err = p.b.send_cq.resize(capacity as u32 - 1).unwrap_err();
+    assert!(over(&err), "{err:?}");
+    assert_eq!(p.b.send_cq.capacity() as usize, capacity);
+    assert_eq!(p.b.qp.state().unwrap(), QpState::Rts);
+    assert_eq!(
+        p.a.mr.to_vec(0..64).unwrap(),
+        vec![0; 64],
+        "a refused write ran"
+    );
+
+    // Every bind posted completes, as a bind, in order; none was lost.
+    let wcs = p.b.send_cq.wait(capacity, WAIT).unwrap().to_vec();
+    assert_eq!(wcs.len(), capacity, "{wcs:?}");
+    for (i, wc) in wcs.iter().enumerate() {
+        assert_wc(wc, 100 + i as u64, WcOpcode::BIND_MW);
+    }
+    assert_eq!(p.b.send_cq.binds_in_flight(), 0);
+    assert!(p
+        .b
+        .send_cq
+        .wait(1, std::time::Duration::from_millis(200))
+        .is_err());
+    // Each window reaches its range.
+    for (i, remote) in remotes.iter().enumerate() {
+        let data = pattern(256, 0x40 + i as u8);
+        p.a.mr.write_at(0, &data).unwrap();
+        let wc = write_from_a(&mut p, 200 + i as u64, *remote, 256);
+        assert_wc(&wc, 200 + i as u64, WcOpcode::RDMA_WRITE);
+        assert_eq!(target.to_vec(i * 256..i * 256 + 256).unwrap(), data);
+    }
+    // The places are free again: the extra bind, then a post.
+    let remote = p.b.qp.bind_mw(99, &mut windows[capacity], &extra).unwrap();
+    b_completes(&mut p, 99, WcOpcode::BIND_MW);
+    assert_eq!(remote.len, 64);
+    let wcs =
+        p.b.qp
+            .post_and_wait(&mut p.b.send_cq, WAIT, |b| {
+                b.wr(2).rdma_write(to).sge(p.b.mr.sge(0..64)?)
+            })
+            .unwrap()
+            .to_vec();
+    assert_eq!(wcs.len(), 1, "{wcs:?}");
+    assert_wc(&wcs[0], 2, WcOpcode::RDMA_WRITE);
+    assert_eq!(p.a.mr.to_vec(0..64).unwrap(), vec![0x3c; 64]);
+    drop(windows);
+    let _ = &mut target;
+}
+
+/// A completion a wait took but did not hand out (it timed out) is kept
+/// for the next poll, and dropped if its QP is destroyed first, as the
+/// provider drops a destroyed QP's completions from its CQ.
+#[test]
+#[ignore = "needs an RDMA device: set MLX5DV_TEST_DEVICE"]
+fn completions_of_a_timed_out_wait_are_kept_until_their_qp_goes() {
+    let mut p = Pair::with(QpCaps::default(), ops());
+    let target = bindable(&p.pd);
+    let (Some(mut w1), Some(mut w2)) = (
+        window(&p.ctx, &p.pd, MwType::Type1),
+        window(&p.ctx, &p.pd, MwType::Type1),
+    ) else {
+        return;
+    };
+    let bind = MwBind::new(&target, 0..256, rw()).unwrap();
+    p.b.qp.bind_mw(10, &mut w1, &bind).unwrap();
+    p.b.qp.bind_mw(11, &mut w2, &bind).unwrap();
+    // Both come; the wait asks for three and times out.
+    let err =
+        p.b.send_cq
+            .wait(3, std::time::Duration::from_secs(2))
+            .unwrap_err();
+    assert!(matches!(err, Error::Timeout { .. }), "{err:?}");
+    assert_eq!(p.b.send_cq.backlog_len(), 2);
+    let wcs = p.b.send_cq.wait(1, WAIT).unwrap().to_vec();
+    assert_eq!(wcs.len(), 1);
+    assert_wc(&wcs[0], 10, WcOpcode::BIND_MW);
+    // The other, kept again by a second timed-out wait, then its QP is
+    // destroyed: it is never handed out.
+    let err =
+        p.b.send_cq
+            .wait(2, std::time::Duration::from_millis(300))
+            .unwrap_err();
+    assert!(matches!(err, Error::Timeout { .. }), "{err:?}");
+    assert_eq!(p.b.send_cq.backlog_len(), 1);
+    let Pair { b, a, .. } = p;
+    let Side {
+        qp, mut send_cq, ..
+    } = b;
+    drop(qp);
+    assert_eq!(send_cq.backlog_len(), 0);
+    let mut got = Vec::new();
+    send_cq.poll_into(&mut got, 8).unwrap();
+    assert!(got.is_empty(), "{got:?}");
+    drop((w1, w2, a));
+}

@@ -33,6 +33,9 @@
 //! - 8: A `post_and_wait` of more work requests than its CQ holds (or its
 //!   send queue) must be refused before anything is posted, rather than
 //!   time out and abort the process.
+//! - 12: A completion a scoped post kept for another QP must not be handed
+//!   out once that QP is destroyed (the provider drops a destroyed QP's
+//!   completions from its CQs; a QP made later may get its number).
 //! - 11 (a failed poll during `post_and_wait`) has no test here: soft-RoCE's
 //!   poll does not fail (its `start_poll`/`next_poll` only report ENOENT),
 //!   and nothing a test can do to a soft-RoCE CQ makes it fail.
@@ -1173,3 +1176,50 @@ fn a_post_and_wait_of_more_than_its_cq_holds_is_refused_before_posting() {
 // another) no longer compiles: it is the `compile_fail` doctest on
 // `ScopedBatch` in src/wr/scoped.rs. The old runtime test could not be
 // ported, since its body does not compile against the fixed API.
+
+// ----------------------------------------------------------------- 12.
+
+/// Defect 12: X's receive completion, taken from the CQ X shares with B by
+/// B's scoped post and kept for the CQ's next poll, goes with X when X is
+/// destroyed, as libmlx5 cleans a destroyed QP's completions from its CQs;
+/// B's own completions still come.
+#[test]
+#[ignore = "needs an RDMA device: set MLX5DV_TEST_DEVICE"]
+fn a_kept_completion_goes_with_its_destroyed_qp() {
+    let ctx = open();
+    let pd = ProtectionDomain::new(&ctx).unwrap();
+    let opts = connect_options(&ctx);
+    // X receives on `shared`, which is also B's send CQ.
+    let mut shared = CompletionQueue::new(&ctx, 256).unwrap();
+    let cq_x = CompletionQueue::new(&ctx, 256).unwrap();
+    let cq_b_recv = CompletionQueue::new(&ctx, 256).unwrap();
+    let mut qx = QpBuilder::rc(&pd, &cq_x, &shared).build().unwrap();
+    let mut qb = QpBuilder::rc(&pd, &shared, &cq_b_recv).build().unwrap();
+    connect_qps(&qx, &qb, &opts);
+    let rbuf = MemoryRegion::new(&pd, 4096, access_all()).unwrap();
+    let mut sbuf = MemoryRegion::new(&pd, 4096, access_all()).unwrap();
+    sbuf.fill(..64, 0x5c).unwrap();
+    // SAFETY: `rbuf` outlives the receive: X is destroyed below, first.
+    unsafe { qx.post_recv(500, &[rbuf.sge(0..64).unwrap()]).unwrap() };
+    // The receive's completion is written before the send is acknowledged,
+    // so before B's own: B's scoped post reads it first, and keeps it.
+    let sent = qb
+        .post_and_wait(&mut shared, WAIT, |b| {
+            b.wr(600).send().sge(sbuf.sge(0..64)?)
+        })
+        .unwrap();
+    assert_eq!(ids(sent), [600]);
+    assert_wc(&sent[0], 600, WcOpcode::SEND);
+    assert_eq!(shared.backlog_len(), 1, "X's receive completion is kept");
+    assert_eq!(rbuf.to_vec(..64).unwrap(), [0x5c; 64]);
+    drop(qx);
+    assert_eq!(shared.backlog_len(), 0, "kept for a QP destroyed since");
+    let rest = drain(&mut shared, Duration::from_millis(500));
+    assert!(rest.is_empty(), "handed out: {:?}", wcs_desc(&rest));
+    // A QP made now (it may get X's number) is credited with nothing.
+    let qy = QpBuilder::rc(&pd, &cq_x, &shared).build().unwrap();
+    let rest = drain(&mut shared, Duration::from_millis(200));
+    assert!(rest.is_empty(), "handed out: {:?}", wcs_desc(&rest));
+    drop(qy);
+    drop(cq_x);
+}

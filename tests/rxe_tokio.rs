@@ -976,3 +976,61 @@ async fn an_operation_the_qps_state_does_not_take_is_refused_with_its_region_giv
     );
     assert_eq!(a.in_flight(), 0);
 }
+
+/// A buffer whose Drop panics: `IoBuf`'s contract (one owned region, not
+/// moved, not written elsewhere) is kept, and nothing forbids the panic.
+struct PanicsOnDrop(MemoryRegion);
+
+impl Drop for PanicsOnDrop {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            panic!("the buffer panics when dropped");
+        }
+    }
+}
+
+// SAFETY: owns its region by value.
+unsafe impl IoBuf for PanicsOnDrop {
+    fn region(&self) -> &MemoryRegion {
+        &self.0
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs an RDMA device: set MLX5DV_TEST_DEVICE"]
+async fn a_buffer_panicking_in_drop_loses_no_other_operations_completion() {
+    // An abandoned operation's buffer is dropped by the poll that reads
+    // its completion; if that drop panics, the completions read with it
+    // (here the next operation's) are still delivered.
+    let ctx = open();
+    let channel = CompletionChannel::new(&ctx).unwrap();
+    let (a, _b, pd) = async_pair(&ctx, &channel);
+    let mut target = MemoryRegion::new(&pd, 8192, access_all()).unwrap();
+    target.fill(.., 0).unwrap();
+    let remote = target.remote(..).unwrap();
+    let first = PanicsOnDrop(region_with(&pd, &[0x11; 64]));
+    let op1 = a.write(first, 0..64, remote.slice(0, 64).unwrap());
+    drop(op1); // abandoned: the QP keeps its buffer until the completion
+    let op2 = a.write(
+        region_with(&pd, &[0x22; 64]),
+        0..64,
+        remote.slice(64, 64).unwrap(),
+    );
+    // Both writes landed, so both completions are in the CQ (or coming).
+    let start = Instant::now();
+    while target.to_vec(0..128).unwrap() != [[0x11; 64], [0x22; 64]].concat() {
+        assert!(start.elapsed() < WAIT, "the writes never landed");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let polled = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| a.poll()));
+    assert!(polled.is_err(), "the buffer's drop did not panic");
+    let (wc, back) = tokio::time::timeout(WAIT, op2)
+        .await
+        .expect("the second write's completion was lost");
+    let wc = wc.unwrap();
+    assert_eq!(wc.opcode, WcOpcode::RDMA_WRITE);
+    assert_eq!(back.to_vec(0..64).unwrap(), [0x22; 64]);
+    assert_eq!(a.in_flight(), 0);
+    assert!(a.take_stray().is_empty());
+}

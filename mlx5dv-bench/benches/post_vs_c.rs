@@ -296,7 +296,9 @@ fn dci_ring(o: &BenchObjs) -> *const c_void {
 const CEILING_RC_WRITE_SGE: f64 = 1.01;
 const CEILING_RC_WRITE_SGE_CHECKED: f64 = 1.40;
 const CEILING_RC_INLINE_SEND: f64 = 1.04;
-const CEILING_DCI_WRITE_SGE: f64 = 1.06;
+// DCI write + SGE: 1.062 since binds counted as queued (the batch's room
+// read from the QP's count of them) cost it one reload per work request.
+const CEILING_DCI_WRITE_SGE: f64 = 1.07;
 const CEILING_DCI_WRITE_SGE_STREAM: f64 = 1.09;
 const CEILING_MEMCPY: f64 = 1.04;
 const CEILING_MEMCPY_CHECKED: f64 = 1.40;
@@ -314,10 +316,12 @@ const CEILING_CQ_WAIT: f64 = 1.10;
 // Above their goal of 1.10 (BENCHMARKS.md, "Where a goal is not met"):
 // `post_and_wait` and `post_and_wait_into` of the API tour's closure carry
 // its checks (1.25 times C's posting alone), the caller's ids and a test
-// per completion that it is the batch's own (1.325, 1.323). Measured plus
-// 0.05.
-const CEILING_POST_AND_WAIT: f64 = 1.38;
-const CEILING_POST_AND_WAIT_INTO: f64 = 1.38;
+// per completion that it is the batch's own (1.325, 1.323), and since the
+// soundness fixes of memory window binds and panicking callbacks (the
+// binds' places in the CQ checked, the poll's guard keeping the completion
+// a callback panicked on) 1.375 and 1.354. Measured plus about 0.05.
+const CEILING_POST_AND_WAIT: f64 = 1.42;
+const CEILING_POST_AND_WAIT_INTO: f64 = 1.42;
 
 const SHAPES: &[Shape] = &[
     Shape {

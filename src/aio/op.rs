@@ -181,8 +181,11 @@ impl<B> Drop for Op<B> {
             return;
         };
         if entry.result.is_some() {
-            // Done: the region goes now.
-            inner.table.remove(&id);
+            // Done: the region goes now, once the table is unlocked (a
+            // region whose drop panics leaves the table whole).
+            let gone = inner.table.remove(&id);
+            drop(inner);
+            drop(gone);
         } else {
             // In flight: the table keeps the region until the device is
             // done with it.

@@ -288,7 +288,12 @@ impl AsyncQp {
             // SAFETY: as in `send`; the region is owned by value
             // (`IoBufMut`): nothing else reads or writes it until the
             // receive's completion, flush, or the QP's reset or destroy.
-            // The id is below 2^63. Not inside a poll callback.
+            // The id has bit 63, as the contract's "below 2^63" reserves
+            // for the crate's own operations: the ids of this QP's
+            // operations, which are the only posts on it (the handle owns
+            // the QP, and `with_qp` lends it shared, which cannot post),
+            // and which take each completion by id and QP number. Not
+            // inside a poll callback.
             unsafe { inner.qp_mut().post_recv(id, &[sge]) }
         });
         // ibv_post_recv posts none of a list it fails on.
@@ -471,6 +476,9 @@ impl Inner {
             (Some(_), false) => (self.sends, &self.send_cq),
             (Some(rcq), true) => (self.recvs, rcq),
         };
+        // Completions of memory window binds posted before, on any QP of
+        // the CQ, take places in it too.
+        let on_cq = on_cq.saturating_add(cq.binds_in_flight());
         if on_cq >= cq.capacity() {
             return Err(Error::OutOfRange {
                 what: "completions in flight on the CQ",
@@ -505,16 +513,27 @@ impl Inner {
             None => Ok(()),
         });
         let n = wcs.len();
+        // The regions of dropped operations the device is done with go
+        // only once every completion is handed to its operation: a region
+        // whose drop panics then loses none of them.
+        let mut gone = Vec::new();
         for wc in wcs {
-            self.dispatch(wc, qp_num);
+            gone.extend(self.dispatch(wc, qp_num));
         }
+        drop(gone);
         polled.map(|()| n)
     }
 
-    fn dispatch(&mut self, wc: WorkCompletion, qp_num: u32) {
+    /// Hands `wc` to its operation; returns the entry of a dropped one,
+    /// which the device is done with, for the caller to drop.
+    #[must_use]
+    fn dispatch(&mut self, wc: WorkCompletion, qp_num: u32) -> Option<Entry> {
         let entry = match self.table.get_mut(&wc.wr_id) {
             Some(entry) if wc.qp_num == qp_num && entry.result.is_none() => entry,
-            _ => return self.stray.push(wc),
+            _ => {
+                self.stray.push(wc);
+                return None;
+            }
         };
         if entry.recv {
             self.recvs -= 1;
@@ -522,9 +541,10 @@ impl Inner {
             self.sends -= 1;
         }
         let failed = !wc.status.is_success() && wc.status != WcStatus::WR_FLUSH_ERR;
+        let mut gone = None;
         if entry.abandoned {
             // The device is done: the dropped operation's region goes.
-            self.table.remove(&wc.wr_id);
+            gone = self.table.remove(&wc.wr_id);
         } else {
             entry.result = Some(wc.ok_for(crate::QpKind::Rc));
             if let Some(waker) = entry.waker.take() {
@@ -536,6 +556,7 @@ impl Inner {
             // be told (see `QpEx::post_and_wait`).
             self.qp().note_failed_work_request();
         }
+        gone
     }
 
     /// The device's progress is unknown (a poll or a post failed): moves
@@ -581,8 +602,18 @@ impl Inner {
     fn end_all(&mut self, qp_num: u32) {
         self.sends = 0;
         self.recvs = 0;
-        self.table
-            .retain(|_, e| !(e.abandoned && e.result.is_none()));
+        // The regions of dropped operations go last, once every other
+        // operation has its result: one whose drop panics loses nothing.
+        let abandoned: Vec<u64> = self
+            .table
+            .iter()
+            .filter(|(_, e)| e.abandoned && e.result.is_none())
+            .map(|(&id, _)| id)
+            .collect();
+        let gone: Vec<Entry> = abandoned
+            .iter()
+            .filter_map(|id| self.table.remove(id))
+            .collect();
         for (&wr_id, entry) in &mut self.table {
             if entry.result.is_none() {
                 entry.result = Some(Err(Error::WorkCompletion {
@@ -597,6 +628,7 @@ impl Inner {
                 }
             }
         }
+        drop(gone);
     }
 
     /// The CQ an operation's completion comes to.

@@ -20,7 +20,9 @@ impl CompletionQueue {
         let mut stand_in = Replay::new();
         let mut n = 0;
         while n < max {
-            let Some(raw) = self.backlog.pop_front() else {
+            // Taken only once `f` has returned: if it panics, the
+            // completion stays first in the backlog, handed out again.
+            let Some(&raw) = self.backlog.front() else {
                 break;
             };
             stand_in.position(raw);
@@ -32,6 +34,7 @@ impl CompletionQueue {
                 _poll: PhantomData,
             };
             f(&wc);
+            self.backlog.pop_front();
             n += 1;
         }
         n
@@ -40,13 +43,31 @@ impl CompletionQueue {
     /// Keeps completions that a scoped post polled but that were not its
     /// own, for the next polls (after any already kept).
     pub(crate) fn keep(&mut self, wcs: impl IntoIterator<Item = RawWc>) {
-        self.backlog.extend(wcs);
+        let owners = &self.inner.owners;
+        self.backlog.extend(wcs.into_iter().map(|mut w| {
+            w.gen = owners.of(w.qp_num);
+            w
+        }));
+    }
+
+    /// Drops the kept completions of QPs destroyed since they were kept:
+    /// the provider cleans a destroyed QP's completions out of its CQ, and
+    /// a QP made later with the same number must not be credited with one.
+    #[cold]
+    #[inline(never)]
+    pub(super) fn drop_dead(&mut self) {
+        let owners = &self.inner.owners;
+        self.backlog.retain(|w| owners.alive(w.qp_num, w.gen));
     }
 
     /// How many completions were taken from the device by a scoped post
     /// and wait for the next polls.
     pub fn backlog_len(&self) -> usize {
-        self.backlog.len()
+        let owners = &self.inner.owners;
+        self.backlog
+            .iter()
+            .filter(|w| owners.alive(w.qp_num, w.gen))
+            .count()
     }
 }
 
@@ -94,6 +115,9 @@ pub(crate) struct RawWc {
     slid: Option<u16>,
     sl: Option<u8>,
     dlid_path_bits: Option<u8>,
+    /// Its QP's generation when it was kept (`owners`; 0 until then, and
+    /// for a QP the CQ does not know).
+    pub(crate) gen: u64,
 }
 
 impl RawWc {
@@ -114,6 +138,7 @@ impl RawWc {
             slid: wc.slid(),
             sl: wc.sl(),
             dlid_path_bits: wc.dlid_path_bits(),
+            gen: 0,
         }
     }
 
@@ -135,6 +160,7 @@ impl RawWc {
             // Not in an owned completion: a poll of its reader reads none.
             sl: None,
             dlid_path_bits: None,
+            gen: 0,
         }
     }
 }

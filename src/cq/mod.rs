@@ -45,6 +45,7 @@ macro_rules! entry {
 
 mod backlog;
 mod one_per_start;
+mod owners;
 mod polled_wc;
 mod polling;
 mod queued;
@@ -59,6 +60,7 @@ mod work_completion;
 pub use crate::wc::{WcFlags, WcOpcode, WcStatus};
 pub(crate) use backlog::RawWc;
 use one_per_start::{OnePerStart, OnePerStartPtr};
+pub(crate) use owners::Owners;
 pub use polled_wc::PolledWc;
 pub(crate) use polling::{after_polls, in_provider_poll};
 pub(crate) use queued::Queued;
@@ -129,6 +131,9 @@ pub(crate) struct CqInner {
     /// The QPs sending on this CQ with type 1 binds queued, whose
     /// completions its polls look for ([`queued`]).
     pub(crate) watch: queued::Watch,
+    /// The QPs and DCTs on this CQ, by number, with their generations: a
+    /// kept completion of one destroyed since is dropped ([`owners`]).
+    pub(crate) owners: Owners,
     /// XRC SRQs dropped after a receive was posted on them, whose
     /// completions may still be in this CQ or still come: destroyed right
     /// before it (`retired`). They hold their PD and domain, not the CQ.
@@ -296,7 +301,8 @@ impl CompletionQueue {
             cq,
             owned: true,
             senders: Default::default(),
-            watch: Default::default(),
+            watch: queued::Watch::new(capacity),
+            owners: Owners::default(),
             retired: Mutex::default(),
             one_per_start: None,
             channel: channel.cloned(),
@@ -352,17 +358,19 @@ impl CompletionQueue {
         unsafe { check_poll_entries(cq, ctx.name()) }?;
         // SAFETY: as above.
         let capacity = unsafe { (*ffi::ibv_cq_ex_to_cq(cq.as_ptr())).cqe };
+        let capacity = u32::try_from(capacity).unwrap_or(0);
         Ok(CompletionQueue {
             cq,
             attr: ffi::ibv_poll_cq_attr::default(),
             backlog: VecDeque::new(),
             completions: Vec::new(),
-            capacity: u32::try_from(capacity).unwrap_or(0),
+            capacity,
             inner: Arc::new(CqInner {
                 cq,
                 owned: false,
                 senders: Default::default(),
-                watch: Default::default(),
+                watch: queued::Watch::new(capacity),
+                owners: Owners::default(),
                 retired: Mutex::default(),
                 one_per_start: None,
                 channel: None,
@@ -415,7 +423,7 @@ impl CompletionQueue {
 
     /// Whether completions a scoped post kept wait to be handed out.
     pub(crate) fn has_backlog(&self) -> bool {
-        !self.backlog.is_empty()
+        self.backlog_len() != 0
     }
 }
 

@@ -31,6 +31,10 @@ impl CompletionQueue {
     /// took from the device but did not own are handed out first, oldest
     /// first, before the device is polled again ([`backlog_len`](Self::backlog_len)).
     ///
+    /// If `f` panics, the completion it was given is not lost: it is kept
+    /// (in that backlog) and handed out again, first, by the next poll; those
+    /// handed over before it are not.
+    ///
     /// ```no_run
     /// # fn demo(cq: &mut mlx5dv::CompletionQueue) -> mlx5dv::Result<()> {
     /// let (mut bytes, mut failed) = (0u64, Vec::new());
@@ -51,7 +55,10 @@ impl CompletionQueue {
         F: FnMut(&PolledWc<'_>),
     {
         if !self.backlog.is_empty() {
-            return Ok(self.replay(max, f));
+            self.drop_dead();
+            if !self.backlog.is_empty() {
+                return Ok(self.replay(max, f));
+            }
         }
         self.poll_provider(max, f)
     }
@@ -119,7 +126,7 @@ impl CompletionQueue {
                 Err(poll_failed(cq, "ibv_start_poll", rc))
             };
         }
-        let poll = EndPoll::new(cq);
+        let poll = EndPoll::new(cq, &mut self.backlog, wc.senders);
         // Written as `f; while n < max { next_poll; f }`, the count is one
         // register, the same at every exit, and the back edge is the test
         // of the count (no copy of it, no extra jump). `f` is inlined
@@ -135,7 +142,7 @@ impl CompletionQueue {
             let rc = unsafe { entry!(cq, next_poll) };
             if rc != 0 {
                 if rc == libc::ENOENT {
-                    drop(poll);
+                    poll.end();
                     return Ok(n);
                 }
                 // The error path ends the poll itself: nothing of `poll`
@@ -149,7 +156,7 @@ impl CompletionQueue {
             }
             n += 1;
         }
-        drop(poll);
+        poll.end();
         Ok(max)
     }
 }
@@ -184,29 +191,66 @@ fn next_poll_failed(cq: NonNull<ffi::ibv_cq_ex>, rc: i32) -> Error {
     poll_failed(cq, "ibv_next_poll", rc)
 }
 
-/// Ends the poll in progress on a CQ when dropped (`ibv_end_poll`): on
-/// every return of a poll, and when its callback panics. Made right after
-/// a successful `start_poll`; while it lives, this thread is inside a
-/// provider poll ([`in_provider_poll`]).
-struct EndPoll(NonNull<ffi::ibv_cq_ex>);
+/// The poll in progress on a CQ (`ibv_end_poll` ends it): made right
+/// after a successful `start_poll`; while it lives, this thread is inside
+/// a provider poll ([`in_provider_poll`]). A poll that returns ends it with
+/// [`end`](Self::end) (or, after a failed `next_poll`, forgets it); one
+/// that unwinds (its callback panicked) drops it, which keeps the
+/// completion the poll is on in the CQ's backlog before ending the poll:
+/// the provider has taken it from the CQ, and no one else would hand it
+/// out.
+struct EndPoll {
+    cq: NonNull<ffi::ibv_cq_ex>,
+    backlog: NonNull<std::collections::VecDeque<super::RawWc>>,
+    senders: bool,
+}
 
 impl EndPoll {
     #[inline(always)]
-    fn new(cq: NonNull<ffi::ibv_cq_ex>) -> Self {
+    fn new(
+        cq: NonNull<ffi::ibv_cq_ex>,
+        backlog: &mut std::collections::VecDeque<super::RawWc>,
+        senders: bool,
+    ) -> Self {
         // Through `with`, not `LocalKey::set`, which goes through a call
         // that the compiler does not always inline.
         POLLS.with(|p| p.set(p.get() + 1));
-        EndPoll(cq)
+        EndPoll {
+            cq,
+            backlog: NonNull::from(backlog),
+            senders,
+        }
+    }
+
+    /// Ends the poll (`ibv_end_poll`).
+    #[inline(always)]
+    fn end(self) {
+        let cq = self.cq;
+        std::mem::forget(self);
+        // SAFETY: made right after a successful start_poll of this live
+        // CQ, whose entries were checked at creation, and ended once (the
+        // guard is forgotten): it ends that poll.
+        unsafe { entry!(cq, end_poll) }
+        leave_poll();
     }
 }
 
 impl Drop for EndPoll {
-    #[inline]
+    /// Reached only by unwinding: a poll's callback panicked.
+    #[cold]
+    #[inline(never)]
     fn drop(&mut self) {
-        // SAFETY: made right after a successful start_poll of this live CQ,
-        // whose entries were checked at creation, and dropped once: it ends
-        // that poll.
-        unsafe { entry!(self.0, end_poll) }
+        let wc = PolledWc {
+            cq: self.cq,
+            senders: self.senders,
+            _poll: PhantomData,
+        };
+        let kept = super::RawWc::of(&wc);
+        // SAFETY: the backlog is the polled CQ handle's, borrowed mutably
+        // for the poll (the callback cannot reach it), and outlives it.
+        unsafe { self.backlog.as_mut().push_back(kept) };
+        // SAFETY: as in `end`; a guard that is dropped was not ended.
+        unsafe { entry!(self.cq, end_poll) }
         leave_poll();
     }
 }

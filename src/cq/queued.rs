@@ -41,18 +41,25 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 /// The binds queued on one QP and not known done.
 pub(crate) struct Queued {
     qp_num: u32,
+    /// The send queue's depth (`max_send_wr`).
+    depth: u32,
     /// Their ids, oldest first.
     ids: Mutex<VecDeque<u64>>,
-    /// `ids.len()`, read without the lock by a batch's opening.
+    /// `ids.len()`, read without the lock.
     len: AtomicU32,
+    /// `depth - len`: the room a batch on the QP opens with (one load,
+    /// as the depth itself was).
+    room: AtomicU32,
 }
 
 impl Queued {
-    pub(crate) fn new(qp_num: u32) -> Arc<Self> {
+    pub(crate) fn new(qp_num: u32, depth: u32) -> Arc<Self> {
         Arc::new(Queued {
             qp_num,
+            depth,
             ids: Mutex::new(VecDeque::new()),
             len: AtomicU32::new(0),
+            room: AtomicU32::new(depth),
         })
     }
 
@@ -60,6 +67,19 @@ impl Queued {
     #[inline(always)]
     pub(crate) fn len(&self) -> u32 {
         self.len.load(Ordering::Acquire)
+    }
+
+    /// The send queue's room: its depth less the binds queued.
+    #[inline(always)]
+    pub(crate) fn room(&self) -> u32 {
+        self.room.load(Ordering::Acquire)
+    }
+
+    /// Records the list's new length (under its lock).
+    fn set_len(&self, len: usize) {
+        let len = (len as u32).min(self.depth);
+        self.len.store(len, Ordering::Release);
+        self.room.store(self.depth - len, Ordering::Release);
     }
 
     fn ids(&self) -> MutexGuard<'_, VecDeque<u64>> {
@@ -71,7 +91,7 @@ impl Queued {
     pub(crate) fn push(&self, wr_id: u64) {
         let mut ids = self.ids();
         ids.push_back(wr_id);
-        self.len.store(ids.len() as u32, Ordering::Release);
+        self.set_len(ids.len());
     }
 
     /// Takes back the bind just counted: the provider refused it and
@@ -79,7 +99,7 @@ impl Queued {
     pub(crate) fn unpush(&self) {
         let mut ids = self.ids();
         ids.pop_back();
-        self.len.store(ids.len() as u32, Ordering::Release);
+        self.set_len(ids.len());
     }
 
     /// The bind with `wr_id` completed: it and every one queued before it
@@ -88,7 +108,7 @@ impl Queued {
         let mut ids = self.ids();
         if let Some(at) = ids.iter().position(|&id| id == wr_id) {
             ids.drain(..=at);
-            self.len.store(ids.len() as u32, Ordering::Release);
+            self.set_len(ids.len());
         }
     }
 
@@ -97,20 +117,50 @@ impl Queued {
     pub(crate) fn clear(&self) {
         let mut ids = self.ids();
         ids.clear();
-        self.len.store(0, Ordering::Release);
+        self.set_len(0);
     }
 }
 
 /// What a CQ watches for: the [`Queued`] of the QPs that send on it and
 /// have binds counted.
-#[derive(Default)]
 pub(crate) struct Watch {
     /// Whether `list` holds any: one load per poll call when not.
     on: AtomicBool,
     list: Mutex<Vec<Arc<Queued>>>,
+    /// The CQ's capacity (as created or last resized): the binds counted
+    /// on its QPs, each of whose completions is in the CQ or still to
+    /// come, may not be more.
+    capacity: AtomicU32,
 }
 
 impl Watch {
+    pub(crate) fn new(capacity: u32) -> Self {
+        Watch {
+            on: AtomicBool::new(false),
+            list: Mutex::new(Vec::new()),
+            capacity: AtomicU32::new(capacity),
+        }
+    }
+
+    /// The CQ's capacity.
+    pub(crate) fn capacity(&self) -> u32 {
+        self.capacity.load(Ordering::Relaxed)
+    }
+
+    /// Records the CQ's new capacity (a resize).
+    pub(crate) fn set_capacity(&self, capacity: u32) {
+        self.capacity.store(capacity, Ordering::Relaxed);
+    }
+
+    /// The binds counted on the QPs sending on this CQ: completions in it
+    /// or still to come, which no poll has read yet.
+    pub(crate) fn binds(&self) -> u32 {
+        if !self.is_on() {
+            return 0;
+        }
+        self.list().iter().map(|q| q.len()).sum()
+    }
+
     fn list(&self) -> MutexGuard<'_, Vec<Arc<Queued>>> {
         self.list.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -121,13 +171,23 @@ impl Watch {
         self.on.load(Ordering::Relaxed)
     }
 
-    /// Watches `q` (once), which has a bind counted.
-    pub(crate) fn add(&self, q: &Arc<Queued>) {
+    /// Counts a bind with `wr_id` on `q` and watches `q`, unless the binds
+    /// counted on this CQ's QPs fill it: then `Err((binds, capacity))`.
+    /// Under the list's lock, so that binds on two QPs at once cannot both
+    /// take its last place.
+    pub(crate) fn admit(&self, q: &Arc<Queued>, wr_id: u64) -> Result<(), (u32, u32)> {
         let mut list = self.list();
+        let on_cq: u32 = list.iter().map(|w| w.len()).sum();
+        let capacity = self.capacity();
+        if on_cq >= capacity {
+            return Err((on_cq, capacity));
+        }
+        q.push(wr_id);
         if !list.iter().any(|w| Arc::ptr_eq(w, q)) {
             list.push(Arc::clone(q));
         }
         self.on.store(true, Ordering::Relaxed);
+        Ok(())
     }
 
     /// Stops watching what has nothing counted left.
@@ -160,5 +220,20 @@ pub(crate) fn retire(watched: &[Arc<Queued>], seen: &Seen) {
         for q in watched.iter().filter(|q| q.qp_num == qp_num) {
             q.retire(wr_id);
         }
+    }
+}
+
+impl super::CompletionQueue {
+    /// How many completions of type 1 memory window binds
+    /// ([`RcQp::bind_mw`](crate::RcQp::bind_mw),
+    /// [`unbind_mw`](crate::RcQp::unbind_mw)) posted on the QPs sending on
+    /// this CQ no poll has read yet: they are in the CQ or still to come.
+    /// Each takes a place in the CQ until then, so a bind, a scoped post or
+    /// a [`resize`](Self::resize) that would leave the device more
+    /// completions than the CQ holds is refused with
+    /// [`Error::OutOfRange`](crate::Error::OutOfRange): poll these first.
+    #[inline]
+    pub fn binds_in_flight(&self) -> u32 {
+        self.inner.watch.binds()
     }
 }

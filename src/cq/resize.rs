@@ -67,6 +67,19 @@ impl CompletionQueue {
                 limit: format!("1 to {max} (the device's max_cqe)"),
             });
         }
+        // Completions of binds counted on its QPs are in it or still to
+        // come: a smaller CQ would overrun.
+        let binds = self.inner.watch.binds();
+        if cqe < binds {
+            return Err(Error::OutOfRange {
+                what: "CQ entries",
+                value: u64::from(cqe),
+                limit: format!(
+                    "at least {binds}: the memory window binds posted on its QPs whose \
+                     completions no poll has read yet (poll them first)"
+                ),
+            });
+        }
         let cq = crate::qp::ffi_cq(self);
         // SAFETY: the CQ is live (this handle keeps it); no poll of it is
         // in progress (polls take `&mut self`, and none of another CQ is
@@ -86,6 +99,7 @@ impl CompletionQueue {
         // SAFETY: as above; the provider set `cqe` to the new size.
         let now = unsafe { (*cq).cqe };
         self.capacity = u32::try_from(now).unwrap_or(cqe);
+        self.inner.watch.set_capacity(self.capacity);
         Ok(self.capacity)
     }
 }

@@ -590,15 +590,55 @@ fn a_panicking_callback_ends_the_poll_and_the_cq_still_polls() {
     }));
     assert!(r.is_err());
     assert_eq!(got, [0, 1]);
-    assert_eq!(fx.log(), ["start_poll", "next_poll", "end_poll"]);
-    // The panic ended the poll; the next one goes on with what the
-    // provider has left.
+    let polls = |log: Vec<&'static str>| {
+        log.into_iter()
+            .filter(|e| e.ends_with("_poll"))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(polls(fx.log()), ["start_poll", "next_poll", "end_poll"]);
+    // The panic ended the poll and kept the completion it was on: the
+    // next poll hands that one out again, first, then the device's.
+    assert_eq!(fx.cq.backlog_len(), 1);
+    got.clear();
+    assert_eq!(fx.cq.poll_each(32, |wc| got.push(wc.wr_id())).unwrap(), 1);
     assert_eq!(fx.cq.poll_each(32, |wc| got.push(wc.wr_id())).unwrap(), 2);
-    assert_eq!(got, [0, 1, 2, 3]);
+    assert_eq!(got, [1, 2, 3]);
     assert_eq!(
-        fx.log(),
+        polls(fx.log()),
         ["start_poll", "next_poll", "next_poll", "end_poll"]
     );
+    // Kept in full: what a fresh poll read of it.
+    let mut fx = Fx::new(ud_pair());
+    let fresh: Vec<Read> = {
+        let mut f = Fx::new(ud_pair());
+        let mut v = Vec::new();
+        f.cq.poll_each(32, |wc| v.push(read_all(wc))).unwrap();
+        v
+    };
+    let r = catch_unwind(AssertUnwindSafe(|| {
+        fx.cq.poll_each(32, |wc| {
+            assert_ne!(wc.wr_id(), fresh[1].0 .0, "panic on the second")
+        })
+    }));
+    assert!(r.is_err());
+    let mut again = Vec::new();
+    fx.cq.poll_each(32, |wc| again.push(read_all(wc))).unwrap();
+    assert_eq!(again, fresh[1..]);
+}
+
+#[test]
+fn a_completion_kept_from_a_panicking_callback_is_handed_out_again_if_it_panics_again() {
+    let mut fx = Fx::new(ids(2));
+    for _ in 0..3 {
+        let r = catch_unwind(AssertUnwindSafe(|| {
+            fx.cq.poll_each(32, |wc| assert_ne!(wc.wr_id(), 0))
+        }));
+        assert!(r.is_err());
+        assert_eq!(fx.cq.backlog_len(), 1);
+    }
+    let mut got = Vec::new();
+    while fx.cq.poll_each(32, |wc| got.push(wc.wr_id())).unwrap() > 0 {}
+    assert_eq!(got, [0, 1]);
 }
 
 #[test]
@@ -644,13 +684,24 @@ fn one_per_start_pairs_every_completion_with_its_own_start_and_end() {
     assert_eq!(got, [0]);
     assert_eq!(fx.log(), [s, e_, s]);
 
-    // A panicking callback ends its own poll.
+    // A panicking callback ends its own poll, and its completion is
+    // handed out again first.
     let mut fx = Fx::with(ids(3), true);
     let r = catch_unwind(AssertUnwindSafe(|| {
         fx.cq.poll_each(32, |wc| assert_ne!(wc.wr_id(), 1))
     }));
     assert!(r.is_err());
-    assert_eq!(fx.log(), [s, e_, s, e_]);
+    assert_eq!(
+        fx.log()
+            .into_iter()
+            .filter(|e| e.ends_with("_poll"))
+            .collect::<Vec<_>>(),
+        [s, e_, s, e_]
+    );
+    assert_eq!(
+        fx.cq.poll_each(32, |wc| assert_eq!(wc.wr_id(), 1)).unwrap(),
+        1
+    );
     assert_eq!(
         fx.cq.poll_each(32, |wc| assert_eq!(wc.wr_id(), 2)).unwrap(),
         1
@@ -912,4 +963,51 @@ fn owned_completions_carry_the_sender_of_a_receive_fresh_or_kept() {
         .poll_each(1, |wc| seen.push((wc.src_qp(), wc.slid())))
         .unwrap();
     assert_eq!(seen, [(want[0].src_qp, want[0].slid)]);
+}
+
+#[test]
+fn a_wait_that_times_out_keeps_what_it_took_for_the_next_poll() {
+    let mut fx = Fx::new(ids(2));
+    let err = fx
+        .cq
+        .wait(3, std::time::Duration::from_millis(50))
+        .unwrap_err();
+    assert!(matches!(err, Error::Timeout { .. }), "{err:?}");
+    assert_eq!(fx.cq.backlog_len(), 2);
+    fx.log();
+    let mut got = Vec::new();
+    fx.cq.poll_into(&mut got, 8).unwrap();
+    assert_eq!(got.iter().map(|w| w.wr_id).collect::<Vec<_>>(), [0, 1]);
+    assert_eq!(got[1], owned(cqe(1)));
+    assert_eq!(fx.cq.backlog_len(), 0);
+    // Handed out from the backlog: nothing of the device was called.
+    assert!(fx.log().is_empty());
+    // A wait that ends in time hands out what it waited for, as before.
+    fx.raw.cqes.extend([cqe(2), cqe(3)]);
+    let wcs = fx.cq.wait(2, std::time::Duration::from_secs(5)).unwrap();
+    assert_eq!(wcs.iter().map(|w| w.wr_id).collect::<Vec<_>>(), [2, 3]);
+}
+
+#[test]
+fn a_kept_completion_of_a_qp_destroyed_since_is_never_handed_out() {
+    let mut fx = Fx::new(ids(3));
+    // QPs 0x100 and 0x101 are on the CQ; 0x102 was made outside the crate.
+    let (gone, live) = (Owners::generation(), Owners::generation());
+    fx.cq.inner.owners.add(0x100, gone);
+    fx.cq.inner.owners.add(0x101, live);
+    let mut kept = Vec::new();
+    fx.cq.poll_each(8, |wc| kept.push(RawWc::of(wc))).unwrap();
+    fx.cq.keep(kept);
+    assert_eq!(fx.cq.backlog_len(), 3);
+    // QP 0x100 is destroyed, and a new QP gets its number.
+    fx.cq.inner.owners.remove(0x100, gone);
+    fx.cq.inner.owners.add(0x100, Owners::generation());
+    assert_eq!(fx.cq.backlog_len(), 2);
+    let mut got = Vec::new();
+    fx.cq.poll_into(&mut got, 8).unwrap();
+    assert_eq!(got, [owned(cqe(1)), owned(cqe(2))]);
+    // A stale removal (of a generation no longer on the CQ) changes
+    // nothing.
+    fx.cq.inner.owners.remove(0x101, gone);
+    assert!(fx.cq.inner.owners.alive(0x101, live));
 }

@@ -72,9 +72,11 @@ impl CompletionQueue {
     }
 
     /// Polls until `n` completions have arrived or `timeout` has passed,
-    /// and returns them in arrival order. On timeout, the error says how
-    /// many of the `n` came (use [`wait_into`](Self::wait_into) or
-    /// [`poll_into`](Self::poll_into) to keep partial results).
+    /// and returns them in arrival order. On timeout (or any error), the
+    /// error says how many of the `n` came, and those are not lost: they
+    /// are kept for the next poll, which hands them out first
+    /// ([`backlog_len`](Self::backlog_len); [`wait_into`](Self::wait_into)
+    /// appends them to a vector of yours instead).
     ///
     /// The completions are kept in the CQ's own buffer, which the next
     /// wait reuses: a loop of waits allocates nothing once the buffer has
@@ -103,6 +105,11 @@ impl CompletionQueue {
     pub fn wait(&mut self, n: usize, timeout: Duration) -> Result<&[WorkCompletion]> {
         let mut out = self.take_completions();
         let r = self.wait_into(&mut out, n, timeout);
+        if r.is_err() {
+            // What did arrive is not lost with the error: the next poll
+            // hands it out first.
+            self.keep(out.drain(..).map(|wc| super::RawWc::from_read(&wc)));
+        }
         let wcs = self.give_completions(out);
         r?;
         Ok(wcs)

@@ -320,10 +320,11 @@ impl<T: DirectTransport> DirectQp<T> {
     /// ([`Error::Direct`]) after the completions before it.
     /// [`poll_into`](Self::poll_into) is the same into a slice.
     ///
-    /// If `f` panics, the completion it was given is not marked read, nor
-    /// any this call read from the CQ: a later poll hands them out again
-    /// (the work requests they retire stay outstanding until then, so no
-    /// memory is given back early).
+    /// If `f` panics, the completion it was given is not marked read: a
+    /// later poll hands it out again, first (the work requests it retires
+    /// stay outstanding until then, so no memory is given back early). The
+    /// completions handed over before it are read, and not handed out
+    /// again.
     #[inline]
     pub fn poll(&mut self, max: usize, mut f: impl FnMut(DirectWc)) -> Result<usize> {
         if let Some(e) = self.deferred.take() {
@@ -371,6 +372,12 @@ impl<T: DirectTransport> DirectQp<T> {
                     }
                 }
             }
+            // Handed over: read, and retiring its work requests. Stored at
+            // once, so that a panic of `f` at a later completion hands out
+            // none of those before it again (the next poll, which reads
+            // that one again, publishes the consumer index).
+            self.sq.put(idx);
+            self.cq.ci = cq.ci;
             n += 1;
         }
         self.sq.put(idx);

@@ -41,6 +41,9 @@ use std::sync::Arc;
 pub struct Dct {
     qp: NonNull<ffi::ibv_qp>,
     access_key: u64,
+    /// The DCT's generation in its CQ's owners: a completion kept for it
+    /// is dropped once it is destroyed.
+    generation: u64,
     // Dropped after the DCT is destroyed.
     pd: ProtectionDomain,
     _cq: Arc<CqInner>,
@@ -112,13 +115,16 @@ impl Dct {
         let qp = unsafe { ffi::mlx5dv_create_qp(ctx.as_ptr(), &mut attr, &mut dv) };
         let qp = NonNull::new(qp)
             .ok_or_else(|| Error::last_os("mlx5dv_create_qp", format!("DCT on {}", ctx.name())))?;
-        Ok(Dct {
+        let dct = Dct {
             qp,
             access_key: dc_access_key,
+            generation: crate::cq::Owners::generation(),
             pd: pd.clone(),
             _cq: cq.share(),
             _srq: srq.clone(),
-        })
+        };
+        dct._cq.owners.add(dct.dctn(), dct.generation);
+        Ok(dct)
     }
 
     /// The DCT number DCIs address ([`DcAddr::remote_dctn`](crate::DcAddr)).
@@ -215,6 +221,7 @@ impl Dct {
 impl Drop for Dct {
     fn drop(&mut self) {
         let qp = self.qp;
+        let (dctn, generation) = (self.dctn(), self.generation);
         let parents = (self.pd.clone(), Arc::clone(&self._cq), self._srq.clone());
         // Dropped inside a poll callback, the DCT is destroyed when the poll
         // ends (mlx5's ibv_destroy_qp takes its CQ's lock: see `QpEx`).
@@ -223,6 +230,10 @@ impl Drop for Dct {
             // here; its PD, CQ and SRQ are kept alive until after the call.
             let rc = unsafe { ffi::ibv_destroy_qp(qp.as_ptr()) };
             crate::error::report_destroy_failure("ibv_destroy_qp", rc, parents.0.context().name());
+            if rc == 0 {
+                // Its completions kept in the CQ's backlog go with it.
+                parents.1.owners.remove(dctn, generation);
+            }
             drop(parents);
         }));
     }

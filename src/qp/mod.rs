@@ -60,7 +60,6 @@ use crate::pd::ProtectionDomain;
 use std::fmt;
 use std::marker::PhantomData;
 use std::ptr::NonNull;
-use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
 pub(crate) use byte_form::{versioned_form, ByteForm, FORM_VERSION};
@@ -301,6 +300,10 @@ pub struct QpEx<T: Transport> {
     /// The type 1 memory window binds queued on the send queue and not yet
     /// known done, which a batch leaves room for (see `crate::cq::Queued`).
     pub(crate) queued: Arc<crate::cq::Queued>,
+    /// The QP's generation in its CQs' [`Owners`](crate::cq::Owners): a
+    /// completion of it kept in a CQ's backlog is dropped once it is
+    /// destroyed, as the provider cleans its CQs of the rest.
+    generation: u64,
     // Dropped after the QP is destroyed (fields drop after Drop::drop).
     pd: ProtectionDomain,
     send_cq: Arc<CqInner>,
@@ -321,6 +324,7 @@ impl<T: Transport> Drop for QpEx<T> {
         self.abort_if_leaked();
         if self.owned {
             let qp = self.qp;
+            let (qp_num, generation) = (self.qp_num(), self.generation);
             let parents = (
                 self.pd.clone(),
                 Arc::clone(&self.send_cq),
@@ -341,6 +345,12 @@ impl<T: Transport> Drop for QpEx<T> {
                     rc,
                     parents.0.context().name(),
                 );
+                if rc == 0 {
+                    // Gone, and its completions with it (the provider
+                    // cleaned its CQs): those kept in a backlog go too.
+                    parents.1.owners.remove(qp_num, generation);
+                    parents.2.owners.remove(qp_num, generation);
+                }
                 drop(parents);
             }));
         }
@@ -379,7 +389,6 @@ impl<T: Transport> QpEx<T> {
         let qp = QpEx {
             ops: Box::new(WrOps {
                 depth: p.caps.max_send_wr,
-                room: std::sync::atomic::AtomicU32::new(p.caps.max_send_wr),
                 mqpx: p.mlx5.mqpx.map_or(std::ptr::null_mut(), NonNull::as_ptr),
                 ..ops
             }),
@@ -397,13 +406,20 @@ impl<T: Transport> QpEx<T> {
             resets: std::sync::atomic::AtomicU64::new(0),
             srq: None,
             max_message: std::sync::atomic::AtomicU32::new(u32::MAX),
-            // SAFETY: the QP is live.
-            queued: crate::cq::Queued::new(unsafe { (*p.qp.as_ptr()).qp_num }),
+            queued: crate::cq::Queued::new(
+                // SAFETY: the QP is live.
+                unsafe { (*p.qp.as_ptr()).qp_num },
+                p.caps.max_send_wr,
+            ),
+            generation: crate::cq::Owners::generation(),
             pd: p.pd.clone(),
             send_cq: p.send_cq.share(),
             _recv_cq: p.recv_cq.share(),
             _t: PhantomData,
         };
+        let qp_num = qp.qp_num();
+        qp.send_cq.owners.add(qp_num, qp.generation);
+        qp._recv_cq.owners.add(qp_num, qp.generation);
         Ok(qp)
     }
 
@@ -601,10 +617,19 @@ impl<T: Transport> QpEx<T> {
                 depth: depth - queued.min(depth),
             });
         }
-        self.queued.push(wr_id);
-        self.send_cq.watch.add(&self.queued);
-        self.ops.room.store(depth - queued - 1, Relaxed);
-        Ok(())
+        // Each bind's completion takes a place in the send CQ until a poll
+        // reads it: the binds counted on its QPs fill it at most.
+        self.send_cq
+            .watch
+            .admit(&self.queued, wr_id)
+            .map_err(|(on_cq, capacity)| Error::OutOfRange {
+                what: "memory window binds in flight on the send CQ",
+                value: u64::from(on_cq) + 1,
+                limit: format!(
+                    "at most its capacity ({capacity}): poll the completions of the binds \
+                     posted before"
+                ),
+            })
     }
 
     /// Takes back the bind [`queue_bind`](Self::queue_bind) just counted:
@@ -612,18 +637,6 @@ impl<T: Transport> QpEx<T> {
     pub(crate) fn unqueue_bind(&self) {
         self.queued.unpush();
         self.send_cq.watch.prune();
-        self.room_now();
-    }
-
-    /// The room a batch opens with: the depth less the binds counted as
-    /// queued now (fewer than when a bind last lowered it, once polls have
-    /// seen some complete).
-    #[cold]
-    #[inline(never)]
-    pub(crate) fn room_now(&self) -> u32 {
-        let room = self.ops.depth - self.queued.len().min(self.ops.depth);
-        self.ops.room.store(room, Relaxed);
-        room
     }
 
     /// Marks every type 1 bind counted on the send queue done (the queue
@@ -634,7 +647,6 @@ impl<T: Transport> QpEx<T> {
         if self.queued.len() != 0 {
             self.queued.clear();
             self.send_cq.watch.prune();
-            self.ops.room.store(self.ops.depth, Relaxed);
         }
     }
 }

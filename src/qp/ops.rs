@@ -26,11 +26,6 @@ macro_rules! entries {
             /// explains, so that a batch needs nothing else of the QP
             /// after its last work request.
             pub(crate) depth: u32,
-            /// The room a batch opens with: `depth` less the type 1 binds
-            /// counted as queued (`crate::cq::Queued`) when it was last
-            /// brought up to date: lowered by each bind, brought up to
-            /// date when a batch opens and finds it below `depth`.
-            pub(crate) room: std::sync::atomic::AtomicU32,
             /// The QP's mlx5 extension (NULL without one), the first
             /// argument of the mlx5 entries: read at each call with them.
             pub(crate) mqpx: M,
@@ -168,7 +163,6 @@ impl WrOps {
             complete,
             abort,
             depth: 0,
-            room: std::sync::atomic::AtomicU32::new(0),
             mqpx: std::ptr::null_mut(),
             open: std::sync::atomic::AtomicU8::new(crate::wr::BATCH_CLOSED),
             set_sge: generic!(true, wr_set_sge, set_sge),

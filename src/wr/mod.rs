@@ -408,12 +408,9 @@ impl<T: Transport> QpEx<T> {
     fn open_batch<'m>(&mut self, flags: SendFlags) -> WrBatch<'_, 'm, T> {
         let qpx = self.qpx;
         self.abort_if_leaked();
-        // Type 1 binds still queued take up room: the room a bind left,
-        // brought up to date (a cold call) only when binds were queued.
-        let mut room = self.ops.room.load(Relaxed);
-        if room != self.ops.depth {
-            room = self.room_now();
-        }
+        // Type 1 binds still queued take up room: the depth less those,
+        // kept up to date by the binds and the polls that see them done.
+        let room = self.queued.room();
         // SAFETY: the QP is live; `start` is its provider's wr_start entry
         // (resolved non-NULL at creation); `&mut self` excludes any other
         // live batch on it, and a leaked one was just aborted. `wr_flags`

@@ -579,15 +579,20 @@ impl<T: Transport> QpEx<T> {
         // timeout says so.
         let peer_receive = scoped.batch.state.last_peer_receive();
         let (batch, mut ids) = scoped.into_parts();
-        if n > capacity {
+        // The completions of binds counted on the CQ's QPs take places in
+        // it too (in it, or still to come).
+        let binds = cq.binds_in_flight() as usize;
+        if n + binds > capacity {
             drop(batch);
             self.scope.ids = ids;
             return Err(Error::OutOfRange {
                 what: "scoped batch size",
                 value: n as u64,
                 limit: format!(
-                    "at most {capacity} (the send CQ's capacity: more completions \
-                     than it holds would be lost)"
+                    "at most {} (the send CQ's capacity {capacity}, less {binds} memory window \
+                     bind completions not yet read: more completions than it holds would be \
+                     lost)",
+                    capacity.saturating_sub(binds)
                 ),
             });
         }
