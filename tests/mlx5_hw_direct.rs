@@ -2927,7 +2927,7 @@ fn dci_wqes_match_libmlx5s_byte_for_byte() {
         let (_, rd) = rest.split_at(48).unwrap();
         let s = |r: std::ops::Range<usize>| src.sge(r).unwrap();
         let sig = SendFlags::SIGNALED;
-        let n = if direct {
+        let (n, ring) = if direct {
             let mut d = dci.into_direct(cq).unwrap();
             d.ready(DCI_PSN, &opts).unwrap();
             let to = d.dc_addr(&dc).unwrap();
@@ -2964,7 +2964,8 @@ fn dci_wqes_match_libmlx5s_byte_for_byte() {
                 ][i];
                 check_wc(wc, i as u64 + 1, op, 1, qpn);
             }
-            wcs.len()
+            // Read while the direct QP lives: its drop frees the ring.
+            (wcs.len(), wqes_of(buf, &meaningful))
         } else {
             dci.ready(DCI_PSN, &opts).unwrap();
             let wcs = dci
@@ -3009,10 +3010,10 @@ fn dci_wqes_match_libmlx5s_byte_for_byte() {
                     "{wcs:?}"
                 );
             }
-            wcs.len()
+            (wcs.len(), wqes_of(buf, &meaningful))
         };
         assert_eq!(n, 9);
-        rings.push(wqes_of(buf, &meaningful));
+        rings.push(ring);
         // What landed: the writes, the sends' receives, the atomics'
         // result (7 swapped for 9, then 3 added).
         let got = t.mr.to_vec(..).unwrap();
