@@ -190,10 +190,24 @@
 //!   in C; every other safe post waits for its completions). The QP counts
 //!   them until a poll of its send CQ reads their completions (or a later
 //!   scoped post's, or a reset empties the queue), and a batch opens with
-//!   the depth less that count as its room. Work requests posted with the
+//!   the depth less that count as its room. Their completions take places
+//!   in the send CQ until read: a bind, a scoped post or a
+//!   [`CompletionQueue::resize`] that would leave the device more
+//!   completions than the CQ holds is refused
+//!   ([`CompletionQueue::binds_in_flight`]). An `aio::AsyncQp` counts its
+//!   operations in flight, and those binds, against the queue and the CQ
+//!   the same way. Work requests posted with the
 //!   unsafe [`WrBatch::complete`] take room up until they are known done,
 //!   and its `# Safety` section makes keeping room for the next batch the
 //!   caller's rule.
+//! - A poll callback that panics loses no completion: the one it was
+//!   given is kept and handed out again, first, by the next poll, and
+//!   those before it are not handed out twice (`poll_each` and the polls
+//!   built on it, [`direct::DirectQp::poll`](crate::direct::DirectQp::poll));
+//!   a wait that times out keeps what it took for the next poll; and a
+//!   completion kept for a QP that is destroyed before it is handed out
+//!   goes with the QP, as libmlx5 cleans a destroyed QP's completions
+//!   from its CQs.
 //! - A batch leaked with `mem::forget` would keep the provider's send-queue
 //!   lock: the next batch on the QP, a move to RESET (which would reset the
 //!   queue's indices under it) or the QP's drop aborts it first.
