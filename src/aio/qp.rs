@@ -112,6 +112,13 @@ impl Drop for Shared {
         let inner = self.inner.get_mut().unwrap_or_else(PoisonError::into_inner);
         let qp = inner.qp.take();
         let table = std::mem::take(&mut inner.table);
+        // The places its operations in flight take in the CQs, given back
+        // once the QP is destroyed (its completions with it).
+        let recv_cq = inner.recv_cq.as_ref().unwrap_or(&inner.send_cq);
+        let places = [
+            (inner.send_cq.share(), inner.sends),
+            (recv_cq.share(), inner.recvs),
+        ];
         // The QP first: once destroyed, the device runs none of its work
         // requests, and the regions in flight are free. Inside a poll
         // callback the QP's destruction waits for the end of the poll, and
@@ -123,6 +130,10 @@ impl Drop for Shared {
                 // A destroy failed (here or on another thread): the kernel
                 // may have kept the QP. Leak rather than free under it.
                 std::mem::forget(table);
+            } else {
+                for (cq, n) in places {
+                    cq.watch.give_back(n);
+                }
             }
         }));
     }
@@ -280,6 +291,7 @@ impl AsyncQp {
         if let Err(e) = inner
             .room(true)
             .and_then(|()| inner.qp().ready_to_receive("AsyncQp::recv"))
+            .and_then(|()| inner.take_place(true))
         {
             return Op::refused(self, e, buf);
         }
@@ -299,7 +311,10 @@ impl AsyncQp {
         // ibv_post_recv posts none of a list it fails on.
         match posted {
             Ok(()) => Op::posted(self, &mut inner, id, true, buf),
-            Err(e) => Op::refused(self, e, buf),
+            Err(e) => {
+                inner.give_places(true, 1);
+                Op::refused(self, e, buf)
+            }
         }
     }
 
@@ -371,6 +386,7 @@ impl AsyncQp {
         if let Err(e) = inner
             .room(false)
             .and_then(|()| inner.qp().ready_to_send(what))
+            .and_then(|()| inner.take_place(false))
         {
             return Op::refused(self, e, buf);
         }
@@ -380,11 +396,16 @@ impl AsyncQp {
         // a provider that rolls the batch back (mlx5); elsewhere it is
         // "maybe posted", as any other error of it.
         let rolls_back = inner.qp().pd().context().is_mlx5();
+        // Nothing posted: the place is given back.
+        let refused = |inner: &mut Inner, e, buf| {
+            inner.give_places(false, 1);
+            Op::refused(self, e, buf)
+        };
         match build(inner.qp_mut(), id, &mut buf) {
-            Err(e) => Op::refused(self, e, buf),
-            Ok(Err(e @ Error::SendQueueFull { .. })) if rolls_back => Op::refused(self, e, buf),
+            Err(e) => refused(&mut inner, e, buf),
+            Ok(Err(e @ Error::SendQueueFull { .. })) if rolls_back => refused(&mut inner, e, buf),
             // Refused before the provider saw it: nothing posted.
-            Ok(Err(e @ Error::QpNotReady { .. })) => Op::refused(self, e, buf),
+            Ok(Err(e @ Error::QpNotReady { .. })) => refused(&mut inner, e, buf),
             Ok(Ok(())) => Op::posted(self, &mut inner, id, false, buf),
             Ok(Err(e)) => {
                 // Maybe posted: held until the QP is reset.
@@ -471,22 +492,36 @@ impl Inner {
                 limit: format!("at most max_recv_wr ({})", caps.max_recv_wr),
             });
         }
-        let (on_cq, cq) = match (&self.recv_cq, recv) {
-            (None, _) => (self.sends + self.recvs, &self.send_cq),
-            (Some(_), false) => (self.sends, &self.send_cq),
-            (Some(rcq), true) => (self.recvs, rcq),
-        };
-        // Completions of memory window binds posted before, on any QP of
-        // the CQ, take places in it too.
-        let on_cq = on_cq.saturating_add(cq.binds_in_flight());
-        if on_cq >= cq.capacity() {
-            return Err(Error::OutOfRange {
-                what: "completions in flight on the CQ",
-                value: u64::from(on_cq) + 1,
-                limit: format!("at most its capacity ({})", cq.capacity()),
-            });
-        }
         Ok(())
+    }
+
+    /// The places a send's or a receive's completion takes: its CQ's.
+    fn places_of(&self, recv: bool) -> &crate::cq::Watch {
+        match (&self.recv_cq, recv) {
+            (Some(rcq), true) => rcq.watch(),
+            _ => self.send_cq.watch(),
+        }
+    }
+
+    /// Takes the place of a work request's completion in its CQ, beside
+    /// the places others take there (memory window binds on any QP of
+    /// the CQ): refused when it is full. Given back when the completion
+    /// is read, or the work request ends otherwise.
+    fn take_place(&self, recv: bool) -> Result<()> {
+        self.places_of(recv)
+            .take(1)
+            .map_err(|(taken, capacity)| Error::OutOfRange {
+                what: "completions in flight on the CQ",
+                value: u64::from(taken) + 1,
+                limit: format!(
+                    "at most its capacity ({capacity}), which operations in flight and memory \
+                     window binds not yet polled share"
+                ),
+            })
+    }
+
+    fn give_places(&self, recv: bool, n: u32) {
+        self.places_of(recv).give_back(n);
     }
 
     /// How many times the QP was reset (`QpEx::reset`, on any path).
@@ -535,11 +570,18 @@ impl Inner {
                 return None;
             }
         };
-        if entry.recv {
+        let recv = entry.recv;
+        if recv {
             self.recvs -= 1;
         } else {
             self.sends -= 1;
         }
+        // Read: its place in the CQ is free.
+        match (&self.recv_cq, recv) {
+            (Some(rcq), true) => rcq.watch(),
+            _ => self.send_cq.watch(),
+        }
+        .give_back(1);
         let failed = !wc.status.is_success() && wc.status != WcStatus::WR_FLUSH_ERR;
         let mut gone = None;
         if entry.abandoned {
@@ -600,6 +642,9 @@ impl Inner {
 
     /// Ends every operation in flight as flushed (after a RESET).
     fn end_all(&mut self, qp_num: u32) {
+        // The QP is reset: the device owes the CQs nothing more of it.
+        self.give_places(false, self.sends);
+        self.give_places(true, self.recvs);
         self.sends = 0;
         self.recvs = 0;
         // The regions of dropped operations go last, once every other

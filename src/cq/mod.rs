@@ -64,6 +64,8 @@ pub(crate) use owners::Owners;
 pub use polled_wc::PolledWc;
 pub(crate) use polling::{after_polls, in_provider_poll};
 pub(crate) use queued::Queued;
+#[cfg(feature = "tokio")]
+pub(crate) use queued::Watch;
 pub(crate) use wait::back_off;
 pub(crate) use work_completion::write_wc_fields;
 pub use work_completion::WorkCompletion;

@@ -8,6 +8,7 @@ use crate::ffi;
 use std::cell::{Cell, RefCell};
 use std::marker::PhantomData;
 use std::ptr::NonNull;
+use std::sync::Arc;
 
 impl CompletionQueue {
     /// Polls up to `max` completions, oldest first, handing each to `f`;
@@ -76,22 +77,26 @@ impl CompletionQueue {
         F: FnMut(&PolledWc<'_>),
     {
         if self.inner.watch.is_on() {
-            let mut seen = super::queued::Seen::new();
-            let r = self.poll_device::<true, F>(max, f, &mut seen);
-            self.retire(&seen);
-            return r;
+            return self.poll_watched(max, f);
         }
         self.poll_device::<false, F>(max, f, &mut Vec::new())
     }
 
-    /// Retires the binds whose completions a watched poll noted.
-    #[cold]
+    /// [`poll_provider`](Self::poll_provider) on a CQ that watches for
+    /// binds: what the poll noted is retired when it ends, or unwinds.
     #[inline(never)]
-    fn retire(&self, seen: &super::queued::Seen) {
-        if !seen.is_empty() {
-            super::queued::retire(&self.inner.watch.snapshot(), seen);
-            self.inner.watch.prune();
+    fn poll_watched<F>(&mut self, max: usize, f: F) -> Result<usize>
+    where
+        F: FnMut(&PolledWc<'_>),
+    {
+        struct Retire(Arc<super::CqInner>, super::queued::Seen);
+        impl Drop for Retire {
+            fn drop(&mut self) {
+                self.0.watch.retire(&mut self.1);
+            }
         }
+        let mut retire = Retire(Arc::clone(&self.inner), Vec::new());
+        self.poll_device::<true, F>(max, f, &mut retire.1)
     }
 
     /// The poll of the device itself, noting bind completions in `seen`
@@ -126,15 +131,18 @@ impl CompletionQueue {
                 Err(poll_failed(cq, "ibv_start_poll", rc))
             };
         }
-        let poll = EndPoll::new(cq, &mut self.backlog, wc.senders);
+        let poll = EndPoll::new(cq, &mut self.backlog, &self.inner);
         // Written as `f; while n < max { next_poll; f }`, the count is one
         // register, the same at every exit, and the back edge is the test
         // of the count (no copy of it, no extra jump). `f` is inlined
         // twice.
-        f(&wc);
+        // A bind's completion is noted as it is read from the device,
+        // before `f` sees it (if `f` panics, it is kept in the backlog and
+        // handed out again, not noted again).
         if WATCH {
-            super::queued::note(seen, &wc);
+            self.inner.watch.note(seen, &wc);
         }
+        f(&wc);
         let mut n = 1;
         while n < max {
             // SAFETY: a poll is in progress (ended by `poll`, not by `f`,
@@ -150,10 +158,10 @@ impl CompletionQueue {
                 std::mem::forget(poll);
                 return Err(next_poll_failed(cq, rc));
             }
-            f(&wc);
             if WATCH {
-                super::queued::note(seen, &wc);
+                self.inner.watch.note(seen, &wc);
             }
+            f(&wc);
             n += 1;
         }
         poll.end();
@@ -202,7 +210,8 @@ fn next_poll_failed(cq: NonNull<ffi::ibv_cq_ex>, rc: i32) -> Error {
 struct EndPoll {
     cq: NonNull<ffi::ibv_cq_ex>,
     backlog: NonNull<std::collections::VecDeque<super::RawWc>>,
-    senders: bool,
+    /// The CQ's shared part: whether it reads senders, and its owners.
+    inner: NonNull<super::CqInner>,
 }
 
 impl EndPoll {
@@ -210,7 +219,7 @@ impl EndPoll {
     fn new(
         cq: NonNull<ffi::ibv_cq_ex>,
         backlog: &mut std::collections::VecDeque<super::RawWc>,
-        senders: bool,
+        inner: &super::CqInner,
     ) -> Self {
         // Through `with`, not `LocalKey::set`, which goes through a call
         // that the compiler does not always inline.
@@ -218,7 +227,7 @@ impl EndPoll {
         EndPoll {
             cq,
             backlog: NonNull::from(backlog),
-            senders,
+            inner: NonNull::from(inner),
         }
     }
 
@@ -240,12 +249,18 @@ impl Drop for EndPoll {
     #[cold]
     #[inline(never)]
     fn drop(&mut self) {
+        // SAFETY: the polled handle's shared part, which it holds (an
+        // `Arc`) for longer than this guard lives.
+        let inner = unsafe { self.inner.as_ref() };
         let wc = PolledWc {
             cq: self.cq,
-            senders: self.senders,
+            senders: inner.senders.load(std::sync::atomic::Ordering::Relaxed),
             _poll: PhantomData,
         };
-        let kept = super::RawWc::of(&wc);
+        let mut kept = super::RawWc::of(&wc);
+        // Tagged with its QP's generation, as `keep` tags: it goes with
+        // its QP if that is destroyed first.
+        kept.gen = inner.owners.of(kept.qp_num);
         // SAFETY: the backlog is the polled CQ handle's, borrowed mutably
         // for the poll (the callback cannot reach it), and outlives it.
         unsafe { self.backlog.as_mut().push_back(kept) };

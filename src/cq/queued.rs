@@ -18,10 +18,17 @@
 //! The crate knows a bind done when
 //! - a poll of the QP's send CQ, by any of the crate's polls, reads its
 //!   successful completion ([`WcOpcode::BIND_MW`](crate::WcOpcode::BIND_MW),
-//!   its QP and its id): the CQ watches the QPs whose count is not zero
-//!   (one load and a branch per poll call otherwise). A send queue
+//!   its QP and its id) from the device: a CQ watches the QPs made on it
+//!   with `BIND_MW` among their send ops, for their whole life (one load
+//!   and a branch per poll call on a CQ without one). A send queue
 //!   completes in order, so that completion also retires every bind queued
-//!   before it, as libmlx5's own count does (`sq.tail`);
+//!   before it, as libmlx5's own count does (`sq.tail`). It is noted when
+//!   the poll reads it, before the callback sees it, with the count's
+//!   epoch, and retired when the poll ends (or unwinds): a count emptied
+//!   in between (a reset, a scoped post's end, the QP's drop, perhaps from
+//!   code run when the poll ended) has a new epoch, and a bind counted
+//!   since with the same id is not taken for it. A completion handed out
+//!   again from the CQ's backlog is not noted again;
 //! - a scoped post on the QP ([`QpEx::post_and_wait`](crate::QpEx::post_and_wait))
 //!   has seen the completion of its last work request, which was queued
 //!   after every counted bind;
@@ -31,12 +38,28 @@
 //! A bind that fails moves the QP to ERR, and its completion (an error) and
 //! the flushes behind it retire nothing here: the QP sends again only after
 //! a RESET, which does. Until then the count errs on the side of less room.
+//! A QP's drop empties its count (its destruction removes its completions
+//! from the CQ).
+//!
+//! The CQ's places: each completion the device owes a CQ and no poll has
+//! read yet takes one, and the device drops completions past its capacity
+//! (an overrun). [`Watch::taken`] counts them: the binds counted on its
+//! QPs, an `AsyncQp`'s operations in flight, a scoped post's batch while
+//! it runs. Each takes its places before it posts, refused when they are
+//! not there.
 
 use super::PolledWc;
 use crate::wc::WcOpcode;
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+/// Epochs, process-wide: one count's is never another's.
+static NEXT_EPOCH: AtomicU64 = AtomicU64::new(1);
+
+fn new_epoch() -> u64 {
+    NEXT_EPOCH.fetch_add(1, Ordering::Relaxed)
+}
 
 /// The binds queued on one QP and not known done.
 pub(crate) struct Queued {
@@ -50,6 +73,8 @@ pub(crate) struct Queued {
     /// `depth - len`: the room a batch on the QP opens with (one load,
     /// as the depth itself was).
     room: AtomicU32,
+    /// The count's epoch: new each time it is emptied (under the lock).
+    epoch: AtomicU64,
 }
 
 impl Queued {
@@ -60,6 +85,7 @@ impl Queued {
             ids: Mutex::new(VecDeque::new()),
             len: AtomicU32::new(0),
             room: AtomicU32::new(depth),
+            epoch: AtomicU64::new(new_epoch()),
         })
     }
 
@@ -87,50 +113,62 @@ impl Queued {
         self.ids.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Counts a bind with `wr_id`, before it is posted.
-    pub(crate) fn push(&self, wr_id: u64) {
+    fn push(&self, wr_id: u64) {
         let mut ids = self.ids();
         ids.push_back(wr_id);
         self.set_len(ids.len());
     }
 
-    /// Takes back the bind just counted: the provider refused it and
-    /// posted nothing of it.
-    pub(crate) fn unpush(&self) {
+    /// Takes back the newest: returns how many were taken back (0 or 1).
+    fn unpush(&self) -> u32 {
         let mut ids = self.ids();
-        ids.pop_back();
+        let n = u32::from(ids.pop_back().is_some());
         self.set_len(ids.len());
+        n
     }
 
-    /// The bind with `wr_id` completed: it and every one queued before it
-    /// are done. An id not counted retires nothing.
-    fn retire(&self, wr_id: u64) {
+    /// The bind with `wr_id`, counted in `epoch`, completed: it and every
+    /// one queued before it are done. Returns how many that retired: none
+    /// for an id not counted, or counted in another epoch.
+    fn retire(&self, wr_id: u64, epoch: u64) -> u32 {
         let mut ids = self.ids();
-        if let Some(at) = ids.iter().position(|&id| id == wr_id) {
-            ids.drain(..=at);
-            self.set_len(ids.len());
+        if self.epoch.load(Ordering::Acquire) != epoch {
+            return 0;
+        }
+        match ids.iter().position(|&id| id == wr_id) {
+            Some(at) => {
+                ids.drain(..=at);
+                self.set_len(ids.len());
+                at as u32 + 1
+            }
+            None => 0,
         }
     }
 
-    /// Every bind counted is done (a later work request's completion was
-    /// seen, or the queue was reset).
-    pub(crate) fn clear(&self) {
+    /// Every bind counted is done, or gone: a new epoch. Returns how many
+    /// were counted.
+    fn clear(&self) -> u32 {
         let mut ids = self.ids();
+        let n = ids.len() as u32;
         ids.clear();
         self.set_len(0);
+        self.epoch.store(new_epoch(), Ordering::Release);
+        n
     }
 }
 
-/// What a CQ watches for: the [`Queued`] of the QPs that send on it and
-/// have binds counted.
+/// A CQ's ledger: the [`Queued`] of the QPs made on it that can bind
+/// (watched by its polls), and the places taken in it.
 pub(crate) struct Watch {
     /// Whether `list` holds any: one load per poll call when not.
     on: AtomicBool,
     list: Mutex<Vec<Arc<Queued>>>,
-    /// The CQ's capacity (as created or last resized): the binds counted
-    /// on its QPs, each of whose completions is in the CQ or still to
-    /// come, may not be more.
+    /// The CQ's capacity (as created or last resized).
     capacity: AtomicU32,
+    /// The places taken: completions owed to the CQ that no poll has read
+    /// yet (binds counted, an `AsyncQp`'s operations, a scoped post's
+    /// batch while it runs). At most `capacity` when taken.
+    taken: AtomicU32,
 }
 
 impl Watch {
@@ -139,6 +177,7 @@ impl Watch {
             on: AtomicBool::new(false),
             list: Mutex::new(Vec::new()),
             capacity: AtomicU32::new(capacity),
+            taken: AtomicU32::new(0),
         }
     }
 
@@ -161,6 +200,11 @@ impl Watch {
         self.list().iter().map(|q| q.len()).sum()
     }
 
+    /// The places taken in the CQ.
+    pub(crate) fn taken(&self) -> u32 {
+        self.taken.load(Ordering::Acquire)
+    }
+
     fn list(&self) -> MutexGuard<'_, Vec<Arc<Queued>>> {
         self.list.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -171,59 +215,97 @@ impl Watch {
         self.on.load(Ordering::Relaxed)
     }
 
-    /// Counts a bind with `wr_id` on `q` and watches `q`, unless the binds
-    /// counted on this CQ's QPs fill it: then `Err((binds, capacity))`.
-    /// Under the list's lock, so that binds on two QPs at once cannot both
-    /// take its last place.
-    pub(crate) fn admit(&self, q: &Arc<Queued>, wr_id: u64) -> Result<(), (u32, u32)> {
+    /// Watches `q`, a QP made on this CQ that can bind, for its life.
+    pub(crate) fn register(&self, q: &Arc<Queued>) {
         let mut list = self.list();
-        let on_cq: u32 = list.iter().map(|w| w.len()).sum();
-        let capacity = self.capacity();
-        if on_cq >= capacity {
-            return Err((on_cq, capacity));
-        }
-        q.push(wr_id);
         if !list.iter().any(|w| Arc::ptr_eq(w, q)) {
             list.push(Arc::clone(q));
         }
         self.on.store(true, Ordering::Relaxed);
-        Ok(())
     }
 
-    /// Stops watching what has nothing counted left.
-    pub(crate) fn prune(&self) {
+    /// `q`'s QP was destroyed: its binds' completions went with it.
+    pub(crate) fn unregister(&self, q: &Arc<Queued>) {
         let mut list = self.list();
-        list.retain(|q| q.len() != 0);
+        self.give_back(q.clear());
+        list.retain(|w| !Arc::ptr_eq(w, q));
         self.on.store(!list.is_empty(), Ordering::Relaxed);
     }
 
-    /// The QPs watched now.
-    pub(crate) fn snapshot(&self) -> Vec<Arc<Queued>> {
-        self.list().clone()
+    /// Takes `n` places, unless fewer are left: then `Err((taken,
+    /// capacity))`.
+    pub(crate) fn take(&self, n: u32) -> Result<(), (u32, u32)> {
+        let capacity = self.capacity();
+        self.taken
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |t| {
+                t.checked_add(n).filter(|&after| after <= capacity)
+            })
+            .map(drop)
+            .map_err(|t| (t, capacity))
     }
-}
 
-/// The successful bind completions a watched poll read: (QP, id).
-pub(crate) type Seen = Vec<(u32, u64)>;
-
-/// Notes `wc` if it is a successful bind completion.
-#[inline(never)]
-pub(crate) fn note(seen: &mut Seen, wc: &PolledWc<'_>) {
-    if wc.is_success() && wc.opcode() == WcOpcode::BIND_MW {
-        seen.push((wc.qp_num(), wc.wr_id()));
+    /// Gives `n` places back.
+    pub(crate) fn give_back(&self, n: u32) {
+        if n != 0 {
+            let _ = self
+                .taken
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |t| {
+                    Some(t.saturating_sub(n))
+                });
+        }
     }
-}
 
-/// Retires what `seen` says completed, on the QPs `watched`.
-pub(crate) fn retire(watched: &[Arc<Queued>], seen: &Seen) {
-    for &(qp_num, wr_id) in seen {
-        for q in watched.iter().filter(|q| q.qp_num == qp_num) {
-            q.retire(wr_id);
+    /// Counts a bind with `wr_id` on `q` (registered here), with its place
+    /// in the CQ; `Err((taken, capacity))` when none is left.
+    pub(crate) fn admit(&self, q: &Arc<Queued>, wr_id: u64) -> Result<(), (u32, u32)> {
+        self.register(q);
+        self.take(1)?;
+        q.push(wr_id);
+        Ok(())
+    }
+
+    /// Takes back the bind just admitted on `q`: the provider refused it.
+    pub(crate) fn unadmit(&self, q: &Queued) {
+        self.give_back(q.unpush());
+    }
+
+    /// Every bind counted on `q` is done: a later work request's
+    /// completion was seen, or the queue reset.
+    pub(crate) fn clear(&self, q: &Queued) {
+        self.give_back(q.clear());
+    }
+
+    /// Notes `wc`, read from the device, if it is a successful bind
+    /// completion of a QP watched here, with that QP's epoch.
+    #[inline(never)]
+    pub(crate) fn note(&self, seen: &mut Seen, wc: &PolledWc<'_>) {
+        if wc.is_success() && wc.opcode() == WcOpcode::BIND_MW {
+            let qp_num = wc.qp_num();
+            if let Some(q) = self.list().iter().find(|q| q.qp_num == qp_num) {
+                seen.push((Arc::clone(q), wc.wr_id(), q.epoch.load(Ordering::Acquire)));
+            }
+        }
+    }
+
+    /// Retires what `seen` noted, giving back the binds' places.
+    pub(crate) fn retire(&self, seen: &mut Seen) {
+        for (q, wr_id, epoch) in seen.drain(..) {
+            self.give_back(q.retire(wr_id, epoch));
         }
     }
 }
 
+/// The successful bind completions a watched poll read: (its QP's count,
+/// id, the count's epoch then).
+pub(crate) type Seen = Vec<(Arc<Queued>, u64, u64)>;
+
 impl super::CompletionQueue {
+    /// The CQ's ledger of binds and places.
+    #[inline(always)]
+    pub(crate) fn watch(&self) -> &Watch {
+        &self.inner.watch
+    }
+
     /// How many completions of type 1 memory window binds
     /// ([`RcQp::bind_mw`](crate::RcQp::bind_mw),
     /// [`unbind_mw`](crate::RcQp::unbind_mw)) posted on the QPs sending on

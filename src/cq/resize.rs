@@ -69,14 +69,15 @@ impl CompletionQueue {
         }
         // Completions of binds counted on its QPs are in it or still to
         // come: a smaller CQ would overrun.
-        let binds = self.inner.watch.binds();
-        if cqe < binds {
+        let taken = self.inner.watch.taken();
+        if cqe < taken {
             return Err(Error::OutOfRange {
                 what: "CQ entries",
                 value: u64::from(cqe),
                 limit: format!(
-                    "at least {binds}: the memory window binds posted on its QPs whose \
-                     completions no poll has read yet (poll them first)"
+                    "at least {taken}: the places taken by completions no poll has read \
+                     yet (memory window binds posted on its QPs, an AsyncQp's operations \
+                     in flight): poll them first"
                 ),
             });
         }

@@ -325,6 +325,7 @@ impl<T: Transport> Drop for QpEx<T> {
         if self.owned {
             let qp = self.qp;
             let (qp_num, generation) = (self.qp_num(), self.generation);
+            let queued = Arc::clone(&self.queued);
             let parents = (
                 self.pd.clone(),
                 Arc::clone(&self.send_cq),
@@ -350,6 +351,11 @@ impl<T: Transport> Drop for QpEx<T> {
                     // cleaned its CQs): those kept in a backlog go too.
                     parents.1.owners.remove(qp_num, generation);
                     parents.2.owners.remove(qp_num, generation);
+                    // Its binds' places in the send CQ too: the provider
+                    // removed their completions (mlx5; soft-RoCE leaves a
+                    // destroyed QP's completions in the CQ until polled,
+                    // places the count no longer holds).
+                    parents.1.watch.unregister(&queued);
                 }
                 drop(parents);
             }));
@@ -420,6 +426,11 @@ impl<T: Transport> QpEx<T> {
         let qp_num = qp.qp_num();
         qp.send_cq.owners.add(qp_num, qp.generation);
         qp._recv_cq.owners.add(qp_num, qp.generation);
+        if p.send_ops.contains(SendOps::BIND_MW) {
+            // Its binds' completions are looked for by every poll of its
+            // send CQ, for its whole life.
+            qp.send_cq.watch.register(&qp.queued);
+        }
         Ok(qp)
     }
 
@@ -600,8 +611,9 @@ impl<T: Transport> QpEx<T> {
         self.modify(&mut a, ffi::IBV_QP_STATE, "RESET")?;
         self.resets
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        // The queue is empty: no bind counted is left in it.
-        self.forget_queued();
+        // The queue is empty: no bind counted is left in it (and a bind
+        // completion read before, not yet retired, retires nothing now).
+        self.send_cq.watch.clear(&self.queued);
         Ok(())
     }
 
@@ -635,8 +647,7 @@ impl<T: Transport> QpEx<T> {
     /// Takes back the bind [`queue_bind`](Self::queue_bind) just counted:
     /// the provider refused it and posted nothing of it.
     pub(crate) fn unqueue_bind(&self) {
-        self.queued.unpush();
-        self.send_cq.watch.prune();
+        self.send_cq.watch.unadmit(&self.queued);
     }
 
     /// Marks every type 1 bind counted on the send queue done (the queue
@@ -645,8 +656,7 @@ impl<T: Transport> QpEx<T> {
     #[inline]
     pub(crate) fn forget_queued(&self) {
         if self.queued.len() != 0 {
-            self.queued.clear();
-            self.send_cq.watch.prune();
+            self.send_cq.watch.clear(&self.queued);
         }
     }
 }

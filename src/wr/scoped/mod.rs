@@ -579,23 +579,6 @@ impl<T: Transport> QpEx<T> {
         // timeout says so.
         let peer_receive = scoped.batch.state.last_peer_receive();
         let (batch, mut ids) = scoped.into_parts();
-        // The completions of binds counted on the CQ's QPs take places in
-        // it too (in it, or still to come).
-        let binds = cq.binds_in_flight() as usize;
-        if n + binds > capacity {
-            drop(batch);
-            self.scope.ids = ids;
-            return Err(Error::OutOfRange {
-                what: "scoped batch size",
-                value: n as u64,
-                limit: format!(
-                    "at most {} (the send CQ's capacity {capacity}, less {binds} memory window \
-                     bind completions not yet read: more completions than it holds would be \
-                     lost)",
-                    capacity.saturating_sub(binds)
-                ),
-            });
-        }
         // SAFETY: the ids of the `n` work requests posted were written at
         // `ids[..n]` (`next_id`), within the capacity.
         unsafe { ids.set_len(n) };
@@ -608,6 +591,24 @@ impl<T: Transport> QpEx<T> {
         // allocation aborts the process, or panics with nothing posted).
         out.reserve(n);
         let start = out.len();
+        // The batch's completions take places in the CQ while it runs,
+        // beside those taken by others (binds counted on the CQ's QPs, an
+        // AsyncQp's operations): none is posted unless all fit. Given back
+        // below, once the device is done (nothing unwinds in between).
+        if let Err((taken, _)) = cq.watch().take(n as u32) {
+            drop(batch);
+            self.scope.ids = ids;
+            return Err(Error::OutOfRange {
+                what: "scoped batch size",
+                value: n as u64,
+                limit: format!(
+                    "at most {} (the send CQ's capacity {capacity}, less {taken} places \
+                     taken by completions not yet read: memory window binds, or an \
+                     AsyncQp's operations; more completions than it holds would be lost)",
+                    capacity.saturating_sub(taken as usize)
+                ),
+            });
+        }
         // SAFETY: the memory of every SGE is borrowed for 'm, which outlives
         // this call; the call returns only when the device is done with
         // every work request of the batch, even after an error of
@@ -638,6 +639,8 @@ impl<T: Transport> QpEx<T> {
             Ok(_) => self.wait_scoped(cq, &mut waiting, timeout),
         };
         std::mem::forget(unwinding);
+        // Read, flushed or removed by a RESET: the batch's places are free.
+        cq.watch().give_back(n as u32);
         // Its last work request's completion was seen: every type 1 bind
         // queued before the batch is done too (a send queue completes in
         // order).
