@@ -430,9 +430,10 @@ impl QpEx<ReliableConnection> {
     /// room, and a bind that finds the queue full of binds is refused
     /// ([`Error::SendQueueFull`]). A bind that fails leaves the QP in ERR,
     /// and is counted until the reset that makes it usable again. Its
-    /// completion takes a place in the send CQ until read, too: a bind
-    /// that finds the CQ's capacity taken by the binds of its QPs is
-    /// refused ([`Error::OutOfRange`];
+    /// completion takes a place in the send CQ until a poll reads it, too:
+    /// a bind that finds the CQ's capacity taken (by the binds of its QPs,
+    /// an `AsyncQp`'s operations, a scoped post running) is refused
+    /// ([`Error::OutOfRange`];
     /// [`CompletionQueue::binds_in_flight`](crate::CompletionQueue::binds_in_flight)),
     /// as the device would overrun the CQ and drop completions.
     ///

@@ -34,7 +34,10 @@ const POLL_BATCH: usize = 32;
 /// several may be in flight at once, from several tasks. Each work request
 /// is signalled; an operation is refused (given back at once, with
 /// [`Error::SendQueueFull`] or [`Error::OutOfRange`]) when its queue or
-/// its CQ has no room left for it.
+/// its CQ has no room left for it: the CQ's places are shared with the
+/// memory window binds of other QPs made on it
+/// ([`CompletionQueue::binds_in_flight`]), each taken until a poll reads
+/// its completion.
 ///
 /// The work request is posted when the operation is made; awaiting it
 /// polls the CQs, arms its CQ and sleeps on the CQ's channel, on a tokio

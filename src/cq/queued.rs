@@ -310,12 +310,75 @@ impl super::CompletionQueue {
     /// ([`RcQp::bind_mw`](crate::RcQp::bind_mw),
     /// [`unbind_mw`](crate::RcQp::unbind_mw)) posted on the QPs sending on
     /// this CQ no poll has read yet: they are in the CQ or still to come.
-    /// Each takes a place in the CQ until then, so a bind, a scoped post or
-    /// a [`resize`](Self::resize) that would leave the device more
+    /// Each takes a place in the CQ until then, beside an `AsyncQp`'s
+    /// operations in flight and a scoped post's batch while it runs, so a
+    /// bind, a scoped post, an `AsyncQp` operation or a
+    /// [`resize`](Self::resize) that would leave the device more
     /// completions than the CQ holds is refused with
     /// [`Error::OutOfRange`](crate::Error::OutOfRange): poll these first.
+    /// A QP's binds stop counting when the QP is dropped (libmlx5 removes
+    /// its completions from the CQ).
     #[inline]
     pub fn binds_in_flight(&self) -> u32 {
         self.inner.watch.binds()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn places_are_taken_up_to_the_capacity_and_given_back() {
+        let w = Watch::new(4);
+        assert_eq!(w.take(3), Ok(()));
+        assert_eq!(w.take(2), Err((3, 4)));
+        assert_eq!(w.take(1), Ok(()));
+        assert_eq!(w.take(1), Err((4, 4)));
+        w.give_back(2);
+        assert_eq!(w.taken(), 2);
+        // More given back than taken leaves none, never a wrapped count.
+        w.give_back(9);
+        assert_eq!(w.taken(), 0);
+        assert_eq!(w.take(5), Err((0, 4)));
+        assert_eq!(w.take(u32::MAX), Err((0, 4)));
+    }
+
+    #[test]
+    fn binds_take_places_and_leave_room_until_retired_in_their_epoch() {
+        let w = Watch::new(3);
+        let q = Queued::new(0x10, 8);
+        w.register(&q);
+        assert!(w.is_on());
+        for id in [7, 8, 9] {
+            w.admit(&q, id).unwrap();
+        }
+        assert_eq!((q.len(), q.room(), w.binds(), w.taken()), (3, 5, 3, 3));
+        assert_eq!(w.admit(&q, 10), Err((3, 3)));
+        assert_eq!(q.len(), 3, "a refused bind is not counted");
+        // A completion noted in the current epoch retires its bind and
+        // those before it.
+        let epoch = q.epoch.load(Ordering::Acquire);
+        let mut seen: Seen = vec![(Arc::clone(&q), 8, epoch)];
+        w.retire(&mut seen);
+        assert!(seen.is_empty());
+        assert_eq!((q.len(), w.taken()), (1, 1));
+        // The count emptied (a reset), then a bind with an id seen before:
+        // an older note retires nothing.
+        w.clear(&q);
+        assert_eq!((q.len(), w.taken()), (0, 0));
+        w.admit(&q, 9).unwrap();
+        let mut stale: Seen = vec![(Arc::clone(&q), 9, epoch)];
+        w.retire(&mut stale);
+        assert_eq!((q.len(), w.taken()), (1, 1));
+        // A refused post takes back the bind it counted.
+        w.admit(&q, 11).unwrap();
+        w.unadmit(&q);
+        assert_eq!((q.len(), w.taken()), (1, 1));
+        // The QP's drop: its binds' places come back, and it is not
+        // watched any more.
+        w.unregister(&q);
+        assert_eq!((w.taken(), w.binds()), (0, 0));
+        assert!(!w.is_on());
     }
 }
