@@ -84,7 +84,7 @@ impl CompletionQueue {
 
     /// [`poll_provider`](Self::poll_provider) on a CQ that watches for
     /// binds: what the poll noted is retired when it ends, or unwinds.
-    #[inline(never)]
+    #[inline(always)]
     fn poll_watched<F>(&mut self, max: usize, f: F) -> Result<usize>
     where
         F: FnMut(&PolledWc<'_>),
