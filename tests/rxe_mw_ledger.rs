@@ -4,8 +4,11 @@
 //! one CQ, a QP dropped with binds counted, polls whose callback panics, a
 //! bind posted while a poll of its CQ runs, and a bind counted after its
 //! count was emptied (a reset run from a region's drop when a poll ended)
-//! that an older bind's completion with the same id must not retire. Each
-//! test failed before its fix (on the software device).
+//! that an older bind's completion with the same id must not retire; a
+//! resize racing binds on another thread, binds after a resize (the CQ
+//! holds one fewer until a poll reads the resize's own completion), and a
+//! QP wrapped again by `from_raw_parts`. Each test failed before its fix
+//! (on the software device).
 //!
 //! Built only with `--features tokio` (two tests drive an `AsyncQp`); run
 //! by `scripts/test` with `MLX5DV_TEST_DEVICE` set; without it the tests
@@ -18,6 +21,8 @@ mod support;
 use mlx5dv::aio::{AsyncQp, IoBuf, IoBufMut};
 use mlx5dv::*;
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use support::rig::*;
@@ -551,4 +556,270 @@ fn a_bind_is_not_retired_by_an_older_binds_completion_of_the_same_id() {
         "a batch took the whole depth beside a queued bind"
     );
     drop((w1, w2, target, d));
+}
+
+fn cq_errors(ctx: &Context) -> Vec<String> {
+    let events = ctx.async_events().unwrap();
+    let mut evs = Vec::new();
+    while let Ok(Some(e)) = events.try_get_event() {
+        evs.push(format!("{e:?}"));
+    }
+    evs
+}
+
+// ---------------------------------------------------------------------
+// 7. Resizes and the places.
+// ---------------------------------------------------------------------
+
+/// Thread R owns the send CQ X and shrinks it (`resize(3)`) while no bind is
+/// counted; thread B (which owns QP B, whose send CQ is X) binds a burst of
+/// windows at the same moment. Whatever the interleaving, the binds
+/// counted must never exceed X's capacity after the resize: the device
+/// would owe X more completions than it holds (an overrun). A fresh pair
+/// each round; at most 60 rounds or 20 s.
+#[test]
+#[ignore = "needs an RDMA device: set MLX5DV_TEST_DEVICE"]
+fn a_resize_racing_binds_never_leaves_more_binds_than_places() {
+    let caps = QpCaps {
+        max_send_wr: 64,
+        ..QpCaps::default()
+    };
+    const BURST: usize = 24;
+    let mut violation = None;
+    let mut rounds = 0u64;
+    let mut shrunk = 0u64;
+    let mut lcg = 12345u64;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while violation.is_none() && Instant::now() < deadline && rounds < 60 {
+        rounds += 1;
+        let p = pair_with_send_cq(63, caps);
+        let Pair { ctx, pd, a, b, .. } = p;
+        let Side {
+            qp: mut qp_b,
+            send_cq: mut x,
+            ..
+        } = b;
+        let target = bindable(&pd);
+        let mut windows: Vec<_> = (0..BURST)
+            .map(|_| MemoryWindow::new(&pd, MwType::Type1).unwrap())
+            .collect();
+        lcg = lcg.wrapping_mul(6364136223846793005).wrapping_add(1);
+        let spin = (lcg >> 33) % 3000;
+        let go = AtomicBool::new(false);
+        let mut r = None;
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                let bind = MwBind::new(&target, 0..64, rw()).unwrap();
+                while !go.load(Ordering::Acquire) {
+                    std::hint::spin_loop();
+                }
+                // A varying delay, so that the burst lands anywhere in the
+                // resize call.
+                let t = Instant::now();
+                while t.elapsed() < Duration::from_nanos(spin * 100) {
+                    std::hint::spin_loop();
+                }
+                for (i, mw) in windows.iter_mut().enumerate() {
+                    let _ = qp_b.bind_mw(1000 + i as u64, mw, &bind);
+                }
+            });
+            go.store(true, Ordering::Release);
+            r = Some(x.resize(3));
+        });
+        if matches!(r, Some(Ok(_))) {
+            shrunk += 1;
+        }
+        // After a resize the CQ holds one fewer than its capacity until a
+        // poll reads the resize's CQE.
+        let (inflight, cap) = (x.binds_in_flight(), x.capacity());
+        let holds = if matches!(r, Some(Ok(_))) {
+            cap - 1
+        } else {
+            cap
+        };
+        if inflight > holds {
+            std::thread::sleep(Duration::from_millis(200));
+            let evs = cq_errors(&ctx);
+            let got = drain(&mut x, inflight as usize, Duration::from_secs(1));
+            violation = Some(format!(
+                "round {rounds} (delay {} us): resize(3) -> {r:?}; {inflight} binds counted \
+                 on a CQ of capacity {cap}; completions read after: {} of {inflight}; \
+                 async events {evs:?}",
+                spin / 10,
+                got.len()
+            ));
+        }
+        drop((a, qp_b, windows, target));
+    }
+    println!("rounds {rounds}, shrunk {shrunk}; violation: {violation:?}");
+    assert!(violation.is_none(), "{violation:?}");
+}
+
+/// X is shrunk with `resize(n)`; then binds until one is refused, one
+/// thread, no race: as many as `capacity() - 1` are admitted (the CQ holds
+/// one fewer until a poll reads the resize's own CQE), and each completes
+/// (no overrun).
+#[test]
+#[ignore = "needs an RDMA device: set MLX5DV_TEST_DEVICE"]
+fn binds_admitted_after_a_resize_all_complete() {
+    let caps = QpCaps {
+        max_send_wr: 64,
+        ..QpCaps::default()
+    };
+    let mut report = Vec::new();
+    let mut failed = false;
+    for n in [1u32, 2, 3, 7] {
+        let p = pair_with_send_cq(63, caps);
+        let Pair { ctx, pd, a, b, .. } = p;
+        let Side {
+            qp: mut qp_b,
+            send_cq: mut x,
+            ..
+        } = b;
+        let cap = x.resize(n).unwrap();
+        let target = bindable(&pd);
+        let mut windows: Vec<_> = (0..cap + 1)
+            .map(|_| MemoryWindow::new(&pd, MwType::Type1).unwrap())
+            .collect();
+        let mut accepted = 0usize;
+        for (i, mw) in windows.iter_mut().enumerate() {
+            let bind = MwBind::new(&target, i * 64..i * 64 + 64, rw()).unwrap();
+            if qp_b.bind_mw(10 + i as u64, mw, &bind).is_ok() {
+                accepted += 1;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(200));
+        let got = drain(&mut x, accepted, Duration::from_secs(2));
+        let evs = cq_errors(&ctx);
+        report.push(format!(
+            "resize({n}) -> capacity {cap}: binds accepted {accepted}, completions read {}, \
+             async events {evs:?}",
+            got.len()
+        ));
+        failed |= got.len() != accepted || !evs.is_empty() || accepted + 1 != cap as usize;
+        drop((a, windows, qp_b, target));
+    }
+    println!("{report:#?}");
+    assert!(!failed, "{report:#?}");
+}
+
+/// The same the same after one completion was polled past the
+/// resize (libmlx5 then writes the consumer index it advanced over the
+/// RESIZE CQE to the doorbell record).
+#[test]
+#[ignore = "needs an RDMA device: set MLX5DV_TEST_DEVICE"]
+fn binds_admitted_after_a_resize_and_a_poll_all_complete() {
+    let caps = QpCaps {
+        max_send_wr: 64,
+        ..QpCaps::default()
+    };
+    let p = pair_with_send_cq(63, caps);
+    let Pair { ctx, pd, a, b, .. } = p;
+    let Side {
+        qp: mut qp_b,
+        send_cq: mut x,
+        ..
+    } = b;
+    let cap = x.resize(7).unwrap() as usize;
+    let target = bindable(&pd);
+    let mut windows: Vec<_> = (0..cap + 1)
+        .map(|_| MemoryWindow::new(&pd, MwType::Type1).unwrap())
+        .collect();
+    let bind = MwBind::new(&target, 0..64, rw()).unwrap();
+    qp_b.bind_mw(1, &mut windows[0], &bind).unwrap();
+    let first = drain(&mut x, 1, WAIT);
+    assert_eq!(first.len(), 1);
+    let mut accepted = 0;
+    for (i, mw) in windows.iter_mut().enumerate().take(cap) {
+        if qp_b.bind_mw(10 + i as u64, mw, &bind).is_ok() {
+            accepted += 1;
+        }
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    let got = drain(&mut x, accepted, Duration::from_secs(2));
+    let evs = cq_errors(&ctx);
+    println!(
+        "capacity {cap}: after one polled, binds accepted {accepted}, read {}, events {evs:?}",
+        got.len()
+    );
+    assert!(got.len() == accepted && evs.is_empty());
+    drop((a, windows, qp_b, target));
+}
+
+// ---------------------------------------------------------------------
+// 8. A QP wrapped again by `from_raw_parts`.
+// ---------------------------------------------------------------------
+
+/// QP B (made with BIND_MW, so watched by X) is leaked (`mem::forget`: it
+/// lives for ever and nothing posts on it through that handle), then taken
+/// over with `QpEx::from_raw_parts` (its contract kept: live pointers, the
+/// PD and CQs it was made with, nothing else posting, nothing outstanding).
+/// A bind posted through the new handle and read by a poll of X must no
+/// longer be counted.
+#[test]
+#[ignore = "needs an RDMA device: set MLX5DV_TEST_DEVICE"]
+fn a_bind_on_a_qp_wrapped_again_is_retired_when_read() {
+    let p = Pair::with(QpCaps::default(), ops());
+    let Pair { pd, a, b, .. } = p;
+    let Side {
+        qp: qp_b,
+        send_cq: mut x,
+        recv_cq: b_recv,
+        ..
+    } = b;
+    let raw = RawQp {
+        qp: NonNull::new(qp_b.as_ptr()).unwrap(),
+        qpx: NonNull::new(qp_b.as_qp_ex_ptr()).unwrap(),
+        pd: &pd,
+        send_cq: &x,
+        recv_cq: &b_recv,
+        caps: qp_b.caps(),
+        send_ops: qp_b.send_ops(),
+        mlx5: None,
+    };
+    std::mem::forget(qp_b);
+    // SAFETY: live pointers of one QP made in `pd` with these CQs and
+    // send ops; the leaked handle never posts; nothing was posted on it.
+    let mut h = unsafe { RcQp::from_raw_parts(raw) }.unwrap();
+    let target = bindable(&pd);
+    let mut mw = MemoryWindow::new(&pd, MwType::Type1).unwrap();
+    let bind = MwBind::new(&target, 0..64, rw()).unwrap();
+    h.bind_mw(5, &mut mw, &bind).unwrap();
+    let got = drain(&mut x, 1, WAIT);
+    let ids: Vec<_> = got.iter().map(|w| (w.wr_id, w.opcode, w.status)).collect();
+    assert_eq!(ids, [(5, WcOpcode::BIND_MW, WcStatus::SUCCESS)]);
+    // Once read, the bind must not be counted any more.
+    let in_flight = x.binds_in_flight();
+    // What that costs: the room a batch on H opens with.
+    let to = a.mr.remote(0..8).unwrap();
+    let mut room = 0;
+    {
+        let depth = h.caps().max_send_wr as u64;
+        let mut batch = h.batch();
+        for k in 0..depth {
+            if batch
+                .wr(500 + k)
+                .rdma_write(to)
+                .inline(b"12345678")
+                .is_err()
+            {
+                break;
+            }
+            room += 1;
+        }
+        // Dropped: aborted, nothing posted.
+    }
+    println!(
+        "after reading the bind's completion: binds_in_flight {in_flight}, batch room {room} \
+         of {}",
+        h.caps().max_send_wr
+    );
+    assert_eq!(
+        in_flight,
+        0,
+        "the bind's completion was read ({ids:?}) yet it is still counted (batch room \
+         {room} of {})",
+        h.caps().max_send_wr
+    );
+    drop((h, mw, a));
 }

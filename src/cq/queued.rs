@@ -163,12 +163,22 @@ pub(crate) struct Watch {
     /// Whether `list` holds any: one load per poll call when not.
     on: AtomicBool,
     list: Mutex<Vec<Arc<Queued>>>,
-    /// The CQ's capacity (as created or last resized).
-    capacity: AtomicU32,
-    /// The places taken: completions owed to the CQ that no poll has read
-    /// yet (binds counted, an `AsyncQp`'s operations, a scoped post's
-    /// batch while it runs). At most `capacity` when taken.
-    taken: AtomicU32,
+    /// The CQ's places (high 32 bits) and those taken (low 32 bits), in
+    /// one word so that a take and a resize's shrink cannot both pass:
+    /// the places are the CQ's capacity as created, or its capacity less
+    /// one after a resize (see [`shrink`](Self::shrink)); those taken are
+    /// completions owed to the CQ that no poll has read yet (binds
+    /// counted, an `AsyncQp`'s operations, a scoped post's batch while it
+    /// runs), never more than the places.
+    state: AtomicU64,
+}
+
+fn split(state: u64) -> (u32, u32) {
+    ((state >> 32) as u32, state as u32)
+}
+
+fn join(places: u32, taken: u32) -> u64 {
+    (u64::from(places) << 32) | u64::from(taken)
 }
 
 impl Watch {
@@ -176,19 +186,37 @@ impl Watch {
         Watch {
             on: AtomicBool::new(false),
             list: Mutex::new(Vec::new()),
-            capacity: AtomicU32::new(capacity),
-            taken: AtomicU32::new(0),
+            state: AtomicU64::new(join(capacity, 0)),
         }
     }
 
-    /// The CQ's capacity.
-    pub(crate) fn capacity(&self) -> u32 {
-        self.capacity.load(Ordering::Relaxed)
+    /// The places.
+    pub(crate) fn places(&self) -> u32 {
+        split(self.state.load(Ordering::Acquire)).0
     }
 
-    /// Records the CQ's new capacity (a resize).
-    pub(crate) fn set_capacity(&self, capacity: u32) {
-        self.capacity.store(capacity, Ordering::Relaxed);
+    /// Sets the places to `places`, if no more are taken: `Err(taken)`
+    /// otherwise. A resize shrinks them before the CQ shrinks, so that no
+    /// take can pass in between.
+    pub(crate) fn shrink(&self, places: u32) -> Result<(), u32> {
+        self.state
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |s| {
+                let (_, taken) = split(s);
+                (taken <= places).then(|| join(places, taken))
+            })
+            .map(drop)
+            .map_err(|s| split(s).1)
+    }
+
+    /// Sets the places to `places`, at least as many as taken (a resize
+    /// that grew the CQ, or failed and left it as it was).
+    pub(crate) fn set_places(&self, places: u32) {
+        let _ = self
+            .state
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |s| {
+                let (_, taken) = split(s);
+                Some(join(places.max(taken), taken))
+            });
     }
 
     /// The binds counted on the QPs sending on this CQ: completions in it
@@ -201,8 +229,9 @@ impl Watch {
     }
 
     /// The places taken in the CQ.
+    #[cfg(test)]
     pub(crate) fn taken(&self) -> u32 {
-        self.taken.load(Ordering::Acquire)
+        split(self.state.load(Ordering::Acquire)).1
     }
 
     fn list(&self) -> MutexGuard<'_, Vec<Arc<Queued>>> {
@@ -216,11 +245,23 @@ impl Watch {
     }
 
     /// Watches `q`, a QP made on this CQ that can bind, for its life.
+    /// Another count of the same QP number (a handle of the same QP, or of
+    /// a QP since destroyed, that is no longer used: a handle that wraps a
+    /// QP requires that no work request posted on it before is
+    /// outstanding) is dropped, with its places.
     pub(crate) fn register(&self, q: &Arc<Queued>) {
         let mut list = self.list();
-        if !list.iter().any(|w| Arc::ptr_eq(w, q)) {
-            list.push(Arc::clone(q));
+        if list.iter().any(|w| Arc::ptr_eq(w, q)) {
+            return;
         }
+        list.retain(|w| {
+            let stale = w.qp_num == q.qp_num;
+            if stale {
+                self.give_back(w.clear());
+            }
+            !stale
+        });
+        list.push(Arc::clone(q));
         self.on.store(true, Ordering::Relaxed);
     }
 
@@ -235,22 +276,29 @@ impl Watch {
     /// Takes `n` places, unless fewer are left: then `Err((taken,
     /// capacity))`.
     pub(crate) fn take(&self, n: u32) -> Result<(), (u32, u32)> {
-        let capacity = self.capacity();
-        self.taken
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |t| {
-                t.checked_add(n).filter(|&after| after <= capacity)
+        self.state
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |s| {
+                let (places, taken) = split(s);
+                taken
+                    .checked_add(n)
+                    .filter(|&after| after <= places)
+                    .map(|after| join(places, after))
             })
             .map(drop)
-            .map_err(|t| (t, capacity))
+            .map_err(|s| {
+                let (places, taken) = split(s);
+                (taken, places)
+            })
     }
 
     /// Gives `n` places back.
     pub(crate) fn give_back(&self, n: u32) {
         if n != 0 {
             let _ = self
-                .taken
-                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |t| {
-                    Some(t.saturating_sub(n))
+                .state
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |s| {
+                    let (places, taken) = split(s);
+                    Some(join(places, taken.saturating_sub(n)))
                 });
         }
     }

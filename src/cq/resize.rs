@@ -67,19 +67,29 @@ impl CompletionQueue {
                 limit: format!("1 to {max} (the device's max_cqe)"),
             });
         }
-        // Completions of binds counted on its QPs are in it or still to
-        // come: a smaller CQ would overrun.
-        let taken = self.inner.watch.taken();
-        if cqe < taken {
-            return Err(Error::OutOfRange {
-                what: "CQ entries",
-                value: u64::from(cqe),
-                limit: format!(
-                    "at least {taken}: the places taken by completions no poll has read \
-                     yet (memory window binds posted on its QPs, an AsyncQp's operations \
-                     in flight): poll them first"
-                ),
-            });
+        // The places taken (binds counted on its QPs, an AsyncQp's
+        // operations) are completions in it or still to come: a smaller CQ
+        // would overrun. After a resize the CQ holds one fewer until a poll
+        // reads the resize's own CQE (libmlx5 steps over it in software;
+        // the device sees the consumer index move only when a poll ends),
+        // so it is counted with one place less. Shrunk before the CQ
+        // shrinks, atomically with every take: no bind or operation on
+        // another thread gets in between.
+        let watch = &self.inner.watch;
+        let before = watch.places();
+        if cqe - 1 < before {
+            if let Err(taken) = watch.shrink(cqe - 1) {
+                return Err(Error::OutOfRange {
+                    what: "CQ entries",
+                    value: u64::from(cqe),
+                    limit: format!(
+                        "at least {}: the places taken by {taken} completions no poll has \
+                         read yet (memory window binds posted on its QPs, an AsyncQp's \
+                         operations in flight), and one for the resize: poll them first",
+                        taken + 1
+                    ),
+                });
+            }
         }
         let cq = crate::qp::ffi_cq(self);
         // SAFETY: the CQ is live (this handle keeps it); no poll of it is
@@ -93,14 +103,18 @@ impl CompletionQueue {
                 self.context().name()
             )
         };
-        if rc < 0 {
-            return Err(Error::last_os("ibv_resize_cq", context()));
+        if rc != 0 {
+            // Left as it was: its places back.
+            watch.set_places(before);
+            if rc < 0 {
+                return Err(Error::last_os("ibv_resize_cq", context()));
+            }
+            crate::error::check(rc, "ibv_resize_cq", context)?;
         }
-        crate::error::check(rc, "ibv_resize_cq", context)?;
         // SAFETY: as above; the provider set `cqe` to the new size.
         let now = unsafe { (*cq).cqe };
         self.capacity = u32::try_from(now).unwrap_or(cqe);
-        self.inner.watch.set_capacity(self.capacity);
+        watch.set_places(self.capacity.max(1) - 1);
         Ok(self.capacity)
     }
 }

@@ -548,7 +548,14 @@ impl<'q, 'm, T: Transport> WrBatch<'q, 'm, T> {
     /// The batch's work request ids are below 2^63: ids with bit 63 set
     /// are those [`QpEx::post_and_wait`] (and the `tokio` feature's
     /// operations) give their own work requests, and a completion carrying
-    /// one could be taken for one of them.
+    /// one could be taken for one of them. Nor may a memory window bind
+    /// posted here share its id with a type 1 bind of the QP
+    /// ([`QpEx::bind_mw`](crate::QpEx::bind_mw)) that is counted now
+    /// ([`CompletionQueue::binds_in_flight`](crate::CompletionQueue::binds_in_flight))
+    /// or is posted before this one's completion is polled: that
+    /// completion would be taken for the type 1 bind's, whose room in the
+    /// queue and place in the CQ would be given back while it may not have
+    /// run.
     /// [`QpEx::post_and_wait`] keeps all of these rules for you.
     #[inline]
     pub unsafe fn complete(self) -> Result<u32> {
