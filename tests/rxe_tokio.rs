@@ -1034,3 +1034,66 @@ async fn a_buffer_panicking_in_drop_loses_no_other_operations_completion() {
     assert_eq!(a.in_flight(), 0);
     assert!(a.take_stray().is_empty());
 }
+
+/// A buffer whose Drop asks its `AsyncQp` how many operations are in
+/// flight (its `IoBuf` contract says nothing against it).
+struct AsksOnDrop {
+    mr: MemoryRegion,
+    qp: Option<AsyncQp>,
+    asked: std::sync::mpsc::Sender<usize>,
+}
+
+impl Drop for AsksOnDrop {
+    fn drop(&mut self) {
+        if let Some(qp) = self.qp.take() {
+            let _ = self.asked.send(qp.in_flight());
+        }
+    }
+}
+
+// SAFETY: owns its region by value.
+unsafe impl IoBuf for AsksOnDrop {
+    fn region(&self) -> &MemoryRegion {
+        &self.mr
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs an RDMA device: set MLX5DV_TEST_DEVICE"]
+async fn a_dropped_operations_buffer_may_use_its_qp_when_the_poll_drops_it() {
+    // The region of an abandoned operation is dropped by the poll that
+    // reads its completion, after the poll has released the QP's lock:
+    // its Drop may call the QP (it deadlocked on the lock before).
+    let ctx = open();
+    let channel = CompletionChannel::new(&ctx).unwrap();
+    let (a, _b, pd) = async_pair(&ctx, &channel);
+    let mut target = MemoryRegion::new(&pd, 4096, access_all()).unwrap();
+    target.fill(.., 0).unwrap();
+    let remote = target.remote(..).unwrap();
+    let (tx, asked) = std::sync::mpsc::channel();
+    let buf = AsksOnDrop {
+        mr: region_with(&pd, &[0x33; 64]),
+        qp: Some(a.clone()),
+        asked: tx,
+    };
+    drop(a.write(buf, 0..64, remote.slice(0, 64).unwrap()));
+    let start = Instant::now();
+    while target.to_vec(0..64).unwrap() != [0x33; 64] {
+        assert!(start.elapsed() < WAIT, "the write never landed");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let poller = a.clone();
+    let done = std::thread::spawn(move || {
+        let start = Instant::now();
+        while poller.in_flight() != 0 && start.elapsed() < WAIT {
+            poller.poll().unwrap();
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    });
+    let in_flight = asked
+        .recv_timeout(WAIT)
+        .expect("the region's drop never ran, or deadlocked on the QP's lock");
+    assert_eq!(in_flight, 0, "asked after its operation was done");
+    done.join().unwrap();
+    assert_eq!(a.in_flight(), 0);
+}

@@ -97,6 +97,36 @@ pub(super) struct Inner {
     /// The CQ could not be polled and the QP not be reset: the device's
     /// progress is unknown, and the regions in flight stay held.
     pub(super) broken: Option<String>,
+    /// Regions the device is done with, of operations dropped before
+    /// (abandoned): dropped once the lock is released ([`Locked`]), so
+    /// that a region's `Drop` may use this `AsyncQp`.
+    graveyard: Vec<Entry>,
+}
+
+/// The `AsyncQp`'s lock: on release, the regions the device is done with
+/// that no operation takes back (`graveyard`) are dropped, unlocked.
+pub(super) struct Locked<'a>(std::mem::ManuallyDrop<MutexGuard<'a, Inner>>);
+
+impl std::ops::Deref for Locked<'_> {
+    type Target = Inner;
+    fn deref(&self) -> &Inner {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Locked<'_> {
+    fn deref_mut(&mut self) -> &mut Inner {
+        &mut self.0
+    }
+}
+
+impl Drop for Locked<'_> {
+    fn drop(&mut self) {
+        let gone = std::mem::take(&mut self.0.graveyard);
+        // SAFETY: dropped once, here; not used after.
+        unsafe { std::mem::ManuallyDrop::drop(&mut self.0) };
+        drop(gone);
+    }
 }
 
 pub(super) struct Entry {
@@ -204,6 +234,7 @@ impl AsyncQp {
                 recvs: 0,
                 stray,
                 broken: None,
+                graveyard: Vec::new(),
             }),
             qp_num,
         })))
@@ -225,7 +256,7 @@ impl AsyncQp {
         /// Ends the operations a reset in `f` ended on the device, however
         /// `f` returns.
         struct AfterReset<'a> {
-            inner: MutexGuard<'a, Inner>,
+            inner: Locked<'a>,
             qp_num: u32,
             resets: u64,
         }
@@ -426,9 +457,11 @@ impl AsyncQp {
 }
 
 impl Shared {
-    pub(super) fn lock(&self) -> MutexGuard<'_, Inner> {
+    pub(super) fn lock(&self) -> Locked<'_> {
         // Every update is complete before anything that can panic.
-        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+        Locked(std::mem::ManuallyDrop::new(
+            self.inner.lock().unwrap_or_else(PoisonError::into_inner),
+        ))
     }
 }
 
@@ -558,7 +591,8 @@ impl Inner {
         for wc in wcs {
             gone.extend(self.dispatch(wc, qp_num));
         }
-        drop(gone);
+        // Dropped once the lock is released.
+        self.graveyard.extend(gone);
         polled.map(|()| n)
     }
 
@@ -676,7 +710,8 @@ impl Inner {
                 }
             }
         }
-        drop(gone);
+        // Dropped once the lock is released.
+        self.graveyard.extend(gone);
     }
 
     /// The CQ an operation's completion comes to.
