@@ -708,16 +708,7 @@ fn binds_left_queued_take_room_from_the_next_batch() {
 
 /// A pair whose B side sends on a CQ of `cqe` entries of its own.
 fn pair_with_send_cq(cqe: u32, caps: QpCaps) -> Pair {
-    let mut p = Pair::unconnected(caps, ops());
-    let send_cq = CompletionQueue::new(&p.ctx, cqe).unwrap();
-    p.b.qp = QpBuilder::rc(&p.pd, &send_cq, &p.b.recv_cq)
-        .caps(caps)
-        .send_ops(ops())
-        .build()
-        .unwrap();
-    p.b.send_cq = send_cq;
-    p.connect();
-    p
+    Pair::with_b_send_cq(cqe, caps, ops())
 }
 
 /// Each bind's completion takes a place in the send CQ until a poll reads

@@ -147,6 +147,21 @@ impl Pair {
         pair
     }
 
+    /// A connected pair whose B side sends on a CQ of `cqe` entries of its
+    /// own (`b.send_cq`), made with `caps` and `ops`.
+    pub fn with_b_send_cq(cqe: u32, caps: QpCaps, ops: SendOps) -> Pair {
+        let mut p = Self::unconnected(caps, ops);
+        let send_cq = CompletionQueue::new(&p.ctx, cqe).expect("B's send CQ");
+        p.b.qp = QpBuilder::rc(&p.pd, &send_cq, &p.b.recv_cq)
+            .caps(caps)
+            .send_ops(ops)
+            .build()
+            .expect("create RC QP");
+        p.b.send_cq = send_cq;
+        p.connect();
+        p
+    }
+
     /// A pair whose QPs are left in RESET (`connect` connects them).
     pub fn unconnected(caps: QpCaps, ops: SendOps) -> Pair {
         let ctx = open();
