@@ -109,12 +109,6 @@ impl Mkey {
         }
     }
 
-    /// The mkey's PD.
-    #[inline]
-    pub(crate) fn pd_ptr(&self) -> *mut ffi::ibv_pd {
-        self.pd.as_ptr()
-    }
-
     /// The device context of the mkey's PD.
     #[inline]
     pub(crate) fn context_ptr(&self) -> *mut ffi::ibv_context {

@@ -151,20 +151,12 @@ fn check_memcpy(dest: &SgeMut<'_>, src: &Sge<'_>, max: u64) -> Result<()> {
 
 impl<'m, T: Transport> Wr<'_, 'm, T> {
     /// An mkey of another device context than the QP's is refused:
-    /// libmlx5 would write its key into this device's WQE; and one of
-    /// another PD of the same context: a UMR configures only an mkey of
-    /// the QP's PD (the device fails it, and the QP goes to ERR).
+    /// libmlx5 would write its key into this device's WQE.
     #[inline]
     fn check_mkey_context(&self, mkey: &Mkey, name: &'static str) -> Result<()> {
         if mkey.context_ptr() != self.state.ctx {
             return Err(Error::InvalidArgument(format!(
                 "{name}: the mkey belongs to another device context than the QP's"
-            )));
-        }
-        if mkey.pd_ptr() != self.state.pd {
-            return Err(Error::InvalidArgument(format!(
-                "{name}: the mkey was created in another PD than the QP's (Mkey::new takes \
-                 the QP's PD)"
             )));
         }
         Ok(())
