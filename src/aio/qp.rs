@@ -613,12 +613,6 @@ impl Inner {
         } else {
             self.sends -= 1;
         }
-        // Read: its place in the CQ is free.
-        match (&self.recv_cq, recv) {
-            (Some(rcq), true) => rcq.watch(),
-            _ => self.send_cq.watch(),
-        }
-        .give_back(1);
         let failed = !wc.status.is_success() && wc.status != WcStatus::WR_FLUSH_ERR;
         let mut gone = None;
         if entry.abandoned {
@@ -630,6 +624,8 @@ impl Inner {
                 waker.wake();
             }
         }
+        // Read: its place in the CQ is free.
+        self.give_places(recv, 1);
         if failed {
             // The QP may be in ERR now, which the next operation should
             // be told (see `QpEx::post_and_wait`).

@@ -44,10 +44,8 @@ impl CompletionQueue {
     /// own, for the next polls (after any already kept).
     pub(crate) fn keep(&mut self, wcs: impl IntoIterator<Item = RawWc>) {
         let owners = &self.inner.owners;
-        self.backlog.extend(wcs.into_iter().map(|mut w| {
-            w.gen = owners.of(w.qp_num);
-            w
-        }));
+        self.backlog
+            .extend(wcs.into_iter().map(|w| w.owned_by(owners)));
     }
 
     /// Drops the kept completions of QPs destroyed since they were kept:
@@ -121,6 +119,13 @@ pub(crate) struct RawWc {
 }
 
 impl RawWc {
+    /// Tagged with its QP's generation now: it goes with its QP if that is
+    /// destroyed before it is handed out.
+    pub(crate) fn owned_by(mut self, owners: &super::Owners) -> Self {
+        self.gen = owners.of(self.qp_num);
+        self
+    }
+
     /// Every field of `wc` (the opcode, immediate and the like are read
     /// whatever the status, as stored values only).
     #[inline]

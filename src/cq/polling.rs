@@ -257,10 +257,7 @@ impl Drop for EndPoll {
             senders: inner.senders.load(std::sync::atomic::Ordering::Relaxed),
             _poll: PhantomData,
         };
-        let mut kept = super::RawWc::of(&wc);
-        // Tagged with its QP's generation, as `keep` tags: it goes with
-        // its QP if that is destroyed first.
-        kept.gen = inner.owners.of(kept.qp_num);
+        let kept = super::RawWc::of(&wc).owned_by(&inner.owners);
         // SAFETY: the backlog is the polled CQ handle's, borrowed mutably
         // for the poll (the callback cannot reach it), and outlives it.
         unsafe { self.backlog.as_mut().push_back(kept) };

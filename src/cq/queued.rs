@@ -303,10 +303,10 @@ impl Watch {
         }
     }
 
-    /// Counts a bind with `wr_id` on `q` (registered here), with its place
-    /// in the CQ; `Err((taken, capacity))` when none is left.
-    pub(crate) fn admit(&self, q: &Arc<Queued>, wr_id: u64) -> Result<(), (u32, u32)> {
-        self.register(q);
+    /// Counts a bind with `wr_id` on `q` (registered here when its QP was
+    /// made: a bind needs `BIND_MW`), with its place in the CQ;
+    /// `Err((taken, capacity))` when none is left.
+    pub(crate) fn admit(&self, q: &Queued, wr_id: u64) -> Result<(), (u32, u32)> {
         self.take(1)?;
         q.push(wr_id);
         Ok(())
