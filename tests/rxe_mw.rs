@@ -56,16 +56,6 @@ fn window(ctx: &Context, pd: &ProtectionDomain, kind: MwType) -> Option<MemoryWi
     }
 }
 
-/// B's region windows are bound to: local write and window binds, no
-/// remote access of its own.
-fn bindable(pd: &ProtectionDomain) -> MemoryRegion {
-    MemoryRegion::new(pd, MR_LEN, AccessFlags::LOCAL_WRITE | AccessFlags::MW_BIND).unwrap()
-}
-
-fn rw() -> AccessFlags {
-    AccessFlags::REMOTE_READ | AccessFlags::REMOTE_WRITE
-}
-
 /// A writes A's `0..len` to `to`; its one completion.
 fn write_from_a(p: &mut Pair, wr_id: u64, to: RemoteBuf, len: usize) -> WorkCompletion {
     let wcs =
@@ -113,7 +103,7 @@ fn type1_window_is_written_and_read_through_and_unbound() {
         return;
     };
     let allocated = mw.rkey();
-    let bind = MwBind::new(&target, 4096..8192, rw()).unwrap();
+    let bind = MwBind::new(&target, 4096..8192, remote_rw()).unwrap();
     let remote = p.b.qp.bind_mw(11, &mut mw, &bind).unwrap();
     b_completes(&mut p, 11, WcOpcode::BIND_MW);
     assert_eq!(remote.rkey, mw.rkey());
@@ -215,7 +205,9 @@ fn type2_window_is_bound_in_a_batch_and_invalidated_locally_and_remotely() {
     let allocated = mw.rkey();
 
     // Bound with a key of our choosing, in a batch.
-    let bind = MwBind::new(&target, 1024..3072, rw()).unwrap().key(0x42);
+    let bind = MwBind::new(&target, 1024..3072, remote_rw())
+        .unwrap()
+        .key(0x42);
     let mut remote = None;
     let wcs =
         p.b.qp
@@ -254,7 +246,7 @@ fn type2_window_is_bound_in_a_batch_and_invalidated_locally_and_remotely() {
     reconnect(&mut p);
 
     // Bound again (the next key), then invalidated by A's send.
-    let bind = MwBind::new(&target, 0..4096, rw()).unwrap();
+    let bind = MwBind::new(&target, 0..4096, remote_rw()).unwrap();
     let mut again = None;
     let wcs =
         p.b.qp
@@ -304,7 +296,7 @@ fn a_zero_based_type2_window_is_addressed_from_zero() {
     let Some(mut mw) = window(&p.ctx, &p.pd, MwType::Type2) else {
         return;
     };
-    let access = rw() | AccessFlags::ZERO_BASED;
+    let access = remote_rw() | AccessFlags::ZERO_BASED;
     let bind = MwBind::new(&target, 8192..12288, access).unwrap();
     let mut remote = None;
     let wcs =
@@ -339,16 +331,16 @@ fn binds_are_refused_before_c() {
     };
     let target = bindable(&p.pd);
     // A window bound past its region.
-    let err = MwBind::new(&target, MR_LEN - 64..MR_LEN + 64, rw()).unwrap_err();
+    let err = MwBind::new(&target, MR_LEN - 64..MR_LEN + 64, remote_rw()).unwrap_err();
     assert!(matches!(err, Error::OutOfRange { .. }), "{err:?}");
     assert!(err.to_string().contains("past its region"), "{err}");
     assert!(matches!(
-        MwBind::new(&target, 0..0, rw()),
+        MwBind::new(&target, 0..0, remote_rw()),
         Err(Error::OutOfRange { .. })
     ));
     // A region without MW_BIND.
     let plain = MemoryRegion::new(&p.pd, 4096, access_all()).unwrap();
-    let err = MwBind::new(&plain, 0..64, rw()).unwrap_err();
+    let err = MwBind::new(&plain, 0..64, remote_rw()).unwrap_err();
     assert!(
         matches!(
             err,
@@ -362,7 +354,7 @@ fn binds_are_refused_before_c() {
     // Remote write over a region the device may not write.
     let ro = MemoryRegion::new(&p.pd, 4096, AccessFlags::MW_BIND).unwrap();
     assert!(MwBind::new(&ro, 0..64, AccessFlags::REMOTE_READ).is_ok());
-    let err = MwBind::new(&ro, 0..64, rw()).unwrap_err();
+    let err = MwBind::new(&ro, 0..64, remote_rw()).unwrap_err();
     assert!(
         matches!(
             err,
@@ -377,14 +369,14 @@ fn binds_are_refused_before_c() {
     let err = MwBind::new(&target, 0..64, AccessFlags::LOCAL_WRITE).unwrap_err();
     assert!(matches!(err, Error::InvalidArgument(_)), "{err:?}");
     // A type 1 window in a batch, a zero-based type 1 bind.
-    let bind = MwBind::new(&target, 0..64, rw()).unwrap();
+    let bind = MwBind::new(&target, 0..64, remote_rw()).unwrap();
     let mut b = p.b.qp.batch();
     let err = b.wr(1).bind_mw(&mut one, &bind).unwrap_err();
     assert!(matches!(err, Error::InvalidArgument(_)), "{err:?}");
     drop(b);
     let err = p.b.qp.bind_mw(1 << 63, &mut one, &bind).unwrap_err();
     assert!(matches!(err, Error::OutOfRange { .. }), "{err:?}");
-    let zero = MwBind::new(&target, 0..64, rw() | AccessFlags::ZERO_BASED).unwrap();
+    let zero = MwBind::new(&target, 0..64, remote_rw() | AccessFlags::ZERO_BASED).unwrap();
     let err = p.b.qp.bind_mw(1, &mut one, &zero).unwrap_err();
     assert!(matches!(err, Error::InvalidArgument(_)), "{err:?}");
     // A QP created without BIND_MW.
@@ -397,7 +389,7 @@ fn binds_are_refused_before_c() {
     // Another PD's region.
     let other_pd = ProtectionDomain::new(&p.ctx).unwrap();
     let elsewhere = bindable(&other_pd);
-    let bind = MwBind::new(&elsewhere, 0..64, rw()).unwrap();
+    let bind = MwBind::new(&elsewhere, 0..64, remote_rw()).unwrap();
     let err = p.b.qp.bind_mw(1, &mut one, &bind).unwrap_err();
     assert!(matches!(err, Error::InvalidArgument(_)), "{err:?}");
     // Nothing reached the send queue.
@@ -421,7 +413,7 @@ fn a_window_outliving_its_region_reaches_no_freed_memory() {
     let Some(mut mw) = window(&p.ctx, &p.pd, MwType::Type1) else {
         return;
     };
-    let bind = MwBind::new(&target, 0..4096, rw()).unwrap();
+    let bind = MwBind::new(&target, 0..4096, remote_rw()).unwrap();
     let remote = p.b.qp.bind_mw(1, &mut mw, &bind).unwrap();
     b_completes(&mut p, 1, WcOpcode::BIND_MW);
     drop(target);
@@ -451,7 +443,7 @@ fn a_region_keeps_its_memory_while_a_window_bound_to_it_is_allocated() {
     let Some(mut mw) = window(&p.ctx, &p.pd, MwType::Type1) else {
         return;
     };
-    let bind = MwBind::new(&target, 0..4096, rw()).unwrap();
+    let bind = MwBind::new(&target, 0..4096, remote_rw()).unwrap();
     p.b.qp.bind_mw(1, &mut mw, &bind).unwrap();
     b_completes(&mut p, 1, WcOpcode::BIND_MW);
     // The window may reach the buffer: it is neither moved nor handed to
@@ -522,7 +514,12 @@ fn a_type1_bind_needs_bind_mw_among_the_send_ops() {
     };
     let allocated = mw.rkey();
     for i in 0..4u64 {
-        let bind = MwBind::new(&target, (i as usize * 64)..(i as usize * 64 + 64), rw()).unwrap();
+        let bind = MwBind::new(
+            &target,
+            (i as usize * 64)..(i as usize * 64 + 64),
+            remote_rw(),
+        )
+        .unwrap();
         let err = p.b.qp.bind_mw(40 + i, &mut mw, &bind).unwrap_err();
         assert!(matches!(err, Error::Unsupported { .. }), "{err:?}");
         assert!(err.to_string().contains("SendOps::BIND_MW"), "{err}");
@@ -584,7 +581,7 @@ fn binds_left_queued_take_room_from_the_next_batch() {
     }
     let mut remotes = Vec::new();
     for (i, mw) in windows.iter_mut().enumerate() {
-        let bind = MwBind::new(&target, i * 256..i * 256 + 256, rw()).unwrap();
+        let bind = MwBind::new(&target, i * 256..i * 256 + 256, remote_rw()).unwrap();
         remotes.push(p.b.qp.bind_mw(100 + i as u64, mw, &bind).unwrap());
     }
     let to = RemoteBuf {
@@ -617,7 +614,7 @@ fn binds_left_queued_take_room_from_the_next_batch() {
     }
     // One bind more than the queue holds.
     let mut extra = window(&p.ctx, &p.pd, MwType::Type1).unwrap();
-    let bind = MwBind::new(&target, 0..64, rw()).unwrap();
+    let bind = MwBind::new(&target, 0..64, remote_rw()).unwrap();
     let err = p.b.qp.bind_mw(99, &mut extra, &bind).unwrap_err();
     assert!(full(&err), "{err:?}");
     assert_eq!(p.b.qp.state().unwrap(), QpState::Rts);
@@ -739,13 +736,13 @@ fn binds_are_held_to_the_send_cqs_capacity() {
     }
     let mut remotes = Vec::new();
     for (i, mw) in windows.iter_mut().take(capacity).enumerate() {
-        let bind = MwBind::new(&target, i * 256..i * 256 + 256, rw()).unwrap();
+        let bind = MwBind::new(&target, i * 256..i * 256 + 256, remote_rw()).unwrap();
         remotes.push(p.b.qp.bind_mw(100 + i as u64, mw, &bind).unwrap());
     }
     assert_eq!(p.b.send_cq.binds_in_flight() as usize, capacity);
     let over = |e: &Error| matches!(e, Error::OutOfRange { .. }) && e.to_string().contains("bind");
     // One bind more than the CQ holds.
-    let extra = MwBind::new(&target, 0..64, rw()).unwrap();
+    let extra = MwBind::new(&target, 0..64, remote_rw()).unwrap();
     let err =
         p.b.qp
             .bind_mw(99, &mut windows[capacity], &extra)
@@ -829,7 +826,7 @@ fn completions_of_a_timed_out_wait_are_kept_until_their_qp_goes() {
     ) else {
         return;
     };
-    let bind = MwBind::new(&target, 0..256, rw()).unwrap();
+    let bind = MwBind::new(&target, 0..256, remote_rw()).unwrap();
     p.b.qp.bind_mw(10, &mut w1, &bind).unwrap();
     p.b.qp.bind_mw(11, &mut w2, &bind).unwrap();
     // Both come; the wait asks for three and times out.

@@ -31,14 +31,6 @@ fn ops() -> SendOps {
     SendOps::rc_default() | SendOps::BIND_MW
 }
 
-fn bindable(pd: &ProtectionDomain) -> MemoryRegion {
-    MemoryRegion::new(pd, MR_LEN, AccessFlags::LOCAL_WRITE | AccessFlags::MW_BIND).unwrap()
-}
-
-fn rw() -> AccessFlags {
-    AccessFlags::REMOTE_READ | AccessFlags::REMOTE_WRITE
-}
-
 fn window(pd: &ProtectionDomain) -> MemoryWindow {
     MemoryWindow::new(pd, MwType::Type1).unwrap()
 }
@@ -100,7 +92,7 @@ fn a_dropped_qps_binds_give_back_their_places_in_the_cq() {
     let target = bindable(&pd);
     let mut windows: Vec<_> = (0..capacity).map(|_| window(&pd)).collect();
     for (i, mw) in windows.iter_mut().enumerate() {
-        let bind = MwBind::new(&target, i * 64..i * 64 + 64, rw()).unwrap();
+        let bind = MwBind::new(&target, i * 64..i * 64 + 64, remote_rw()).unwrap();
         qp_b.bind_mw(10 + i as u64, mw, &bind).unwrap();
     }
     assert_eq!(x.binds_in_flight() as usize, capacity);
@@ -184,7 +176,7 @@ fn binds_beside_an_async_qp_do_not_overrun_its_cq() {
     let mut accepted = 0usize;
     let mut refusal = None;
     for (i, mw) in windows.iter_mut().enumerate() {
-        let bind = MwBind::new(&target, i * 64..i * 64 + 64, rw()).unwrap();
+        let bind = MwBind::new(&target, i * 64..i * 64 + 64, remote_rw()).unwrap();
         match qp_b.bind_mw(100 + i as u64, mw, &bind) {
             Ok(_) => accepted += 1,
             Err(e) => {
@@ -259,7 +251,7 @@ fn a_completion_kept_by_a_panicking_callback_goes_with_its_destroyed_qp() {
     } = b;
     let target = bindable(&pd);
     let mut mw = window(&pd);
-    let bind = MwBind::new(&target, 0..64, rw()).unwrap();
+    let bind = MwBind::new(&target, 0..64, remote_rw()).unwrap();
     qp_b.bind_mw(5, &mut mw, &bind).unwrap();
     let start = Instant::now();
     let mut panicked = false;
@@ -299,7 +291,7 @@ fn binds_read_by_a_poll_that_panicked_are_retired() {
     let mut p = Pair::with(QpCaps::default(), ops());
     let target = bindable(&p.pd);
     let (mut w1, mut w2) = (window(&p.pd), window(&p.pd));
-    let bind = MwBind::new(&target, 0..64, rw()).unwrap();
+    let bind = MwBind::new(&target, 0..64, remote_rw()).unwrap();
     p.b.qp.bind_mw(1, &mut w1, &bind).unwrap();
     p.b.qp.bind_mw(2, &mut w2, &bind).unwrap();
     std::thread::sleep(Duration::from_millis(300));
@@ -369,7 +361,7 @@ fn a_bind_posted_during_a_poll_is_retired_when_read() {
             if seen.len() == 1 {
                 std::thread::scope(|s| {
                     s.spawn(|| {
-                        let bind = MwBind::new(&target, 0..64, rw()).unwrap();
+                        let bind = MwBind::new(&target, 0..64, remote_rw()).unwrap();
                         qp_b.bind_mw(77, &mut mw, &bind).unwrap();
                     });
                 });
@@ -464,7 +456,7 @@ fn a_bind_is_not_retired_by_an_older_binds_completion_of_the_same_id() {
     let depth = qp_b.caps().max_send_wr;
     let target = bindable(&pd);
     let mut w1 = window(&pd);
-    let bind = MwBind::new(&target, 0..64, rw()).unwrap();
+    let bind = MwBind::new(&target, 0..64, remote_rw()).unwrap();
     qp_b.bind_mw(7, &mut w1, &bind).unwrap();
     std::thread::sleep(Duration::from_millis(300));
     assert_eq!(x.binds_in_flight(), 1);
@@ -494,7 +486,7 @@ fn a_bind_is_not_retired_by_an_older_binds_completion_of_the_same_id() {
         let s = g.as_mut().unwrap();
         s.qp.reset().unwrap();
         s.qp.connect(&s.peer, 0x4321, &s.opts).unwrap();
-        let bind = MwBind::new(&s.target, 64..128, rw()).unwrap();
+        let bind = MwBind::new(&s.target, 64..128, remote_rw()).unwrap();
         let r = s.qp.bind_mw(7, &mut s.mw, &bind);
         s.ran = Some(r);
     });
@@ -617,7 +609,7 @@ fn a_resize_racing_binds_never_leaves_more_binds_than_places() {
         let mut r = None;
         std::thread::scope(|s| {
             s.spawn(|| {
-                let bind = MwBind::new(&target, 0..64, rw()).unwrap();
+                let bind = MwBind::new(&target, 0..64, remote_rw()).unwrap();
                 while !go.load(Ordering::Acquire) {
                     std::hint::spin_loop();
                 }
@@ -691,7 +683,7 @@ fn binds_admitted_after_a_resize_all_complete() {
             .collect();
         let mut accepted = 0usize;
         for (i, mw) in windows.iter_mut().enumerate() {
-            let bind = MwBind::new(&target, i * 64..i * 64 + 64, rw()).unwrap();
+            let bind = MwBind::new(&target, i * 64..i * 64 + 64, remote_rw()).unwrap();
             if qp_b.bind_mw(10 + i as u64, mw, &bind).is_ok() {
                 accepted += 1;
             }
@@ -733,7 +725,7 @@ fn binds_admitted_after_a_resize_and_a_poll_all_complete() {
     let mut windows: Vec<_> = (0..cap + 1)
         .map(|_| MemoryWindow::new(&pd, MwType::Type1).unwrap())
         .collect();
-    let bind = MwBind::new(&target, 0..64, rw()).unwrap();
+    let bind = MwBind::new(&target, 0..64, remote_rw()).unwrap();
     qp_b.bind_mw(1, &mut windows[0], &bind).unwrap();
     let first = drain(&mut x, 1, WAIT);
     assert_eq!(first.len(), 1);
@@ -791,7 +783,7 @@ fn a_bind_on_a_qp_wrapped_again_is_retired_when_read() {
     let mut h = unsafe { RcQp::from_raw_parts(raw) }.unwrap();
     let target = bindable(&pd);
     let mut mw = MemoryWindow::new(&pd, MwType::Type1).unwrap();
-    let bind = MwBind::new(&target, 0..64, rw()).unwrap();
+    let bind = MwBind::new(&target, 0..64, remote_rw()).unwrap();
     h.bind_mw(5, &mut mw, &bind).unwrap();
     let got = drain(&mut x, 1, WAIT);
     let ids: Vec<_> = got.iter().map(|w| (w.wr_id, w.opcode, w.status)).collect();

@@ -104,6 +104,17 @@ pub struct Pair {
 
 pub const MR_LEN: usize = 64 * 1024;
 
+/// A region memory windows may be bound to: local write and window binds,
+/// no remote access of its own.
+pub fn bindable(pd: &ProtectionDomain) -> MemoryRegion {
+    MemoryRegion::new(pd, MR_LEN, AccessFlags::LOCAL_WRITE | AccessFlags::MW_BIND).unwrap()
+}
+
+/// Remote read and write: what the tests' windows grant.
+pub fn remote_rw() -> AccessFlags {
+    AccessFlags::REMOTE_READ | AccessFlags::REMOTE_WRITE
+}
+
 pub fn access_all() -> AccessFlags {
     AccessFlags::LOCAL_WRITE
         | AccessFlags::REMOTE_WRITE
