@@ -66,7 +66,7 @@ mod common;
 
 use common::measure::{self, bench_zero_mark, Counts, Row, Version};
 use common::wc::{kept, BenchWc, CWcFull};
-use common::{CDc, CQp, CShape, CSide, BATCH, INLINE, LIST, LOG_STREAMS, MSG, VARIANTS};
+use common::{CDc, CQp, CShape, CSide, DcTarget, BATCH, INLINE, LIST, LOG_STREAMS, MSG, VARIANTS};
 use mlx5dv::ffi;
 use mlx5dv::wqe::{Opcode, Wqe, WqeBuilder};
 use mlx5dv::{

@@ -14,7 +14,7 @@
 pub mod measure;
 pub mod wc;
 
-use mlx5dv::ffi;
+use mlx5dv::{ffi, AddressHandle, DcAddr};
 use std::ffi::{c_int, c_void};
 use wc::{BenchWc, CWc};
 
@@ -275,5 +275,20 @@ impl CSide {
         // SAFETY: as above.
         *c = unsafe { std::mem::zeroed() };
         wcs
+    }
+}
+
+/// The DCT the DCI writes to.
+#[derive(Clone, Copy)]
+pub struct DcTarget {
+    pub dctn: u32,
+    pub key: u64,
+}
+
+impl DcTarget {
+    /// The address of this DCT through `ah`.
+    #[inline]
+    pub fn with(self, ah: &AddressHandle) -> DcAddr<'_> {
+        DcAddr::new(ah, self.dctn, self.key)
     }
 }

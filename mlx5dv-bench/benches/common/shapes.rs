@@ -18,8 +18,8 @@
 // AddressHandle, CompletionQueue, DcAddr, DciQp, MemcpyOp, MemoryRegion,
 // Mkey, NonEmptySge, RcQp, RemoteBuf, Result, SendFlags, Sge, SgeMut,
 // WorkCompletion}`,
-// `mlx5dv::wqe::Wqe`, `std::time::Duration`, and `common::{BATCH, INLINE,
-// LIST, LOG_STREAMS, MSG}` and `common::wc::BenchWc`.
+// `mlx5dv::wqe::Wqe`, `std::time::Duration`, and `common::{BATCH, DcTarget,
+// INLINE, LIST, LOG_STREAMS, MSG}` and `common::wc::BenchWc`.
 
 /// What a performance-minded user prepares before posting (the C side's
 /// `struct bench_plan` has the same, from the same region): the batch's
@@ -91,20 +91,6 @@ impl<'m> Plan<'m> {
             msg,
             copy,
         })
-    }
-}
-
-/// The DCT the DCI writes to.
-#[derive(Clone, Copy)]
-pub struct DcTarget {
-    pub dctn: u32,
-    pub key: u64,
-}
-
-impl DcTarget {
-    /// The address of this DCT through `ah`.
-    pub fn with(self, ah: &AddressHandle) -> DcAddr<'_> {
-        DcAddr::new(ah, self.dctn, self.key)
     }
 }
 

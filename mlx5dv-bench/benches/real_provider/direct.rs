@@ -21,7 +21,7 @@
 
 use crate::common::measure::inclusive_ir;
 use crate::common::{CSide, BATCH};
-use crate::rig::{Rig, SqView, GROUP};
+use crate::rig::{CDirectWc, Rig, SqView, GROUP, ZERO_WC};
 use crate::shapes::{self, Plan};
 use mlx5dv::direct::DirectWc;
 use mlx5dv::{WcOpcode, WcStatus};
@@ -102,34 +102,6 @@ impl DVariant {
 }
 
 include!(concat!(env!("OUT_DIR"), "/direct_variants.rs"));
-
-/// `struct direct_wc` of `c/direct.c`: every field of `DirectWc`.
-#[repr(C)]
-#[derive(Clone, Copy, Default, Debug)]
-pub struct CDirectWc {
-    wr_id: u64,
-    status: u32,
-    opcode: u32,
-    byte_len: u32,
-    qp_num: u32,
-    covers: u32,
-    wqe_index: u16,
-    syndrome: u8,
-    vendor_err: u8,
-}
-
-/// A zeroed `DirectWc`, room for the Rust poll.
-pub const ZERO_WC: DirectWc = DirectWc {
-    wr_id: 0,
-    status: WcStatus::SUCCESS,
-    opcode: WcOpcode::RDMA_WRITE,
-    byte_len: 0,
-    qp_num: 0,
-    vendor_err: 0,
-    syndrome: 0,
-    wqe_index: 0,
-    covers: 0,
-};
 
 /// A completion as both versions report it, but its QP number (checked
 /// to be the version's own) and WQE index (the queues' histories differ).

@@ -47,6 +47,19 @@
 //! ```
 //!
 //! `scripts/bench-real` runs it under `scripts/mlx5-sim`.
+//!
+//! ## Module map
+//!
+//! Lowest first; each module uses only those of its own line or above it
+//! (`cargo run -p module-stack` checks it).
+//!
+//! 1. `common`: what both benches share (the C side's builds and their
+//!    symbols, the completion records, the counting and the table).
+//! 2. `rig`: the objects every shape posts on (the QPs, CQs, regions and
+//!    DC target on the software device) and what runs around the measured
+//!    calls (`Work`: the device's steps and the draining).
+//! 3. `shapes`: the measured shapes through libmlx5, C and Rust.
+//! 4. `direct`: the direct path's rows, C direct against Rust.
 
 #[path = "../common/mod.rs"]
 mod common;
@@ -58,8 +71,8 @@ use common::measure::{self, bench_zero_mark, Counts, Version};
 use common::wc::BenchWc;
 use common::{CSide, BATCH, VARIANTS};
 use mlx5dv::WorkCompletion;
-use rig::{Rig, GROUP};
-use shapes::{Plan, Shape, Work, SHAPES};
+use rig::{Rig, Work, GROUP};
+use shapes::{Plan, Shape, SHAPES};
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 

@@ -4,17 +4,16 @@
 //! receives posted, and what the C loops read taken back for the check.
 
 use crate::common::wc::{BenchWc, CWcFull};
+use crate::common::DcTarget;
 use crate::common::{CDc, CQp, CSide, BATCH, LOG_STREAMS, MSG};
-use crate::direct::{CDirectWc, ZERO_WC};
-use crate::shapes::{DcTarget, Queue, Work};
 use mlx5dv::direct::{DirectDcAddr, DirectDci, DirectRc, DirectWc};
 use mlx5dv::ffi;
 use mlx5dv::wqe::{Opcode, Wqe, WqeBuilder};
 use mlx5dv::{
     AccessFlags, AddressHandle, AhAttr, CompletionChannel, CompletionQueue, ConnectOptions,
     Context, DcAddr, DciQp, Dct, Endpoint, Gid, MemoryRegion, Mkey, Mlx5SendOps, ProtectionDomain,
-    QpBuilder, QpCaps, RcQp, RemoteBuf, Result, SendFlags, SendOps, SharedReceiveQueue, WcStatus,
-    WorkCompletion,
+    QpBuilder, QpCaps, RcQp, RemoteBuf, Result, SendFlags, SendOps, SharedReceiveQueue, WcOpcode,
+    WcStatus, WorkCompletion,
 };
 use std::ffi::{c_char, c_int, c_void};
 use std::ptr::{self, NonNull};
@@ -674,3 +673,53 @@ impl SqView {
         out
     }
 }
+
+/// Which send queue a shape posts on.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Queue {
+    Rc,
+    Dci,
+}
+
+/// What a shape's calls need around them (outside the measured calls).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Work {
+    /// Posts a batch on this queue: afterwards the device runs it and its
+    /// completions are drained; `recvs`: the peer needs a receive per work
+    /// request (sends).
+    Post { queue: Queue, recvs: bool },
+    /// Reads 32 completions: before, 32 RDMA writes per call are posted and
+    /// run, so that they are in the CQ when the call runs (a wait never
+    /// spins). `full`: every field, as `WorkCompletion`s (`poll_into`, the
+    /// waits; C's `struct bench_wc_full`), else the fields of `BenchWc`
+    /// (`poll_each`; C's `struct bench_wc`).
+    Poll { full: bool },
+}
+
+/// `struct direct_wc` of `c/direct.c`: every field of `DirectWc`.
+#[repr(C)]
+#[derive(Clone, Copy, Default, Debug)]
+pub struct CDirectWc {
+    pub wr_id: u64,
+    pub status: u32,
+    pub opcode: u32,
+    pub byte_len: u32,
+    pub qp_num: u32,
+    pub covers: u32,
+    pub wqe_index: u16,
+    pub syndrome: u8,
+    pub vendor_err: u8,
+}
+
+/// A zeroed `DirectWc`, room for the Rust poll.
+pub const ZERO_WC: DirectWc = DirectWc {
+    wr_id: 0,
+    status: WcStatus::SUCCESS,
+    opcode: WcOpcode::RDMA_WRITE,
+    byte_len: 0,
+    qp_num: 0,
+    vendor_err: 0,
+    syndrome: 0,
+    wqe_index: 0,
+    covers: 0,
+};

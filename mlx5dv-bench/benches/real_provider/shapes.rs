@@ -8,8 +8,8 @@
 
 use crate::common::measure::{Row, Version};
 use crate::common::wc::{kept, BenchWc};
-use crate::common::{CShape, CSide, BATCH, INLINE, LIST, LOG_STREAMS, MSG};
-use crate::rig::Rig;
+use crate::common::{CShape, CSide, DcTarget, BATCH, INLINE, LIST, LOG_STREAMS, MSG};
+use crate::rig::{Queue, Rig, Work};
 use mlx5dv::direct::{DirectDcAddr, DirectDci, DirectRc, DirectWc, WriteSource};
 use mlx5dv::wqe::Wqe;
 use mlx5dv::{
@@ -21,28 +21,6 @@ use std::time::Duration;
 // The Rust shapes, shared with post_vs_c.rs: included where they were
 // always compiled (the file's head says why).
 include!("../common/shapes.rs");
-
-/// Which send queue a shape posts on.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub enum Queue {
-    Rc,
-    Dci,
-}
-
-/// What a shape's calls need around them (outside the measured calls).
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub enum Work {
-    /// Posts a batch on this queue: afterwards the device runs it and its
-    /// completions are drained; `recvs`: the peer needs a receive per work
-    /// request (sends).
-    Post { queue: Queue, recvs: bool },
-    /// Reads 32 completions: before, 32 RDMA writes per call are posted and
-    /// run, so that they are in the CQ when the call runs (a wait never
-    /// spins). `full`: every field, as `WorkCompletion`s (`poll_into`, the
-    /// waits; C's `struct bench_wc_full`), else the fields of `BenchWc`
-    /// (`poll_each`; C's `struct bench_wc`).
-    Poll { full: bool },
-}
 
 /// One row: C best (every build), C plain and one Rust form of the same
 /// work.

@@ -10,8 +10,9 @@
 //! - an arrow between top-level modules points up the crate's module map:
 //!   the numbered list under a `## Module map` heading in the root file's
 //!   docs, lowest layer first, where every top-level module must be named
-//!   (in backticks) exactly once and may use only modules of its own
-//!   layer or of a lower one.
+//!   (in backticks, before the line's first colon) exactly once and may
+//!   use only modules of its own layer or of a lower one; a crate of more
+//!   than one top-level module must have one.
 //!
 //! What counts as an arrow: every `use` path and every path of two or more
 //! segments in the code (types, expressions, patterns, paths inside macro
@@ -164,13 +165,17 @@ fn parse_map(docs: &str) -> Vec<BTreeSet<String>> {
                 layers.push(l);
             }
             current = Some(BTreeSet::new());
-        } else if t.is_empty() || current.is_none() {
-            if let Some(l) = current.take() {
-                layers.push(l);
+        } else {
+            // A continuation line describes; a blank line ends the list.
+            if t.is_empty() {
+                if let Some(l) = current.take() {
+                    layers.push(l);
+                }
             }
             continue;
         }
-        // Only the text before a colon names the layer's modules.
+        // Only the numbered line's text before a colon names the layer's
+        // modules.
         let head = t.split(": ").next().unwrap_or(t);
         let l = current.as_mut().expect("set above");
         for (i, piece) in head.split('`').enumerate() {
@@ -704,10 +709,10 @@ fn check(root: &Path, verbose: bool) -> bool {
 
     // The module map.
     if c.map.is_empty() {
-        println!(
-            "  no `## Module map` in {}'s docs: the layers are not checked",
-            root.display()
-        );
+        if top_names.len() > 1 {
+            ok = false;
+            println!("  no `## Module map` in {}'s docs", root.display());
+        }
     } else {
         let mut layer_of: BTreeMap<&str, usize> = BTreeMap::new();
         for (i, l) in c.map.iter().enumerate() {
