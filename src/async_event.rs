@@ -9,9 +9,10 @@
 //! handle read from it — and acknowledged (`ibv_ack_async_event`) before
 //! it is returned: no pointer leaves this module.
 
-use crate::channel::{clear_errno, poll_readable, set_nonblocking, CqId};
+use crate::channel::CqId;
 use crate::device::Context;
 use crate::error::{Error, Result};
+use crate::fd::{clear_errno, poll_readable, set_nonblocking};
 use crate::ffi;
 use std::ffi::CStr;
 use std::fmt;

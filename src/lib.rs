@@ -53,6 +53,40 @@
 //!   the installed header, so they are callable from Rust under their own
 //!   names with the header's exact behaviour.
 //!
+//! ## Module map
+//!
+//! How the source is laid out, for those who read or change it: one
+//! module per concept, in layers, lowest first. Each module uses only
+//! those of its own line or above it (`cargo run -p module-stack`
+//! checks it, and that no two modules or files use each other), so a
+//! change goes to the lowest line whose concept it is.
+//!
+//! 1. `ffi`: the C API, bindgen's and the shims of the headers' inline
+//!    functions.
+//! 2. `clock`, `access`, `qp_state`, `wc`: plain values: the monotonic
+//!    clock, access flags, QP states and kinds, completion statuses and
+//!    opcodes.
+//! 3. `error`: [`Error`] and the checks of C return codes.
+//! 4. `fd`, `byte_form`, `wqe`: file descriptors (poll, errno), the
+//!    versioned byte forms, the raw WQE builder.
+//! 5. `port`, `device`, `mlx5`: devices, contexts, ports and GIDs, mlx5
+//!    capabilities.
+//! 6. `pd`, `mr`, `mkey`: protection domains and memory: regions, SGEs,
+//!    remote buffers, mkeys.
+//! 7. `channel`, `cq`, `async_event`: completions and events: channels,
+//!    CQs and their polls, the ledger of completions owed, async events.
+//! 8. `addressing`: GIDs chosen for RoCE, address handles, received GRHs,
+//!    [`ConnectOptions`].
+//! 9. `xrc`, `srq`: receive queues shared by QPs: XRC domains, SRQs (XRC
+//!    SRQs among them).
+//! 10. `qp_spec`: what a QP is made with and its batches read: send ops,
+//!     sizes, the WQE size.
+//! 11. `qp`: QPs of every transport, their builder, states and transitions.
+//! 12. `mw`: memory windows (bound through a QP).
+//! 13. `wr`: work-request batches, scoped posts.
+//! 14. `direct`, `aio`, `cm`, `serde_impl`: the direct path, tokio, the
+//!     RDMA connection manager, serde.
+//!
 //! ## Connecting
 //!
 //! Out of band: each side sends the other its [`Endpoint`]
@@ -453,11 +487,13 @@ pub mod ffi;
 #[cfg(test)]
 extern crate self as mlx5dv;
 
-mod ah;
+mod access;
+mod addressing;
 #[cfg(feature = "tokio")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
 pub mod aio;
 mod async_event;
+mod byte_form;
 mod channel;
 mod clock;
 #[cfg(feature = "rdma-cm")]
@@ -468,7 +504,7 @@ mod device;
 #[cfg(target_pointer_width = "64")]
 pub mod direct;
 mod error;
-mod grh;
+mod fd;
 mod mkey;
 pub mod mlx5;
 mod mr;
@@ -476,8 +512,8 @@ mod mw;
 mod pd;
 mod port;
 mod qp;
+mod qp_spec;
 mod qp_state;
-mod roce;
 #[cfg(feature = "serde")]
 mod serde_impl;
 mod srq;
@@ -486,31 +522,32 @@ pub mod wqe;
 pub mod wr;
 mod xrc;
 
-pub use ah::{AddressHandle, AhAttr, Grh};
+pub use addressing::ah::{AddressHandle, AhAttr, Grh};
+pub use addressing::grh::{ud_received, ReceivedGrh, UD_GRH_BYTES};
+pub use addressing::ConnectOptions;
 pub use async_event::{AsyncEvent, AsyncEvents};
 pub use channel::{CompletionChannel, CqEvent, CqId};
 pub use cq::{CompletionQueue, PolledWc, WcFlags, WcOpcode, WcStatus, WorkCompletion};
 pub use device::{Context, Device, DeviceAttr, DeviceList};
 pub use error::{DirectError, Error, Result};
-pub use grh::{ud_received, ReceivedGrh};
 pub use mkey::{Mkey, MkeyLayout};
 pub use mr::{AccessFlags, MemoryRegion, NonEmptySge, RemoteBuf, Sge, SgeMut};
 pub use mw::{MemoryWindow, MwBind, MwType};
 pub use pd::ProtectionDomain;
 pub use port::{Gid, GidEntry, GidType, LinkLayer, Mtu, PortAttr, PortState};
-pub use qp::{
-    ConnectOptions, DcAddr, DcInitiator, DciQp, DciStreams, Dct, DctEndpoint, Endpoint,
-    Mlx5SendOps, QpBuilder, QpCaps, QpEx, QpKind, QpState, RawMlx5, RawQp, RcQp,
-    ReliableConnection, RemoteDct, RemoteReadAtomic, RemoteWrite, SendOps, Transport,
-};
 pub use qp::{Connected, UcQp, UnreliableConnection};
-pub use qp::{UdAddr, UdDest, UdEndpoint, UdQp, UnreliableDatagram, UD_GRH_BYTES};
-pub use qp::{XrcIniQp, XrcInitiator, XrcSrqn};
+pub use qp::{
+    DcAddr, DcInitiator, DciQp, DciStreams, Dct, DctEndpoint, Endpoint, Mlx5SendOps, QpBuilder,
+    QpCaps, QpEx, QpKind, QpState, RawMlx5, RawQp, RcQp, ReliableConnection, RemoteDct,
+    RemoteReadAtomic, RemoteWrite, SendOps, Transport,
+};
+pub use qp::{UdAddr, UdDest, UdEndpoint, UdQp, UnreliableDatagram};
+pub use qp::{XrcIniQp, XrcInitiator, XrcSrqn, XrcTgtQp};
 pub use srq::{SharedReceiveQueue, SrqAttr};
 #[cfg(mlx5dv_ibv_wr_flush)]
 pub use wr::{FlushLevel, FlushPlacement};
 pub use wr::{MemcpyOp, MrInterleaved, ScopedBatch, SendFlags, WrBatch};
-pub use xrc::{XrcDomain, XrcTgtQp};
+pub use xrc::XrcDomain;
 
 /// How many destroy calls (`ibv_destroy_qp`, `ibv_dereg_mr`, ...) have
 /// failed in `Drop` in this process so far. Each failure is also printed on

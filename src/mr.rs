@@ -16,33 +16,10 @@ mod sge;
 mod tests;
 mod volatile;
 
+pub use crate::access::AccessFlags;
 pub use remote::RemoteBuf;
 pub(crate) use sge::recv_wr;
 pub use sge::{NonEmptySge, Sge, SgeMut};
-
-bitflags::bitflags! {
-    /// What the device may do with a memory region (`enum ibv_access_flags`).
-    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-    pub struct AccessFlags: u32 {
-        /// The local device may write (needed for receives, reads and
-        /// atomics landing here, and for any remote write access).
-        const LOCAL_WRITE = ffi::IBV_ACCESS_LOCAL_WRITE;
-        /// Remote peers may RDMA-write here.
-        const REMOTE_WRITE = ffi::IBV_ACCESS_REMOTE_WRITE;
-        /// Remote peers may RDMA-read from here.
-        const REMOTE_READ = ffi::IBV_ACCESS_REMOTE_READ;
-        /// Remote peers may run atomics here.
-        const REMOTE_ATOMIC = ffi::IBV_ACCESS_REMOTE_ATOMIC;
-        /// Memory windows may be bound to the region.
-        const MW_BIND = ffi::IBV_ACCESS_MW_BIND;
-        /// Addresses are offsets from the region's start.
-        const ZERO_BASED = ffi::IBV_ACCESS_ZERO_BASED;
-        /// On-demand paging.
-        const ON_DEMAND = ffi::IBV_ACCESS_ON_DEMAND;
-        /// Relaxed ordering of the device's PCI writes.
-        const RELAXED_ORDERING = ffi::IBV_ACCESS_RELAXED_ORDERING;
-    }
-}
 
 /// The alignment of buffers this crate allocates: a page.
 const BUF_ALIGN: usize = 4096;

@@ -519,7 +519,7 @@ impl QpEx<ReliableConnection> {
         region: Option<&MemoryRegion>,
     ) -> Result<()> {
         if crate::cq::in_provider_poll() {
-            return Err(crate::qp::in_poll_callback("ibv_bind_mw", &self.describe()));
+            return Err(crate::cq::in_poll_callback("ibv_bind_mw", &self.describe()));
         }
         // Ids with bit 63 are the scoped post's: a later post_and_wait on
         // this QP could take the bind's completion for one of its own.

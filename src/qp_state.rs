@@ -5,6 +5,10 @@
 use crate::ffi;
 use std::fmt;
 
+/// The `what` of every `Error::QpNotReady` the direct path builds
+/// starts with this: its text then gives a direct QP's own way back.
+pub(crate) const WHAT_PREFIX: &str = "DirectQp::";
+
 /// The state of a QP (`enum ibv_qp_state`).
 ///
 /// Its `Display` is the man page's name: `RESET`, `INIT`, `RTR`, `RTS`,
@@ -179,8 +183,8 @@ pub(crate) fn not_ready_for(what: &str, state: QpState, receive: bool) -> String
 /// refused call, is a direct QP's (whose ways back differ).
 pub(crate) fn not_ready_in(what: &str, state: QpState, receive: bool) -> String {
     #[cfg(target_pointer_width = "64")]
-    if what.starts_with(crate::direct::WHAT_PREFIX) {
-        return crate::direct::not_ready(state);
+    if what.starts_with(WHAT_PREFIX) {
+        return direct_not_ready(state);
     }
     not_ready_for(what, state, receive)
 }
@@ -211,6 +215,27 @@ pub(crate) fn not_ready(state: QpState, receive: bool) -> String {
         _ => ": it does not take this post",
     };
     format!("{state}{advice}")
+}
+
+/// The text of `Error::QpNotReady` for a direct QP's post, after `QP
+/// 0x… is in `: the state, and what a direct QP can do (it has no
+/// `to_init` or `to_rts`: from any state but RTS, its way back is
+/// [`reset`](crate::direct::DirectQp::reset), then `connect_to`, or `ready` for a DCI).
+pub(crate) fn direct_not_ready(state: QpState) -> String {
+    const BACK: &str = "reset() it, then connect it again (connect_to; a DCI: ready)";
+    match state {
+        QpState::Reset => {
+            format!("{state} (not connected): connect it (connect_to; a DCI: ready) before posting")
+        }
+        QpState::Init | QpState::Rtr => format!(
+            "{state} (not ready to send): a direct QP posts in RTS only, which it reaches \
+             from RESET (a connect that stopped half way left it here): {BACK}"
+        ),
+        QpState::Err => {
+            format!("{state}: a work request failed or it was stopped; {BACK}")
+        }
+        _ => format!("{state}: a direct QP posts in RTS only; {BACK}"),
+    }
 }
 
 #[cfg(test)]

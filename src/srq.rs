@@ -2,6 +2,9 @@
 //! and of RC QPs made with [`QpBuilder::srq`](crate::QpBuilder::srq).
 
 mod limit;
+mod xrc;
+#[cfg(test)]
+pub(crate) use xrc::XrcParents;
 
 pub use limit::SrqAttr;
 
@@ -47,7 +50,7 @@ struct SrqInner {
     // Dropped after the SRQ is destroyed (or handed to its CQ).
     pd: ProtectionDomain,
     /// An XRC SRQ's domain and CQ, kept until it is destroyed.
-    xrc: Option<crate::xrc::XrcParents>,
+    xrc: Option<xrc::XrcParents>,
 }
 
 // SAFETY: SRQ calls (posting, destruction) are thread-safe in rdma-core's
@@ -123,7 +126,7 @@ impl SharedReceiveQueue {
         srq: NonNull<ffi::ibv_srq>,
         got: ffi::ibv_srq_attr,
         pd: &ProtectionDomain,
-        xrc: Option<crate::xrc::XrcParents>,
+        xrc: Option<xrc::XrcParents>,
     ) -> Self {
         SharedReceiveQueue(Arc::new(SrqInner {
             srq,

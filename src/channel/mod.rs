@@ -42,15 +42,11 @@
 mod async_fd;
 #[cfg(all(feature = "tokio", feature = "rdma-cm"))]
 pub(crate) use async_fd::{RawChannelFd, RegisterError, Registration, Registrations};
-mod cq;
-mod fd;
 mod ops;
 #[cfg(test)]
 mod tests;
 
-pub(crate) use cq::cq_of;
-pub(crate) use fd::{clear_errno, poll_readable, set_nonblocking};
-use fd::{poll_readable_at, readable_now};
+use crate::fd::{poll_readable_at, readable_now, set_nonblocking};
 
 use crate::clock::Mono;
 use crate::device::Context;

@@ -1,7 +1,7 @@
 //! The C calls of a completion channel, in one table (libibverbs', or a
 //! unit test's fakes).
 
-use super::clear_errno;
+use crate::fd::clear_errno;
 use crate::ffi;
 
 /// The channel's C calls, in one table: reading an event, acknowledging

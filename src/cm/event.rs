@@ -4,8 +4,8 @@
 use super::id::CmId;
 use super::request::ConnectRequest;
 use super::steps::{answers, Steps};
-use crate::channel::{clear_errno, poll_readable, set_nonblocking};
 use crate::error::{Error, Result};
+use crate::fd::{clear_errno, poll_readable, set_nonblocking};
 use crate::ffi::cm;
 use std::collections::VecDeque;
 use std::fmt;

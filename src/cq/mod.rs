@@ -19,10 +19,11 @@
 //! it keeps until it goes (`retired`). This file: the handle, its creation
 //! and its drop.
 
-use crate::channel::{cq_of, CompletionChannel};
+use crate::channel::CompletionChannel;
 use crate::device::Context;
 use crate::error::{Error, Result};
 use crate::ffi;
+use channel::cq_of;
 use std::collections::VecDeque;
 use std::fmt;
 use std::ptr::NonNull;
@@ -44,6 +45,7 @@ macro_rules! entry {
 }
 
 mod backlog;
+mod channel;
 mod one_per_start;
 mod owners;
 mod polled_wc;
@@ -62,7 +64,7 @@ pub(crate) use backlog::RawWc;
 use one_per_start::{OnePerStart, OnePerStartPtr};
 pub(crate) use owners::Owners;
 pub use polled_wc::PolledWc;
-pub(crate) use polling::{after_polls, in_provider_poll};
+pub(crate) use polling::{after_polls, ffi_cq, in_poll_callback, in_provider_poll};
 pub(crate) use queued::Queued;
 #[cfg(feature = "tokio")]
 pub(crate) use queued::Watch;
@@ -139,7 +141,7 @@ pub(crate) struct CqInner {
     /// XRC SRQs dropped after a receive was posted on them, whose
     /// completions may still be in this CQ or still come: destroyed right
     /// before it (`retired`). They hold their PD and domain, not the CQ.
-    retired: Mutex<Vec<crate::xrc::RetiredSrq>>,
+    retired: Mutex<Vec<retired::Retired>>,
     // Dropped after the CQ is destroyed.
     one_per_start: Option<OnePerStartPtr>,
     /// The channel the CQ's events go to: dropped after the CQ is

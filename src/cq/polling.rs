@@ -325,3 +325,18 @@ pub(crate) fn after_polls(f: Box<dyn FnOnce()>) {
     DEFERRED.with(|d| d.borrow_mut().push(f));
     POLLS.set(POLLS.get() | DEFERRED_BIT);
 }
+
+/// The error of a call refused inside a poll callback.
+#[cold]
+pub(crate) fn in_poll_callback(call: &str, what: &str) -> Error {
+    Error::InvalidArgument(format!(
+        "{call} on {what} inside a poll_each callback: the provider may hold the CQ's \
+         lock until the poll ends, and this call would take it again (call it after \
+         the poll)"
+    ))
+}
+
+pub(crate) fn ffi_cq(cq: &CompletionQueue) -> *mut ffi::ibv_cq {
+    // SAFETY: a pure pointer cast of a live extended CQ.
+    unsafe { ffi::ibv_cq_ex_to_cq(cq.as_ptr()) }
+}

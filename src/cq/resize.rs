@@ -50,7 +50,7 @@ impl CompletionQueue {
     /// ```
     pub fn resize(&mut self, cqe: u32) -> Result<u32> {
         if crate::cq::in_provider_poll() {
-            return Err(crate::qp::in_poll_callback(
+            return Err(crate::cq::in_poll_callback(
                 "ibv_resize_cq",
                 &format!("a CQ of {}", self.context().name()),
             ));
@@ -91,7 +91,7 @@ impl CompletionQueue {
                 });
             }
         }
-        let cq = crate::qp::ffi_cq(self);
+        let cq = crate::cq::ffi_cq(self);
         // SAFETY: the CQ is live (this handle keeps it); no poll of it is
         // in progress (polls take `&mut self`, and none of another CQ is
         // on this thread); `cqe` fits an int (checked above).

@@ -5,12 +5,15 @@
 //! while an SRQ names the CQ.
 
 use super::{CompletionQueue, CqInner};
-use crate::xrc::RetiredSrq;
 use std::sync::PoisonError;
+
+/// An object the CQ keeps until it is destroyed, and drops (destroying
+/// it) right before: an XRC SRQ (`crate::srq`'s `RetiredSrq`).
+pub(crate) type Retired = Box<dyn Send + Sync>;
 
 impl CqInner {
     /// Keeps `srq` until the CQ is destroyed.
-    pub(crate) fn retire(&self, srq: RetiredSrq) {
+    pub(crate) fn retire(&self, srq: Retired) {
         self.retired
             .lock()
             .unwrap_or_else(PoisonError::into_inner)

@@ -258,7 +258,7 @@ impl<T: DirectTransport> QpEx<T> {
         sq.streams = self.mlx5.streams.is_some();
         let mut dvcq = ffi::mlx5dv_cq::default();
         let mut obj = ffi::mlx5dv_obj::default();
-        obj.cq.in_ = crate::qp::ffi_cq(cq);
+        obj.cq.in_ = crate::cq::ffi_cq(cq);
         obj.cq.out = &mut dvcq;
         // SAFETY: a live CQ; the out-struct is writable and outlives the
         // call.

@@ -183,31 +183,6 @@ use std::collections::VecDeque;
 use std::fmt;
 use std::time::Duration;
 
-/// The `what` of every [`Error::QpNotReady`] the direct path builds
-/// starts with this: its text then gives a direct QP's own way back.
-pub(crate) const WHAT_PREFIX: &str = "DirectQp::";
-
-/// The text of [`Error::QpNotReady`] for a direct QP's post, after `QP
-/// 0x… is in `: the state, and what a direct QP can do (it has no
-/// `to_init` or `to_rts`: from any state but RTS, its way back is
-/// [`reset`](DirectQp::reset), then `connect_to`, or `ready` for a DCI).
-pub(crate) fn not_ready(state: QpState) -> String {
-    const BACK: &str = "reset() it, then connect it again (connect_to; a DCI: ready)";
-    match state {
-        QpState::Reset => {
-            format!("{state} (not connected): connect it (connect_to; a DCI: ready) before posting")
-        }
-        QpState::Init | QpState::Rtr => format!(
-            "{state} (not ready to send): a direct QP posts in RTS only, which it reaches \
-             from RESET (a connect that stopped half way left it here): {BACK}"
-        ),
-        QpState::Err => {
-            format!("{state}: a work request failed or it was stopped; {BACK}")
-        }
-        _ => format!("{state}: a direct QP posts in RTS only; {BACK}"),
-    }
-}
-
 mod sealed {
     pub trait Sealed {}
 }
@@ -688,7 +663,11 @@ impl DirectQp<DcInitiator> {
             return Err(Error::InvalidArgument(format!(
                 "dc_addr on {}: the address handle {}",
                 self.qp.describe(),
-                crate::ah::not_of_the_qps_pd(addr.pd_ptr(), self.qp.pd().context().as_ptr(), "DCI")
+                crate::addressing::ah::not_of_the_qps_pd(
+                    addr.pd_ptr(),
+                    self.qp.pd().context().as_ptr(),
+                    "DCI"
+                )
             )));
         }
         let mut dvah = ffi::mlx5dv_ah::default();

@@ -75,7 +75,7 @@ impl<T: DirectTransport> DirectQp<T> {
     {
         if crate::cq::in_provider_poll() {
             // Its fallback, RESET, is refused there: it could only abort.
-            return Err(crate::qp::in_poll_callback(
+            return Err(crate::cq::in_poll_callback(
                 "a scoped direct post",
                 &self.qp.describe(),
             ));

@@ -65,7 +65,7 @@ impl RemoteBuf {
     /// The length of the byte form ([`to_bytes`](Self::to_bytes)).
     pub const BYTES: usize = 28;
     /// The version of the byte form this crate writes and reads.
-    pub const VERSION: u8 = crate::qp::FORM_VERSION;
+    pub const VERSION: u8 = crate::byte_form::FORM_VERSION;
 
     /// The byte form, to send to the peer with the QP's
     /// [`Endpoint`](crate::Endpoint) (over TCP, in a file). Versioned as

@@ -256,7 +256,7 @@ impl<T: Transport> QpBuilder<'_, T> {
     /// Checks what can be checked before any C call.
     fn check(&self, ctx: &Context) -> Result<()> {
         if T::QP_TYPE == ffi::IBV_QPT_XRC_SEND {
-            super::xrc::require_xrc(ctx, &self.describe())?;
+            crate::xrc::require_xrc(ctx, &self.describe())?;
         }
         for (what, cq) in [("send CQ", self.send_cq), ("receive CQ", self.recv_cq)] {
             if cq.context().as_ptr() != ctx.as_ptr() {
@@ -325,7 +325,7 @@ impl<T: Transport> QpBuilder<'_, T> {
     pub fn build(&self) -> Result<QpEx<T>> {
         let ctx = self.pd.context();
         self.check(ctx)?;
-        crate::wr::check_atomic_write(ctx, self.send_ops)?;
+        crate::qp_spec::check_atomic_write(ctx, self.send_ops)?;
         let max_memcpy = if self.mlx5_ops.contains(Mlx5SendOps::MEMCPY) {
             let max = ctx.mlx5_caps()?.max_wr_memcpy_length.unwrap_or(0);
             if max == 0 {
@@ -381,7 +381,7 @@ impl<T: Transport> QpBuilder<'_, T> {
             ("ibv_create_qp_ex", qp)
         };
         let qp = NonNull::new(qp).ok_or_else(|| {
-            crate::wr::name_refused_ops(Error::last_os(call, self.describe()), self.send_ops)
+            crate::qp_spec::name_refused_ops(Error::last_os(call, self.describe()), self.send_ops)
         })?;
         // SAFETY: the QP was created with IBV_QP_INIT_ATTR_SEND_OPS_FLAGS, so
         // it has an extended QP.

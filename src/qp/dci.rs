@@ -1,7 +1,7 @@
 //! DCIs: the INIT → RTR → RTS path, DC addresses, stream recovery.
 
 use super::{check_psn, ConnectOptions, DciQp, DctEndpoint};
-use crate::ah::{AddressHandle, AhAttr};
+use crate::addressing::ah::{AddressHandle, AhAttr};
 use crate::error::{check, Error, Result};
 use crate::ffi;
 use crate::pd::ProtectionDomain;
@@ -143,7 +143,7 @@ impl RemoteDct {
         opts: &ConnectOptions,
     ) -> Result<Self> {
         super::check_24_bits("DCT number", endpoint.dctn)?;
-        crate::roce::require_gid(pd.context(), opts)?;
+        crate::addressing::roce::require_gid(pd.context(), opts)?;
         let ah = AddressHandle::new(pd, &AhAttr::towards(endpoint.lid, endpoint.gid, opts))?;
         Ok(RemoteDct {
             ah,

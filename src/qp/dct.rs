@@ -1,7 +1,7 @@
 //! DCTs: the targets DCIs address (`MLX5DV_DCTYPE_DCT`).
 
 use super::{ffi_cq, query_state, ConnectOptions, QpState};
-use crate::ah::AhAttr;
+use crate::addressing::ah::AhAttr;
 use crate::cq::{CompletionQueue, CqInner};
 use crate::error::{check, Error, Result};
 use crate::ffi;
@@ -148,7 +148,7 @@ impl Dct {
     /// [`ready`](Self::ready)): an endpoint without one is refused.
     pub fn endpoint(&self, opts: &ConnectOptions) -> Result<DctEndpoint> {
         let ctx = self.pd.context();
-        crate::roce::require_gid(ctx, opts)?;
+        crate::addressing::roce::require_gid(ctx, opts)?;
         Ok(DctEndpoint {
             dctn: self.dctn(),
             dc_key: self.access_key,
@@ -180,7 +180,7 @@ impl Dct {
     /// where a connection without one is refused before the DCT is
     /// touched).
     pub fn ready(&self, opts: &ConnectOptions) -> Result<()> {
-        crate::roce::require_gid(self.pd.context(), opts)?;
+        crate::addressing::roce::require_gid(self.pd.context(), opts)?;
         let mut a = ffi::ibv_qp_attr {
             qp_state: ffi::IBV_QPS_INIT,
             pkey_index: 0,

@@ -25,33 +25,34 @@
 //! is made anew.
 
 mod builder;
-mod byte_form;
 mod dci;
 mod dct;
 mod ops;
 mod raw;
 mod rc;
 mod ready;
+mod scope;
 pub(crate) mod transitions;
 mod types;
 mod uc;
 mod ud;
 mod ud_endpoint;
 mod xrc;
+mod xrc_tgt;
 
+pub use crate::addressing::ConnectOptions;
+pub use crate::qp_spec::{DciStreams, Mlx5SendOps, QpCaps, QpKind, QpState, SendOps};
 pub use builder::QpBuilder;
 pub(crate) use dci::MAX_DCTN;
 pub use dci::{DcAddr, RemoteDct};
 pub use dct::{Dct, DctEndpoint};
 pub use raw::{RawMlx5, RawQp};
-pub use types::{
-    ConnectOptions, DciStreams, Endpoint, Mlx5SendOps, QpCaps, QpKind, QpState, SendOps,
-};
+pub use types::Endpoint;
 pub use uc::{UcQp, UnreliableConnection};
-pub use ud::{UdAddr, UD_GRH_BYTES};
+pub use ud::UdAddr;
 pub use ud_endpoint::{UdDest, UdEndpoint};
-pub(crate) use xrc::require_xrc;
 pub use xrc::{XrcIniQp, XrcInitiator, XrcSrqn};
+pub use xrc_tgt::XrcTgtQp;
 
 use crate::cq::{CompletionQueue, CqInner};
 use crate::error::{check, Error, Result};
@@ -62,10 +63,11 @@ use std::marker::PhantomData;
 use std::ptr::NonNull;
 use std::sync::Arc;
 
-pub(crate) use byte_form::{versioned_form, ByteForm, FORM_VERSION};
-pub(crate) use ops::WrOps;
+pub(crate) use crate::byte_form::{versioned_form, ByteForm, FORM_VERSION};
+pub(crate) use ops::{WrOps, BATCH_ABORTING, BATCH_CLOSED, BATCH_OPEN};
 pub(crate) use rc::{check_24_bits, check_psn, past_24_bits, MAX_24_BITS};
 pub(crate) use ready::{recorded_state, refusal_explained, refuse, Post};
+pub(crate) use scope::{ScopeIds, SCOPED_ID_BIT};
 
 mod sealed {
     pub trait Sealed {}
@@ -230,20 +232,7 @@ pub(crate) fn check_retries(opts: &ConnectOptions) -> Result<()> {
     Ok(())
 }
 
-/// The error of a call refused inside a poll callback.
-#[cold]
-pub(crate) fn in_poll_callback(call: &str, what: &str) -> Error {
-    Error::InvalidArgument(format!(
-        "{call} on {what} inside a poll_each callback: the provider may hold the CQ's \
-         lock until the poll ends, and this call would take it again (call it after \
-         the poll)"
-    ))
-}
-
-pub(crate) fn ffi_cq(cq: &CompletionQueue) -> *mut ffi::ibv_cq {
-    // SAFETY: a pure pointer cast of a live extended CQ.
-    unsafe { ffi::ibv_cq_ex_to_cq(cq.as_ptr()) }
-}
+pub(crate) use crate::cq::{ffi_cq, in_poll_callback};
 
 /// What an mlx5 QP was created with.
 #[derive(Debug, Clone, Copy, Default)]
@@ -282,7 +271,7 @@ pub struct QpEx<T: Transport> {
     send_ops: SendOps,
     owned: bool,
     /// The ids of the next scoped post ([`QpEx::post_and_wait`]).
-    pub(crate) scope: crate::wr::ScopeIds,
+    pub(crate) scope: ScopeIds,
     /// The PSN this QP's last [`QpEx::endpoint`] gave the peer
     /// ([`rc::NO_PSN`] before any).
     pub(crate) local_psn: std::sync::atomic::AtomicU32,
@@ -401,7 +390,7 @@ impl<T: Transport> QpEx<T> {
             qp: p.qp,
             qpx: p.qpx,
             mlx5: Mlx5Info {
-                wqe_blocks: crate::wr::wqe_blocks(&p.caps),
+                wqe_blocks: crate::qp_spec::wqe_blocks(&p.caps),
                 ..p.mlx5
             },
             caps: p.caps,

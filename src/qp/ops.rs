@@ -37,7 +37,7 @@ macro_rules! entries {
             /// for ever; so do a move to RESET (which resets the send
             /// queue's indices under the leaked batch) and the QP's drop.
             /// Atomic: a RESET through `&self` may run on several threads
-            /// at once. [`BATCH_CLOSED`](crate::wr::BATCH_CLOSED),
+            /// at once. [`BATCH_CLOSED`],
             /// `BATCH_OPEN`, or `BATCH_ABORTING` while one thread aborts a
             /// leaked batch (the others wait for it to finish).
             pub(crate) open: std::sync::atomic::AtomicU8,
@@ -164,7 +164,7 @@ impl WrOps {
             abort,
             depth: 0,
             mqpx: std::ptr::null_mut(),
-            open: std::sync::atomic::AtomicU8::new(crate::wr::BATCH_CLOSED),
+            open: std::sync::atomic::AtomicU8::new(BATCH_CLOSED),
             set_sge: generic!(true, wr_set_sge, set_sge),
             set_sge_list: generic!(true, wr_set_sge_list, set_sge_list),
             set_inline_data: generic!(true, wr_set_inline_data, set_inline_data),
@@ -215,3 +215,11 @@ impl WrOps {
         }
     }
 }
+
+/// The states of a QP's batch mark (`WrOps::open`): no batch started
+/// and not finalised.
+pub(crate) const BATCH_CLOSED: u8 = 0;
+/// A batch was started (`wr_start`) and not yet completed or aborted.
+pub(crate) const BATCH_OPEN: u8 = 1;
+/// A thread is aborting a leaked batch.
+pub(crate) const BATCH_ABORTING: u8 = 2;

@@ -2,7 +2,7 @@
 //! RESET → INIT → RTR → RTS path and receives.
 
 use super::{ConnectOptions, Connected, Endpoint, Mlx5Info, QpCaps, QpEx, QpParts, RcQp, SendOps};
-use crate::ah::AhAttr;
+use crate::addressing::ah::AhAttr;
 use crate::cq::CompletionQueue;
 use crate::error::{check, Error, Result};
 use crate::ffi;
@@ -80,7 +80,7 @@ impl<T: Connected> QpEx<T> {
     /// and sends no RNR NAK).
     pub fn to_rtr(&self, remote: &Endpoint, opts: &ConnectOptions) -> Result<()> {
         check_psn(remote.psn)?;
-        crate::roce::require_gid(self.pd.context(), opts)?;
+        crate::addressing::roce::require_gid(self.pd.context(), opts)?;
         let av = AhAttr::towards(remote.lid, remote.gid, opts);
         let mut a = ffi::ibv_qp_attr {
             qp_state: ffi::IBV_QPS_RTR,
@@ -152,7 +152,7 @@ impl<T: Connected> QpEx<T> {
             )));
         }
         super::check_retries(opts)?;
-        crate::roce::require_gid(self.pd.context(), opts)?;
+        crate::addressing::roce::require_gid(self.pd.context(), opts)?;
         self.to_init(opts.port, opts.access)?;
         self.to_rtr(remote, opts)?;
         self.to_rts(local_psn, opts)
@@ -164,7 +164,7 @@ impl<T: Connected> QpEx<T> {
     pub fn endpoint(&self, psn: u32, opts: &ConnectOptions) -> Result<Endpoint> {
         check_psn(psn)?;
         let ctx = self.pd.context();
-        crate::roce::require_gid(ctx, opts)?;
+        crate::addressing::roce::require_gid(ctx, opts)?;
         self.local_psn
             .store(psn, std::sync::atomic::Ordering::Relaxed);
         let port = ctx.query_port(opts.port)?;

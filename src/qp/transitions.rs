@@ -4,7 +4,7 @@
 //! refuses an attribute a transport does not take).
 
 use super::{check_psn, check_retries, ConnectOptions, Endpoint};
-use crate::ah::AhAttr;
+use crate::addressing::ah::AhAttr;
 use crate::device::Context;
 use crate::error::{check, Result};
 use crate::ffi;
@@ -47,7 +47,7 @@ pub(crate) fn rtr(
     responder: bool,
 ) -> Result<Step> {
     check_psn(remote.psn)?;
-    crate::roce::require_gid(ctx, opts)?;
+    crate::addressing::roce::require_gid(ctx, opts)?;
     let av = AhAttr::towards(remote.lid, remote.gid, opts);
     let mut mask = ffi::IBV_QP_STATE
         | ffi::IBV_QP_AV

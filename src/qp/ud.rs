@@ -2,7 +2,7 @@
 //! with their 40-byte GRH area.
 
 use super::{check_psn, ConnectOptions, Mlx5SendOps, SendOps, UdQp};
-use crate::ah::AddressHandle;
+use crate::addressing::ah::AddressHandle;
 use crate::error::{check, Error, Result};
 use crate::ffi;
 use crate::mr::{recv_wr, Sge};
@@ -15,12 +15,7 @@ use std::sync::atomic::Ordering::Relaxed;
 /// without immediate data, only).
 pub(crate) const UD_SEND_OPS: SendOps = SendOps::SEND.union(SendOps::SEND_WITH_IMM);
 
-/// The bytes at the start of every UD receive buffer that the device
-/// fills with the packet's global route header, or leaves alone when the
-/// packet had none (`ibv_post_recv(3)`: "the first 40 bytes of the buffer
-/// of a UD receive are reserved for the GRH"). A receive's `byte_len`
-/// counts them.
-pub const UD_GRH_BYTES: usize = 40;
+use crate::addressing::grh::UD_GRH_BYTES;
 
 /// Refuses, before any C call, what a UD QP cannot be created with: send
 /// ops other than sends, and mlx5 send ops or create flags.

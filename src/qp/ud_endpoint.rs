@@ -4,7 +4,7 @@
 
 use super::{versioned_form, ByteForm};
 use super::{ConnectOptions, UdAddr, UdQp};
-use crate::ah::{AddressHandle, AhAttr};
+use crate::addressing::ah::{AddressHandle, AhAttr};
 use crate::error::{Error, Result};
 use crate::pd::ProtectionDomain;
 use crate::port::Gid;
@@ -186,7 +186,7 @@ impl UdQp {
                 receive: false,
             });
         }
-        crate::roce::require_gid(ctx, opts)?;
+        crate::addressing::roce::require_gid(ctx, opts)?;
         Ok(UdEndpoint {
             qpn: self.qp_num(),
             qkey: self.qkey()?,
@@ -222,7 +222,7 @@ impl UdDest {
     /// a QP refuses an address handle of another
     /// ([`UdAddr`](crate::UdAddr)).
     pub fn new(pd: &ProtectionDomain, peer: &UdEndpoint, opts: &ConnectOptions) -> Result<Self> {
-        crate::roce::require_gid(pd.context(), opts)?;
+        crate::addressing::roce::require_gid(pd.context(), opts)?;
         let ah = AddressHandle::new(pd, &peer.ah_attr(opts))?;
         Ok(UdDest {
             ah,

@@ -8,7 +8,7 @@ use super::transitions::{self, Step};
 use super::{sealed, ConnectOptions, Endpoint, QpBuilder, QpCaps, QpEx, Transport};
 use super::{RemoteReadAtomic, RemoteWrite};
 use crate::cq::CompletionQueue;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::ffi;
 use crate::mr::AccessFlags;
 use crate::pd::ProtectionDomain;
@@ -70,24 +70,6 @@ impl<'a> QpBuilder<'a, XrcInitiator> {
     }
 }
 
-/// Refuses XRC on a device whose capability flags lack `IBV_DEVICE_XRC`
-/// (`ibv_query_device(3)`), before any XRC object is made.
-pub(crate) fn require_xrc(ctx: &crate::Context, what: &str) -> Result<()> {
-    let mut attr = ffi::ibv_device_attr::default();
-    // SAFETY: the context is open while `ctx` lives; `attr` is writable.
-    let rc = unsafe { ffi::ibv_query_device(ctx.as_ptr(), &mut attr) };
-    crate::error::check(rc, "ibv_query_device", || ctx.name().to_string())?;
-    if attr.device_cap_flags & ffi::IBV_DEVICE_XRC == 0 {
-        return Err(Error::Unsupported {
-            what: format!(
-                "{what}: {} has no XRC (device_cap_flags lack IBV_DEVICE_XRC)",
-                ctx.name()
-            ),
-        });
-    }
-    Ok(())
-}
-
 impl XrcIniQp {
     fn apply(&self, step: Step) -> Result<()> {
         transitions::apply(self.qp, step, || self.describe())
@@ -119,7 +101,7 @@ impl XrcIniQp {
         super::check_psn(remote.psn)?;
         super::check_psn(local_psn)?;
         super::check_retries(opts)?;
-        crate::roce::require_gid(self.pd.context(), opts)?;
+        crate::addressing::roce::require_gid(self.pd.context(), opts)?;
         self.to_init(opts.port)?;
         self.to_rtr(remote, opts)?;
         self.to_rts(local_psn, opts)
@@ -130,7 +112,7 @@ impl XrcIniQp {
     pub fn endpoint(&self, psn: u32, opts: &ConnectOptions) -> Result<Endpoint> {
         super::check_psn(psn)?;
         let ctx = self.pd.context();
-        crate::roce::require_gid(ctx, opts)?;
+        crate::addressing::roce::require_gid(ctx, opts)?;
         Ok(Endpoint {
             qpn: self.qp_num(),
             psn,

@@ -2,9 +2,7 @@
 //! at the peer as one, with no local memory named.
 
 use super::{SendFlags, Wr};
-use crate::device::Context;
 use crate::error::{Error, Result};
-use crate::ffi;
 use crate::mr::RemoteBuf;
 use crate::qp::{RemoteReadAtomic, SendOps};
 
@@ -64,49 +62,5 @@ impl<T: RemoteReadAtomic> Wr<'_, '_, T> {
                 unsafe { (ops.atomic_write)(q, rkey, raddr, data.cast()) }
             },
         )
-    }
-}
-
-/// `IB_UVERBS_DEVICE_ATOMIC_WRITE`: the device runs atomic writes.
-const DEVICE_ATOMIC_WRITE: u64 = 1 << 40;
-
-/// Refuses a QP with [`SendOps::ATOMIC_WRITE`] on a device that does not
-/// claim atomic write (a kernel without it would fail each one with a
-/// local QP operation error, as soft-RoCE under Linux 6.1 does).
-pub(crate) fn check_atomic_write(ctx: &Context, send_ops: SendOps) -> Result<()> {
-    if !send_ops.contains(SendOps::ATOMIC_WRITE) {
-        return Ok(());
-    }
-    let mut attr = ffi::ibv_device_attr_ex::default();
-    // SAFETY: the context is open; `attr` is writable and the input may be
-    // NULL.
-    let rc = unsafe { ffi::ibv_query_device_ex(ctx.as_ptr(), std::ptr::null(), &mut attr) };
-    crate::error::check(rc, "ibv_query_device_ex", || ctx.name().to_string())?;
-    if attr.device_cap_flags_ex & DEVICE_ATOMIC_WRITE == 0 {
-        return Err(Error::Unsupported {
-            what: format!(
-                "atomic write (SendOps::ATOMIC_WRITE) on {}: the device does not claim \
-                 IB_UVERBS_DEVICE_ATOMIC_WRITE (soft-RoCE has it from Linux 6.2)",
-                ctx.name()
-            ),
-        });
-    }
-    Ok(())
-}
-
-/// The error of a QP creation the provider refused, naming atomic write
-/// when the QP asked for it (providers without the builder refuse its
-/// send-op flag).
-pub(crate) fn name_refused_ops(err: Error, send_ops: SendOps) -> Error {
-    match err {
-        Error::Unsupported { what } if send_ops.contains(SendOps::ATOMIC_WRITE) => {
-            Error::Unsupported {
-                what: format!(
-                    "atomic write (IBV_QP_EX_WITH_ATOMIC_WRITE) or another requested send op: \
-                     {what}"
-                ),
-            }
-        }
-        err => err,
     }
 }

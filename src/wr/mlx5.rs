@@ -11,12 +11,7 @@ use crate::qp::{Mlx5Info, Mlx5SendOps, QpEx, ReliableConnection, SendOps, Transp
 use crate::wqe::Wqe;
 use std::marker::PhantomData;
 
-/// Bytes of the inline-data segment header a UMR's entries share the WQE
-/// with (`struct mlx5_wqe_inl_data_seg`).
-const INL_HDR: u32 = 4;
-/// Bytes of one list entry (`struct mlx5_wqe_data_seg`) or one interleaved
-/// entry (`struct mlx5_wqe_umr_repeat_ent_seg`) in a UMR WQE.
-const ENTRY: u32 = 16;
+use crate::qp_spec::{ENTRY, INL_HDR};
 
 /// One entry of an interleaved layout (`struct mlx5dv_mr_interleaved`):
 /// `bytes_count` bytes of real data at an offset of a memory region, then
@@ -488,14 +483,6 @@ impl<'m> Wr<'_, 'm, ReliableConnection> {
             },
         )
     }
-}
-
-/// The 64-byte blocks of a QP's WQE: at least a control segment plus the
-/// larger of its inline data (with its 4-byte header) and its SGEs.
-pub(crate) fn wqe_blocks(caps: &crate::qp::QpCaps) -> u32 {
-    let body =
-        (caps.max_inline_data.saturating_add(INL_HDR)).max(caps.max_send_sge.saturating_mul(ENTRY));
-    body.saturating_add(16).div_ceil(64)
 }
 
 const WQE_LIMIT: &str = "what the QP's WQE holds: create it with a larger max_inline_data";

@@ -175,19 +175,16 @@ mod bind;
 mod flush;
 mod mlx5;
 mod op;
-mod xrc;
-pub(crate) use mlx5::wqe_blocks;
 mod scoped;
 #[cfg(test)]
 mod tests;
+mod xrc;
 
-pub(crate) use atomic_write::{check_atomic_write, name_refused_ops};
 #[cfg(mlx5dv_ibv_wr_flush)]
 pub use flush::{FlushLevel, FlushPlacement};
 pub use mlx5::{MemcpyOp, MrInterleaved};
 pub(crate) use op::{Addressed, PeerReceive};
 pub use op::{Atomic, Destination, Op, Source, Wr};
-pub(crate) use scoped::ScopeIds;
 pub use scoped::ScopedBatch;
 pub(crate) use scoped::{abort_with, said_with};
 use std::marker::PhantomData;
@@ -740,13 +737,7 @@ impl<T: Transport> Drop for WrBatch<'_, '_, T> {
     }
 }
 
-/// The states of a QP's batch mark (`WrOps::open`): no batch started
-/// and not finalised.
-pub(crate) const BATCH_CLOSED: u8 = 0;
-/// A batch was started (`wr_start`) and not yet completed or aborted.
-pub(crate) const BATCH_OPEN: u8 = 1;
-/// A thread is aborting a leaked batch.
-pub(crate) const BATCH_ABORTING: u8 = 2;
+pub(crate) use crate::qp::{BATCH_ABORTING, BATCH_CLOSED, BATCH_OPEN};
 
 // The errors of the posting path. Their text is made out of line, so that
 // each check in the caller's loop stays one compare; the variant is built

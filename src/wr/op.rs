@@ -579,7 +579,7 @@ fn bad_dc_addr(remote_dctn: u32, ah_pd: *mut ffi::ibv_pd, qpx: NonNull<ffi::ibv_
     }
     Error::InvalidArgument(format!(
         "mlx5dv_wr_set_dc_addr: the DC address's address handle {}",
-        crate::ah::not_of_the_qps_pd(ah_pd, qp_context(qpx), "DCI")
+        crate::addressing::ah::not_of_the_qps_pd(ah_pd, qp_context(qpx), "DCI")
     ))
 }
 
@@ -605,7 +605,7 @@ fn bad_ud_addr(remote_qpn: u32, ah_pd: *mut ffi::ibv_pd, qpx: NonNull<ffi::ibv_q
     }
     Error::InvalidArgument(format!(
         "ibv_wr_set_ud_addr: the UD address's address handle {}",
-        crate::ah::not_of_the_qps_pd(ah_pd, qp_context(qpx), "QP")
+        crate::addressing::ah::not_of_the_qps_pd(ah_pd, qp_context(qpx), "QP")
     ))
 }
 

@@ -169,7 +169,8 @@ impl Fx {
             pd: &mut *pd_raw,
             ..Default::default()
         });
-        let ah = unsafe { crate::ah::AddressHandle::fake(&pd, NonNull::from(&mut *ah_raw)) };
+        let ah =
+            unsafe { crate::addressing::ah::AddressHandle::fake(&pd, NonNull::from(&mut *ah_raw)) };
         SecondPd {
             ah,
             pd,
@@ -179,9 +180,9 @@ impl Fx {
     }
 
     /// An address handle of the fixture's PD.
-    fn ah(&mut self) -> crate::ah::AddressHandle {
+    fn ah(&mut self) -> crate::addressing::ah::AddressHandle {
         let raw = NonNull::from(&mut *self.ah_raw);
-        unsafe { crate::ah::AddressHandle::fake(&self.pd, raw) }
+        unsafe { crate::addressing::ah::AddressHandle::fake(&self.pd, raw) }
     }
 
     fn mr(&self) -> MemoryRegion {
@@ -241,7 +242,7 @@ fn outcomes(wcs: &[WorkCompletion]) -> Vec<(u64, WcStatus)> {
 /// A second PD of the fixture's context with an address handle of it
 /// (field order is drop order: the handles first).
 struct SecondPd {
-    ah: crate::ah::AddressHandle,
+    ah: crate::addressing::ah::AddressHandle,
     pd: ProtectionDomain,
     _ah_raw: Box<ffi::ibv_ah>,
     _pd_raw: Box<ffi::ibv_pd>,
@@ -578,7 +579,9 @@ fn dci_work_requests_end_with_their_dc_address() {
         log_num_errored: 2,
     };
     let mut qp = fx.qp::<DcInitiator>(SendOps::rc_default(), Mlx5SendOps::MEMCPY, Some(streams));
-    let ah = unsafe { crate::ah::AddressHandle::fake(&fx.pd, NonNull::new(ah_ptr).unwrap()) };
+    let ah = unsafe {
+        crate::addressing::ah::AddressHandle::fake(&fx.pd, NonNull::new(ah_ptr).unwrap())
+    };
     let addr = DcAddr::new(&ah, 0x00AB_CDEF, 0xFEED_0000_DEAD_BEEF);
     let mut b = qp.batch();
     b.wr(1, addr)
@@ -662,7 +665,9 @@ fn dci_memcpy_and_local_inv_take_no_dc_address_after_a_dc_work_request() {
     let ah_ptr = &mut *fx.ah_raw as *mut ffi::ibv_ah;
     let ops = SendOps::rc_default() | SendOps::LOCAL_INV;
     let mut qp = fx.qp::<DcInitiator>(ops, Mlx5SendOps::MEMCPY, None);
-    let ah = unsafe { crate::ah::AddressHandle::fake(&fx.pd, NonNull::new(ah_ptr).unwrap()) };
+    let ah = unsafe {
+        crate::addressing::ah::AddressHandle::fake(&fx.pd, NonNull::new(ah_ptr).unwrap())
+    };
     let addr = DcAddr::new(&ah, 0x00AB_CDEF, 0xFEED_0000_DEAD_BEEF);
     let mut b = qp.batch();
     b.wr(1, addr)

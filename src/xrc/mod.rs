@@ -2,8 +2,9 @@
 //! `ibv_create_srq_ex(3)` with `IBV_SRQT_XRC`, `ibv_create_qp_ex(3)` with
 //! `IBV_QPT_XRC_SEND` / `IBV_QPT_XRC_RECV`).
 //!
-//! An [`XrcDomain`] holds XRC SRQs ([`SharedReceiveQueue::new_xrc`]) and
-//! XRC target QPs ([`XrcTgtQp`]). An initiator ([`XrcIniQp`](crate::XrcIniQp),
+//! An [`XrcDomain`] holds XRC SRQs
+//! ([`SharedReceiveQueue::new_xrc`](crate::SharedReceiveQueue::new_xrc))
+//! and XRC target QPs ([`XrcTgtQp`](crate::XrcTgtQp)). An initiator ([`XrcIniQp`](crate::XrcIniQp),
 //! [`QpBuilder::xrc_ini`](crate::QpBuilder::xrc_ini)) is connected to one
 //! target, as an RC QP to its peer; each of its work requests names the
 //! XRC SRQ it lands in ([`XrcSrqn`](crate::XrcSrqn)), which must be in the
@@ -17,12 +18,6 @@
 //! `device_cap_flags` lack `IBV_DEVICE_XRC`), before any C call that
 //! makes an object.
 
-mod srq;
-mod tgt;
-
-pub(crate) use srq::{RetiredSrq, XrcParents};
-pub use tgt::XrcTgtQp;
-
 use crate::device::Context;
 use crate::error::{Error, Result};
 use crate::ffi;
@@ -30,9 +25,6 @@ use std::fmt;
 use std::os::fd::AsRawFd;
 use std::ptr::NonNull;
 use std::sync::Arc;
-
-#[cfg(doc)]
-use crate::SharedReceiveQueue;
 
 /// An XRC domain (`ibv_open_xrcd(3)`): the container of XRC SRQs and XRC
 /// target QPs. A cheap, cloneable handle; the domain is closed
@@ -81,7 +73,7 @@ impl XrcDomain {
     }
 
     fn open_raw(ctx: &Context, fd: i32, oflags: i32, what: &str) -> Result<Self> {
-        crate::qp::require_xrc(ctx, "ibv_open_xrcd")?;
+        require_xrc(ctx, "ibv_open_xrcd")?;
         let mut attr = ffi::ibv_xrcd_init_attr {
             comp_mask: ffi::IBV_XRCD_INIT_ATTR_FD | ffi::IBV_XRCD_INIT_ATTR_OFLAGS,
             fd,
@@ -126,4 +118,22 @@ impl fmt::Debug for XrcDomain {
             .field("device", &self.0.ctx.name())
             .finish()
     }
+}
+
+/// Refuses XRC on a device whose capability flags lack `IBV_DEVICE_XRC`
+/// (`ibv_query_device(3)`), before any XRC object is made.
+pub(crate) fn require_xrc(ctx: &Context, what: &str) -> Result<()> {
+    let mut attr = ffi::ibv_device_attr::default();
+    // SAFETY: the context is open while `ctx` lives; `attr` is writable.
+    let rc = unsafe { ffi::ibv_query_device(ctx.as_ptr(), &mut attr) };
+    crate::error::check(rc, "ibv_query_device", || ctx.name().to_string())?;
+    if attr.device_cap_flags & ffi::IBV_DEVICE_XRC == 0 {
+        return Err(Error::Unsupported {
+            what: format!(
+                "{what}: {} has no XRC (device_cap_flags lack IBV_DEVICE_XRC)",
+                ctx.name()
+            ),
+        });
+    }
+    Ok(())
 }

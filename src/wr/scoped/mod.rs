@@ -34,8 +34,6 @@ use crate::error::{Error, Result};
 use crate::qp::{Connected, DcAddr, DcInitiator, QpEx, Transport};
 use crate::qp::{UdAddr, UnreliableDatagram};
 use crate::qp::{XrcInitiator, XrcSrqn};
-use std::collections::hash_map::RandomState;
-use std::hash::{BuildHasher, Hasher};
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 use std::time::Duration;
 
@@ -43,9 +41,7 @@ mod wait;
 use wait::AbortOnUnwind;
 pub(crate) use wait::{abort_with, said_with};
 
-/// The bit every scoped post's work request id has (see
-/// [`WrBatch::complete`]'s rule on ids).
-const SCOPED_ID_BIT: u64 = 1 << 63;
+use crate::qp::SCOPED_ID_BIT;
 
 /// The batch of a [`QpEx::post_and_wait`] closure: add work requests with
 /// [`wr`](ScopedBatch::wr) as on a [`WrBatch`]; the scoped post completes
@@ -543,7 +539,7 @@ impl<T: Transport> QpEx<T> {
         // poll_each callback (of any CQ): refuse before posting rather than
         // abort there.
         if crate::cq::in_provider_poll() {
-            return Err(crate::qp::in_poll_callback(
+            return Err(crate::cq::in_poll_callback(
                 "post_and_wait",
                 &self.describe(),
             ));
@@ -714,23 +710,6 @@ impl<T: Transport> QpEx<T> {
                     std::hint::spin_loop();
                 }
             }
-        }
-    }
-}
-
-/// A QP's scoped-post state: where the next batch's ids start (below bit
-/// 63, which each id also has), and a list reused for the caller's ids.
-pub(crate) struct ScopeIds {
-    next: u64,
-    ids: Vec<u64>,
-}
-
-impl Default for ScopeIds {
-    fn default() -> Self {
-        let random = RandomState::new().build_hasher().finish();
-        ScopeIds {
-            next: random & !SCOPED_ID_BIT,
-            ids: Vec::new(),
         }
     }
 }

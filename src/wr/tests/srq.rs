@@ -90,7 +90,7 @@ fn fake_xrc_srq(
         ..Default::default()
     };
     let srq = NonNull::new(unsafe { ffi::ibv_create_srq(pd.as_ptr(), &mut attr) }).unwrap();
-    let parents = crate::xrc::XrcParents::new(domain, cq);
+    let parents = crate::srq::XrcParents::new(domain, cq);
     SharedReceiveQueue::wrap(srq, attr.attr, pd, Some(parents))
 }
 

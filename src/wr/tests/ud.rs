@@ -15,7 +15,9 @@ fn ud_work_requests_end_with_their_ud_address() {
         Mlx5SendOps::empty(),
         None,
     );
-    let ah = unsafe { crate::ah::AddressHandle::fake(&fx.pd, NonNull::new(ah_ptr).unwrap()) };
+    let ah = unsafe {
+        crate::addressing::ah::AddressHandle::fake(&fx.pd, NonNull::new(ah_ptr).unwrap())
+    };
     let to = UdAddr::new(&ah, 0x00AB_CDEF, QKEY);
     let mut b = qp.batch();
     b.wr(1, to)
@@ -68,13 +70,16 @@ fn ud_refusals_never_reach_the_provider() {
     // As `UdQp::ready` leaves it for a port of MTU 256.
     qp.max_message
         .store(256, std::sync::atomic::Ordering::Relaxed);
-    let ah = unsafe { crate::ah::AddressHandle::fake(&fx.pd, NonNull::new(ah_ptr).unwrap()) };
+    let ah = unsafe {
+        crate::addressing::ah::AddressHandle::fake(&fx.pd, NonNull::new(ah_ptr).unwrap())
+    };
     let mut other_raw = ffi::ibv_ah {
         context: other.pd.context().as_ptr(),
         ..Default::default()
     };
-    let other_ah =
-        unsafe { crate::ah::AddressHandle::fake(&other.pd, NonNull::from(&mut other_raw)) };
+    let other_ah = unsafe {
+        crate::addressing::ah::AddressHandle::fake(&other.pd, NonNull::from(&mut other_raw))
+    };
     let to = UdAddr::new(&ah, 0x12, QKEY);
     let mut b = qp.batch();
     let e = b.wr(1, to).send().sge(mr.sge(0..257).unwrap()).unwrap_err();

@@ -3,8 +3,6 @@
 //! [`versioned_form`] before a type reads its fields.
 
 use crate::error::{Error, Result};
-#[cfg(doc)]
-use crate::Endpoint;
 
 /// The version of every byte form this crate writes and reads (each
 /// type's `VERSION`): byte 0 of the form.
@@ -15,7 +13,7 @@ pub(crate) const FORM_VERSION: u8 = 2;
 /// bytes long).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum ByteForm {
-    /// An [`Endpoint`]'s.
+    /// An [`Endpoint`](crate::Endpoint)'s.
     Endpoint = 1,
     /// A [`DctEndpoint`](crate::DctEndpoint)'s.
     DctEndpoint = 2,

@@ -4,12 +4,12 @@
 //! [`SharedReceiveQueue::post_recv`]. One dropped after a receive was
 //! posted on it is kept by its CQ ([`RetiredSrq`]) until the CQ goes.
 
-use super::XrcDomain;
+use super::SharedReceiveQueue;
 use crate::cq::{CompletionQueue, CqInner};
 use crate::error::{check, Error, Result};
 use crate::ffi;
 use crate::pd::ProtectionDomain;
-use crate::srq::SharedReceiveQueue;
+use crate::xrc::XrcDomain;
 use std::ptr::NonNull;
 use std::sync::Arc;
 
@@ -43,11 +43,11 @@ impl XrcParents {
     /// `srq` is a live XRC SRQ of `pd`, made in this domain on this CQ,
     /// that nothing else destroys or uses any more.
     pub(crate) unsafe fn retire(&self, srq: NonNull<ffi::ibv_srq>, pd: &ProtectionDomain) {
-        self.cq.retire(RetiredSrq {
+        self.cq.retire(Box::new(RetiredSrq {
             srq,
             pd: pd.clone(),
             _domain: self.domain.clone(),
-        });
+        }));
     }
 }
 
@@ -73,7 +73,7 @@ impl Drop for RetiredSrq {
     fn drop(&mut self) {
         // SAFETY: handed over by the SRQ's last handle (`retire`), held by
         // its CQ alone, and destroyed once, here.
-        unsafe { crate::srq::destroy_srq(self.srq, &self.pd) };
+        unsafe { super::destroy_srq(self.srq, &self.pd) };
     }
 }
 
@@ -130,7 +130,7 @@ impl SharedReceiveQueue {
             srq_type: ffi::IBV_SRQT_XRC,
             pd: pd.as_ptr(),
             xrcd: domain.as_ptr(),
-            cq: crate::qp::ffi_cq(cq),
+            cq: crate::cq::ffi_cq(cq),
             ..Default::default()
         };
         // SAFETY: the context, PD, domain and CQ are live (borrowed);

@@ -1,9 +1,9 @@
-//! The channel side of a CQ: creating it on a channel, its id, arming it,
+//! A CQ on a completion channel: creating it on a channel, its id, arming it,
 //! the race-free step of an event loop and the wait's sleep.
 
-use super::{CompletionChannel, CqId, EventCount};
+use super::{CompletionQueue, PolledWc};
+use crate::channel::{CompletionChannel, CqId, EventCount};
 use crate::clock::Mono;
-use crate::cq::{CompletionQueue, PolledWc};
 use crate::device::Context;
 use crate::error::{Error, Result};
 use crate::ffi;

@@ -1,14 +1,20 @@
 //! What a UD receive holds: the 40-byte GRH area the device writes at the
 //! start of every UD receive buffer, and the message after it.
 
-use crate::ah::{AhAttr, Grh};
+use crate::addressing::ah::{AhAttr, Grh};
 use crate::cq::WorkCompletion;
 use crate::device::Context;
 use crate::error::{Error, Result};
 use crate::ffi;
 use crate::port::Gid;
-use crate::qp::UD_GRH_BYTES;
 use crate::wc::WcFlags;
+
+/// The bytes at the start of every UD receive buffer that the device
+/// fills with the packet's global route header, or leaves alone when the
+/// packet had none (`ibv_post_recv(3)`: "the first 40 bytes of the buffer
+/// of a UD receive are reserved for the GRH"). A receive's `byte_len`
+/// counts them.
+pub const UD_GRH_BYTES: usize = 40;
 
 /// The global route header of a received UD message, read from the first
 /// 40 bytes of its receive buffer (`struct ibv_grh`).

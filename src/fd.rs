@@ -1,5 +1,6 @@
-//! The file-descriptor calls the channel and the async events share:
-//! non-blocking mode, `poll(2)` with a deadline, `errno`.
+//! The file-descriptor calls the completion channel, the async events and
+//! the connection manager share: non-blocking mode, `poll(2)` with a
+//! deadline, `errno`.
 
 use crate::clock::Mono;
 use crate::error::{Error, Result};

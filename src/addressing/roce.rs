@@ -6,10 +6,10 @@
 //! netdev and per RoCE version; the routable choice for an IPv4 network is
 //! the RoCE v2 entry of the IPv4-mapped address (`::ffff:a.b.c.d`).
 
+use crate::addressing::ConnectOptions;
 use crate::device::Context;
 use crate::error::{Error, Result};
 use crate::port::{Gid, GidEntry, GidType, LinkLayer};
-use crate::qp::ConnectOptions;
 use std::net::{IpAddr, Ipv6Addr};
 
 /// The GID of an IP address: IPv4 as its IPv4-mapped IPv6 address.

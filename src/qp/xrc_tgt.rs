@@ -3,11 +3,11 @@
 //! queues of its own: each request it takes lands in the XRC SRQ of its
 //! domain that the request names.
 
-use super::XrcDomain;
+use super::transitions;
+use super::{ConnectOptions, Endpoint, QpState};
 use crate::error::{Error, Result};
 use crate::ffi;
-use crate::qp::transitions;
-use crate::qp::{ConnectOptions, Endpoint, QpState};
+use crate::xrc::XrcDomain;
 use std::fmt;
 use std::ptr::NonNull;
 
@@ -47,7 +47,7 @@ impl XrcTgtQp {
     /// [`Error::Unsupported`] on a device without XRC.
     pub fn new(domain: &XrcDomain) -> Result<Self> {
         let ctx = domain.context();
-        crate::qp::require_xrc(ctx, "XRC target QP")?;
+        crate::xrc::require_xrc(ctx, "XRC target QP")?;
         let mut attr = ffi::ibv_qp_init_attr_ex {
             qp_type: ffi::IBV_QPT_XRC_RECV,
             comp_mask: ffi::IBV_QP_INIT_ATTR_XRCD,
@@ -97,21 +97,21 @@ impl XrcTgtQp {
     /// The current state (`ibv_query_qp(3)`).
     pub fn state(&self) -> Result<QpState> {
         // SAFETY: the QP is live.
-        unsafe { crate::qp::query_state(self.as_ptr()) }
+        unsafe { super::query_state(self.as_ptr()) }
             .map_err(|rc| Error::verbs("ibv_query_qp", rc, self.describe()))
     }
 
     /// This target's side of the exchange: its number, `psn` (the PSN it
     /// answers from), and the port's LID and GID at `opts.gid_index`.
     pub fn endpoint(&self, psn: u32, opts: &ConnectOptions) -> Result<Endpoint> {
-        crate::qp::check_psn(psn)?;
+        super::check_psn(psn)?;
         let ctx = self.domain.context();
-        crate::roce::require_gid(ctx, opts)?;
+        crate::addressing::roce::require_gid(ctx, opts)?;
         Ok(Endpoint {
             qpn: self.qp_num(),
             psn,
             lid: ctx.query_port(opts.port)?.lid,
-            gid: crate::qp::local_gid(ctx, opts)?,
+            gid: super::local_gid(ctx, opts)?,
         })
     }
 

@@ -1,11 +1,11 @@
 //! Address handles: the path to a remote port, for UD and DC work requests
 //! (and the address vector of a connected QP's RTR transition).
 
+use crate::addressing::ConnectOptions;
 use crate::error::{Error, Result};
 use crate::ffi;
 use crate::pd::ProtectionDomain;
 use crate::port::Gid;
-use crate::qp::ConnectOptions;
 use std::fmt;
 use std::ptr::NonNull;
 use std::sync::Arc;
@@ -153,7 +153,7 @@ impl AddressHandle {
         // which libibverbs leaves after an ioctl the kernel lacks, before
         // the write command it falls back to) would read as "not
         // supported"; errno 0 is reported as EIO.
-        crate::channel::clear_errno();
+        crate::fd::clear_errno();
         // SAFETY: the PD is live and `raw` initialised; NULL is handled.
         let ah = unsafe { ffi::ibv_create_ah(pd.as_ptr(), &mut raw) };
         let ah = NonNull::new(ah).ok_or_else(|| {
