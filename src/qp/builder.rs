@@ -1,8 +1,9 @@
 //! Creating QPs: `ibv_create_qp_ex(3)` for plain RC QPs, and
 //! `mlx5dv_create_qp(3)` for DCIs and for RC QPs with mlx5 send ops.
 
-use super::{ffi_cq, DciStreams, Mlx5Info, Mlx5SendOps, QpCaps, QpEx, QpParts, SendOps, Transport};
 use super::{DcInitiator, ReliableConnection, UnreliableDatagram};
+use super::{DciStreams, Mlx5Info, Mlx5SendOps, QpCaps, QpEx, QpParts, SendOps, Transport};
+use crate::cq::ffi_cq;
 use crate::cq::CompletionQueue;
 use crate::device::Context;
 use crate::error::{Error, Result};

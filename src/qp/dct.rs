@@ -1,7 +1,8 @@
 //! DCTs: the targets DCIs address (`MLX5DV_DCTYPE_DCT`).
 
-use super::{ffi_cq, query_state, ConnectOptions, QpState};
+use super::{query_state, ConnectOptions, QpState};
 use crate::addressing::ah::AhAttr;
+use crate::cq::ffi_cq;
 use crate::cq::{CompletionQueue, CqInner};
 use crate::error::{check, Error, Result};
 use crate::ffi;

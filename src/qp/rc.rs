@@ -1,6 +1,7 @@
 //! RC QPs: interop; and for the connected transports (RC, UC) the
 //! RESET → INIT → RTR → RTS path and receives.
 
+use super::checks::{check_psn, NO_PSN};
 use super::{ConnectOptions, Connected, Endpoint, Mlx5Info, QpCaps, QpEx, QpParts, RcQp, SendOps};
 use crate::addressing::ah::AhAttr;
 use crate::cq::CompletionQueue;
@@ -240,36 +241,5 @@ impl<T: Connected> QpEx<T> {
         check(rc, "ibv_post_recv", || {
             format!("{} wr_id {wr_id}", self.describe())
         })
-    }
-}
-
-/// No PSN given yet (PSNs have 24 bits).
-pub(crate) const NO_PSN: u32 = u32::MAX;
-
-/// A packet sequence number has 24 bits.
-pub(crate) fn check_psn(psn: u32) -> Result<()> {
-    check_24_bits("PSN", psn)
-}
-
-/// QP numbers, DCT numbers and PSNs have 24 bits: `value` of `what` past
-/// them is refused.
-pub(crate) fn check_24_bits(what: &'static str, value: u32) -> Result<()> {
-    if value > MAX_24_BITS {
-        return Err(past_24_bits(what, value));
-    }
-    Ok(())
-}
-
-/// The largest 24-bit value: a QP number, a DCT number, a PSN.
-pub(crate) const MAX_24_BITS: u32 = 0x00FF_FFFF;
-
-/// The error of a `value` of `what` past 24 bits.
-#[cold]
-#[inline(never)]
-pub(crate) fn past_24_bits(what: &'static str, value: u32) -> Error {
-    Error::OutOfRange {
-        what,
-        value: u64::from(value),
-        limit: "at most 0xffffff (24 bits)".into(),
     }
 }
