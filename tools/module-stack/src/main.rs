@@ -797,3 +797,117 @@ fn main() -> ExitCode {
         ExitCode::FAILURE
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Writes `files` (path, text) under a fresh folder; returns its path.
+    fn fixture(name: &str, files: &[(&str, &str)]) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("module-stack-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        for (p, text) in files {
+            let f = dir.join(p);
+            std::fs::create_dir_all(f.parent().unwrap()).unwrap();
+            std::fs::write(f, text).unwrap();
+        }
+        dir
+    }
+
+    const MAP: &str = "//! ## Module map\n//!\n//! 1. `low`: below.\n//! 2. `high`: above.\n";
+
+    #[test]
+    fn a_stack_passes_and_its_arrows_are_drawn_through_re_exports() {
+        let dir = fixture(
+            "stack",
+            &[
+                (
+                    "lib.rs",
+                    &format!("{MAP}mod low;\nmod high;\npub use low::Thing;\n"),
+                ),
+                ("low/mod.rs", "mod inner;\npub use inner::Thing;\n"),
+                ("low/inner.rs", "pub struct Thing;\n"),
+                // Through the root's re-export, to the defining file.
+                ("high.rs", "pub fn f(_: crate::Thing) {}\n"),
+            ],
+        );
+        let c = Crate::load(&dir.join("lib.rs"));
+        let names: BTreeSet<(String, String)> = c
+            .file_arrows()
+            .keys()
+            .map(|&(a, b)| (c.file_name(a), c.file_name(b)))
+            .collect();
+        assert!(
+            names.contains(&("high.rs".into(), "low/inner.rs".into())),
+            "{names:?}"
+        );
+        assert!(check(&dir.join("lib.rs"), false));
+    }
+
+    #[test]
+    fn a_circle_between_files_fails() {
+        let dir = fixture(
+            "files",
+            &[
+                (
+                    "lib.rs",
+                    "//! ## Module map\n//!\n//! 1. `a`: all.\nmod a;\n",
+                ),
+                ("a/mod.rs", "mod b;\npub struct Root;\npub use b::Leaf;\n"),
+                // The child names its parent's item: a circle of two files.
+                ("a/b.rs", "pub struct Leaf(pub super::Root);\n"),
+            ],
+        );
+        assert!(!check(&dir.join("lib.rs"), false));
+    }
+
+    #[test]
+    fn an_arrow_up_the_map_fails_and_test_code_draws_none() {
+        let up = fixture(
+            "up",
+            &[
+                ("lib.rs", &format!("{MAP}mod low;\nmod high;\n")),
+                ("low.rs", "pub fn g() { crate::high::f() }\n"),
+                ("high.rs", "pub fn f() {}\n"),
+            ],
+        );
+        assert!(!check(&up.join("lib.rs"), false));
+        let test_only = fixture(
+            "test-only",
+            &[
+                ("lib.rs", &format!("{MAP}mod low;\nmod high;\n")),
+                (
+                    "low.rs",
+                    "#[cfg(test)]\nmod tests { fn t() { crate::high::f() } }\n",
+                ),
+                ("high.rs", "pub fn f() { crate::low::h() }\n"),
+            ],
+        );
+        assert!(check(&test_only.join("lib.rs"), false));
+    }
+
+    #[test]
+    fn the_map_must_name_every_module_once() {
+        let dir = fixture(
+            "unnamed",
+            &[
+                (
+                    "lib.rs",
+                    "//! ## Module map\n//!\n//! 1. `a`: one.\nmod a;\nmod b;\n",
+                ),
+                ("a.rs", ""),
+                ("b.rs", ""),
+            ],
+        );
+        assert!(!check(&dir.join("lib.rs"), false));
+        assert_eq!(
+            parse_map(
+                "## Module map\n\n1. `x`, `y`: both; not `z`\n   more `w`: text\n2. `z`: last\n"
+            ),
+            vec![
+                BTreeSet::from(["x".to_string(), "y".to_string()]),
+                BTreeSet::from(["z".to_string()])
+            ]
+        );
+    }
+}
