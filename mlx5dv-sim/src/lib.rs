@@ -26,4 +26,6 @@ pub mod fabric;
 pub mod interpose;
 pub mod kernel;
 pub mod mkey;
+pub mod model;
+pub mod sys;
 pub mod wqe;

@@ -2,7 +2,7 @@
 //! completion events on armed CQs.
 
 use crate::config::debug;
-use crate::kernel::state::Cq;
+use crate::model::state::Cq;
 use std::sync::atomic::{fence, AtomicU64, AtomicU8, Ordering};
 
 /// CQEs the device tried to write (for `MLX5DV_SIM_FAIL_CQ_OVERRUN`).
@@ -192,7 +192,7 @@ pub fn report_overrun(cq: &mut Cq, async_w: i32) {
     desc[..8].copy_from_slice(&cq.user_handle.to_ne_bytes());
     // SAFETY: `async_w` is the non-blocking write end of the context's
     // async-event pipe, owned by the device; `desc` is 16 readable bytes.
-    let n = unsafe { crate::interpose::real::write()(async_w, desc.as_ptr().cast(), desc.len()) };
+    let n = unsafe { crate::sys::real::write()(async_w, desc.as_ptr().cast(), desc.len()) };
     if n == 16 {
         cq.async_events += 1;
     } else {
@@ -230,7 +230,7 @@ pub fn maybe_event(cq: &mut Cq) {
     let desc = cq.user_handle.to_ne_bytes();
     // SAFETY: `w` is the non-blocking write end of the channel's pipe,
     // owned by the device; `desc` is 8 readable bytes.
-    let n = unsafe { crate::interpose::real::write()(w, desc.as_ptr().cast(), desc.len()) };
+    let n = unsafe { crate::sys::real::write()(w, desc.as_ptr().cast(), desc.len()) };
     if n == 8 {
         cq.comp_events += 1;
     } else {

@@ -5,11 +5,12 @@ use super::cq::syndrome as syn;
 use super::mem::{self, Access, Fault};
 use super::recv;
 use super::remote;
-use super::serve::{self, Source};
+use super::serve;
 use super::ud_grh::{ud_recv, Route};
 use crate::config::debug;
 use crate::fabric::{self, wire::Op};
-use crate::kernel::state::{Device, MkeyKind, QpKind};
+use crate::model::state::{Device, MkeyKind, QpKind};
+use crate::model::wire::Source;
 use crate::wqe::{Body, Data, Sge, Umr, Wqe};
 
 /// How a WQE ended.
@@ -335,7 +336,7 @@ pub fn ud_deliver(
 }
 
 fn mkey_access(a: u8) -> u32 {
-    use crate::kernel::state::*;
+    use crate::model::state::*;
     let mut f = 0;
     if a & (1 << 3) != 0 {
         f |= ACCESS_LOCAL_WRITE;

@@ -20,7 +20,8 @@ pub mod window;
 pub mod xrc;
 
 use crate::config::{self, debug};
-use crate::kernel::{self, state::Device, state::QpKind, state::QpState};
+use crate::model::lock;
+use crate::model::state::{self, Device, QpKind, QpState};
 use crate::wqe;
 use cq::{opcode, syndrome as syn, Cqe};
 use exec::{Outcome, Requester};
@@ -51,7 +52,7 @@ fn run_thread() {
     let mut idle = 0u32;
     loop {
         let (n, open) = {
-            let mut dev = kernel::lock();
+            let mut dev = lock();
             (step_locked(&mut dev), !dev.contexts.is_empty())
         };
         if !open {
@@ -92,7 +93,7 @@ fn run_thread() {
 
 /// Runs everything posted so far; returns how many WQEs and flushes ran.
 pub fn step() -> usize {
-    let mut dev = kernel::lock();
+    let mut dev = lock();
     step_locked(&mut dev)
 }
 
@@ -118,7 +119,7 @@ pub fn step_locked(dev: &mut Device) -> usize {
 }
 
 /// The QP view the WQE parser needs.
-fn view(q: &kernel::state::Qp, sq: &kernel::state::Sq) -> wqe::QpView {
+fn view(q: &state::Qp, sq: &state::Sq) -> wqe::QpView {
     wqe::QpView {
         qpn: q.qpn,
         kind: match q.kind {
@@ -141,7 +142,7 @@ fn view(q: &kernel::state::Qp, sq: &kernel::state::Sq) -> wqe::QpView {
 
 /// Reads the WQE at the consumer index, linearised (it may wrap at the end
 /// of the SQ). Returns the bytes and the WQEBBs it spans.
-fn read_wqe(sq: &kernel::state::Sq) -> (Vec<u8>, u16) {
+fn read_wqe(sq: &state::Sq) -> (Vec<u8>, u16) {
     let bb = |i: u32| sq.buf + u64::from(i & (sq.wqe_cnt - 1)) * 64;
     // SAFETY: WQEBB `ci & (cnt-1)` lies inside the SQ the create command gave.
     let ctrl = unsafe { mem::read_raw(bb(u32::from(sq.ci)), 16) };
@@ -290,7 +291,7 @@ fn enter_error(dev: &mut Device, h: u32, stream: u16) {
         }
     }
     debug!("QP {:#x} -> ERR", q.qpn);
-    crate::kernel::enter_err(dev, h);
+    crate::model::events::enter_err(dev, h);
 }
 
 /// Flushes the posted receive WQEs of a QP in error.

@@ -6,7 +6,8 @@ use super::exec::Outcome;
 use super::mem::{self, Access};
 use super::ud_grh::{UdRecv, GRH_BYTES};
 use crate::config::debug;
-use crate::kernel::state::{Device, MkeyKind};
+use crate::model::events::{async_event, SRQ_LIMIT_REACHED};
+use crate::model::state::{Device, MkeyKind};
 
 /// `MLX5_INVALID_LKEY`: ends a receive WQE's scatter list early.
 const INVALID_LKEY: u32 = 0x100;
@@ -106,7 +107,7 @@ fn consume(dev: &mut Device, peer: u32, slot: &Slot) {
                 s.limit = 0;
                 let (ctx, handle) = (s.ctx, s.user_handle);
                 let written = match dev.contexts.get(&ctx).and_then(|c| c.async_fd) {
-                    Some((_, w)) => async_event(w, handle, crate::kernel::SRQ_LIMIT_REACHED),
+                    Some((_, w)) => async_event(w, handle, SRQ_LIMIT_REACHED),
                     None => false,
                 };
                 if written {
@@ -119,18 +120,6 @@ fn consume(dev: &mut Device, peer: u32, slot: &Slot) {
     } else if let Some(rq) = dev.qps.get_mut(&peer).and_then(|q| q.rq.as_mut()) {
         rq.ci = rq.ci.wrapping_add(1);
     }
-}
-
-/// Writes `ib_uverbs_async_event_desc{element, event_type}` to an async
-/// event pipe; false if it could not.
-pub fn async_event(w: i32, element: u64, event_type: u32) -> bool {
-    let mut desc = [0u8; 16];
-    desc[..8].copy_from_slice(&element.to_ne_bytes());
-    desc[8..12].copy_from_slice(&event_type.to_ne_bytes());
-    // SAFETY: `w` is the device's non-blocking write end of the context's
-    // async-event pipe; `desc` is 16 readable bytes.
-    let n = unsafe { crate::interpose::real::write()(w, desc.as_ptr().cast(), desc.len()) };
-    n == 16
 }
 
 /// Writes the responder completion `c` of a receive taken from `slot`: to
@@ -268,9 +257,9 @@ pub fn deliver(
         c.syndrome = s;
         consume(dev, peer, &slot);
         complete(dev, peer, &slot, c);
-        let dct = crate::kernel::state::QpKind::Dct;
+        let dct = crate::model::state::QpKind::Dct;
         if dev.qps.get(&peer).is_some_and(|q| q.kind != dct) {
-            crate::kernel::enter_err(dev, peer);
+            crate::model::events::enter_err(dev, peer);
         }
         Err(Outcome::Error(req, why))
     };

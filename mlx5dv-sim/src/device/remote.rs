@@ -15,71 +15,16 @@
 use super::cq::syndrome as syn;
 use super::exec::{self, Outcome, Requester};
 use super::retry;
-use super::serve::Source;
 use crate::config::{self, debug};
 use crate::fabric::wire::{self, Op, Packet, Reply, Request, Response, Transport};
 use crate::fabric::{self, Host};
-use crate::kernel::state::{Device, QpKind};
+use crate::model::state::{Device, QpKind};
+use crate::model::wire::{Finish, Inflight};
 use crate::wqe::{Body, Wqe};
-use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 /// `MLX5_CQE_SYNDROME_RNR_RETRY_EXC_ERR`.
 const RNR_RETRY_EXC: u8 = 0x16;
-
-/// A QP's state on the wire.
-#[derive(Debug, Default)]
-pub struct QpWire {
-    /// Requester: the PSN of the next packet (`sq_psn` at RTS).
-    pub next_psn: u32,
-    /// Responder: the PSN expected next (`rq_psn` at RTR).
-    pub epsn: u32,
-    /// Responder (RC): the last answer, sent again for a duplicate.
-    pub last: Option<(u32, Reply)>,
-    /// Responder (DCT): the last answer to each DCI.
-    pub dc_last: HashMap<Source, (u32, Reply)>,
-    /// Responder: the packets of a send received so far, by sender.
-    pub partial: HashMap<Source, Vec<u8>>,
-    /// Requester: the work request in flight.
-    pub inflight: Option<Box<Inflight>>,
-    /// Requester: answers received, not yet matched.
-    pub replies: Vec<Response>,
-}
-
-impl QpWire {
-    /// Forgets everything of the connection (the QP went to RESET).
-    pub fn reset(&mut self) {
-        *self = Self::default();
-    }
-}
-
-/// What a finished request does locally with the answers' bytes.
-#[derive(Debug)]
-enum Finish {
-    Nothing,
-    /// Scatter the read data (or an atomic's original value) here.
-    Scatter(Vec<(u64, u64)>),
-}
-
-/// A work request in flight to another host.
-#[derive(Debug)]
-pub struct Inflight {
-    /// The WQE index it is for.
-    pub ci: u16,
-    to: u16,
-    head: Request,
-    ops: Vec<Op>,
-    next: usize,
-    /// When the current packet went out (`None`: not yet).
-    sent: Option<Instant>,
-    /// Not before this instant (an RNR NAK's timer).
-    not_before: Option<Instant>,
-    attempts: u8,
-    rnr: u8,
-    got: Vec<u8>,
-    finish: Finish,
-    total: u32,
-}
 
 /// The QP's destination on the fabric for this WQE: `None` when it is this
 /// host (the local path runs it), else the host (0: unroutable; nothing

@@ -8,10 +8,11 @@
 
 use super::cq::syndrome as syn;
 use super::exec::{self, Outcome};
-use super::serve::{self, Source};
+use super::serve;
 use crate::config::debug;
 use crate::fabric::wire::{next_psn, Op, Reply, Request, Response, Transport};
-use crate::kernel::state::{Device, QpKind};
+use crate::model::state::{Device, QpKind};
+use crate::model::wire::Source;
 
 /// The connected QP a request is for, if it is there, ready, and
 /// connected to the sender.

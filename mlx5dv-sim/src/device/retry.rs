@@ -7,7 +7,7 @@
 
 use super::cq::syndrome as syn;
 use super::exec::Outcome;
-use crate::kernel::state::Device;
+use crate::model::state::Device;
 use std::time::{Duration, Instant};
 
 /// `MLX5_CQE_SYNDROME_RNR_RETRY_EXC_ERR`.

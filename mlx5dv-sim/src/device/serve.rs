@@ -9,24 +9,15 @@ use super::mem::{self, Access};
 use super::recv;
 use crate::config::debug;
 use crate::fabric::wire::Op;
-use crate::kernel::state::{
+use crate::model::state::{
     Device, QpKind, QpState, ACCESS_REMOTE_ATOMIC, ACCESS_REMOTE_READ, ACCESS_REMOTE_WRITE,
 };
+use crate::model::wire::Source;
 
 /// `IBV_EVENT_QP_REQ_ERR`: the responder saw an invalid request.
 const QP_REQ_ERR: u32 = 2;
 /// `IBV_EVENT_QP_ACCESS_ERR`: the responder saw a remote access violation.
 const QP_ACCESS_ERR: u32 = 3;
-
-/// Who sent a request: host and QP (DCI), for the responder's
-/// reassembly of a send and its completion's source QPN.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Source {
-    /// The sending host.
-    pub host: u16,
-    /// The sending QP.
-    pub qpn: u32,
-}
 
 /// The DCT numbered `dctn`, if it is in RTR (the only state in which a
 /// DCT answers).
@@ -113,12 +104,12 @@ pub fn serve(
                 debug!("QP {:#x} -> ERR (responder of a NAK: {why})", q.qpn);
                 let (ctx, handle) = (q.ctx, q.user_handle);
                 let w = dev.contexts.get(&ctx).and_then(|c| c.async_fd);
-                if w.is_some_and(|(_, w)| recv::async_event(w, handle, event)) {
+                if w.is_some_and(|(_, w)| crate::model::events::async_event(w, handle, event)) {
                     if let Some(q) = dev.qps.get_mut(&peer) {
                         q.events += 1;
                     }
                 }
-                crate::kernel::enter_err(dev, peer);
+                crate::model::events::enter_err(dev, peer);
             }
         }
     }

@@ -6,7 +6,7 @@
 use super::cq::syndrome as syn;
 use super::exec::Outcome;
 use crate::config::debug;
-use crate::kernel::state::{Device, QpKind};
+use crate::model::state::{Device, QpKind};
 
 /// The kind of QP that answers requests from a QP of kind `requester`.
 pub fn responder_kind(requester: QpKind) -> QpKind {
