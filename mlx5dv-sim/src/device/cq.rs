@@ -3,6 +3,7 @@
 
 use crate::config::debug;
 use crate::model::state::Cq;
+use crate::sys::raw::load_be32_acquire;
 use std::sync::atomic::{fence, AtomicU64, AtomicU8, Ordering};
 
 /// CQEs the device tried to write (for `MLX5DV_SIM_FAIL_CQ_OVERRUN`).
@@ -138,7 +139,7 @@ pub fn push(cq: &mut Cq, cqe: &Cqe) -> Result<(), Overrun> {
     }
     // SAFETY: `db` is the CQ's doorbell record from CREATE_CQ; word 0 is
     // the consumer index libmlx5 updates.
-    let ci = unsafe { super::mem::load_be32_acquire(cq.db) } & 0xff_ffff;
+    let ci = unsafe { load_be32_acquire(cq.db) } & 0xff_ffff;
     let used = (cq.pi & 0xff_ffff).wrapping_sub(ci) & 0xff_ffff;
     let nth = CQES.fetch_add(1, Ordering::Relaxed) + 1;
     let injected = crate::config::get().fail_cq_overrun == Some(nth);
@@ -207,7 +208,7 @@ pub fn maybe_event(cq: &mut Cq) {
     let Some(w) = cq.channel else { return };
     // SAFETY: word 1 of the CQ doorbell record is the arm word
     // (`sn << 28 | cmd | ci`).
-    let arm = unsafe { super::mem::load_be32_acquire(cq.db + 4) };
+    let arm = unsafe { load_be32_acquire(cq.db + 4) };
     if arm == cq.armed_seen {
         return;
     }

@@ -20,7 +20,7 @@
 //! bound to.
 
 use super::cq::syndrome as syn;
-use super::exec::{Outcome, Requester};
+use super::outcome::{Outcome, Requester};
 use crate::config::debug;
 use crate::mkey::Layout;
 use crate::model::state::{

@@ -1,7 +1,7 @@
 //! The fake device node, `/dev/infiniband/uverbs0`: what `open`, `write`,
 //! `ioctl`, `mmap` and `close` of a command fd do (the calls the
 //! interposer hands over). Each `write` is one legacy command
-//! ([`super::write_cmds`]), each `ioctl` one method ([`super::ioctl`]).
+//! (`write_cmds.rs`), each `ioctl` one method (`ioctl.rs`).
 
 use super::errno::Errno;
 use super::{fds, write_cmds};

@@ -1,13 +1,16 @@
-//! The responder's receive side: consuming RQ and SRQ WQEs, scattering
+//! Step 4 of the responder, for a message that takes a receive WQE (a
+//! send, a write with immediate): consuming RQ and SRQ WQEs, scattering
 //! sends into them, and the responder completions.
 
-use super::cq::{self, opcode, syndrome as syn, Cqe};
-use super::exec::Outcome;
-use super::mem::{self, Access};
-use super::ud_grh::{UdRecv, GRH_BYTES};
 use crate::config::debug;
-use crate::model::events::{async_event, SRQ_LIMIT_REACHED};
-use crate::model::state::{Device, MkeyKind};
+use crate::device::cq::{self, opcode, syndrome as syn, Cqe};
+use crate::device::mem::{self, Access};
+use crate::device::outcome::Outcome;
+use crate::device::ud_grh::{UdRecv, GRH_BYTES};
+use crate::device::window::remotely_invalidable;
+use crate::model::events::{async_event, enter_err, SRQ_LIMIT_REACHED};
+use crate::model::state::{Device, MkeyKind, QpKind};
+use crate::sys::raw::{load_be32_acquire, read_raw};
 
 /// `MLX5_INVALID_LKEY`: ends a receive WQE's scatter list early.
 const INVALID_LKEY: u32 = 0x100;
@@ -40,7 +43,7 @@ struct Slot {
 fn read_sges(addr: u64, max: usize) -> Vec<(u32, u64, u32)> {
     // SAFETY: the receive WQE lies inside the RQ/SRQ buffer given at
     // creation (index < wqe_cnt, stride 1 << wqe_shift ≥ 16 * max).
-    let raw = unsafe { mem::read_raw(addr, 16 * max) };
+    let raw = unsafe { read_raw(addr, 16 * max) };
     let mut out = Vec::new();
     for s in raw.chunks_exact(16) {
         let len = u32::from_be_bytes(s[0..4].try_into().expect("4"));
@@ -60,7 +63,7 @@ fn find_slot(dev: &Device, peer: u32) -> Option<Slot> {
     if let Some(sh) = p.srq.or(p.xrc_srq) {
         let s = &dev.srqs[&sh];
         // SAFETY: the SRQ doorbell record from CREATE_SRQ (the WQE counter).
-        let posted = unsafe { mem::load_be32_acquire(s.db) } as u16;
+        let posted = unsafe { load_be32_acquire(s.db) } as u16;
         if posted == s.consumed {
             return None;
         }
@@ -73,7 +76,7 @@ fn find_slot(dev: &Device, peer: u32) -> Option<Slot> {
     }
     let rq = p.rq?;
     // SAFETY: word 0 of the QP doorbell record is the RQ producer counter.
-    let posted = unsafe { mem::load_be32_acquire(p.db) } as u16;
+    let posted = unsafe { load_be32_acquire(p.db) } as u16;
     if posted == rq.ci {
         return None;
     }
@@ -96,12 +99,12 @@ fn consume(dev: &mut Device, peer: u32, slot: &Slot) {
         let s = dev.srqs.get_mut(&sh).expect("SRQ of a live QP");
         let addr = s.buf + (u64::from(s.head & (s.wqe_cnt as u16 - 1)) << s.wqe_shift);
         // SAFETY: the consumed SRQ WQE's next segment (bytes 2..4: next_wqe_index).
-        let next = unsafe { mem::read_raw(addr, 4) };
+        let next = unsafe { read_raw(addr, 4) };
         s.head = u16::from_be_bytes([next[2], next[3]]);
         s.consumed = s.consumed.wrapping_add(1);
         if s.limit > 0 {
             // SAFETY: the SRQ doorbell record (the WQE counter).
-            let posted = unsafe { mem::load_be32_acquire(s.db) } as u16;
+            let posted = unsafe { load_be32_acquire(s.db) } as u16;
             let left = u32::from(posted.wrapping_sub(s.consumed));
             if left < s.limit {
                 s.limit = 0;
@@ -156,7 +159,7 @@ fn check_invalidate(dev: &Device, pdn: u32, rkey: u32) -> Result<(), Outcome> {
         {
             Ok(())
         }
-        _ if super::window::remotely_invalidable(dev, pdn, rkey) => Ok(()),
+        _ if remotely_invalidable(dev, pdn, rkey) => Ok(()),
         _ => Err(Outcome::Error(
             syn::REMOTE_INVAL_REQ,
             format!("send with invalidate of {rkey:#x}, which the responder cannot invalidate"),
@@ -257,9 +260,9 @@ pub fn deliver(
         c.syndrome = s;
         consume(dev, peer, &slot);
         complete(dev, peer, &slot, c);
-        let dct = crate::model::state::QpKind::Dct;
+        let dct = QpKind::Dct;
         if dev.qps.get(&peer).is_some_and(|q| q.kind != dct) {
-            crate::model::events::enter_err(dev, peer);
+            enter_err(dev, peer);
         }
         Err(Outcome::Error(req, why))
     };

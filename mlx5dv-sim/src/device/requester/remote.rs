@@ -1,4 +1,4 @@
-//! The engine's side of the fabric.
+//! The requester's side of the fabric.
 //!
 //! A requester whose work request goes to another host sends it as request
 //! packets ([`wire::Request`], one per [`wire::CHUNK`] bytes), one at a
@@ -9,18 +9,23 @@
 //! retried after the responder's RNR timer, `rnr_retry` times. UC and UD
 //! packets are not answered: their work requests complete once sent.
 //!
-//! [`receive`] takes what other hosts sent: answers go to their requester
-//! QPs; requests go to [`super::respond`], and its answers back.
+//! The answers come in through the responder's
+//! [`receive`](crate::device::responder::receive()), which hands them to
+//! the QP ([`QpWire::replies`](crate::model::wire::QpWire::replies)).
 
-use super::cq::syndrome as syn;
-use super::exec::{self, Outcome, Requester};
-use super::retry;
+use super::packets::packets;
+use super::retry::rnr_timer_us;
 use crate::config::{self, debug};
-use crate::fabric::wire::{self, Op, Packet, Reply, Request, Response, Transport};
+use crate::device::address::{connected_host, datagram_destination, elsewhere};
+use crate::device::cq::syndrome as syn;
+use crate::device::mem;
+use crate::device::outcome::{Outcome, Requester};
+use crate::device::responder::Datagram;
+use crate::fabric::wire::{self, Op, Packet, Reply, Request, Transport};
 use crate::fabric::{self, Host};
 use crate::model::state::{Device, QpKind};
 use crate::model::wire::{Finish, Inflight};
-use crate::wqe::{Body, Wqe};
+use crate::wqe::Wqe;
 use std::time::{Duration, Instant};
 
 /// `MLX5_CQE_SYNDROME_RNR_RETRY_EXC_ERR`.
@@ -45,44 +50,12 @@ pub fn destination(dev: &Device, rq: &Requester, wqe: &Wqe) -> Option<u16> {
     elsewhere(to, me)
 }
 
-/// The host a connected QP's destination (`ib_uverbs_qp_dest`, as RTR set
-/// it: dgid @0, dlid @20, is_global @30) names.
-pub fn connected_host(d: &[u8; 32]) -> Option<u16> {
-    if d[30] != 0 {
-        fabric::host_of_gid(d[0..16].try_into().expect("16 bytes"))
-    } else {
-        fabric::host_of_lid(u16::from_ne_bytes([d[20], d[21]]))
-    }
-}
-
-fn elsewhere(to: Option<u16>, me: u16) -> Option<u16> {
-    match to {
-        Some(h) if h == me => None,
-        Some(h) => Some(h),
-        None => Some(0),
-    }
-}
-
-/// The host an address vector (DCI, UD) names, `None` for this host.
-pub fn datagram_destination(av: &crate::wqe::Av) -> Option<u16> {
-    let host = fabric::joined()?;
-    let me = host.id;
-    // On RoCE libmlx5 leaves the AV's GRH bit clear (every packet has a
-    // GRH there) and the destination is always its GID.
-    let to = if av.grh || host.roce {
-        fabric::host_of_gid(&av.rgid)
-    } else {
-        fabric::host_of_lid(av.rlid)
-    };
-    elsewhere(to, me)
-}
-
 /// Sends a UD datagram `from` this host to QP `dst_qpn` of host `to`
 /// (unanswered; lost if nothing is there).
 pub fn send_datagram(
     dst_qpn: u32,
     qkey: u32,
-    from: &super::exec::Datagram,
+    from: &Datagram,
     imm: Option<[u8; 4]>,
     data: &[u8],
     to: u16,
@@ -109,121 +82,6 @@ pub fn send_datagram(
         },
     };
     transmit(host, to, &Packet::Request(p));
-}
-
-fn chunks(data: &[u8]) -> Vec<&[u8]> {
-    if data.is_empty() {
-        vec![data]
-    } else {
-        data.chunks(wire::CHUNK).collect()
-    }
-}
-
-/// A WQE's request packets, the local ranges the answers' bytes go to
-/// (reads, atomics) and the message length.
-pub type Packets = (Vec<Op>, Option<Vec<(u64, u64)>>, u32);
-
-/// The request packets of a WQE, and what to do with the answers.
-/// `chunk`: split messages into packets of at most [`wire::CHUNK`] bytes
-/// (else one packet per message, for the local path).
-pub fn packets(dev: &Device, rq: &Requester, wqe: &Wqe, chunk: bool) -> Result<Packets, Outcome> {
-    let imm = wqe.ctrl.imm.to_be_bytes();
-    let split = |d: &[u8]| -> Vec<Vec<u8>> {
-        if chunk {
-            chunks(d).into_iter().map(<[u8]>::to_vec).collect()
-        } else {
-            vec![d.to_vec()]
-        }
-    };
-    match &wqe.body {
-        Body::RdmaWrite(r) | Body::RdmaWriteImm(r) => {
-            let with_imm = matches!(wqe.body, Body::RdmaWriteImm(_));
-            let data = exec::gather(dev, rq, &r.data)?;
-            let total = data.len() as u32;
-            let parts = split(&data);
-            let n = parts.len();
-            let mut off = 0u64;
-            let ops = parts
-                .into_iter()
-                .enumerate()
-                .map(|(i, d)| {
-                    let op = Op::Write {
-                        rkey: r.rkey,
-                        raddr: r.raddr.wrapping_add(off),
-                        imm: (with_imm && i + 1 == n).then_some(imm),
-                        total,
-                        data: d,
-                    };
-                    off += match &op {
-                        Op::Write { data, .. } => data.len() as u64,
-                        _ => 0,
-                    };
-                    op
-                })
-                .collect();
-            Ok((ops, None, total))
-        }
-        Body::RdmaRead(r) => {
-            let crate::wqe::Data::Sges(sges) = &r.data else {
-                return Err(Outcome::Error(syn::LOCAL_QP_OP, "inline RDMA read".into()));
-            };
-            let dst = exec::scatter_ranges(dev, rq.pdn, sges)?;
-            let len: u64 = sges.iter().map(|s| u64::from(s.len)).sum();
-            let step = if chunk {
-                wire::CHUNK as u64
-            } else {
-                len.max(1)
-            };
-            let mut ops = Vec::new();
-            let mut off = 0;
-            loop {
-                let l = (len - off).min(step);
-                ops.push(Op::Read {
-                    rkey: r.rkey,
-                    raddr: r.raddr.wrapping_add(off),
-                    len: l as u32,
-                });
-                off += l;
-                if off >= len {
-                    break;
-                }
-            }
-            Ok((ops, Some(dst), len as u32))
-        }
-        Body::Send(m) | Body::SendImm(m) | Body::SendInv(m) => {
-            let data = exec::gather(dev, rq, &m.data)?;
-            let total = data.len() as u32;
-            let parts = split(&data);
-            let n = parts.len();
-            let ops = parts
-                .into_iter()
-                .enumerate()
-                .map(|(i, d)| Op::Send {
-                    first: i == 0,
-                    last: i + 1 == n,
-                    imm: matches!(wqe.body, Body::SendImm(_)).then_some(imm),
-                    inv: matches!(wqe.body, Body::SendInv(_)).then(|| u32::from_be_bytes(imm)),
-                    data: d,
-                })
-                .collect();
-            Ok((ops, None, total))
-        }
-        Body::AtomicCs(a) | Body::AtomicFa(a) => {
-            let dst = exec::scatter_ranges(dev, rq.pdn, std::slice::from_ref(&a.local))?;
-            let op = Op::Atomic {
-                cs: matches!(wqe.body, Body::AtomicCs(_)),
-                rkey: a.rkey,
-                raddr: a.raddr,
-                swap_add: a.swap_add,
-                compare: a.compare,
-            };
-            Ok((vec![op], Some(dst), 8))
-        }
-        _ => Err(Outcome::Error(
-            syn::LOCAL_QP_OP,
-            format!("{} does not leave the host", wqe.body.name()),
-        )),
-    }
 }
 
 /// Starts WQE `ci` of requester `rq` towards host `to`.
@@ -314,24 +172,6 @@ fn transmit(host: &Host, to: u16, p: &Packet) -> bool {
     }
 }
 
-/// How long a responder waits for room in a requester's full queue.
-const ANSWER_PATIENCE: Duration = Duration::from_millis(200);
-
-/// Sends an answer. A full queue at the requester (its device thread is
-/// behind) is waited for, up to [`ANSWER_PATIENCE`], rather than the answer
-/// dropped: a requester resends an unanswered request, but once this
-/// process has ended (a pingpong's last message received, its QPs
-/// destroyed) nothing answers it, and the requester's work request would
-/// fail with retry exceeded for a message that arrived, which an RDMA
-/// fabric, lossless, does not do.
-fn answer(host: &Host, to: u16, resp: Response) {
-    match host.send_patiently(to, &Packet::Response(resp).encode(), ANSWER_PATIENCE) {
-        Ok(true) => {}
-        Ok(false) => debug!("answer to host {to}: its queue stayed full; lost"),
-        Err(e) => debug!("answer to host {to} lost: {e}"),
-    }
-}
-
 /// How long a requester waits for an answer before it sends again:
 /// `4.096 µs × 2^timeout`, at least `MLX5DV_SIM_MIN_ACK_TIMEOUT_MS` (an
 /// answer crosses two processes' schedulers), `None` for ever.
@@ -386,7 +226,7 @@ pub fn progress(dev: &mut Device, h: u32) -> Outcome {
                     );
                 }
                 f.sent = None;
-                f.not_before = Some(now + Duration::from_micros(retry::rnr_timer_us(timer)));
+                f.not_before = Some(now + Duration::from_micros(rnr_timer_us(timer)));
             }
         }
     }
@@ -433,40 +273,7 @@ fn finish(f: Inflight) -> Outcome {
                 ),
             );
         }
-        super::mem::scatter(dst, &f.got);
+        mem::scatter(dst, &f.got);
     }
     Outcome::Done(f.total)
-}
-
-/// Receives what other hosts sent (at most `budget` datagrams): answers
-/// go to their requester QPs, requests are served and answered.
-pub fn receive(dev: &mut Device, budget: usize) -> usize {
-    let Some(host) = fabric::joined() else {
-        return 0;
-    };
-    let mut buf = Vec::new();
-    let mut n = 0;
-    while n < budget {
-        let Some(len) = host.recv(&mut buf) else {
-            break;
-        };
-        n += 1;
-        match Packet::decode(&buf[..len]) {
-            Some(Packet::Response(r)) => {
-                if let Some(h) = dev.qp_by_qpn(r.dst_qpn) {
-                    if let Some(q) = dev.qps.get_mut(&h) {
-                        q.wire.replies.push(r);
-                    }
-                }
-            }
-            Some(Packet::Request(r)) => {
-                let to = r.src_host;
-                if let Some(resp) = super::respond::respond(dev, r) {
-                    answer(host, to, resp);
-                }
-            }
-            None => debug!("a datagram of {len} bytes that is not a packet: dropped"),
-        }
-    }
-    n
 }
