@@ -15,7 +15,8 @@ pub enum Outcome {
     /// its `min_rnr_timer` code says how long the requester waits before
     /// it retries.
     Stall(u8),
-    /// Sent to another host: the answer is awaited (see `remote`).
+    /// Sent to another host: the answer is awaited (see
+    /// `requester::remote`).
     Pending,
 }
 

@@ -44,7 +44,7 @@ pub fn destination(dev: &Device, rq: &Requester, wqe: &Wqe) -> Option<u16> {
             connected_host(&dev.qps.get(&rq.handle)?.attrs.dest)
         }
         QpKind::Dci => return datagram_destination(wqe.body.av()?),
-        // UD sends are routed by `exec::ud_send` (per datagram).
+        // UD sends are routed by `execute::ud_send` (per datagram).
         QpKind::Ud | QpKind::Dct | QpKind::XrcTgt => return None,
     };
     elsewhere(to, me)
