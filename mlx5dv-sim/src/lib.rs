@@ -10,6 +10,28 @@
 //! runner (`scripts/mlx5-sim -- CMD`); see the README for the environment
 //! variables, and for what is modelled and what is not. What the model
 //! does is our reading of the device, not the device.
+//!
+//! ## Module map
+//!
+//! Lowest first; each module uses only those of its own line or above it.
+//!
+//! 1. `config`, `sys`: the settings from the environment, and the
+//!    process's own system calls without the interposer (libc's
+//!    definitions, raw reads of the memory shared with the program).
+//! 2. `mkey`, `wqe`, `cqe`, `fabric`: the formats the device reads and
+//!    writes (mkey layouts, send-queue WQEs, CQEs) and the fabric between
+//!    the hosts (its packets, the hosts and their addresses).
+//! 3. `model`: the object model, the device's state (contexts, PDs, keys,
+//!    CQs, QPs, SRQs, each QP's side of the fabric), the one lock over it,
+//!    and the async events.
+//! 4. `device`: the device engine, which runs what is posted on the model's
+//!    queues: the requester, the responder (a pipeline, one step a file,
+//!    in device/responder/), and the loop.
+//! 5. `kernel`: the fake uverbs kernel, whose commands make and change the
+//!    model; it reaches the engine through one function only, the one
+//!    that starts it (device::ensure_running).
+//! 6. `interpose`: the `LD_PRELOAD` entry points, which hand the calls on
+//!    the fake device node to the kernel.
 
 #![deny(missing_docs)]
 #![cfg_attr(not(test), deny(clippy::undocumented_unsafe_blocks))]
@@ -26,4 +48,6 @@ pub mod fabric;
 pub mod interpose;
 pub mod kernel;
 pub mod mkey;
+pub mod model;
+pub mod sys;
 pub mod wqe;

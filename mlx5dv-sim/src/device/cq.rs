@@ -2,7 +2,8 @@
 //! completion events on armed CQs.
 
 use crate::config::debug;
-use crate::kernel::state::Cq;
+use crate::model::state::Cq;
+use crate::sys::raw::load_be32_acquire;
 use std::sync::atomic::{fence, AtomicU64, AtomicU8, Ordering};
 
 /// CQEs the device tried to write (for `MLX5DV_SIM_FAIL_CQ_OVERRUN`).
@@ -138,7 +139,7 @@ pub fn push(cq: &mut Cq, cqe: &Cqe) -> Result<(), Overrun> {
     }
     // SAFETY: `db` is the CQ's doorbell record from CREATE_CQ; word 0 is
     // the consumer index libmlx5 updates.
-    let ci = unsafe { super::mem::load_be32_acquire(cq.db) } & 0xff_ffff;
+    let ci = unsafe { load_be32_acquire(cq.db) } & 0xff_ffff;
     let used = (cq.pi & 0xff_ffff).wrapping_sub(ci) & 0xff_ffff;
     let nth = CQES.fetch_add(1, Ordering::Relaxed) + 1;
     let injected = crate::config::get().fail_cq_overrun == Some(nth);
@@ -192,7 +193,7 @@ pub fn report_overrun(cq: &mut Cq, async_w: i32) {
     desc[..8].copy_from_slice(&cq.user_handle.to_ne_bytes());
     // SAFETY: `async_w` is the non-blocking write end of the context's
     // async-event pipe, owned by the device; `desc` is 16 readable bytes.
-    let n = unsafe { crate::interpose::real::write()(async_w, desc.as_ptr().cast(), desc.len()) };
+    let n = unsafe { crate::sys::real::write()(async_w, desc.as_ptr().cast(), desc.len()) };
     if n == 16 {
         cq.async_events += 1;
     } else {
@@ -207,7 +208,7 @@ pub fn maybe_event(cq: &mut Cq) {
     let Some(w) = cq.channel else { return };
     // SAFETY: word 1 of the CQ doorbell record is the arm word
     // (`sn << 28 | cmd | ci`).
-    let arm = unsafe { super::mem::load_be32_acquire(cq.db + 4) };
+    let arm = unsafe { load_be32_acquire(cq.db + 4) };
     if arm == cq.armed_seen {
         return;
     }
@@ -230,7 +231,7 @@ pub fn maybe_event(cq: &mut Cq) {
     let desc = cq.user_handle.to_ne_bytes();
     // SAFETY: `w` is the non-blocking write end of the channel's pipe,
     // owned by the device; `desc` is 8 readable bytes.
-    let n = unsafe { crate::interpose::real::write()(w, desc.as_ptr().cast(), desc.len()) };
+    let n = unsafe { crate::sys::real::write()(w, desc.as_ptr().cast(), desc.len()) };
     if n == 8 {
         cq.comp_events += 1;
     } else {

@@ -6,11 +6,14 @@
 //! reference), after the key tables said the range is registered.
 
 use crate::config::debug;
-use crate::kernel::state::{
+use crate::mkey;
+use crate::model::state::{
     Device, MkeyKind, ACCESS_LOCAL_WRITE, ACCESS_REMOTE_ATOMIC, ACCESS_REMOTE_READ,
     ACCESS_REMOTE_WRITE,
 };
-use crate::mkey;
+
+/// The raw reads, now in [`crate::sys::raw`] (their old path here stays).
+pub use crate::sys::raw::{load_be32_acquire, read_raw};
 
 /// What an access wants to do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -245,27 +248,4 @@ pub fn scatter(ranges: &[(u64, u64)], data: &[u8]) {
             break;
         }
     }
-}
-
-/// Reads `len` bytes of device-visible queue memory (SQ/RQ/CQ buffers).
-///
-/// # Safety
-/// `addr..addr+len` must be mapped and readable (a queue buffer whose
-/// address and size the create command gave).
-pub unsafe fn read_raw(addr: u64, len: usize) -> Vec<u8> {
-    let mut v = vec![0u8; len];
-    // SAFETY: caller contract; the destination is our own buffer.
-    unsafe { std::ptr::copy(addr as *const u8, v.as_mut_ptr(), len) };
-    v
-}
-
-/// Loads a big-endian u32 doorbell record word with acquire ordering.
-///
-/// # Safety
-/// `addr` must be a mapped, 4-byte aligned doorbell record.
-pub unsafe fn load_be32_acquire(addr: u64) -> u32 {
-    // SAFETY: caller contract; the word is shared with C code that writes it
-    // with plain stores after a barrier, so an atomic load is the right view.
-    let w = unsafe { std::sync::atomic::AtomicU32::from_ptr(addr as *mut u32) };
-    u32::from_be(w.load(std::sync::atomic::Ordering::Acquire))
 }

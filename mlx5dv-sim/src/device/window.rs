@@ -20,13 +20,13 @@
 //! bound to.
 
 use super::cq::syndrome as syn;
-use super::exec::{Outcome, Requester};
+use super::outcome::{Outcome, Requester};
 use crate::config::debug;
-use crate::kernel::state::{
+use crate::mkey::Layout;
+use crate::model::state::{
     Device, MkeyKind, WindowMap, ACCESS_LOCAL_WRITE, ACCESS_MW_BIND, ACCESS_REMOTE_ATOMIC,
     ACCESS_REMOTE_WRITE,
 };
-use crate::mkey::Layout;
 use crate::wqe::Umr;
 
 fn bind_err(what: String) -> Outcome {
@@ -176,8 +176,8 @@ pub fn remotely_invalidable(dev: &Device, pdn: u32, rkey: u32) -> bool {
 mod tests {
     use super::*;
     use crate::device::mem::{resolve, Access};
-    use crate::kernel::state::{Mkey, QpKind, ACCESS_REMOTE_READ};
     use crate::mkey::Sge;
+    use crate::model::state::{Mkey, QpKind, ACCESS_REMOTE_READ};
 
     const PD: u32 = 3;
     const MR: u32 = 0x1111;

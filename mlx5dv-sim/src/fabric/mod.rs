@@ -12,7 +12,8 @@
 //! is reading the id back from the destination LID or GID.
 //!
 //! What travels is in [`wire`]; what the device does with it is in
-//! `device::remote`.
+//! `device::requester::remote` (a requester's packets) and
+//! `device::responder` (a request at its QP).
 
 pub mod wire;
 

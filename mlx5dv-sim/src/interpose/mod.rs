@@ -15,11 +15,12 @@
 //! The variadic functions (`open`, `openat`, `ioctl`) are C shims
 //! (`csrc/variadic.c`) calling the `mlx5dv_sim_*` functions here.
 
-pub mod fds;
-pub mod real;
-
 use crate::config;
 use crate::kernel;
+/// Which fds are command fds (now [`crate::kernel::fds`]; the old path stays).
+pub use crate::kernel::fds;
+/// libc's own definitions (now [`crate::sys::real`]; the old path stays).
+pub use crate::sys::real;
 use libc::{c_char, c_int, c_uint, c_ulong, c_void, size_t, ssize_t};
 use std::ffi::CStr;
 

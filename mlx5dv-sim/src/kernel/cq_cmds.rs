@@ -10,9 +10,11 @@
 //! buffer at the same indices (each one later) and steps over the RESIZE
 //! CQE, so that no completion is lost.
 
-use super::write_cmds::{Cmd, MAX_CQE};
-use super::{lock, refuse, Res};
+use super::cmd::{Cmd, MAX_CQE};
+use super::errno::{refuse, Res};
 use crate::config::debug;
+use crate::model::lock;
+use crate::sys::raw::load_be32_acquire;
 use std::sync::atomic::{fence, AtomicU8, Ordering};
 
 /// `MLX5_CQE_RESIZE_CQ`: the opcode of the CQE that ends the old buffer.
@@ -61,7 +63,7 @@ pub fn resize_cq(cmd: &mut Cmd) -> Res<()> {
         ));
     }
     // SAFETY: word 0 of the doorbell record is the consumer index.
-    let ci = unsafe { crate::device::mem::load_be32_acquire(cq.db) } & 0xff_ffff;
+    let ci = unsafe { load_be32_acquire(cq.db) } & 0xff_ffff;
     let unpolled = (cq.pi & 0xff_ffff).wrapping_sub(ci) & 0xff_ffff;
     // The RESIZE CQE takes an index too: libmlx5 steps over it but tells
     // the device (the doorbell record) only at its next poll.

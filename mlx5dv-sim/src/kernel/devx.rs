@@ -6,10 +6,11 @@
 //! start of each command's input or output.
 
 use super::bytes::{prm, In, Out};
-use super::ioctl::Call;
-use super::state::{DevxObj, Mkey, MkeyKind, QpKind, QpState};
-use super::{injected, lock, refuse, Res};
+use super::errno::{injected, refuse, Res};
+use super::ioctl_call::Call;
 use crate::config::{self, debug};
+use crate::model::lock;
+use crate::model::state::{DevxObj, Mkey, MkeyKind, QpKind, QpState};
 
 const NS: u16 = 1 << 12;
 const OP_QUERY_HCA_CAP: u32 = 0x100;

@@ -8,7 +8,8 @@
 //! reports the events written minus those.
 
 use crate::config::debug;
-use crate::interpose::real;
+use crate::sys::raw::close_raw;
+use crate::sys::real;
 
 /// Removes from the pipe whose read end is `read_fd` (write end
 /// `write_fd`) the unread events of `size` bytes for which `mine` holds,
@@ -40,7 +41,7 @@ pub fn take_unread(read_fd: i32, write_fd: i32, size: usize, mine: impl Fn(&[u8]
         }
         pending.extend_from_slice(&buf[..n as usize]);
     }
-    super::close_raw(fd);
+    close_raw(fd);
     let mut removed = 0;
     let mut keep = Vec::with_capacity(pending.len());
     for ev in pending.chunks(size) {

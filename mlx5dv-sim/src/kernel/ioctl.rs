@@ -7,93 +7,22 @@
 //! disable every ioctl, DEVX included); only to other requests.
 
 use super::bytes::{In, Out};
-use super::state::Uar;
-use super::{devx, injected, lock, refuse, Res};
+use super::devx;
+use super::errno::{injected, refuse, Errno, Res};
+use super::ioctl_call::{Attr, Call};
 use crate::config::debug;
+use crate::model::lock;
+use crate::model::state::Uar;
 
 /// `_IOWR(0x1b, 1, struct ib_uverbs_ioctl_hdr)`.
 pub const RDMA_VERBS_IOCTL: libc::c_ulong = 0xc018_1b01;
 const HDR: usize = 24;
 const ATTR: usize = 16;
-const VALID_OUTPUT: u16 = 2;
 const NS: u16 = 1 << 12;
 
 const OBJ_DEVX: u16 = NS;
 const OBJ_DEVX_OBJ: u16 = NS + 1;
 const OBJ_UAR: u16 = NS + 8;
-
-/// One attribute of the call, with where it sits in the caller's array.
-#[derive(Debug, Clone, Copy)]
-pub struct Attr {
-    /// Attribute id.
-    pub id: u16,
-    /// Length (pointer attributes).
-    pub len: u16,
-    /// The data word (inline data, pointer, or handle).
-    pub data: u64,
-    slot: u64,
-}
-
-/// A decoded ioctl call.
-pub struct Call {
-    /// The command fd.
-    pub fd: i32,
-    attrs: Vec<Attr>,
-}
-
-impl Call {
-    /// The attribute `id`.
-    pub fn attr(&self, id: u16) -> Option<Attr> {
-        self.attrs.iter().copied().find(|a| a.id == id)
-    }
-    /// A PTR_IN attribute's bytes (inline when 8 bytes or fewer).
-    pub fn ptr_in(&self, id: u16) -> Res<In> {
-        let a = self.attr(id).ok_or_else(|| {
-            refuse(
-                libc::EINVAL,
-                format_args!("ioctl: missing attribute {id:#x}"),
-            )
-        })?;
-        if a.len <= 8 {
-            let b = a.data.to_le_bytes();
-            return Ok(In(b[..usize::from(a.len)].to_vec()));
-        }
-        // SAFETY: a PTR_IN attribute longer than 8 bytes points to `len`
-        // readable bytes (the uverbs ioctl contract).
-        Ok(unsafe { In::copy_from(a.data, usize::from(a.len)) })
-    }
-    /// Writes a PTR_OUT attribute (cut to its length) and marks it valid.
-    pub fn ptr_out(&self, id: u16, out: &Out) -> Res<()> {
-        let a = self.attr(id).ok_or_else(|| {
-            refuse(
-                libc::EINVAL,
-                format_args!("ioctl: missing attribute {id:#x}"),
-            )
-        })?;
-        let mut o = out.clone();
-        o.0.resize(usize::from(a.len), 0);
-        // SAFETY: a PTR_OUT attribute points to `len` writable bytes; the
-        // flags word lies in the caller's attribute array.
-        unsafe {
-            o.copy_to(a.data);
-            let flags = (a.slot + 4) as *mut u16;
-            flags.write_unaligned(flags.read_unaligned() | VALID_OUTPUT);
-        }
-        Ok(())
-    }
-    /// Stores a new object handle into an IDR_NEW attribute's data word.
-    pub fn idr_new(&self, id: u16, handle: u32) -> Res<()> {
-        let a = self.attr(id).ok_or_else(|| {
-            refuse(
-                libc::EINVAL,
-                format_args!("ioctl: missing attribute {id:#x}"),
-            )
-        })?;
-        // SAFETY: the data word lies in the caller's attribute array.
-        unsafe { ((a.slot + 8) as *mut u64).write_unaligned(u64::from(handle)) };
-        Ok(())
-    }
-}
 
 /// Decodes and runs one ioctl.
 ///
@@ -130,7 +59,7 @@ pub unsafe fn dispatch(fd: i32, req: libc::c_ulong, arg: *mut u8) -> Res<()> {
     let call = Call { fd, attrs };
     if object < NS && method < NS {
         debug!("ioctl core object {object} method {method}: EPROTONOSUPPORT (write fallback)");
-        return Err(super::Errno(libc::EPROTONOSUPPORT));
+        return Err(Errno(libc::EPROTONOSUPPORT));
     }
     let known: &[u16] = match (object, method) {
         (OBJ_DEVX, m) if m == NS => &[NS, NS + 1],

@@ -6,206 +6,29 @@
 //! with EPROTONOSUPPORT (never ENOTTY, which would turn off all ioctls).
 
 pub mod bytes;
+mod cmd;
 mod cq_cmds;
 mod devx;
+pub mod errno;
 mod events;
+pub mod fds;
 mod ioctl;
+mod ioctl_call;
 mod mr_cmds;
 mod mw_cmds;
 mod qp_cmds;
-pub use qp_cmds::SRQ_LIMIT_REACHED;
 mod qp_modify;
-mod srq_events;
-pub use srq_events::{enter_err, QP_LAST_WQE_REACHED};
-pub mod state;
 #[cfg(test)]
 mod tests;
+pub mod uverbs;
 mod write_cmds;
 mod xrc_cmds;
 
-use crate::config::{self, debug};
-use crate::interpose::{fds, real};
-use state::{Context, Device};
-use std::sync::{Mutex, MutexGuard, OnceLock};
-
-/// The char device's major number and the fake uverbs minor.
-pub const UVERBS_MAJOR: u32 = 231;
-/// Minor of `uverbs0`.
-pub const UVERBS_MINOR: u32 = 192;
-/// The fake device node.
-pub const UVERBS_PATH: &str = "/dev/infiniband/uverbs0";
-
-/// A failed command: the errno the system call returns.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Errno(pub i32);
-
-/// Command result.
-pub type Res<T> = Result<T, Errno>;
-
-/// Logs why a command is refused (debug) and builds the error.
-pub fn refuse(errno: i32, why: std::fmt::Arguments<'_>) -> Errno {
-    debug!(
-        "refused ({}): {}",
-        std::io::Error::from_raw_os_error(errno),
-        why
-    );
-    Errno(errno)
-}
-
-fn device_cell() -> &'static Mutex<Device> {
-    static DEV: OnceLock<Mutex<Device>> = OnceLock::new();
-    DEV.get_or_init(|| Mutex::new(Device::default()))
-}
-
-/// Locks the device (a poisoned lock is taken over: the state stays usable).
-pub fn lock() -> MutexGuard<'static, Device> {
-    device_cell().lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// Fault injection: refuse command `name` when `MLX5DV_SIM_FAIL_CMD` says so.
-pub fn injected(name: &str) -> Res<()> {
-    match config::get().injected_failure(name) {
-        Some(e) => Err(refuse(e, format_args!("{name}: injected failure"))),
-        None => Ok(()),
-    }
-}
-
-/// Opens a new command fd (`open("/dev/infiniband/uverbs0")`).
-pub fn open_cmd_fd(flags: i32) -> i32 {
-    let cloexec = flags & libc::O_CLOEXEC;
-    let path = c"/dev/null";
-    // SAFETY: calling libc's open with a valid NUL-terminated path.
-    let fd = unsafe { (real::open())(path.as_ptr(), libc::O_RDWR | cloexec, 0) };
-    if fd < 0 {
-        return fd;
-    }
-    if !fds::mark(fd) {
-        // SAFETY: closing the fd just opened.
-        unsafe { (real::close())(fd) };
-        set_errno(libc::EMFILE);
-        return -1;
-    }
-    lock().contexts.insert(
-        fd,
-        Context {
-            async_fd: None,
-            devx: false,
-            alive: false,
-        },
-    );
-    debug!("open uverbs0 -> fd {fd}");
-    fd
-}
-
-/// Closes a command fd: destroys what its context still owns.
-pub fn close_cmd_fd(fd: i32) {
-    let mut dev = lock();
-    if let Some(ctx) = dev.contexts.remove(&fd) {
-        if let Some((_, w)) = ctx.async_fd {
-            close_raw(w);
-        }
-    }
-    dev.channels.retain(|_, (w, owner)| {
-        if *owner == fd {
-            close_raw(*w);
-            false
-        } else {
-            true
-        }
-    });
-    dev.pds.retain(|_, o| o.ctx != fd);
-    dev.mkeys.retain(|_, o| o.ctx != fd);
-    dev.cqs.retain(|_, o| o.ctx != fd);
-    dev.qps.retain(|_, o| o.ctx != fd);
-    dev.srqs.retain(|_, o| o.ctx != fd);
-    dev.uars.retain(|_, o| o.ctx != fd);
-    dev.ahs.retain(|_, o| *o != fd);
-    let mkeys: Vec<u32> = dev.mkeys.keys().copied().collect();
-    dev.devx.retain(|_, o| match o {
-        state::DevxObj::Mkey(k) => mkeys.contains(&(*k >> 8)),
-    });
-    let live: Vec<u32> = dev.mkeys.keys().copied().collect();
-    dev.mr_handles.retain(|_, idx| live.contains(idx));
-    debug!("close uverbs fd {fd}");
-}
-
-/// Closes an fd the device owns (pipe ends), bypassing the interposer.
-pub fn close_raw(fd: i32) {
-    // SAFETY: `fd` is a descriptor this module opened and still owns.
-    unsafe { (real::close())(fd) };
-}
-
-/// Sets errno.
-pub fn set_errno(e: i32) {
-    // SAFETY: __errno_location returns this thread's errno slot.
-    unsafe { *libc::__errno_location() = e };
-}
-
-/// A `write()` on a command fd: one uverbs command.
-///
-/// # Safety
-/// `buf..buf+len` must be readable; the response pointers inside the
-/// command must be writable for the lengths the command gives (the
-/// libibverbs contract with the kernel).
-pub unsafe fn write(fd: i32, buf: *const u8, len: usize) -> isize {
-    // SAFETY: forwarded caller contract.
-    match unsafe { write_cmds::dispatch(fd, buf, len) } {
-        Ok(()) => len as isize,
-        Err(Errno(e)) => {
-            set_errno(e);
-            -1
-        }
-    }
-}
-
-/// An `ioctl()` on a command fd.
-///
-/// # Safety
-/// For `RDMA_VERBS_IOCTL`, `arg` must point to a valid ioctl header and
-/// attribute array, with the pointers inside valid for their lengths.
-pub unsafe fn ioctl(fd: i32, req: libc::c_ulong, arg: *mut u8) -> i32 {
-    // SAFETY: forwarded caller contract.
-    match unsafe { ioctl::dispatch(fd, req, arg) } {
-        Ok(()) => 0,
-        Err(Errno(e)) => {
-            set_errno(e);
-            -1
-        }
-    }
-}
-
-/// An `mmap()` of a command fd: UAR pages become anonymous shared pages
-/// (doorbells and BlueFlame writes land there and are ignored; the device
-/// polls the doorbell records instead).
-///
-/// # Safety
-/// As `mmap(2)`: `addr` is a placement hint the caller may rely on only as
-/// mmap allows (no MAP_FIXED is passed on).
-pub unsafe fn mmap(
-    fd: i32,
-    addr: *mut libc::c_void,
-    len: usize,
-    prot: i32,
-    offset: i64,
-) -> *mut libc::c_void {
-    let known = lock()
-        .uars
-        .values()
-        .any(|u| u.ctx == fd && u.mmap_offset == offset as u64);
-    if !known {
-        debug!("mmap of uverbs fd {fd} at unknown offset {offset:#x}");
-        set_errno(libc::EINVAL);
-        return libc::MAP_FAILED;
-    }
-    // SAFETY: an anonymous mapping has no preconditions; `addr` is a hint.
-    unsafe {
-        (real::mmap())(
-            addr,
-            len,
-            prot | libc::PROT_READ,
-            libc::MAP_SHARED | libc::MAP_ANONYMOUS,
-            -1,
-            0,
-        )
-    }
-}
+pub use crate::model::events::{enter_err, QP_LAST_WQE_REACHED, SRQ_LIMIT_REACHED};
+pub use crate::model::lock;
+pub use crate::model::state;
+pub use crate::sys::raw::{close_raw, set_errno};
+pub use errno::{injected, refuse, Errno, Res};
+pub use uverbs::{
+    close_cmd_fd, ioctl, mmap, open_cmd_fd, write, UVERBS_MAJOR, UVERBS_MINOR, UVERBS_PATH,
+};

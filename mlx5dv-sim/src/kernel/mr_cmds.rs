@@ -6,10 +6,11 @@
 //! come first, in its order; the MR keeps its key (mlx5 may hand out a new
 //! one; libibverbs reads whichever the response gives).
 
-use super::state::MkeyKind;
-use super::write_cmds::{pdn_of, Cmd};
-use super::{lock, refuse, Res};
+use super::cmd::{pdn_of, Cmd};
+use super::errno::{refuse, Res};
 use crate::config::debug;
+use crate::model::lock;
+use crate::model::state::MkeyKind;
 
 /// `IB_MR_REREG_TRANS`: a new address and length.
 const REREG_TRANS: u32 = 1;

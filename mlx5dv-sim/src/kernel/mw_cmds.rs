@@ -6,10 +6,11 @@
 //! a UMR WQE, maps it). DEALLOC_MW takes `mw_handle`; libibverbs tries the
 //! ioctl method first and falls back to this write when it is refused.
 
-use super::state::MkeyKind;
-use super::write_cmds::{pdn_of, Cmd};
-use super::{lock, refuse, Res};
+use super::cmd::{pdn_of, Cmd};
+use super::errno::{refuse, Res};
 use crate::config::debug;
+use crate::model::lock;
+use crate::model::state::MkeyKind;
 
 /// ALLOC_MW: a free window of type 1 or 2 in a PD.
 pub fn alloc_mw(cmd: &mut Cmd) -> Res<()> {

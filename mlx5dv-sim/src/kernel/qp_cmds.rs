@@ -1,10 +1,13 @@
 //! CQ, QP (RC, UC, UD, DCI, DCT, XRC) and SRQ commands.
 
 use super::bytes::In;
-use super::state::{Cq, Device, Qp, QpAttrs, QpKind, QpState, Rq, Sq, Srq, XrcSrq};
-use super::write_cmds::{pdn_of, Cmd};
-use super::{lock, qp_modify, refuse, Res};
+use super::cmd::{pdn_of, xrcdn_of, Cmd, MAX_CQE, NUM_COMP_VECTORS};
+use super::errno::{refuse, Res};
+use super::{events, qp_modify};
 use crate::config::{self, debug};
+use crate::model::events::SRQ_LIMIT_REACHED;
+use crate::model::lock;
+use crate::model::state::{Cq, Device, Qp, QpAttrs, QpKind, QpState, Rq, Sq, Srq, XrcSrq};
 
 const QPT_RC: u8 = 2;
 const QPT_UC: u8 = 3;
@@ -15,8 +18,6 @@ const QPT_DRIVER: u8 = 0xff;
 const FLAG_TYPE_DCT: u32 = 1 << 4;
 const FLAG_TYPE_DCI: u32 = 1 << 5;
 const FLAG_DCI_STREAM: u32 = 1 << 11;
-/// `IBV_EVENT_SRQ_LIMIT_REACHED`.
-pub const SRQ_LIMIT_REACHED: u32 = 15;
 /// The CQ arm word before the first arm.
 pub const ARM_SENTINEL: u32 = 0xffff_ffff;
 
@@ -55,7 +56,7 @@ fn create_cq(cmd: &mut Cmd, ex: bool) -> Res<()> {
     let cqe = c.u32(8);
     let channel_fd = c.u32(16) as i32;
     // As uverbs' create_cq: a completion vector the context lacks.
-    if c.u32(12) >= super::write_cmds::NUM_COMP_VECTORS {
+    if c.u32(12) >= NUM_COMP_VECTORS {
         return Err(refuse(
             libc::EINVAL,
             format_args!("CREATE_CQ: comp_vector {}", c.u32(12)),
@@ -91,13 +92,10 @@ fn create_cq(cmd: &mut Cmd, ex: bool) -> Res<()> {
             format_args!("CREATE_CQ: CQE compression is not modelled"),
         ));
     }
-    if cqe > super::write_cmds::MAX_CQE {
+    if cqe > MAX_CQE {
         return Err(refuse(
             libc::EINVAL,
-            format_args!(
-                "CREATE_CQ: {cqe} CQEs > max_cqe {}",
-                super::write_cmds::MAX_CQE
-            ),
+            format_args!("CREATE_CQ: {cqe} CQEs > max_cqe {}", MAX_CQE),
         ));
     }
     let ncqe = cqe.wrapping_add(1);
@@ -179,12 +177,12 @@ fn destroy_cq(cmd: &mut Cmd) -> Res<()> {
     // Events count as reported once read: the unread ones are dropped.
     let handle = cq.user_handle.to_ne_bytes();
     let unread_comp = match (cq.channel_read, cq.channel) {
-        (Some(r), Some(w)) => super::events::take_unread(r, w, 8, |e| e == handle),
+        (Some(r), Some(w)) => events::take_unread(r, w, 8, |e| e == handle),
         _ => 0,
     };
     let unread_async = match dev.contexts.get(&cq.ctx).and_then(|c| c.async_fd) {
         Some((r, w)) if cq.async_events > 0 => {
-            super::events::take_unread(r, w, 16, |e| e[..8] == handle && e[8..12] == [0; 4])
+            events::take_unread(r, w, 16, |e| e[..8] == handle && e[8..12] == [0; 4])
         }
         _ => 0,
     };
@@ -267,10 +265,7 @@ fn create_qp(cmd: &mut Cmd, ex: bool) -> Res<()> {
     // An XRC target QP is created in an XRC domain (its handle where the
     // PD's would be), with no CQs and no queues of its own.
     let (pdn, xrcdn) = if kind == QpKind::XrcTgt {
-        (
-            0,
-            Some(super::xrc_cmds::xrcdn_of(&dev, cmd.fd, pd, "CREATE_QP")?),
-        )
+        (0, Some(xrcdn_of(&dev, cmd.fd, pd, "CREATE_QP")?))
     } else {
         (pdn_of(&dev, cmd.fd, pd)?, None)
     };
@@ -436,7 +431,7 @@ fn destroy_qp(cmd: &mut Cmd) -> Res<()> {
     // reported).
     let handle = qp.user_handle.to_ne_bytes();
     let unread = match dev.contexts.get(&qp.ctx).and_then(|c| c.async_fd) {
-        Some((r, w)) if qp.events > 0 => super::events::take_unread(r, w, 16, |e| {
+        Some((r, w)) if qp.events > 0 => events::take_unread(r, w, 16, |e| {
             let ty = u32::from_ne_bytes(e[8..12].try_into().expect("4 bytes"));
             e[..8] == handle && matches!(ty, 1..=7 | 16)
         }),
@@ -586,7 +581,7 @@ fn destroy_srq(cmd: &mut Cmd) -> Res<()> {
     }
     let handle = s.user_handle.to_ne_bytes();
     let unread = match dev.contexts.get(&s.ctx).and_then(|c| c.async_fd) {
-        Some((r, w)) if s.events > 0 => super::events::take_unread(r, w, 16, |e| {
+        Some((r, w)) if s.events > 0 => events::take_unread(r, w, 16, |e| {
             e[..8] == handle && e[8..12] == SRQ_LIMIT_REACHED.to_ne_bytes()
         }),
         _ => 0,

@@ -1,10 +1,12 @@
 //! MODIFY_QP (legacy and extended) and QUERY_QP: the QP state machine with
 //! the attributes each transition requires, and what QUERY_QP reports back.
 
-use super::state::{QpKind, QpState};
-use super::write_cmds::Cmd;
-use super::{lock, refuse, Res};
+use super::cmd::{Cmd, GID_TBL_LEN, MAX_QP_RD_ATOM};
+use super::errno::{refuse, Res};
 use crate::config::debug;
+use crate::model::events::enter_err;
+use crate::model::lock;
+use crate::model::state::{QpKind, QpState};
 
 const ATTR_STATE: u32 = 1;
 const ATTR_ACCESS: u32 = 0x8;
@@ -128,7 +130,7 @@ pub fn modify_qp(cmd: &mut Cmd, ex: bool) -> Res<()> {
     if mask & ATTR_AV != 0 {
         // ib_uverbs_qp_dest: sgid_index @24, is_global @30, port_num @31.
         let (sgid, global, port) = (c.u8(24), c.u8(30), c.u8(31));
-        if global != 0 && u32::from(sgid) >= super::write_cmds::GID_TBL_LEN {
+        if global != 0 && u32::from(sgid) >= GID_TBL_LEN {
             return Err(refuse(
                 libc::EINVAL,
                 format_args!("MODIFY_QP: AV sgid_index {sgid}"),
@@ -150,7 +152,7 @@ pub fn modify_qp(cmd: &mut Cmd, ex: bool) -> Res<()> {
         }
         a.dest.copy_from_slice(&c.0[0..32]);
     }
-    let max_atomic = super::write_cmds::MAX_QP_RD_ATOM;
+    let max_atomic = MAX_QP_RD_ATOM;
     if (mask & ATTR_MAX_RD_ATOMIC != 0 && u32::from(c.u8(101)) > max_atomic)
         || (mask & ATTR_MAX_DEST_RD_ATOMIC != 0 && u32::from(c.u8(102)) > max_atomic)
     {
@@ -213,7 +215,7 @@ pub fn modify_qp(cmd: &mut Cmd, ex: bool) -> Res<()> {
     let (kind, qpn) = (qp.kind, qp.qpn);
     if to == QpState::Err {
         // On an SRQ, with its last-WQE-reached event.
-        super::enter_err(&mut dev, h);
+        enter_err(&mut dev, h);
     } else {
         qp.state = to;
     }

@@ -47,7 +47,7 @@ fn context() -> i32 {
 }
 
 fn close_context(fd: i32) {
-    assert!(crate::interpose::fds::unmark(fd));
+    assert!(crate::kernel::fds::unmark(fd));
     close_cmd_fd(fd);
     close_raw(fd);
 }

@@ -8,43 +8,15 @@
 //! (`command | 0x80000000`) add `ib_uverbs_ex_cmd_hdr` and count 8-byte words.
 
 use super::bytes::{In, Out};
+use super::cmd::{pdn_of, Cmd, GID_TBL_LEN, MAX_CQE, MAX_QP_RD_ATOM, NUM_COMP_VECTORS};
+use super::errno::{injected, refuse, Errno, Res};
 use super::mr_cmds::{check_mr_access, check_mr_range};
-use super::state::{MkeyKind, Pd};
-use super::{cq_cmds, injected, lock, mr_cmds, mw_cmds, qp_cmds, refuse, xrc_cmds, Errno, Res};
+use super::{cq_cmds, mr_cmds, mw_cmds, qp_cmds, xrc_cmds};
 use crate::config::{self, debug};
+use crate::model::lock;
+use crate::model::state::{MkeyKind, Pd};
 
 const EXTENDED: u32 = 0x8000_0000;
-
-/// One decoded command.
-pub struct Cmd {
-    /// Owning command fd.
-    pub fd: i32,
-    /// Core request (after the headers).
-    pub core: In,
-    /// Driver (mlx5 UHW) request.
-    pub uhw: In,
-    /// Core response.
-    pub out: Out,
-    /// Driver response.
-    pub uhw_out: Out,
-    resp_ptr: u64,
-    uhw_ptr: u64,
-}
-
-impl Cmd {
-    fn commit(&self) {
-        // SAFETY: the caller of write() gave these response buffers with
-        // these lengths (out_words, provider_out_words).
-        unsafe {
-            if self.resp_ptr != 0 {
-                self.out.copy_to(self.resp_ptr);
-            }
-            if self.uhw_ptr != 0 {
-                self.uhw_out.copy_to(self.uhw_ptr);
-            }
-        }
-    }
-}
 
 /// (name, core request size, core response size, has a response pointer).
 fn legacy_layout(cmd: u32) -> Option<(&'static str, usize, usize)> {
@@ -223,17 +195,6 @@ pub unsafe fn dispatch(fd: i32, buf: *const u8, len: usize) -> Res<()> {
 /// it, the model not.
 const DEVICE_CAP_FLAGS: u32 =
     0x2 | 0x4 | 0x800 | 0x1000 | 0x4000 | (1 << 17) | (1 << 20) | (1 << 21) | (1 << 24);
-
-/// `num_comp_vectors` of GET_CONTEXT (CREATE_CQ refuses a vector beyond).
-pub const NUM_COMP_VECTORS: u32 = 4;
-
-/// `max_cqe` of QUERY_DEVICE (CREATE_CQ refuses more).
-pub const MAX_CQE: u32 = (1 << 22) - 1;
-
-/// `gid_tbl_len` of port 1 (the sysfs tree has as many GIDs).
-pub const GID_TBL_LEN: u32 = 8;
-/// `max_qp_rd_atom` and `max_qp_init_rd_atom`.
-pub const MAX_QP_RD_ATOM: u32 = 16;
 
 /// The node GUID: the host's on the fabric.
 fn node_guid() -> u64 {
@@ -501,14 +462,6 @@ fn dealloc_pd(cmd: &mut Cmd) -> Res<()> {
     }
     dev.pds.remove(&h);
     Ok(())
-}
-
-/// The PD number of PD handle `h` owned by `fd`.
-pub fn pdn_of(dev: &super::state::Device, fd: i32, h: u32) -> Res<u32> {
-    match dev.pds.get(&h) {
-        Some(p) if p.ctx == fd => Ok(p.pdn),
-        _ => Err(refuse(libc::EINVAL, format_args!("unknown PD handle {h}"))),
-    }
 }
 
 fn reg_mr(cmd: &mut Cmd) -> Res<()> {

@@ -9,12 +9,13 @@
 //! of its context still lives in the domain. Domains are per process: two
 //! processes on one fabric each have their own.
 
+use super::cmd::{xrcdn_of, Cmd};
+use super::errno::{refuse, Res};
 use super::qp_cmds::{new_srq, SrqRequest};
-use super::state::{Device, XrcSrq, Xrcd};
-use super::write_cmds::Cmd;
-use super::{lock, refuse, Res};
 use crate::config::debug;
-use crate::interpose::real;
+use crate::model::lock;
+use crate::model::state::{XrcSrq, Xrcd};
+use crate::sys::real;
 
 /// `IBV_SRQT_XRC`.
 const SRQT_XRC: u32 = 1;
@@ -25,17 +26,6 @@ pub fn dispatch(cmd: &mut Cmd, code: u32) -> Res<()> {
         37 => open_xrcd(cmd),
         38 => close_xrcd(cmd),
         _ => create_xsrq(cmd),
-    }
-}
-
-/// The domain number of XRCD handle `h` of context `fd`.
-pub fn xrcdn_of(dev: &Device, fd: i32, h: u32, what: &str) -> Res<u32> {
-    match dev.xrcds.get(&h) {
-        Some(x) if x.ctx == fd => Ok(x.xrcdn),
-        _ => Err(refuse(
-            libc::EINVAL,
-            format_args!("{what}: unknown XRCD handle {h}"),
-        )),
     }
 }
 

@@ -7,7 +7,7 @@
 
 use super::error::WqeError;
 use super::layout::{be16, be32, ctrl as c, MAX_DS, OCTOWORD};
-use super::{QpKind, QpView};
+use super::qp::{QpKind, QpView};
 
 /// The fence mode (`fm_ce_se` bits 7:5).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

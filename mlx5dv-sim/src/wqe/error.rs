@@ -20,7 +20,7 @@
 
 use std::fmt;
 
-use super::QpKind;
+use super::qp::QpKind;
 
 /// `MLX5_CQE_SYNDROME_LOCAL_LENGTH_ERR`.
 pub const SYNDROME_LOCAL_LENGTH_ERR: u8 = 0x01;
@@ -241,3 +241,15 @@ impl fmt::Display for WqeError {
 }
 
 impl std::error::Error for WqeError {}
+
+/// Fails with a layout error unless `len` bytes at `at` lie in the WQE.
+pub(super) fn need(w: &[u8], at: usize, len: usize, what: &'static str) -> Result<(), WqeError> {
+    if at + len > w.len() {
+        return Err(WqeError::Layout {
+            what,
+            at,
+            size: w.len(),
+        });
+    }
+    Ok(())
+}

@@ -1,21 +1,9 @@
 //! The address vector, remote address, atomic and data segments.
 
 use super::body::{Av, Data, Sge};
-use super::error::WqeError;
+use super::error::{need, WqeError};
 use super::layout::{atomic as at_seg, av, be16, be32, be64, data, is_zero, raddr, OCTOWORD};
-use super::{QpKind, QpView};
-
-/// Fails with a layout error unless `len` bytes at `at` lie in the WQE.
-pub(super) fn need(w: &[u8], at: usize, len: usize, what: &'static str) -> Result<(), WqeError> {
-    if at + len > w.len() {
-        return Err(WqeError::Layout {
-            what,
-            at,
-            size: w.len(),
-        });
-    }
-    Ok(())
-}
+use super::qp::{QpKind, QpView};
 
 /// Parses the 48-byte address vector at `at` of a DCI or UD WQE, as
 /// `mlx5_send_wr_set_dc_addr` / `_set_datagram_seg` complete the AH's copy.

@@ -26,11 +26,10 @@
 
 use crate::mkey::{Layout, RepeatEntry, Sge};
 
-use super::error::WqeError;
+use super::error::{need, WqeError};
 use super::layout::{
     be16, be32, be64, ctrl, is_zero, klm, mkey_ctx as mk, repeat, umr_ctrl as uc, OCTOWORD,
 };
-use super::segments::need;
 
 /// A parsed UMR WQE. `Option` fields are `Some` exactly when the
 /// `mkey_mask` selects them.

@@ -1,86 +1,25 @@
-//! The responder: what a QP (or DCT) does with an RDMA write, read, send or
-//! atomic that reaches it, from a QP of this host or from another host.
-//! Both paths call [`serve`], so a remote peer meets the same checks, the
-//! same completions and the same errors as a local one.
+//! Step 4 of the responder: executing the request. What a QP (or DCT) does
+//! with an RDMA write, read, send or atomic that reaches it, from a QP of
+//! this host or from another host. Both paths call [`serve`], so a remote
+//! peer meets the same checks, the same completions and the same errors
+//! as a local one. A send (or a write with immediate) takes a receive
+//! WQE ([`super::deliver`]).
 
-use super::cq::syndrome as syn;
-use super::exec::Outcome;
-use super::mem::{self, Access};
-use super::recv;
+use super::access::remote_ranges;
+use super::deliver::{deliver, ready, Msg};
 use crate::config::debug;
+use crate::device::cq::syndrome as syn;
+use crate::device::mem::{self, Access};
+use crate::device::outcome::Outcome;
 use crate::fabric::wire::Op;
-use crate::kernel::state::{
-    Device, QpKind, QpState, ACCESS_REMOTE_ATOMIC, ACCESS_REMOTE_READ, ACCESS_REMOTE_WRITE,
-};
+use crate::model::events::{async_event, enter_err};
+use crate::model::state::{Device, QpKind, QpState};
+use crate::model::wire::Source;
 
 /// `IBV_EVENT_QP_REQ_ERR`: the responder saw an invalid request.
 const QP_REQ_ERR: u32 = 2;
 /// `IBV_EVENT_QP_ACCESS_ERR`: the responder saw a remote access violation.
 const QP_ACCESS_ERR: u32 = 3;
-
-/// Who sent a request: host and QP (DCI), for the responder's
-/// reassembly of a send and its completion's source QPN.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Source {
-    /// The sending host.
-    pub host: u16,
-    /// The sending QP.
-    pub qpn: u32,
-}
-
-/// The DCT numbered `dctn`, if it is in RTR (the only state in which a
-/// DCT answers).
-pub fn ready_dct(dev: &Device, dctn: u32) -> Option<u32> {
-    dev.qps
-        .iter()
-        .find(|(_, q)| q.kind == QpKind::Dct && q.qpn == dctn && q.state == QpState::Rtr)
-        .map(|(h, _)| *h)
-}
-
-/// A DC request's key against the DCT `dct`'s: a remote access error if
-/// they differ.
-pub fn check_dc_key(dev: &Device, dct: u32, key: u64) -> Result<(), Outcome> {
-    let q = &dev.qps[&dct];
-    if q.dc_key == key {
-        Ok(())
-    } else {
-        Err(Outcome::Error(
-            syn::REMOTE_ACCESS,
-            format!("DC key {key:#x} does not match DCT {:#x}", q.qpn),
-        ))
-    }
-}
-
-/// Checks the responder QP's access flags and the rkey, returning host ranges.
-pub fn remote_ranges(
-    dev: &Device,
-    peer: u32,
-    rkey: u32,
-    raddr: u64,
-    len: u64,
-    acc: Access,
-) -> Result<Vec<(u64, u64)>, Outcome> {
-    let p = &dev.qps[&peer];
-    let need = match acc {
-        Access::RemoteRead => ACCESS_REMOTE_READ,
-        Access::RemoteWrite => ACCESS_REMOTE_WRITE,
-        Access::RemoteAtomic => ACCESS_REMOTE_ATOMIC,
-        _ => 0,
-    };
-    if p.access & need != need {
-        // The responder QP does not take this operation at all: a NAK
-        // "invalid request" (IB spec 9.7.4.1.3), unlike a bad R_Key.
-        return Err(Outcome::Error(
-            syn::REMOTE_INVAL_REQ,
-            format!(
-                "QP {:#x} access flags {:#x} do not allow {acc:?}",
-                p.qpn, p.access
-            ),
-        ));
-    }
-    mem::resolve(dev, rkey, raddr, len, p.pdn, acc)
-        .map_err(|f| Outcome::Error(syn::REMOTE_ACCESS, f.0))
-}
 
 /// Serves one request packet `op` on the responder QP or DCT `peer`:
 /// the bytes of the answer (read data, an atomic's original value), or the
@@ -113,12 +52,12 @@ pub fn serve(
                 debug!("QP {:#x} -> ERR (responder of a NAK: {why})", q.qpn);
                 let (ctx, handle) = (q.ctx, q.user_handle);
                 let w = dev.contexts.get(&ctx).and_then(|c| c.async_fd);
-                if w.is_some_and(|(_, w)| recv::async_event(w, handle, event)) {
+                if w.is_some_and(|(_, w)| async_event(w, handle, event)) {
                     if let Some(q) = dev.qps.get_mut(&peer) {
                         q.events += 1;
                     }
                 }
-                crate::kernel::enter_err(dev, peer);
+                enter_err(dev, peer);
             }
         }
     }
@@ -153,15 +92,15 @@ fn run(
             // with immediate that finds no receive is refused whole
             // (receiver not ready), as rxe checks for the receive first.
             if imm.is_some() {
-                recv::ready(dev, peer)?;
+                ready(dev, peer)?;
             }
             mem::scatter(&dst, data);
             if let Some(imm) = imm {
-                let msg = recv::Msg::WriteImm {
+                let msg = Msg::WriteImm {
                     len: *total,
                     imm: *imm,
                 };
-                recv::deliver(dev, peer, src.qpn, msg, solicited, None)?;
+                deliver(dev, peer, src.qpn, msg, solicited, None)?;
             }
             Ok(Vec::new())
         }
@@ -252,11 +191,11 @@ fn send(
     }
     let whole = w.partial.remove(&src).unwrap_or_default();
     let msg = match (imm, inv) {
-        (_, Some(rkey)) => recv::Msg::SendInv(&whole, rkey.to_be_bytes()),
-        (Some(imm), None) => recv::Msg::SendImm(&whole, imm),
-        (None, None) => recv::Msg::Send(&whole),
+        (_, Some(rkey)) => Msg::SendInv(&whole, rkey.to_be_bytes()),
+        (Some(imm), None) => Msg::SendImm(&whole, imm),
+        (None, None) => Msg::Send(&whole),
     };
-    match recv::deliver(dev, peer, src.qpn, msg, solicited, None) {
+    match deliver(dev, peer, src.qpn, msg, solicited, None) {
         Ok(()) => Ok(Vec::new()),
         Err(o) => {
             if matches!(o, Outcome::Stall(_)) {

@@ -5,9 +5,9 @@
 //! after `(retry_cnt + 1) × 4.096 µs × 2^timeout` (never with `timeout = 0`).
 //! Nothing else in the model takes time.
 
-use super::cq::syndrome as syn;
-use super::exec::Outcome;
-use crate::kernel::state::Device;
+use crate::device::cq::syndrome as syn;
+use crate::device::outcome::Outcome;
+use crate::model::state::Device;
 use std::time::{Duration, Instant};
 
 /// `MLX5_CQE_SYNDROME_RNR_RETRY_EXC_ERR`.

@@ -1,12 +1,16 @@
-//! The responder's receive side: consuming RQ and SRQ WQEs, scattering
+//! Step 4 of the responder, for a message that takes a receive WQE (a
+//! send, a write with immediate): consuming RQ and SRQ WQEs, scattering
 //! sends into them, and the responder completions.
 
-use super::cq::{self, opcode, syndrome as syn, Cqe};
-use super::exec::Outcome;
-use super::mem::{self, Access};
-use super::ud_grh::{UdRecv, GRH_BYTES};
 use crate::config::debug;
-use crate::kernel::state::{Device, MkeyKind};
+use crate::device::cq::{self, opcode, syndrome as syn, Cqe};
+use crate::device::mem::{self, Access};
+use crate::device::outcome::Outcome;
+use crate::device::ud_grh::{UdRecv, GRH_BYTES};
+use crate::device::window::remotely_invalidable;
+use crate::model::events::{async_event, enter_err, SRQ_LIMIT_REACHED};
+use crate::model::state::{Device, MkeyKind, QpKind};
+use crate::sys::raw::{load_be32_acquire, read_raw};
 
 /// `MLX5_INVALID_LKEY`: ends a receive WQE's scatter list early.
 const INVALID_LKEY: u32 = 0x100;
@@ -39,7 +43,7 @@ struct Slot {
 fn read_sges(addr: u64, max: usize) -> Vec<(u32, u64, u32)> {
     // SAFETY: the receive WQE lies inside the RQ/SRQ buffer given at
     // creation (index < wqe_cnt, stride 1 << wqe_shift ≥ 16 * max).
-    let raw = unsafe { mem::read_raw(addr, 16 * max) };
+    let raw = unsafe { read_raw(addr, 16 * max) };
     let mut out = Vec::new();
     for s in raw.chunks_exact(16) {
         let len = u32::from_be_bytes(s[0..4].try_into().expect("4"));
@@ -59,7 +63,7 @@ fn find_slot(dev: &Device, peer: u32) -> Option<Slot> {
     if let Some(sh) = p.srq.or(p.xrc_srq) {
         let s = &dev.srqs[&sh];
         // SAFETY: the SRQ doorbell record from CREATE_SRQ (the WQE counter).
-        let posted = unsafe { mem::load_be32_acquire(s.db) } as u16;
+        let posted = unsafe { load_be32_acquire(s.db) } as u16;
         if posted == s.consumed {
             return None;
         }
@@ -72,7 +76,7 @@ fn find_slot(dev: &Device, peer: u32) -> Option<Slot> {
     }
     let rq = p.rq?;
     // SAFETY: word 0 of the QP doorbell record is the RQ producer counter.
-    let posted = unsafe { mem::load_be32_acquire(p.db) } as u16;
+    let posted = unsafe { load_be32_acquire(p.db) } as u16;
     if posted == rq.ci {
         return None;
     }
@@ -95,18 +99,18 @@ fn consume(dev: &mut Device, peer: u32, slot: &Slot) {
         let s = dev.srqs.get_mut(&sh).expect("SRQ of a live QP");
         let addr = s.buf + (u64::from(s.head & (s.wqe_cnt as u16 - 1)) << s.wqe_shift);
         // SAFETY: the consumed SRQ WQE's next segment (bytes 2..4: next_wqe_index).
-        let next = unsafe { mem::read_raw(addr, 4) };
+        let next = unsafe { read_raw(addr, 4) };
         s.head = u16::from_be_bytes([next[2], next[3]]);
         s.consumed = s.consumed.wrapping_add(1);
         if s.limit > 0 {
             // SAFETY: the SRQ doorbell record (the WQE counter).
-            let posted = unsafe { mem::load_be32_acquire(s.db) } as u16;
+            let posted = unsafe { load_be32_acquire(s.db) } as u16;
             let left = u32::from(posted.wrapping_sub(s.consumed));
             if left < s.limit {
                 s.limit = 0;
                 let (ctx, handle) = (s.ctx, s.user_handle);
                 let written = match dev.contexts.get(&ctx).and_then(|c| c.async_fd) {
-                    Some((_, w)) => async_event(w, handle, crate::kernel::SRQ_LIMIT_REACHED),
+                    Some((_, w)) => async_event(w, handle, SRQ_LIMIT_REACHED),
                     None => false,
                 };
                 if written {
@@ -119,18 +123,6 @@ fn consume(dev: &mut Device, peer: u32, slot: &Slot) {
     } else if let Some(rq) = dev.qps.get_mut(&peer).and_then(|q| q.rq.as_mut()) {
         rq.ci = rq.ci.wrapping_add(1);
     }
-}
-
-/// Writes `ib_uverbs_async_event_desc{element, event_type}` to an async
-/// event pipe; false if it could not.
-pub fn async_event(w: i32, element: u64, event_type: u32) -> bool {
-    let mut desc = [0u8; 16];
-    desc[..8].copy_from_slice(&element.to_ne_bytes());
-    desc[8..12].copy_from_slice(&event_type.to_ne_bytes());
-    // SAFETY: `w` is the device's non-blocking write end of the context's
-    // async-event pipe; `desc` is 16 readable bytes.
-    let n = unsafe { crate::interpose::real::write()(w, desc.as_ptr().cast(), desc.len()) };
-    n == 16
 }
 
 /// Writes the responder completion `c` of a receive taken from `slot`: to
@@ -167,7 +159,7 @@ fn check_invalidate(dev: &Device, pdn: u32, rkey: u32) -> Result<(), Outcome> {
         {
             Ok(())
         }
-        _ if super::window::remotely_invalidable(dev, pdn, rkey) => Ok(()),
+        _ if remotely_invalidable(dev, pdn, rkey) => Ok(()),
         _ => Err(Outcome::Error(
             syn::REMOTE_INVAL_REQ,
             format!("send with invalidate of {rkey:#x}, which the responder cannot invalidate"),
@@ -268,9 +260,9 @@ pub fn deliver(
         c.syndrome = s;
         consume(dev, peer, &slot);
         complete(dev, peer, &slot, c);
-        let dct = crate::kernel::state::QpKind::Dct;
+        let dct = QpKind::Dct;
         if dev.qps.get(&peer).is_some_and(|q| q.kind != dct) {
-            crate::kernel::enter_err(dev, peer);
+            enter_err(dev, peer);
         }
         Err(Outcome::Error(req, why))
     };

@@ -272,7 +272,7 @@ pub struct Qp {
     pub waiting: Option<(u16, Option<std::time::Instant>)>,
     /// The QP's side of the fabric: PSNs, the request in flight, the
     /// answers kept for duplicates.
-    pub wire: crate::device::remote::QpWire,
+    pub wire: super::wire::QpWire,
     /// XRC: the QP's XRC domain number (a target QP's only container).
     pub xrcdn: Option<u32>,
     /// XRC target: the SRQ the packet being served names (set per packet;

@@ -1,95 +1,38 @@
-//! Executing one parsed WQE on the device's tables: the requester side and,
-//! for remote operations, the responder (another QP or DCT of this device).
+//! Executing one parsed WQE posted on a requester: on this host, where
+//! its responder (another QP or DCT of this device) serves it through the
+//! same [`serve`] as a packet from
+//! another host, or sent to the host its destination names
+//! ([`super::remote`]); and the WQEs that stay on the host (DMA memcpy,
+//! UMR).
 
-use super::cq::syndrome as syn;
-use super::mem::{self, Access, Fault};
-use super::recv;
+use super::gather::local;
+use super::packets::packets;
 use super::remote;
-use super::serve::{self, Source};
-use super::ud_grh::{ud_recv, Route};
 use crate::config::debug;
+use crate::device::address::datagram_destination;
+use crate::device::cq::syndrome as syn;
+use crate::device::mem::{self, Access};
+use crate::device::outcome::{Outcome, Requester};
+use crate::device::responder::{
+    bind_xrc_srq, check_dc_key, ready_dct, serve, ud_deliver, Datagram,
+};
+use crate::device::ud_grh::Route;
+use crate::device::window;
 use crate::fabric::{self, wire::Op};
-use crate::kernel::state::{Device, MkeyKind, QpKind};
-use crate::wqe::{Body, Data, Sge, Umr, Wqe};
+use crate::mkey::Layout;
+use crate::model::state::{
+    Device, MkeyKind, QpKind, ACCESS_LOCAL_WRITE, ACCESS_REMOTE_ATOMIC, ACCESS_REMOTE_READ,
+    ACCESS_REMOTE_WRITE,
+};
+use crate::model::wire::Source;
+use crate::wqe::{Body, Umr, Wqe};
 
-/// How a WQE ended.
-#[derive(Debug)]
-pub enum Outcome {
-    /// Success; the byte count for the CQE.
-    Done(u32),
-    /// A requester error with this syndrome (the QP, or the DCI stream,
-    /// goes to error).
-    Error(u8, String),
-    /// Not now: the responder has no receive WQE (receiver-not-ready);
-    /// its `min_rnr_timer` code says how long the requester waits before
-    /// it retries.
-    Stall(u8),
-    /// Sent to another host: the answer is awaited (see `remote`).
-    Pending,
-}
-
-/// The requester QP's view needed to execute.
-#[derive(Debug, Clone, Copy)]
-pub struct Requester {
-    /// Handle.
-    pub handle: u32,
-    /// QPN.
-    pub qpn: u32,
-    /// Kind.
-    pub kind: QpKind,
-    /// PD number.
-    pub pdn: u32,
-    /// RC destination QPN.
-    pub dest_qpn: u32,
-    /// The QP's qkey (UD).
-    pub qkey: u32,
-}
-
-fn local(f: Fault) -> Outcome {
-    Outcome::Error(syn::LOCAL_PROT, f.0)
-}
-
-/// The bytes of the local data (gather list or inline), checked.
-pub fn gather(dev: &Device, rq: &Requester, data: &Data) -> Result<Vec<u8>, Outcome> {
-    match data {
-        Data::Inline(b) => Ok(b.clone()),
-        Data::Sges(sges) => {
-            let mut out = Vec::new();
-            for s in sges {
-                let r = mem::resolve(
-                    dev,
-                    s.lkey,
-                    s.addr,
-                    u64::from(s.len),
-                    rq.pdn,
-                    Access::LocalRead,
-                )
-                .map_err(local)?;
-                out.extend(mem::gather(&r));
-            }
-            Ok(out)
-        }
+/// The kind of QP that answers requests from a QP of kind `requester`.
+pub fn responder_kind(requester: QpKind) -> QpKind {
+    match requester {
+        QpKind::XrcIni => QpKind::XrcTgt,
+        k => k,
     }
-}
-
-/// Host ranges of a scatter list, checked for local write (a local
-/// protection error otherwise).
-pub fn scatter_ranges(dev: &Device, pdn: u32, sges: &[Sge]) -> Result<Vec<(u64, u64)>, Outcome> {
-    let mut out = Vec::new();
-    for s in sges {
-        out.extend(
-            mem::resolve(
-                dev,
-                s.lkey,
-                s.addr,
-                u64::from(s.len),
-                pdn,
-                Access::LocalWrite,
-            )
-            .map_err(local)?,
-        );
-    }
-    Ok(out)
 }
 
 /// The responder of a remote operation: handle of the peer QP or DCT.
@@ -100,7 +43,7 @@ fn responder(dev: &Device, rq: &Requester, wqe: &Wqe) -> Result<u32, Outcome> {
                 Outcome::Error(syn::RETRY_EXC, format!("no QP {:#x} answers", rq.dest_qpn))
             })?;
             let p = &dev.qps[&h];
-            if !p.state.receives() || p.kind != super::xrc::responder_kind(rq.kind) {
+            if !p.state.receives() || p.kind != responder_kind(rq.kind) {
                 return Err(Outcome::Error(
                     syn::RETRY_EXC,
                     format!(
@@ -115,10 +58,10 @@ fn responder(dev: &Device, rq: &Requester, wqe: &Wqe) -> Result<u32, Outcome> {
             let av = wqe.body.av().ok_or_else(|| {
                 Outcome::Error(syn::LOCAL_QP_OP, "DCI WQE without an address vector".into())
             })?;
-            let h = serve::ready_dct(dev, av.dctn).ok_or_else(|| {
+            let h = ready_dct(dev, av.dctn).ok_or_else(|| {
                 Outcome::Error(syn::RETRY_EXC, format!("no DCT {:#x} answers", av.dctn))
             })?;
-            serve::check_dc_key(dev, h, av.dc_key)?;
+            check_dc_key(dev, h, av.dc_key)?;
             Ok(h)
         }
         QpKind::Ud | QpKind::Dct | QpKind::XrcTgt => Err(Outcome::Error(
@@ -144,7 +87,7 @@ fn run(dev: &mut Device, rq: &Requester, wqe: &Wqe) -> Result<u32, Outcome> {
     match &wqe.body {
         Body::Nop => Ok(0),
         b if b.reaches_a_peer() => {
-            let (ops, dst, total) = remote::packets(dev, rq, wqe, false)?;
+            let (ops, dst, total) = packets(dev, rq, wqe, false)?;
             if rq.kind == QpKind::Ud {
                 let Some(Op::Send { imm, data, .. }) = ops.first() else {
                     return Err(Outcome::Error(
@@ -164,7 +107,7 @@ fn run(dev: &mut Device, rq: &Requester, wqe: &Wqe) -> Result<u32, Outcome> {
                 p => p?,
             };
             if let Some(srqn) = wqe.xrc_srqn {
-                super::xrc::bind(dev, peer, srqn)?;
+                bind_xrc_srq(dev, peer, srqn)?;
             }
             let src = Source {
                 host: fabric::joined().map_or(0, |h| h.id),
@@ -172,7 +115,7 @@ fn run(dev: &mut Device, rq: &Requester, wqe: &Wqe) -> Result<u32, Outcome> {
             };
             let mut got = Vec::new();
             for op in &ops {
-                match serve::serve(dev, peer, src, op, wqe.ctrl.solicited) {
+                match serve(dev, peer, src, op, wqe.ctrl.solicited) {
                     Err(_) if uc => return Ok(total),
                     r => got.extend(r?),
                 }
@@ -278,7 +221,7 @@ fn ud_send(
         route,
         solicited: wqe.ctrl.solicited,
     };
-    if let Some(to) = remote::datagram_destination(av) {
+    if let Some(to) = datagram_destination(av) {
         remote::send_datagram(av.dctn, qkey, &from, imm, data, to);
         return Ok(len as u32);
     }
@@ -286,56 +229,7 @@ fn ud_send(
     Ok(len as u32)
 }
 
-/// Where a datagram comes from: the sending host and QP, its route (GRH
-/// or not), and whether it asks for a solicited event.
-#[derive(Debug, Clone, Copy)]
-pub struct Datagram {
-    /// The sending host.
-    pub src_host: u16,
-    /// The sending QP.
-    pub src_qpn: u32,
-    /// Its route ([`Route`]).
-    pub route: Route,
-    /// Solicited event requested.
-    pub solicited: bool,
-}
-
-/// Delivers a datagram to the UD QP `dst_qpn` of this host if it is ready,
-/// its qkey matches and it has a receive posted; otherwise drops it, as
-/// datagrams are. The data lands after 40 bytes of GRH area, which holds
-/// the GRH when the datagram has one ([`ud_grh`](super::ud_grh)).
-pub fn ud_deliver(
-    dev: &mut Device,
-    dst_qpn: u32,
-    qkey: u32,
-    from: &Datagram,
-    imm: Option<[u8; 4]>,
-    data: &[u8],
-) {
-    let ud = ud_recv(from.src_host, from.route, data.len(), imm.is_some());
-    let (src_qpn, solicited) = (from.src_qpn, from.solicited);
-    let msg = match imm {
-        Some(i) => recv::Msg::SendImm(data, i),
-        None => recv::Msg::Send(data),
-    };
-    let peer = dev
-        .qps
-        .iter()
-        .find(|(_, q)| q.kind == QpKind::Ud && q.qpn == dst_qpn && q.state.receives())
-        .map(|(h, q)| (*h, q.attrs.qkey));
-    match peer {
-        Some((h, peer_qkey)) if peer_qkey == qkey => {
-            match recv::deliver(dev, h, src_qpn, msg, solicited, Some(&ud)) {
-                Ok(()) => {}
-                Err(o) => debug!("UD datagram to {dst_qpn:#x} dropped: {o:?}"),
-            }
-        }
-        _ => debug!("UD datagram to {dst_qpn:#x} (qkey {qkey:#x}) dropped"),
-    }
-}
-
 fn mkey_access(a: u8) -> u32 {
-    use crate::kernel::state::*;
     let mut f = 0;
     if a & (1 << 3) != 0 {
         f |= ACCESS_LOCAL_WRITE;
@@ -377,7 +271,7 @@ fn umr(dev: &mut Device, rq: &Requester, u: &Umr) -> Result<(), Outcome> {
     }
     if let MkeyKind::Window { .. } = m.kind {
         let access = u.access.map_or(0, mkey_access);
-        return super::window::umr(dev, rq, u, access);
+        return window::umr(dev, rq, u, access);
     }
     let MkeyKind::Indirect {
         layout,
@@ -399,8 +293,8 @@ fn umr(dev: &mut Device, rq: &Requester, u: &Umr) -> Result<(), Outcome> {
     let max_entries = *max_entries;
     if let Some(l) = &u.layout {
         let n = match l {
-            crate::mkey::Layout::List(s) => s.len(),
-            crate::mkey::Layout::Interleaved { entries, .. } => entries.len() + 1,
+            Layout::List(s) => s.len(),
+            Layout::Interleaved { entries, .. } => entries.len() + 1,
         };
         if n as u32 > max_entries {
             return Err(Outcome::Error(
@@ -411,10 +305,8 @@ fn umr(dev: &mut Device, rq: &Requester, u: &Umr) -> Result<(), Outcome> {
         // Every entry's key must be valid now (the device checks KLMs at
         // access time too; this catches dangling keys early).
         let keys: Vec<u32> = match l {
-            crate::mkey::Layout::List(s) => s.iter().map(|e| e.lkey).collect(),
-            crate::mkey::Layout::Interleaved { entries, .. } => {
-                entries.iter().map(|e| e.key).collect()
-            }
+            Layout::List(s) => s.iter().map(|e| e.lkey).collect(),
+            Layout::Interleaved { entries, .. } => entries.iter().map(|e| e.key).collect(),
         };
         for k in keys {
             if dev.key(k).is_none_or(|e| e.pdn != rq.pdn) {

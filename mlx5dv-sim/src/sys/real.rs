@@ -48,8 +48,8 @@ macro_rules! next_fn {
     ($vis:vis $getter:ident, $sym:literal, $ty:ty) => {
         /// The next definition (libc's) of the function of this name.
         $vis fn $getter() -> $ty {
-            static NEXT: $crate::interpose::real::Next =
-                $crate::interpose::real::Next::new($sym);
+            static NEXT: $crate::sys::real::Next =
+                $crate::sys::real::Next::new($sym);
             let addr = NEXT.get();
             // SAFETY: `addr` is the non-null address dlsym returned for the
             // libc function named `$sym`, whose C prototype `$ty` spells.
