@@ -14,8 +14,8 @@
 //! `crate::wc`, below the errors that name them): the completion view
 //! (`polled_wc`), owned completions (`work_completion`),
 //! polling (`polling`) and the completions a scoped post kept for it
-//! (`backlog`), waiting (`wait`), and the soft-RoCE workaround
-//! (`one_per_start`, `soft_roce_probe`), resizing (`resize`), the XRC SRQs
+//! (`backlog`, each kept as a `raw_wc`), waiting (`wait`), and the
+//! soft-RoCE workaround (`one_per_start`, `soft_roce_probe`), resizing (`resize`), the XRC SRQs
 //! it keeps until it goes (`retired`). This file: the handle, its creation
 //! and its drop.
 
@@ -51,6 +51,7 @@ mod owners;
 mod polled_wc;
 mod polling;
 mod queued;
+mod raw_wc;
 mod resize;
 mod retired;
 mod soft_roce_probe;
@@ -60,7 +61,6 @@ mod wait;
 mod work_completion;
 
 pub use crate::wc::{WcFlags, WcOpcode, WcStatus};
-pub(crate) use backlog::RawWc;
 use one_per_start::{OnePerStart, OnePerStartPtr};
 pub(crate) use owners::Owners;
 pub use polled_wc::PolledWc;
@@ -68,6 +68,7 @@ pub(crate) use polling::{after_polls, ffi_cq, in_poll_callback, in_provider_poll
 pub(crate) use queued::Queued;
 #[cfg(feature = "tokio")]
 pub(crate) use queued::Watch;
+pub(crate) use raw_wc::RawWc;
 pub(crate) use wait::back_off;
 pub(crate) use work_completion::write_wc_fields;
 pub use work_completion::WorkCompletion;
