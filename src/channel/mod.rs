@@ -40,9 +40,11 @@
 
 #[cfg(feature = "tokio")]
 mod async_fd;
-#[cfg(all(feature = "tokio", feature = "rdma-cm"))]
-pub(crate) use async_fd::{RawChannelFd, RegisterError, Registration, Registrations};
 mod ops;
+#[cfg(feature = "tokio")]
+mod registration;
+#[cfg(all(feature = "tokio", feature = "rdma-cm"))]
+pub(crate) use registration::{RawChannelFd, RegisterError, Registration, Registrations};
 #[cfg(test)]
 mod tests;
 
@@ -247,7 +249,7 @@ struct State {
     /// on that runtime; dropped before the channel is destroyed (its fd
     /// closed).
     #[cfg(feature = "tokio")]
-    reactor: async_fd::Registrations,
+    reactor: registration::Registrations,
 }
 
 struct Slot {

@@ -1,6 +1,7 @@
 //! A CQ on a completion channel: creating it on a channel, its id, arming it,
 //! the race-free step of an event loop and the wait's sleep.
 
+use super::handle::cq_of;
 use super::{CompletionQueue, PolledWc};
 use crate::channel::{CompletionChannel, CqId, EventCount};
 use crate::clock::Mono;
@@ -166,11 +167,4 @@ impl CompletionQueue {
         let cq = NonNull::new(self.as_ptr()).expect("a CompletionQueue's CQ is not NULL");
         cq_of(cq)
     }
-}
-
-/// An extended CQ as its `struct ibv_cq` (`ibv_cq_ex_to_cq`).
-pub(crate) fn cq_of(cq: NonNull<ffi::ibv_cq_ex>) -> NonNull<ffi::ibv_cq> {
-    // SAFETY: `ibv_cq_ex_to_cq` converts the pointer and reads nothing.
-    let raw = unsafe { ffi::ibv_cq_ex_to_cq(cq.as_ptr()) };
-    NonNull::new(raw).unwrap_or(cq.cast())
 }

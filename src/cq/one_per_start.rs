@@ -1,24 +1,22 @@
 //! The soft-RoCE workaround: [`OnePerStart`] entries, which poll one
 //! completion per `start_poll` / `end_poll` pair of the provider's.
 
-#[cfg(doc)]
-use super::{CompletionQueue, CqInner};
 use crate::ffi;
 use std::ptr::NonNull;
 
-/// The provider's own `start_poll` and `end_poll` of a CQ whose
-/// `next_poll` and `end_poll` entries were replaced by
-/// [`next_poll_one_per_start`] and [`end_poll_one_per_start`], which poll
-/// one completion per `start_poll` / `end_poll` pair of the provider's:
-/// correct on every provider, and a CQ polled through its entries (by
-/// [`CompletionQueue::poll_each`], or by C code given
-/// [`CompletionQueue::as_ptr`]) never reaches the provider's `next_poll`.
-/// The poll loop is then the same for every provider, with no test of
-/// which one it is.
+/// The provider's own `start_poll` and `end_poll` of a CQ whose `next_poll`
+/// and `end_poll` entries were replaced by [`next_poll_one_per_start`] and
+/// [`end_poll_one_per_start`], which poll one completion per `start_poll` /
+/// `end_poll` pair of the provider's: correct on every provider, and a CQ
+/// polled through its entries (by
+/// [`CompletionQueue::poll_each`](crate::CompletionQueue::poll_each), or by
+/// C code given [`CompletionQueue::as_ptr`](crate::CompletionQueue::as_ptr))
+/// never reaches the provider's `next_poll`. The poll loop is then the same
+/// for every provider, with no test of which one it is.
 ///
 /// Found through the CQ's `cq_context` (the application's pointer in
 /// `struct ibv_cq`, which this crate does not otherwise use); owned by the
-/// CQ's [`CqInner`], freed after the CQ is destroyed.
+/// CQ's [`CqInner`](super::CqInner), freed after the CQ is destroyed.
 pub(super) struct OnePerStart {
     start_poll: unsafe extern "C" fn(*mut ffi::ibv_cq_ex, *mut ffi::ibv_poll_cq_attr) -> i32,
     end_poll: unsafe extern "C" fn(*mut ffi::ibv_cq_ex),

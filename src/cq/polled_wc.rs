@@ -1,24 +1,24 @@
 //! The completion view: [`PolledWc`], the CQ positioned on the completion
-//! a poll hands over, whose accessors call the provider's readers.
+//! a poll hands over, whose accessors call the provider's readers. Its
+//! `Debug` form, an owned copy's, is with `WorkCompletion`'s in
+//! `work_completion`.
 
-#[cfg(doc)]
-use super::CompletionQueue;
-use super::{WcFlags, WcOpcode, WcStatus, WorkCompletion};
+use super::{WcFlags, WcOpcode, WcStatus};
 use crate::error::{Error, Result};
 use crate::ffi;
-use std::fmt;
 use std::marker::PhantomData;
 use std::ptr::NonNull;
 
-/// The completion a poll of [`CompletionQueue::poll_each`] is positioned
-/// on: a view of the CQ, not a copy.
+/// The completion a poll of
+/// [`CompletionQueue::poll_each`](crate::CompletionQueue::poll_each) is
+/// positioned on: a view of the CQ, not a copy.
 ///
-/// Each accessor reads one field when called, through the provider's
-/// reader (the `ibv_wc_read_*` of ibv_create_cq_ex(3), resolved once when
-/// the CQ was made), so a callback costs what it reads. The view lives only
-/// as long as the callback it is handed to: the CQ moves on to the next
-/// completion when the callback returns. [`WorkCompletion::from`] copies
-/// every field.
+/// Each accessor reads one field when called, through the provider's reader
+/// (the `ibv_wc_read_*` of ibv_create_cq_ex(3), resolved once when the CQ
+/// was made), so a callback costs what it reads. The view lives only as long
+/// as the callback it is handed to: the CQ moves on to the next completion
+/// when the callback returns.
+/// [`WorkCompletion::from`](crate::WorkCompletion::from) copies every field.
 ///
 /// Keeping the view past its callback is a compile error:
 ///
@@ -133,8 +133,9 @@ impl PolledWc<'_> {
 
     /// The QP number of the sender of a received message
     /// (`ibv_wc_read_src_qp`): on a UD (or XRC) receive, the remote QP.
-    /// `None` where the CQ has no reader for it: one made elsewhere
-    /// without `IBV_WC_EX_WITH_SRC_QP` ([`CompletionQueue::from_raw`]). A
+    /// `None` where the CQ has no reader for it: one made elsewhere without
+    /// `IBV_WC_EX_WITH_SRC_QP`
+    /// ([`CompletionQueue::from_raw`](crate::CompletionQueue::from_raw)). A
     /// completion handed out from the backlog of a scoped post reads what
     /// the device reported, as a fresh poll does. Undefined unless the
     /// status is success.
@@ -216,11 +217,11 @@ impl PolledWc<'_> {
     /// The CQ, positioned on this completion: for the `ibv_wc_read_*`
     /// readers this view does not wrap (`ibv_wc_read_completion_ts`, ...,
     /// which need the matching `IBV_WC_EX_WITH_*` flag at creation: see
-    /// [`CompletionQueue::from_raw`]). Valid for reading this completion
-    /// while the callback runs; starting, advancing or ending the poll
-    /// through it is not allowed. For a completion handed out from the
-    /// backlog, it is a stand-in whose only entries are the readers this
-    /// view calls.
+    /// [`CompletionQueue::from_raw`](crate::CompletionQueue::from_raw)).
+    /// Valid for reading this completion while the callback runs; starting,
+    /// advancing or ending the poll through it is not allowed. For a
+    /// completion handed out from the backlog, it is a stand-in whose only
+    /// entries are the readers this view calls.
     #[inline]
     pub fn as_ptr(&self) -> *mut ffi::ibv_cq_ex {
         self.cq.as_ptr()
@@ -232,25 +233,5 @@ impl PolledWc<'_> {
     pub(crate) fn imm_data_raw(&self) -> u32 {
         // SAFETY: as in `byte_len` (the CQ reports the immediate).
         unsafe { entry!(self.cq, read_imm_data) }
-    }
-}
-
-impl fmt::Debug for PolledWc<'_> {
-    /// As [`WorkCompletion`]'s: every field of a successful completion; of
-    /// a failed one, only the fields ibv_poll_cq(3) defines are read, and
-    /// the others shown as `undefined`.
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let status = self.status();
-        if status.is_success() {
-            fmt::Debug::fmt(&WorkCompletion::from(self), f)
-        } else {
-            super::work_completion::debug_failed(
-                f,
-                self.wr_id(),
-                status,
-                self.qp_num(),
-                self.vendor_err(),
-            )
-        }
     }
 }

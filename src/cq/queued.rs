@@ -347,31 +347,6 @@ impl Watch {
 /// id, the count's epoch then).
 pub(crate) type Seen = Vec<(Arc<Queued>, u64, u64)>;
 
-impl super::CompletionQueue {
-    /// The CQ's ledger of binds and places.
-    #[inline(always)]
-    pub(crate) fn watch(&self) -> &Watch {
-        &self.inner.watch
-    }
-
-    /// How many completions of type 1 memory window binds
-    /// ([`RcQp::bind_mw`](crate::RcQp::bind_mw),
-    /// [`unbind_mw`](crate::RcQp::unbind_mw)) posted on the QPs sending on
-    /// this CQ no poll has read yet: they are in the CQ or still to come.
-    /// Each takes a place in the CQ until then, beside an `AsyncQp`'s
-    /// operations in flight and a scoped post's batch while it runs, so a
-    /// bind, a scoped post, an `AsyncQp` operation or a
-    /// [`resize`](Self::resize) that would leave the device more
-    /// completions than the CQ holds is refused with
-    /// [`Error::OutOfRange`](crate::Error::OutOfRange): poll these first.
-    /// A QP's binds stop counting when the QP is dropped (libmlx5 removes
-    /// its completions from the CQ).
-    #[inline]
-    pub fn binds_in_flight(&self) -> u32 {
-        self.inner.watch.binds()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

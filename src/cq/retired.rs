@@ -4,12 +4,9 @@
 //! They are destroyed right before the CQ, since `ibv_destroy_cq` fails
 //! while an SRQ names the CQ.
 
+use super::handle::Retired;
 use super::{CompletionQueue, CqInner};
 use std::sync::PoisonError;
-
-/// An object the CQ keeps until it is destroyed, and drops (destroying
-/// it) right before: an XRC SRQ (`crate::srq`'s `RetiredSrq`).
-pub(crate) type Retired = Box<dyn Send + Sync>;
 
 impl CqInner {
     /// Keeps `srq` until the CQ is destroyed.

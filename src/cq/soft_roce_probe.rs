@@ -21,8 +21,8 @@
 //!
 //! A probe that cannot tell (a call failed, no completion within a second,
 //! more than one) answers "overruns": the workaround it selects
-//! ([`OnePerStart`](super::OnePerStart)) is correct on every provider, the
-//! standard poll loop only on a fixed one.
+//! ([`OnePerStart`](super::one_per_start::OnePerStart)) is correct on
+//! every provider, the standard poll loop only on a fixed one.
 
 use crate::ffi;
 use std::ptr::NonNull;

@@ -3,8 +3,14 @@
 
 #![allow(clippy::undocumented_unsafe_blocks)]
 
+use super::one_per_start::OnePerStart;
 use super::*;
+use crate::device::Context;
+use crate::error::Error;
+use crate::ffi;
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::ptr::NonNull;
+use std::sync::Arc;
 
 /// One completion the scripted CQ serves.
 #[derive(Clone, Copy)]

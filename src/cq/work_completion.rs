@@ -1,18 +1,18 @@
 //! Owned completions: [`WorkCompletion`], every field of a completion
 //! read, and the writers that fill one in place as a poll reads it.
 
-#[cfg(doc)]
-use super::CompletionQueue;
-use super::{PolledWc, WcFlags, WcOpcode, WcStatus};
+use super::polled_wc::PolledWc;
+use super::{WcFlags, WcOpcode, WcStatus};
 use crate::error::{Error, Result};
 use crate::ffi;
 use std::fmt;
 
 /// One work completion, read with the extended poll API.
 ///
-/// An owned copy of every field, made by [`CompletionQueue::poll_into`] and
-/// [`CompletionQueue::wait`], or from a [`PolledWc`] with
-/// `WorkCompletion::from(wc)`.
+/// An owned copy of every field, made by
+/// [`CompletionQueue::poll_into`](crate::CompletionQueue::poll_into) and
+/// [`CompletionQueue::wait`](crate::CompletionQueue::wait), or from a
+/// [`PolledWc`] with `WorkCompletion::from(wc)`.
 ///
 /// A receive says who sent it: [`src_qp`](Self::src_qp),
 /// [`slid`](Self::slid) and whether the buffer starts with a GRH
@@ -88,13 +88,14 @@ pub struct WorkCompletion {
     /// The QP number of the sender of a received message
     /// (`ibv_wc_read_src_qp`): on a UD (or XRC) receive, the remote QP to
     /// answer. `None` for a send-side completion (its opcode without the
-    /// `IBV_WC_RECV` bit), on a CQ that does not read senders (none is
-    /// read unless a UD QP receives on the CQ or
-    /// [`CompletionQueue::read_senders`] was called: four reads a receive
-    /// that an RC program does not need), and where the CQ has no reader
-    /// for it (one made elsewhere without `IBV_WC_EX_WITH_SRC_QP`:
-    /// [`CompletionQueue::from_raw`]). Undefined unless `status` is
-    /// [`SUCCESS`](WcStatus::SUCCESS).
+    /// `IBV_WC_RECV` bit), on a CQ that does not read senders (none is read
+    /// unless a UD QP receives on the CQ or
+    /// [`CompletionQueue::read_senders`](crate::CompletionQueue::read_senders)
+    /// was called: four reads a receive that an RC program does not need),
+    /// and where the CQ has no reader for it (one made elsewhere without
+    /// `IBV_WC_EX_WITH_SRC_QP`:
+    /// [`CompletionQueue::from_raw`](crate::CompletionQueue::from_raw)).
+    /// Undefined unless `status` is [`SUCCESS`](WcStatus::SUCCESS).
     pub src_qp: Option<u32>,
     /// The LID of the sender's port (`ibv_wc_read_slid`; 0 on RoCE), the
     /// `dlid` of an address handle back; `None` as for
@@ -178,6 +179,20 @@ impl fmt::Debug for WorkCompletion {
             .field("src_qp", &self.src_qp.map(Hex))
             .field("slid", &self.slid)
             .finish()
+    }
+}
+
+impl fmt::Debug for PolledWc<'_> {
+    /// As [`WorkCompletion`]'s: every field of a successful completion; of
+    /// a failed one, only the fields ibv_poll_cq(3) defines are read, and
+    /// the others shown as `undefined`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let status = self.status();
+        if status.is_success() {
+            fmt::Debug::fmt(&WorkCompletion::from(self), f)
+        } else {
+            debug_failed(f, self.wr_id(), status, self.qp_num(), self.vendor_err())
+        }
     }
 }
 

@@ -1,7 +1,8 @@
 //! Re-registration (`ibv_rereg_mr(3)`): a region's access, protection
 //! domain or memory changed in place.
 
-use super::{AccessFlags, MemoryRegion, BUF_ALIGN};
+use super::region::BUF_ALIGN;
+use super::{AccessFlags, MemoryRegion};
 use crate::error::{Error, Result};
 use crate::ffi;
 use crate::pd::ProtectionDomain;

@@ -5,11 +5,12 @@
 //! or memcpy destination), exclusively borrowed. Both have the layout of
 //! `struct ibv_sge`.
 
+use super::region::MemoryRegion;
 use crate::error::{Error, Result};
 use crate::ffi;
-use crate::mr::MemoryRegion;
 use std::fmt;
 use std::marker::PhantomData;
+use std::ops::RangeBounds;
 
 /// The longest SGE: 2^31 - 1 bytes.
 ///
@@ -52,6 +53,51 @@ fn raw_sge(mr: &MemoryRegion, offset: usize, len: usize) -> Result<ffi::ibv_sge>
         length: sge_length(len)?,
         lkey: mr.lkey(),
     })
+}
+
+impl MemoryRegion {
+    /// A scatter/gather entry for `range` of this region, as the source of
+    /// a work request (memory the device reads): its address, length and
+    /// lkey, borrowing the region shared. The range must lie inside the
+    /// region and be shorter than 2^31 bytes: mlx5 reads bit 31 of a data
+    /// segment's byte count as its inline flag, and no RDMA message is
+    /// longer than 2^31.
+    ///
+    /// Inlined, so that in a loop each check is a compare: with a range
+    /// of constant length (`at..at + 64`) the length checks fold away and
+    /// what is left is the compare of its end with the region's length.
+    #[inline]
+    pub fn sge(&self, range: impl RangeBounds<usize>) -> Result<Sge<'_>> {
+        let (offset, len) = self.check_range(range)?;
+        Sge::of(self, offset, len)
+    }
+
+    /// A scatter/gather entry for `range` of this region, as the
+    /// destination of a work request (memory the device writes: an RDMA
+    /// read, an atomic, a memcpy), borrowing the region exclusively for as
+    /// long as the entry or a piece of it ([`SgeMut::split_at`],
+    /// [`SgeMut::chunks`]) is used. The range is checked as for
+    /// [`sge`](Self::sge). The device can write only a region registered
+    /// with [`AccessFlags::LOCAL_WRITE`](crate::AccessFlags::LOCAL_WRITE):
+    /// into another, the work request completes with
+    /// [`WcStatus::LOC_PROT_ERR`](crate::WcStatus::LOC_PROT_ERR) and its QP
+    /// goes to ERR, as in C.
+    ///
+    /// Nothing here may read the memory while the device may be writing it:
+    ///
+    /// ```compile_fail,E0502
+    /// # use mlx5dv::*;
+    /// # fn f(mr: &mut MemoryRegion) -> Result<()> {
+    /// let dst = mr.sge_mut(0..8)?;
+    /// let early = mr.as_slice()?; // ERROR: `dst` still borrows `mr` exclusively
+    /// println!("{:?} {:?}", dst.length(), early);
+    /// # Ok(()) }
+    /// ```
+    #[inline]
+    pub fn sge_mut(&mut self, range: impl RangeBounds<usize>) -> Result<SgeMut<'_>> {
+        let (offset, len) = self.check_range(range)?;
+        SgeMut::of(self, offset, len)
+    }
 }
 
 /// The accessors both entry types have: address, length and local key.

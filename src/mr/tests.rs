@@ -1,4 +1,5 @@
 use super::*;
+use crate::error::Error;
 
 #[test]
 fn ranges_are_checked_at_the_boundaries() {

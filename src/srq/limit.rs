@@ -36,13 +36,13 @@ impl SharedReceiveQueue {
     /// as it consumes a receive: a limit above the receives posted now
     /// raises the event when the next receive is used, not at once.
     pub fn arm_limit(&self, srq_limit: u32) -> Result<()> {
-        if srq_limit == 0 || srq_limit > self.0.max_wr {
+        if srq_limit == 0 || srq_limit > self.max_wr() {
             return Err(Error::OutOfRange {
                 what: "SRQ limit",
                 value: u64::from(srq_limit),
                 limit: format!(
                     "from 1 (0 arms nothing) to {} (the SRQ's max_wr)",
-                    self.0.max_wr
+                    self.max_wr()
                 ),
             });
         }
