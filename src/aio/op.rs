@@ -1,13 +1,17 @@
-//! An operation of an `AsyncQp`: the future of one work request's
-//! completion and region, and what dropping it leaves behind.
+//! An operation of an `AsyncQp`: its posting (`send`, `write`, `read`,
+//! `recv`), the future of its work request's completion and region, and
+//! what dropping it leaves behind.
 
-use super::qp::{Inner, Shared};
-use super::{AsyncQp, BufResult, IoBuf};
+use super::buf::{IoBuf, IoBufMut};
+use super::qp::{AsyncQp, BufResult, Inner, Shared};
 use crate::cq::WorkCompletion;
 use crate::error::{Error, Result};
+use crate::mr::RemoteBuf;
+use crate::qp::RcQp;
 use std::any::Any;
 use std::fmt;
 use std::future::Future;
+use std::ops::Range;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context as TaskContext, Poll};
@@ -56,6 +60,129 @@ impl<B: IoBuf> Op<B> {
                 recv,
                 wait: None,
             },
+        }
+    }
+}
+
+impl AsyncQp {
+    /// Sends `buf[range]` (`IBV_WR_SEND`, signalled).
+    pub fn send<B: IoBuf>(&self, buf: B, range: Range<usize>) -> Op<B> {
+        self.post_send("AsyncQp::send", buf, move |qp, id, buf| {
+            let sge = buf.region().sge(range)?;
+            let mut batch = qp.batch();
+            batch.wr(id).signaled().send().sge(sge)?;
+            // SAFETY: the region is owned by the operation's entry in the
+            // table (not by the future) until the device is done with it:
+            // its completion or flush polled, the QP reset or destroyed
+            // (see `Shared`'s Drop); moving it does not move its memory;
+            // nothing writes it meanwhile (`IoBuf`). Room in the send
+            // queue and the CQ was checked by `post_send`.
+            Ok(unsafe { batch.complete() }.map(drop))
+        })
+    }
+
+    /// Writes `buf[range]` into `remote` (`IBV_WR_RDMA_WRITE`, signalled).
+    pub fn write<B: IoBuf>(&self, buf: B, range: Range<usize>, remote: RemoteBuf) -> Op<B> {
+        self.post_send("AsyncQp::write", buf, move |qp, id, buf| {
+            let sge = buf.region().sge(range)?;
+            let mut batch = qp.batch();
+            batch.wr(id).signaled().rdma_write(remote).sge(sge)?;
+            // SAFETY: as in `send`.
+            Ok(unsafe { batch.complete() }.map(drop))
+        })
+    }
+
+    /// Reads `remote` into `buf[range]` (`IBV_WR_RDMA_READ`, signalled).
+    pub fn read<B: IoBufMut>(&self, buf: B, range: Range<usize>, remote: RemoteBuf) -> Op<B> {
+        self.post_send("AsyncQp::read", buf, move |qp, id, buf| {
+            let sge = buf.region_mut().sge_mut(range)?;
+            let mut batch = qp.batch();
+            batch.wr(id).signaled().rdma_read(remote).sge(sge)?;
+            // SAFETY: as in `send`; the region is owned by value
+            // (`IoBufMut`): nothing else reads or writes it.
+            Ok(unsafe { batch.complete() }.map(drop))
+        })
+    }
+
+    /// Posts a receive into `buf[range]` (`ibv_post_recv`).
+    pub fn recv<B: IoBufMut>(&self, buf: B, range: Range<usize>) -> Op<B> {
+        let mut inner = self.0.lock();
+        if let Err(e) = inner
+            .room(true)
+            .and_then(|()| inner.qp().ready_to_receive("AsyncQp::recv"))
+            .and_then(|()| inner.take_place(true))
+        {
+            return Op::refused(self, e, buf);
+        }
+        let id = inner.take_id();
+        let posted = buf.region().sge(range).and_then(|sge| {
+            // SAFETY: as in `send`; the region is owned by value
+            // (`IoBufMut`): nothing else reads or writes it until the
+            // receive's completion, flush, or the QP's reset or destroy.
+            // The id has bit 63, as the contract's "below 2^63" reserves
+            // for the crate's own operations: the ids of this QP's
+            // operations, which are the only posts on it (the handle owns
+            // the QP, and `with_qp` lends it shared, which cannot post),
+            // and which take each completion by id and QP number. Not
+            // inside a poll callback.
+            unsafe { inner.qp_mut().post_recv(id, &[sge]) }
+        });
+        // ibv_post_recv posts none of a list it fails on.
+        match posted {
+            Ok(()) => Op::posted(self, &mut inner, id, true, buf),
+            Err(e) => {
+                inner.give_places(true, 1);
+                Op::refused(self, e, buf)
+            }
+        }
+    }
+
+    /// Posts one work request on the send queue: `build` builds and
+    /// completes it. Its outer error means nothing was posted; its inner
+    /// one is that of `ibv_wr_complete`, after which the work request may
+    /// have been posted.
+    fn post_send<B: IoBuf>(
+        &self,
+        what: &'static str,
+        buf: B,
+        build: impl FnOnce(&mut RcQp, u64, &mut B) -> Result<Result<()>>,
+    ) -> Op<B> {
+        let mut inner = self.0.lock();
+        if let Err(e) = inner
+            .room(false)
+            .and_then(|()| inner.qp().ready_to_send(what))
+            .and_then(|()| inner.take_place(false))
+        {
+            return Op::refused(self, e, buf);
+        }
+        let id = inner.take_id();
+        let mut buf = buf;
+        // A full queue refused by `ibv_wr_complete` posted nothing only on
+        // a provider that rolls the batch back (mlx5); elsewhere it is
+        // "maybe posted", as any other error of it.
+        let rolls_back = inner.qp().pd().context().is_mlx5();
+        // Nothing posted: the place is given back.
+        let refused = |inner: &mut Inner, e, buf| {
+            inner.give_places(false, 1);
+            Op::refused(self, e, buf)
+        };
+        match build(inner.qp_mut(), id, &mut buf) {
+            Err(e) => refused(&mut inner, e, buf),
+            Ok(Err(e @ Error::SendQueueFull { .. })) if rolls_back => refused(&mut inner, e, buf),
+            // Refused before the provider saw it: nothing posted.
+            Ok(Err(e @ Error::QpNotReady { .. })) => refused(&mut inner, e, buf),
+            Ok(Ok(())) => Op::posted(self, &mut inner, id, false, buf),
+            Ok(Err(e)) => {
+                // Maybe posted: held until the QP is reset.
+                let op = Op::posted(self, &mut inner, id, false, buf);
+                inner.stop(self.0.qp_num);
+                if let Some(entry) = inner.table.get_mut(&id) {
+                    if entry.result.is_some() {
+                        entry.result = Some(Err(e));
+                    }
+                }
+                op
+            }
         }
     }
 }

@@ -1,15 +1,13 @@
-//! An RC QP driven by async operations that own their memory.
+//! An RC QP driven by async operations that own their memory: the
+//! handle ([`AsyncQp`]), its table of work requests in flight, and the
+//! polls that hand their completions back (the operations are in `op.rs`).
 
-use super::op::Op;
-use super::{IoBuf, IoBufMut};
 use crate::cq::{CompletionQueue, WcStatus, WorkCompletion};
 use crate::error::{Error, Result};
-use crate::mr::RemoteBuf;
 use crate::qp::RcQp;
 use std::any::Any;
 use std::collections::HashMap;
 use std::fmt;
-use std::ops::Range;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::Waker;
 
@@ -280,78 +278,6 @@ impl AsyncQp {
         f(guard.inner.qp())
     }
 
-    /// Sends `buf[range]` (`IBV_WR_SEND`, signalled).
-    pub fn send<B: IoBuf>(&self, buf: B, range: Range<usize>) -> Op<B> {
-        self.post_send("AsyncQp::send", buf, move |qp, id, buf| {
-            let sge = buf.region().sge(range)?;
-            let mut batch = qp.batch();
-            batch.wr(id).signaled().send().sge(sge)?;
-            // SAFETY: the region is owned by the operation's entry in the
-            // table (not by the future) until the device is done with it:
-            // its completion or flush polled, the QP reset or destroyed
-            // (see `Shared`'s Drop); moving it does not move its memory;
-            // nothing writes it meanwhile (`IoBuf`). Room in the send
-            // queue and the CQ was checked by `post_send`.
-            Ok(unsafe { batch.complete() }.map(drop))
-        })
-    }
-
-    /// Writes `buf[range]` into `remote` (`IBV_WR_RDMA_WRITE`, signalled).
-    pub fn write<B: IoBuf>(&self, buf: B, range: Range<usize>, remote: RemoteBuf) -> Op<B> {
-        self.post_send("AsyncQp::write", buf, move |qp, id, buf| {
-            let sge = buf.region().sge(range)?;
-            let mut batch = qp.batch();
-            batch.wr(id).signaled().rdma_write(remote).sge(sge)?;
-            // SAFETY: as in `send`.
-            Ok(unsafe { batch.complete() }.map(drop))
-        })
-    }
-
-    /// Reads `remote` into `buf[range]` (`IBV_WR_RDMA_READ`, signalled).
-    pub fn read<B: IoBufMut>(&self, buf: B, range: Range<usize>, remote: RemoteBuf) -> Op<B> {
-        self.post_send("AsyncQp::read", buf, move |qp, id, buf| {
-            let sge = buf.region_mut().sge_mut(range)?;
-            let mut batch = qp.batch();
-            batch.wr(id).signaled().rdma_read(remote).sge(sge)?;
-            // SAFETY: as in `send`; the region is owned by value
-            // (`IoBufMut`): nothing else reads or writes it.
-            Ok(unsafe { batch.complete() }.map(drop))
-        })
-    }
-
-    /// Posts a receive into `buf[range]` (`ibv_post_recv`).
-    pub fn recv<B: IoBufMut>(&self, buf: B, range: Range<usize>) -> Op<B> {
-        let mut inner = self.0.lock();
-        if let Err(e) = inner
-            .room(true)
-            .and_then(|()| inner.qp().ready_to_receive("AsyncQp::recv"))
-            .and_then(|()| inner.take_place(true))
-        {
-            return Op::refused(self, e, buf);
-        }
-        let id = inner.take_id();
-        let posted = buf.region().sge(range).and_then(|sge| {
-            // SAFETY: as in `send`; the region is owned by value
-            // (`IoBufMut`): nothing else reads or writes it until the
-            // receive's completion, flush, or the QP's reset or destroy.
-            // The id has bit 63, as the contract's "below 2^63" reserves
-            // for the crate's own operations: the ids of this QP's
-            // operations, which are the only posts on it (the handle owns
-            // the QP, and `with_qp` lends it shared, which cannot post),
-            // and which take each completion by id and QP number. Not
-            // inside a poll callback.
-            unsafe { inner.qp_mut().post_recv(id, &[sge]) }
-        });
-        // ibv_post_recv posts none of a list it fails on.
-        match posted {
-            Ok(()) => Op::posted(self, &mut inner, id, true, buf),
-            Err(e) => {
-                inner.give_places(true, 1);
-                Op::refused(self, e, buf)
-            }
-        }
-    }
-
     /// How many of its operations' work requests the device may still be
     /// using (posted, not yet known done): their regions are held, whether
     /// or not their futures live.
@@ -405,55 +331,6 @@ impl AsyncQp {
     pub fn take_stray(&self) -> Vec<WorkCompletion> {
         std::mem::take(&mut self.0.lock().stray)
     }
-
-    /// Posts one work request on the send queue: `build` builds and
-    /// completes it. Its outer error means nothing was posted; its inner
-    /// one is that of `ibv_wr_complete`, after which the work request may
-    /// have been posted.
-    fn post_send<B: IoBuf>(
-        &self,
-        what: &'static str,
-        buf: B,
-        build: impl FnOnce(&mut RcQp, u64, &mut B) -> Result<Result<()>>,
-    ) -> Op<B> {
-        let mut inner = self.0.lock();
-        if let Err(e) = inner
-            .room(false)
-            .and_then(|()| inner.qp().ready_to_send(what))
-            .and_then(|()| inner.take_place(false))
-        {
-            return Op::refused(self, e, buf);
-        }
-        let id = inner.take_id();
-        let mut buf = buf;
-        // A full queue refused by `ibv_wr_complete` posted nothing only on
-        // a provider that rolls the batch back (mlx5); elsewhere it is
-        // "maybe posted", as any other error of it.
-        let rolls_back = inner.qp().pd().context().is_mlx5();
-        // Nothing posted: the place is given back.
-        let refused = |inner: &mut Inner, e, buf| {
-            inner.give_places(false, 1);
-            Op::refused(self, e, buf)
-        };
-        match build(inner.qp_mut(), id, &mut buf) {
-            Err(e) => refused(&mut inner, e, buf),
-            Ok(Err(e @ Error::SendQueueFull { .. })) if rolls_back => refused(&mut inner, e, buf),
-            // Refused before the provider saw it: nothing posted.
-            Ok(Err(e @ Error::QpNotReady { .. })) => refused(&mut inner, e, buf),
-            Ok(Ok(())) => Op::posted(self, &mut inner, id, false, buf),
-            Ok(Err(e)) => {
-                // Maybe posted: held until the QP is reset.
-                let op = Op::posted(self, &mut inner, id, false, buf);
-                inner.stop(self.0.qp_num);
-                if let Some(entry) = inner.table.get_mut(&id) {
-                    if entry.result.is_some() {
-                        entry.result = Some(Err(e));
-                    }
-                }
-                op
-            }
-        }
-    }
 }
 
 impl Shared {
@@ -466,13 +343,13 @@ impl Shared {
 }
 
 impl Inner {
-    fn qp(&self) -> &RcQp {
+    pub(super) fn qp(&self) -> &RcQp {
         self.qp
             .as_ref()
             .expect("the QP lives as long as the AsyncQp")
     }
 
-    fn qp_mut(&mut self) -> &mut RcQp {
+    pub(super) fn qp_mut(&mut self) -> &mut RcQp {
         self.qp
             .as_mut()
             .expect("the QP lives as long as the AsyncQp")
@@ -497,14 +374,14 @@ impl Inner {
         }
     }
 
-    fn take_id(&mut self) -> u64 {
+    pub(super) fn take_id(&mut self) -> u64 {
         let id = self.next_id;
         self.next_id = ID_BIT | id.wrapping_add(1);
         id
     }
 
     /// Refuses a work request its queue or its CQ has no room for.
-    fn room(&self, recv: bool) -> Result<()> {
+    pub(super) fn room(&self, recv: bool) -> Result<()> {
         if let Some(why) = &self.broken {
             return Err(Error::InvalidArgument(format!(
                 "QP {:#x} is stopped: {why}",
@@ -543,7 +420,7 @@ impl Inner {
     /// the places others take there (memory window binds on any QP of
     /// the CQ): refused when it is full. Given back when the completion
     /// is read, or the work request ends otherwise.
-    fn take_place(&self, recv: bool) -> Result<()> {
+    pub(super) fn take_place(&self, recv: bool) -> Result<()> {
         self.places_of(recv)
             .take(1)
             .map_err(|(taken, capacity)| Error::OutOfRange {
@@ -556,7 +433,7 @@ impl Inner {
             })
     }
 
-    fn give_places(&self, recv: bool, n: u32) {
+    pub(super) fn give_places(&self, recv: bool, n: u32) {
         self.places_of(recv).give_back(n);
     }
 

@@ -26,62 +26,24 @@
 //! only with `RDMA_CM_EVENT_ESTABLISHED`), so that none of its work
 //! requests is sent.
 
-use super::event::{CmEvent, CmEventKind, CmIdKey, EventChannel};
-use super::id::{check_event, disconnected, CmId};
+use super::handles::{CmEvent, CmId, ConnectRequest, EventChannel};
+use super::id::{check_event, disconnected};
+use super::kind::{CmEventKind, CmIdKey};
 use super::param::ConnParam;
-use super::request::{accept_finish, ConnectRequest};
+use super::reactor::lock;
+use super::request::accept_finish;
 use super::steps::Awaiting;
-use crate::channel::{RawChannelFd, RegisterError, Registration, Registrations};
+use crate::channel::{RawChannelFd, RegisterError, Registration};
 use crate::error::{Error, Result};
 use crate::qp::RcQp;
 use std::future::{poll_fn, Future};
 use std::net::SocketAddr;
 use std::os::fd::AsRawFd;
 use std::pin::pin;
-use std::sync::{Arc, Mutex, MutexGuard};
-use std::task::{Poll, Waker};
+use std::sync::Arc;
+use std::task::Poll;
 use std::time::Duration;
 use tokio::io::unix::AsyncFdReadyGuard;
-
-/// The async side of an event channel.
-#[derive(Default)]
-pub(crate) struct Reactor {
-    /// One for each runtime that waited, made by its first async wait;
-    /// dropped before the channel's fd is closed (by the channel, and by
-    /// each wait, which holds a handle of the channel while it holds a
-    /// share).
-    registrations: Mutex<Registrations>,
-    /// Tasks waiting for an event, woken when events go to the backlog.
-    wakers: Mutex<Vec<Waker>>,
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-impl Reactor {
-    /// Drops the channel's own share of the registration.
-    pub(super) fn deregister(&mut self) {
-        self.registrations
-            .get_mut()
-            .unwrap_or_else(|p| p.into_inner())
-            .clear();
-    }
-
-    /// Wakes every waiting task (events of some ids went to the backlog).
-    pub(super) fn wake_all(&self) {
-        for w in std::mem::take(&mut *lock(&self.wakers)) {
-            w.wake();
-        }
-    }
-
-    fn add_waker(&self, waker: &Waker) {
-        let mut wakers = lock(&self.wakers);
-        if !wakers.iter().any(|w| w.will_wake(waker)) {
-            wakers.push(waker.clone());
-        }
-    }
-}
 
 /// What a look at the channel found.
 enum Found<'a> {

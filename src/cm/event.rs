@@ -1,9 +1,12 @@
 //! The event channel (`rdma_create_event_channel(3)`) and typed CM events
-//! (`rdma_get_cm_event(3)`).
+//! (`rdma_get_cm_event(3)`): opening the channel, reading its events,
+//! keeping them for their ids and handing them out. [`EventChannel`] and
+//! [`CmEvent`] are defined in `handles.rs`, with the id and the request
+//! they hold.
 
-use super::id::CmId;
-use super::request::ConnectRequest;
-use super::steps::{answers, Steps};
+use super::handles::{ChannelInner, CmEvent, CmId, ConnectRequest, EventChannel, Steps};
+use super::kind::{CmEventKind, CmIdKey};
+use super::steps::answers;
 use crate::error::{Error, Result};
 use crate::fd::{clear_errno, poll_readable, set_nonblocking};
 use crate::ffi::cm;
@@ -13,129 +16,6 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 use std::ptr::NonNull;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
-
-/// Which CM id an event is about: [`CmId::key`]. A number the crate gives
-/// each id, never reused in a process (unlike the id's address).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct CmIdKey(pub(crate) u64);
-
-/// The kind of a CM event (`enum rdma_cm_event_type`, rdma_get_cm_event(3)).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum CmEventKind {
-    /// `RDMA_CM_EVENT_ADDR_RESOLVED`.
-    AddrResolved,
-    /// `RDMA_CM_EVENT_ADDR_ERROR`.
-    AddrError,
-    /// `RDMA_CM_EVENT_ROUTE_RESOLVED`.
-    RouteResolved,
-    /// `RDMA_CM_EVENT_ROUTE_ERROR`.
-    RouteError,
-    /// `RDMA_CM_EVENT_CONNECT_REQUEST`: a peer asks to connect; the event
-    /// carries a [`ConnectRequest`].
-    ConnectRequest,
-    /// `RDMA_CM_EVENT_CONNECT_RESPONSE`: the peer accepted; the active
-    /// side completes the connection (done by [`CmId::connect`]).
-    ConnectResponse,
-    /// `RDMA_CM_EVENT_CONNECT_ERROR`.
-    ConnectError,
-    /// `RDMA_CM_EVENT_UNREACHABLE`: the peer did not answer.
-    Unreachable,
-    /// `RDMA_CM_EVENT_REJECTED`: the peer rejected (no listener on that
-    /// port, or the application refused); `status` is the reject reason.
-    Rejected,
-    /// `RDMA_CM_EVENT_ESTABLISHED`.
-    Established,
-    /// `RDMA_CM_EVENT_DISCONNECTED`.
-    Disconnected,
-    /// `RDMA_CM_EVENT_DEVICE_REMOVAL`.
-    DeviceRemoval,
-    /// `RDMA_CM_EVENT_MULTICAST_JOIN`.
-    MulticastJoin,
-    /// `RDMA_CM_EVENT_MULTICAST_ERROR`.
-    MulticastError,
-    /// `RDMA_CM_EVENT_ADDR_CHANGE`.
-    AddrChange,
-    /// `RDMA_CM_EVENT_TIMEWAIT_EXIT`: the QP of a disconnected id may be
-    /// reused.
-    TimewaitExit,
-    /// A value this crate does not know.
-    Other(u32),
-}
-
-impl CmEventKind {
-    pub(crate) fn from_raw(raw: cm::rdma_cm_event_type) -> Self {
-        use CmEventKind::*;
-        match raw {
-            cm::RDMA_CM_EVENT_ADDR_RESOLVED => AddrResolved,
-            cm::RDMA_CM_EVENT_ADDR_ERROR => AddrError,
-            cm::RDMA_CM_EVENT_ROUTE_RESOLVED => RouteResolved,
-            cm::RDMA_CM_EVENT_ROUTE_ERROR => RouteError,
-            cm::RDMA_CM_EVENT_CONNECT_REQUEST => ConnectRequest,
-            cm::RDMA_CM_EVENT_CONNECT_RESPONSE => ConnectResponse,
-            cm::RDMA_CM_EVENT_CONNECT_ERROR => ConnectError,
-            cm::RDMA_CM_EVENT_UNREACHABLE => Unreachable,
-            cm::RDMA_CM_EVENT_REJECTED => Rejected,
-            cm::RDMA_CM_EVENT_ESTABLISHED => Established,
-            cm::RDMA_CM_EVENT_DISCONNECTED => Disconnected,
-            cm::RDMA_CM_EVENT_DEVICE_REMOVAL => DeviceRemoval,
-            cm::RDMA_CM_EVENT_MULTICAST_JOIN => MulticastJoin,
-            cm::RDMA_CM_EVENT_MULTICAST_ERROR => MulticastError,
-            cm::RDMA_CM_EVENT_ADDR_CHANGE => AddrChange,
-            cm::RDMA_CM_EVENT_TIMEWAIT_EXIT => TimewaitExit,
-            other => Other(other),
-        }
-    }
-
-    /// The C name, e.g. `RDMA_CM_EVENT_ESTABLISHED`.
-    pub fn name(self) -> &'static str {
-        use CmEventKind::*;
-        match self {
-            AddrResolved => "RDMA_CM_EVENT_ADDR_RESOLVED",
-            AddrError => "RDMA_CM_EVENT_ADDR_ERROR",
-            RouteResolved => "RDMA_CM_EVENT_ROUTE_RESOLVED",
-            RouteError => "RDMA_CM_EVENT_ROUTE_ERROR",
-            ConnectRequest => "RDMA_CM_EVENT_CONNECT_REQUEST",
-            ConnectResponse => "RDMA_CM_EVENT_CONNECT_RESPONSE",
-            ConnectError => "RDMA_CM_EVENT_CONNECT_ERROR",
-            Unreachable => "RDMA_CM_EVENT_UNREACHABLE",
-            Rejected => "RDMA_CM_EVENT_REJECTED",
-            Established => "RDMA_CM_EVENT_ESTABLISHED",
-            Disconnected => "RDMA_CM_EVENT_DISCONNECTED",
-            DeviceRemoval => "RDMA_CM_EVENT_DEVICE_REMOVAL",
-            MulticastJoin => "RDMA_CM_EVENT_MULTICAST_JOIN",
-            MulticastError => "RDMA_CM_EVENT_MULTICAST_ERROR",
-            AddrChange => "RDMA_CM_EVENT_ADDR_CHANGE",
-            TimewaitExit => "RDMA_CM_EVENT_TIMEWAIT_EXIT",
-            Other(_) => "RDMA_CM_EVENT_(unknown)",
-        }
-    }
-}
-
-impl fmt::Display for CmEventKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            CmEventKind::Other(v) => write!(f, "RDMA_CM_EVENT {v}"),
-            k => f.write_str(k.name()),
-        }
-    }
-}
-
-/// One CM event, copied out of librdmacm's and acknowledged
-/// (`rdma_ack_cm_event(3)`) before it is handed out: nothing of it points
-/// into librdmacm, and no id waits on it to be destroyed.
-#[derive(Debug)]
-pub struct CmEvent {
-    pub(crate) kind: CmEventKind,
-    pub(crate) status: i32,
-    pub(crate) id: CmIdKey,
-    pub(crate) private_data: Vec<u8>,
-    pub(crate) request: Option<ConnectRequest>,
-    /// Why a connect request's new id could not be taken over (it was
-    /// destroyed, which rejected the request): the listening id's waits
-    /// report it, not the wait that happened to read the event.
-    pub(crate) request_failed: Option<Error>,
-}
 
 impl CmEvent {
     /// What happened.
@@ -175,63 +55,6 @@ impl CmEvent {
     /// failed; the id was destroyed, which rejected the request): why.
     pub fn request_error(&self) -> Option<&Error> {
         self.request_failed.as_ref()
-    }
-}
-
-/// An rdma_cm event channel (`rdma_create_event_channel(3)`): the file
-/// descriptor the CM reports events of its ids on.
-///
-/// A cheap, cloneable handle; each [`CmId`] holds its channel, so the
-/// channel is destroyed after its last id. Its fd is non-blocking: wait for
-/// it to be readable (`poll`, `epoll`, an async runtime, through [`AsFd`]),
-/// then take the events with [`try_get_event`](Self::try_get_event); or
-/// block in [`get_event`](Self::get_event).
-///
-/// Events of ids that a blocking call of another id reads meanwhile are
-/// kept, in order, for the next reader. Every wait of an id (blocking or
-/// async) looks there first, so none sleeps past its own event whoever
-/// read it. An event loop of one's own that waits on the fd should be the
-/// channel's only reader: events another reader moved to the backlog are
-/// handed to the next [`try_get_event`](Self::try_get_event) without the
-/// fd becoming readable again (an edge-triggered `epoll` would not
-/// report them), so call it until `None` after each readiness and after
-/// each other wait on the channel.
-#[derive(Clone)]
-pub struct EventChannel(pub(crate) Arc<ChannelInner>);
-
-pub(crate) struct ChannelInner {
-    ch: NonNull<cm::rdma_event_channel>,
-    /// Read events not yet taken, oldest first; also the lock that
-    /// serialises reads.
-    backlog: Mutex<VecDeque<CmEvent>>,
-    /// The steps of its ids awaiting their answer (`cm::steps`); locked
-    /// after `backlog` where both are.
-    steps: Mutex<Steps>,
-    /// The async side (feature `tokio`): the fd's registration with the
-    /// reactor and the tasks to wake when events go to the backlog.
-    #[cfg(feature = "tokio")]
-    pub(super) reactor: super::aio::Reactor,
-}
-
-// SAFETY: librdmacm's event channel is a file descriptor; reads of it are
-// serialised by `backlog`'s lock, and destroying happens once, in Drop,
-// when no handle is left.
-unsafe impl Send for ChannelInner {}
-// SAFETY: as above.
-unsafe impl Sync for ChannelInner {}
-
-impl Drop for ChannelInner {
-    fn drop(&mut self) {
-        // Requests still queued own ids on channels of their own: dropping
-        // them destroys those ids first.
-        self.backlog.get_mut().map(VecDeque::clear).ok();
-        // The reactor forgets the fd before it is closed (a later fd with
-        // the same number must not be deregistered in its place).
-        #[cfg(feature = "tokio")]
-        self.reactor.deregister();
-        // SAFETY: created by this handle; every id on it holds this Arc, so
-        // none is left; destroyed once.
-        unsafe { cm::rdma_destroy_event_channel(self.ch.as_ptr()) };
     }
 }
 
@@ -515,25 +338,6 @@ impl fmt::Debug for EventChannel {
         f.debug_struct("EventChannel")
             .field("fd", &self.as_raw_fd())
             .finish()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn event_kinds_map_from_the_c_values() {
-        assert_eq!(
-            CmEventKind::from_raw(cm::RDMA_CM_EVENT_ESTABLISHED),
-            CmEventKind::Established
-        );
-        assert_eq!(
-            CmEventKind::from_raw(cm::RDMA_CM_EVENT_TIMEWAIT_EXIT),
-            CmEventKind::TimewaitExit
-        );
-        assert_eq!(CmEventKind::from_raw(99), CmEventKind::Other(99));
-        assert_eq!(CmEventKind::Rejected.to_string(), "RDMA_CM_EVENT_REJECTED");
     }
 }
 

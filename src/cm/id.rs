@@ -1,11 +1,12 @@
 //! CM ids (`rdma_create_id(3)`): address and route resolution, listen,
 //! connect, accept, reject, disconnect; the QP moved through its states
-//! with the attributes the CM gives (`rdma_init_qp_attr(3)`).
+//! with the attributes the CM gives (`rdma_init_qp_attr(3)`). The methods
+//! of [`CmId`], which is defined in `handles.rs`.
 
 use super::addr::{self, RawAddr};
-use super::event::{CmEvent, CmEventKind, CmIdKey, EventChannel};
+use super::handles::{CmEvent, CmId, ConnectRequest, EventChannel, IdInner};
+use super::kind::{CmEventKind, CmIdKey};
 use super::param::{ConnParam, MAX_CONNECT_PRIVATE_DATA};
-use super::request::ConnectRequest;
 use super::steps::Awaiting;
 use crate::device::Context;
 use crate::error::{Error, Result};
@@ -24,56 +25,6 @@ static NEXT_KEY: AtomicU64 = AtomicU64::new(1);
 
 fn next_key() -> CmIdKey {
     CmIdKey(NEXT_KEY.fetch_add(1, Ordering::Relaxed))
-}
-
-/// The id itself; destroyed (`rdma_destroy_id`) when the last holder goes:
-/// its [`CmId`], and the [`Context`]s made from it with their objects.
-pub(crate) struct IdInner {
-    id: NonNull<cm::rdma_cm_id>,
-    key: CmIdKey,
-    // Dropped after the id is destroyed (fields drop after Drop::drop).
-    channel: EventChannel,
-}
-
-// SAFETY: librdmacm's id calls are thread-safe (each is a command written
-// to the channel's fd, and librdmacm locks its own state); the id is
-// destroyed once, in Drop, when no holder is left.
-unsafe impl Send for IdInner {}
-// SAFETY: as above.
-unsafe impl Sync for IdInner {}
-
-impl Drop for IdInner {
-    fn drop(&mut self) {
-        self.channel.forget(self.key);
-        // SAFETY: created or adopted by this crate, destroyed once; every
-        // event of it that was read has been acknowledged (events are
-        // acknowledged as they are read), so the call does not wait for
-        // ever.
-        let rc = unsafe { cm::rdma_destroy_id(self.id.as_ptr()) };
-        if rc != 0 {
-            let errno = std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
-            crate::error::report_destroy_failure("rdma_destroy_id", errno.max(1), "rdma_cm");
-        }
-    }
-}
-
-/// An rdma_cm id (`rdma_create_id(3)`, port space `RDMA_PS_TCP`: reliable
-/// connections): the CM's socket. An active id resolves an address and a
-/// route and connects; a passive one listens and hands out
-/// [`ConnectRequest`]s, each with an id of its own.
-///
-/// Each id's events arrive on its [`EventChannel`]: the one it was created
-/// on, or, for an id of a connect request, a channel of its own. The
-/// blocking calls here wait for the events of this id and keep the others
-/// for their readers.
-///
-/// Dropping a connected id disconnects it (`rdma_disconnect`). The id is
-/// destroyed when its handle and every [`Context`] made from it (with the
-/// objects made in that context) are gone, so nothing that depends on it
-/// outlives it.
-pub struct CmId {
-    inner: Arc<IdInner>,
-    pub(super) connected: AtomicBool,
 }
 
 impl CmId {

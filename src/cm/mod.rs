@@ -154,14 +154,17 @@ mod addr;
 #[cfg(feature = "tokio")]
 mod aio;
 mod event;
+mod handles;
 mod id;
+mod kind;
 mod param;
+#[cfg(feature = "tokio")]
+mod reactor;
 mod request;
 mod steps;
 
-pub use event::{CmEvent, CmEventKind, CmIdKey, EventChannel};
-pub use id::CmId;
+pub use handles::{CmEvent, CmId, ConnectRequest, EventChannel};
+pub use kind::{CmEventKind, CmIdKey};
 pub use param::{
     ConnParam, MAX_ACCEPT_PRIVATE_DATA, MAX_CONNECT_PRIVATE_DATA, MAX_REJECT_PRIVATE_DATA,
 };
-pub use request::ConnectRequest;

@@ -1,7 +1,9 @@
-//! A peer's connect request: accept or reject.
+//! A peer's connect request: accept or reject (the methods of
+//! [`ConnectRequest`], which is defined in `handles.rs`).
 
-use super::event::{CmEvent, CmEventKind};
-use super::id::{show, CmId, CmQpAttr};
+use super::handles::{CmEvent, CmId, ConnectRequest};
+use super::id::{show, CmQpAttr};
+use super::kind::CmEventKind;
 use super::param::{ConnParam, MAX_ACCEPT_PRIVATE_DATA, MAX_REJECT_PRIVATE_DATA};
 use super::steps::Awaiting;
 use crate::error::{Error, Result};
@@ -9,18 +11,6 @@ use crate::ffi::cm;
 use crate::qp::RcQp;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
-
-/// A peer's request to connect (`RDMA_CM_EVENT_CONNECT_REQUEST`), with the
-/// new id it came with: [`accept`](Self::accept) or
-/// [`reject`](Self::reject) it. Dropped undecided, its id is destroyed,
-/// which rejects it.
-#[derive(Debug)]
-pub struct ConnectRequest {
-    id: CmId,
-    private_data: Vec<u8>,
-    responder_resources: u8,
-    initiator_depth: u8,
-}
 
 impl ConnectRequest {
     pub(crate) fn new(id: CmId, private_data: Vec<u8>, conn: &cm::rdma_conn_param) -> Self {

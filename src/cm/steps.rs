@@ -10,23 +10,11 @@
 //! is dropped as it is read; already read and queued for the id, it is
 //! dropped from the backlog. So a later wait of the id never takes an
 //! earlier step's answer for its own.
+//!
+//! [`Steps`] is defined in `handles.rs`, with the channel that holds it.
 
-use super::event::{CmEvent, CmEventKind, CmIdKey, EventChannel};
-
-/// The steps of a channel's ids, behind the channel's lock for them.
-#[derive(Default)]
-pub(crate) struct Steps {
-    next: u64,
-    list: Vec<Step>,
-}
-
-struct Step {
-    token: u64,
-    id: CmIdKey,
-    want: CmEventKind,
-    /// Its wait ended without the answer.
-    abandoned: bool,
-}
+use super::handles::{CmEvent, EventChannel, Step, Steps};
+use super::kind::{CmEventKind, CmIdKey};
 
 impl Steps {
     fn begin(&mut self, id: CmIdKey, want: CmEventKind) -> u64 {

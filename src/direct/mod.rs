@@ -158,14 +158,17 @@ mod arch;
 mod batch;
 mod cq;
 mod into;
+mod into_error;
 mod scoped;
 mod sq;
 #[cfg(test)]
 mod tests;
+mod transport;
 
 pub use batch::{DcWr, DirectBatch, WriteSource};
 pub use cq::DirectWc;
-pub use into::IntoDirectError;
+pub use into_error::IntoDirectError;
+pub use transport::{DirectDcAddr, DirectTransport};
 
 use crate::channel::Slept;
 use crate::clock::Mono;
@@ -175,34 +178,13 @@ use crate::ffi;
 use crate::mr::Sge;
 use crate::qp::{
     ConnectOptions, Connected, DcAddr, DcInitiator, Endpoint, QpCaps, QpEx, QpState,
-    ReliableConnection, Transport,
+    ReliableConnection,
 };
 use cq::{Cqr, Step};
 use sq::Sq;
 use std::collections::VecDeque;
 use std::fmt;
 use std::time::Duration;
-
-mod sealed {
-    pub trait Sealed {}
-}
-
-/// A transport the direct path writes WQEs for: RC, DCI.
-pub trait DirectTransport: Transport + sealed::Sealed {
-    /// Whether the QP has a receive queue of its own (whose CQ must be
-    /// another than the direct one).
-    #[doc(hidden)]
-    const RECV: bool;
-}
-
-impl sealed::Sealed for ReliableConnection {}
-impl DirectTransport for ReliableConnection {
-    const RECV: bool = true;
-}
-impl sealed::Sealed for DcInitiator {}
-impl DirectTransport for DcInitiator {
-    const RECV: bool = false;
-}
 
 /// An RC QP on the direct path.
 pub type DirectRc = DirectQp<ReliableConnection>;
@@ -689,28 +671,6 @@ impl DirectQp<DcInitiator> {
         // SAFETY: `mlx5_wqe_av` is 48 bytes of plain data.
         let words: [u64; 6] = unsafe { std::mem::transmute(av) };
         Ok(DirectDcAddr { words })
-    }
-}
-
-/// A DC target's address as a direct DCI writes it into each WQE: the
-/// address vector (`struct mlx5_wqe_av`) of an address handle, with the
-/// DCT number and DC key ([`DirectQp::dc_addr`]). A copy: the address
-/// handle may go once it is made.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub struct DirectDcAddr {
-    words: [u64; 6],
-}
-
-impl DirectDcAddr {
-    #[inline(always)]
-    pub(crate) fn words(&self) -> &[u64; 6] {
-        &self.words
-    }
-}
-
-impl fmt::Debug for DirectDcAddr {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("DirectDcAddr").finish_non_exhaustive()
     }
 }
 

@@ -1,7 +1,8 @@
 //! One work request of a batch: its flags ([`Wr`]), its builder, and its
 //! data ([`Op`]), handed to the provider whole once every check has passed.
 
-use super::{BatchState, Invariant, RawAddr, SendFlags};
+use super::flags::SendFlags;
+use super::state::{BatchState, Invariant, PeerReceive, RawAddr};
 use crate::error::{Error, Result};
 use crate::ffi;
 use crate::mr::{RemoteBuf, Sge, SgeMut};
@@ -21,21 +22,6 @@ pub struct Wr<'b, 'm, T: Transport> {
     /// Whether it consumes a receive at the peer: set by its builder.
     pub(super) peer_receive: PeerReceive,
     pub(super) _p: PhantomData<(Invariant<'m>, T)>,
-}
-
-/// Whether a work request consumes a receive at the peer, and so waits
-/// for one there: a responder with none posted answers "receiver not
-/// ready" (RNR), and the requester retries (`rnr_retry` times, for ever
-/// at 7).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[repr(u8)]
-pub(crate) enum PeerReceive {
-    /// It does not (RDMA write and read, atomics, local operations).
-    No = 0,
-    /// A send (with immediate data or invalidation, or without).
-    Send = 1,
-    /// An RDMA write with immediate data.
-    WriteImm = 2,
 }
 
 impl<T: Transport> std::fmt::Debug for Wr<'_, '_, T> {

@@ -2,7 +2,9 @@
 //! target it lands in (`ibv_wr_set_xrc_srqn`, called after the builder
 //! and its data, as `ibv_wr_post(3)` orders the setters).
 
-use super::{RawAddr, Wr, WrBatch};
+use super::batch::WrBatch;
+use super::op::Wr;
+use super::state::RawAddr;
 use crate::qp::{XrcInitiator, XrcSrqn};
 
 impl<'m> WrBatch<'_, 'm, XrcInitiator> {

@@ -25,21 +25,22 @@
 //!   higher-ranked over it), so it cannot be swapped with another batch;
 //!   it has no `complete`, and dropping it (an error, a panic) aborts it.
 
-use super::{
-    PeerReceive, RawAddr, RawDc, RawUd, SendFlags, WrBatch, BATCH_ABORTING, BATCH_CLOSED,
-    BATCH_OPEN,
-};
+use super::batch::WrBatch;
+use super::flags::SendFlags;
+use super::state::{PeerReceive, RawAddr, RawDc, RawUd};
 use crate::cq::{write_wc_fields, CompletionQueue, RawWc, WorkCompletion};
 use crate::error::{Error, Result};
 use crate::qp::{Connected, DcAddr, DcInitiator, QpEx, Transport};
 use crate::qp::{UdAddr, UnreliableDatagram};
 use crate::qp::{XrcInitiator, XrcSrqn};
+use crate::qp::{BATCH_ABORTING, BATCH_CLOSED, BATCH_OPEN};
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 use std::time::Duration;
 
+mod abort;
 mod wait;
-use wait::AbortOnUnwind;
-pub(crate) use wait::{abort_with, said_with};
+use abort::AbortOnUnwind;
+pub(crate) use abort::{abort_with, said_with};
 
 use crate::qp::SCOPED_ID_BIT;
 

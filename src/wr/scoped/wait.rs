@@ -1,13 +1,13 @@
 //! The scoped post's wait for the end of its batch: polling (`Waiting`)
-//! until its last completion, the timeout, stopping the QP when that end
-//! cannot be seen, and the abort should a panic unwind meanwhile.
+//! until its last completion, the timeout, and stopping the QP when that
+//! end cannot be seen.
 
+use super::abort::{abort_with, said_with};
 use super::Waiting;
 use crate::cq::{back_off, CompletionQueue};
 use crate::error::{Error, Result};
 use crate::qp::{QpEx, Transport};
 use crate::wr::PeerReceive;
-use std::io::Write;
 use std::time::{Duration, Instant};
 
 /// How long a scoped post that has moved its QP to ERR waits for the flush
@@ -164,48 +164,5 @@ fn receiver_not_ready(stuck: PeerReceive, dc: bool) -> &'static str {
              ever; post receives to the DCT's SharedReceiveQueue first, or set \
              ConnectOptions::rnr_retry below 7 to get RNR_RETRY_EXC_ERR"
         }
-    }
-}
-
-/// Aborts the process if dropped: held (and forgotten at the end) across
-/// the part of a scoped post where a panic would otherwise unwind past
-/// work requests the device still runs.
-pub(super) struct AbortOnUnwind;
-
-impl Drop for AbortOnUnwind {
-    #[cold]
-    fn drop(&mut self) {
-        abort_with(format_args!(
-            "a panic inside a scoped post while its work requests may still run; \
-             aborting, since their memory cannot be released safely"
-        ));
-    }
-}
-
-/// Says why on stderr, without a panic should stderr be closed (nothing
-/// may unwind where this is called), and aborts the process.
-#[cold]
-pub(crate) fn abort_with(why: std::fmt::Arguments<'_>) -> ! {
-    let _ = writeln!(std::io::stderr(), "mlx5dv: {why}");
-    std::process::abort();
-}
-
-/// `cause`, with what the scoped post did after it added to its text.
-pub(crate) fn said_with(cause: Error, how: &str) -> Error {
-    match cause {
-        Error::Timeout { what, waited_ms } => Error::Timeout {
-            what: format!("{what}; {how}"),
-            waited_ms,
-        },
-        Error::Verbs {
-            call,
-            context,
-            source,
-        } => Error::Verbs {
-            call,
-            context: format!("{context}; {how}"),
-            source,
-        },
-        other => other,
     }
 }
