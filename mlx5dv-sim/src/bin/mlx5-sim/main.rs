@@ -18,6 +18,14 @@
 //! the tree and exits with CMD's status (128 + N when a signal N ended it).
 //! This runner itself does not load the interposer. SIGINT, SIGTERM,
 //! SIGHUP and SIGQUIT sent to it are passed on to CMD.
+//!
+//! ## Module map
+//!
+//! Lowest first; each module uses only those of its own line or above it
+//! (`cargo run -p module-stack` checks it).
+//!
+//! 1. `library`, `sysfs`: the interposer library it names, the sysfs tree
+//!    it writes (neither uses the other).
 
 mod library;
 mod sysfs;
