@@ -57,12 +57,13 @@
 //!
 //! How the source is laid out, for those who read or change it: one
 //! module per concept, in layers, lowest first. Each module uses only
-//! those of its own line or above it (`cargo run -p module-stack`
-//! checks it, and that no two modules or files use each other), so a
-//! change goes to the lowest line whose concept it is.
+//! those of its own line or of an earlier one, a lower layer (`cargo run
+//! -p module-stack` checks it, and that no two modules or files use each
+//! other), so a change goes to the lowest line whose concept it is;
+//! `docs/source-layout.md` names the files.
 //!
-//! 1. `ffi`: the C API, bindgen's and the shims of the headers' inline
-//!    functions.
+//! 1. `ffi` (the folder `src/sys/`): the C API, bindgen's and the shims of
+//!    the headers' inline functions.
 //! 2. `clock`, `access`, `qp_state`, `wc`: plain values: the monotonic
 //!    clock, access flags, QP states and kinds, completion statuses and
 //!    opcodes.
@@ -81,7 +82,9 @@
 //!    SRQs among them).
 //! 10. `qp_spec`: what a QP is made with and its batches read: send ops,
 //!     sizes, the WQE size.
-//! 11. `qp`: QPs of every transport, their builder, states and transitions.
+//! 11. `qp`: QPs: the handle (`handle.rs`), the transports
+//!     (`transport.rs`), the checks they share (`checks.rs`), then a file
+//!     per transport, the builder, states and transitions.
 //! 12. `mw`: memory windows (bound through a QP).
 //! 13. `wr`: work-request batches, scoped posts.
 //! 14. `direct`, `aio`, `cm`, `serde_impl`: the direct path, tokio, the

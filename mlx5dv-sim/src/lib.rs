@@ -13,7 +13,8 @@
 //!
 //! ## Module map
 //!
-//! Lowest first; each module uses only those of its own line or above it.
+//! Lowest first; each module uses only those of its own line or of an
+//! earlier one (a lower layer).
 //!
 //! 1. `config`, `sys`: the settings from the environment, and the
 //!    process's own system calls without the interposer (libc's

@@ -50,16 +50,18 @@
 //!
 //! ## Module map
 //!
-//! Lowest first; each module uses only those of its own line or above it
-//! (`cargo run -p module-stack` checks it).
+//! Lowest first; each module uses only those of its own line or of an
+//! earlier one, a lower layer (`cargo run -p module-stack` checks it).
 //!
 //! 1. `common`: what both benches share (the C side's builds and their
 //!    symbols, the completion records, the counting and the table).
 //! 2. `rig`: the objects every shape posts on (the QPs, CQs, regions and
 //!    DC target on the software device) and what runs around the measured
 //!    calls (`Work`: the device's steps and the draining).
-//! 3. `shapes`: the measured shapes through libmlx5, C and Rust.
-//! 4. `direct`: the direct path's rows, C direct against Rust.
+//! 3. `shapes`: the measured shapes through libmlx5, C and Rust, and the
+//!    direct path's Rust functions (`rust_direct_*`).
+//! 4. `direct`: the direct path's rows: C direct, the check that both
+//!    sides did the same work, the table.
 
 #[path = "../common/mod.rs"]
 mod common;

@@ -4,7 +4,8 @@
 //! `c/plain.c`'s `c_plain_<shape>`, given libmlx5's own QPs and CQ) and in
 //! Rust through the safe API: the tuned and natural forms, and the
 //! completions as `WorkCompletion`s, that `benches/post_vs_c.rs` measures
-//! too (`common/shapes.rs`).
+//! too (`common/shapes.rs`). And the direct path's Rust side
+//! (`rust_direct_*`), whose rows `direct.rs` runs against C direct.
 
 use crate::common::measure::{Row, Version};
 use crate::common::wc::{kept, BenchWc};

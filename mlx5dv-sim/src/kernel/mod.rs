@@ -7,17 +7,17 @@
 
 pub mod bytes;
 mod cmd;
-mod cq_cmds;
 mod devx;
 pub mod errno;
 mod events;
 pub mod fds;
 mod ioctl;
 mod ioctl_call;
-mod mr_cmds;
 mod mw_cmds;
-mod qp_cmds;
 mod qp_modify;
+mod queue_cmds;
+mod rereg_mr;
+mod resize_cq;
 #[cfg(test)]
 mod tests;
 pub mod uverbs;

@@ -10,8 +10,8 @@
 use super::bytes::{In, Out};
 use super::cmd::{pdn_of, Cmd, GID_TBL_LEN, MAX_CQE, MAX_QP_RD_ATOM, NUM_COMP_VECTORS};
 use super::errno::{injected, refuse, Errno, Res};
-use super::mr_cmds::{check_mr_access, check_mr_range};
-use super::{cq_cmds, mr_cmds, mw_cmds, qp_cmds, xrc_cmds};
+use super::rereg_mr::{check_mr_access, check_mr_range};
+use super::{mw_cmds, queue_cmds, rereg_mr, resize_cq, xrc_cmds};
 use crate::config::{self, debug};
 use crate::model::lock;
 use crate::model::state::{MkeyKind, Pd};
@@ -176,14 +176,14 @@ pub unsafe fn dispatch(fd: i32, buf: *const u8, len: usize) -> Res<()> {
         (false, 5) => create_ah(&mut cmd)?,
         (false, 8) => destroy_ah(&mut cmd)?,
         (false, 9) => reg_mr(&mut cmd)?,
-        (false, 11) => mr_cmds::rereg_mr(&mut cmd)?,
+        (false, 11) => rereg_mr::rereg_mr(&mut cmd)?,
         (false, 13) => dereg_mr(&mut cmd)?,
         (false, 14) => mw_cmds::alloc_mw(&mut cmd)?,
         (false, 16) => mw_cmds::dealloc_mw(&mut cmd)?,
         (false, 17) => create_comp_channel(&mut cmd)?,
-        (false, 19) => cq_cmds::resize_cq(&mut cmd)?,
+        (false, 19) => resize_cq::resize_cq(&mut cmd)?,
         (false, 37..=39) => xrc_cmds::dispatch(&mut cmd, code)?,
-        _ => qp_cmds::dispatch(&mut cmd, extended, code, name)?,
+        _ => queue_cmds::dispatch(&mut cmd, extended, code, name)?,
     }
     cmd.commit();
     Ok(())

@@ -11,7 +11,7 @@
 
 use super::cmd::{xrcdn_of, Cmd};
 use super::errno::{refuse, Res};
-use super::qp_cmds::{new_srq, SrqRequest};
+use super::queue_cmds::{new_srq, SrqRequest};
 use crate::config::debug;
 use crate::model::lock;
 use crate::model::state::{XrcSrq, Xrcd};

@@ -21,8 +21,8 @@
 //!
 //! ## Module map
 //!
-//! Lowest first; each module uses only those of its own line or above it
-//! (`cargo run -p module-stack` checks it).
+//! Lowest first; each module uses only those of its own line or of an
+//! earlier one, a lower layer (`cargo run -p module-stack` checks it).
 //!
 //! 1. `library`, `sysfs`: the interposer library it names, the sysfs tree
 //!    it writes (neither uses the other).
