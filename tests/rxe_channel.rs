@@ -571,17 +571,22 @@ fn a_scoped_post_that_times_out_on_a_channel_cq_sleeps_through_the_flush() {
     p.b.qp.to_error().unwrap();
     p.b.qp.reset().unwrap();
     let remote = p.b.mr.remote(0..16).unwrap();
+    // 3 s: the calls around the sleep (the post, arming the CQ, moving the
+    // QP to ERR, the flush's poll) cost a fixed ~0.1 s of CPU in a busy
+    // emulated guest; over 3 s of sleep they stay well under the share a
+    // spinning wait would take.
+    let wait = Duration::from_millis(3000);
     let (start, cpu0) = (Instant::now(), thread_cpu());
     let err =
         p.a.qp
-            .post_and_wait(&mut p.a.send_cq, Duration::from_millis(1000), |b| {
+            .post_and_wait(&mut p.a.send_cq, wait, |b| {
                 b.wr(1).rdma_write(remote).sge(p.a.mr.sge(0..16)?)
             })
             .unwrap_err();
     let (took, cpu) = (start.elapsed(), thread_cpu() - cpu0);
     assert!(matches!(err, Error::Timeout { .. }), "{err}");
     assert!(err.to_string().contains("flushed"), "{err}");
-    assert!(took >= Duration::from_millis(1000), "{took:?}");
+    assert!(took >= wait, "{took:?}");
     let share = cpu.as_secs_f64() / took.as_secs_f64();
     println!(
         "scoped post timed out after {took:?}, using {cpu:?} of CPU ({:.2} %)",
