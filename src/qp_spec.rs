@@ -165,8 +165,6 @@ impl Default for QpCaps {
     }
 }
 
-pub use crate::qp_state::{QpKind, QpState};
-
 /// `IB_UVERBS_DEVICE_ATOMIC_WRITE`: the device runs atomic writes.
 const DEVICE_ATOMIC_WRITE: u64 = 1 << 40;
 

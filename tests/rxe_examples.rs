@@ -491,16 +491,6 @@ fn perftest_pair_unchecked(
     (s, c)
 }
 
-/// Whether perftest ran but could not time its run: its clock
-/// calibration (`get_cpu_mhz`: a linear fit of the cycle counter against
-/// `gettimeofday`) needs r^2 >= 0.9, which a busy machine can deny it;
-/// then it prints "Can't produce a report" and exits 1 after the
-/// transfer. Nothing of the transfer is in question.
-fn perftest_could_not_time(o: &Output) -> bool {
-    o.status.code() == Some(1)
-        && String::from_utf8_lossy(&o.stderr).contains("Can't produce a report")
-}
-
 /// `example --perftest` against perftest's `ib_write_bw` (with `-c DC`
 /// for `dc_write`), `perftest_serves` or the other way round, `-n 200`
 /// writes of `size` bytes on TCP port `port`. Returns the example's and
@@ -519,25 +509,16 @@ fn against_perftest(
     }
     let ex = (example_name, example(example_name), &mine[..]);
     let tool = ("ib_write_bw", PathBuf::from("ib_write_bw"), &theirs[..]);
-    // A run perftest could not time (`perftest_could_not_time`) is run
-    // again, at most twice; any other failure fails at once.
-    let mut tries = 0;
-    let (ex_out, tool_out) = loop {
-        tries += 1;
-        let (ex_out, tool_out) = if perftest_serves {
+    let (ex_out, tool_out) = again_while_perftest_could_not_time(|| {
+        if perftest_serves {
             let (s, c) = perftest_pair_unchecked(&tool, &ex);
             (c, s)
         } else {
             perftest_pair_unchecked(&ex, &tool)
-        };
-        if tries < 3 && ex_out.status.success() && perftest_could_not_time(&tool_out) {
-            eprintln!("ib_write_bw could not time its run (clock calibration under load); again");
-            continue;
         }
-        assert_status(&ex_out, 0, ex.0);
-        assert_status(&tool_out, 0, tool.0);
-        break (ex_out, tool_out);
-    };
+    });
+    assert_status(&ex_out, 0, ex.0);
+    assert_status(&tool_out, 0, tool.0);
     let out = |o: &Output| String::from_utf8_lossy(&o.stdout).into_owned();
     let tool_out = out(&tool_out);
     // perftest 6.06 (Debian 12) says MB/sec; later releases MiB/sec.

@@ -44,7 +44,8 @@ mod xrc;
 mod xrc_tgt;
 
 pub use crate::addressing::ConnectOptions;
-pub use crate::qp_spec::{DciStreams, Mlx5SendOps, QpCaps, QpKind, QpState, SendOps};
+pub use crate::qp_spec::{DciStreams, Mlx5SendOps, QpCaps, SendOps};
+pub use crate::qp_state::{QpKind, QpState};
 pub use builder::QpBuilder;
 pub(crate) use dci::MAX_DCTN;
 pub use dci::{DcAddr, RemoteDct};

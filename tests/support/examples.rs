@@ -111,3 +111,32 @@ pub fn both_ways(
     }
     runs
 }
+
+/// Whether perftest ran but could not time its run: its clock
+/// calibration (`get_cpu_mhz`: a linear fit of the cycle counter against
+/// `gettimeofday`) needs r^2 >= 0.9, which a busy machine can deny it;
+/// then it prints "Can't produce a report" and exits 1 after the
+/// transfer. Nothing of the transfer is in question.
+pub fn perftest_could_not_time(o: &Output) -> bool {
+    o.status.code() == Some(1)
+        && String::from_utf8_lossy(&o.stderr).contains("Can't produce a report")
+}
+
+/// Runs `pair` (an example against a perftest tool, returning the
+/// example's output and perftest's) again, at most twice, while the
+/// example succeeded and perftest could not time its run
+/// ([`perftest_could_not_time`]); any other outcome is returned at once,
+/// for the caller to check.
+pub fn again_while_perftest_could_not_time(
+    mut pair: impl FnMut() -> (Output, Output),
+) -> (Output, Output) {
+    let mut tries = 1;
+    loop {
+        let (ours, perftest) = pair();
+        if tries == 3 || !ours.status.success() || !perftest_could_not_time(&perftest) {
+            return (ours, perftest);
+        }
+        eprintln!("perftest could not time its run (clock calibration under load); again");
+        tries += 1;
+    }
+}
