@@ -47,6 +47,13 @@ pub mod syndrome {
     pub const REMOTE_OP: u8 = 0x14;
     /// Transport retry counter exceeded.
     pub const RETRY_EXC: u8 = 0x15;
+
+    /// Whether `s` is a syndrome a NAK may carry to a requester: the three
+    /// remote errors a responder reports (IBA 9.7.5.2.8: invalid request,
+    /// remote access, remote operational).
+    pub fn is_remote(s: u8) -> bool {
+        matches!(s, REMOTE_INVAL_REQ | REMOTE_ACCESS | REMOTE_OP)
+    }
 }
 
 /// The fields of one completion (the 64-byte `mlx5_cqe64` image).

@@ -13,6 +13,7 @@ use super::requester::{execute::execute, remote, retry};
 use super::responder::receive;
 use super::trace;
 use crate::config::{self, debug};
+use crate::fabric::outbox;
 use crate::model::lock;
 use crate::model::state::{self, Device, QpKind, QpState};
 use crate::sys::raw::{load_be32_acquire, read_raw};
@@ -39,28 +40,62 @@ pub fn ensure_running() {
     }
 }
 
+/// How long work counts as recent: while the device did work in the last
+/// `HOT`, it looks at the doorbells every poll period.
+pub const HOT: Duration = Duration::from_millis(10);
+/// The longest the idle device waits before it looks at the doorbells
+/// again (a packet from another host ends the wait at once).
+pub const MAX_IDLE_WAIT: Duration = Duration::from_millis(4);
+/// The longest wait while answers wait for room at their requesters.
+pub const OUTBOX_WAIT: Duration = Duration::from_micros(50);
+
+/// How long the device thread waits, with nothing to do, before it looks
+/// at the doorbells again: the poll period `base` while work was recent
+/// (a doorbell rung in a round trip is seen within one period), then a
+/// sixteenth of the time since the last work, up to [`MAX_IDLE_WAIT`] (so
+/// the first doorbell after a quiet spell waits at most a sixteenth of
+/// it, and an idle device wakes 250 times a second); at most
+/// [`OUTBOX_WAIT`] while answers wait for room.
+pub fn idle_wait(base: Duration, quiet: Duration, answers_waiting: bool) -> Duration {
+    let wait = if quiet < HOT {
+        base
+    } else {
+        (quiet / 16).clamp(base, MAX_IDLE_WAIT.max(base))
+    };
+    if answers_waiting {
+        wait.min(OUTBOX_WAIT)
+    } else {
+        wait
+    }
+}
+
 fn run_thread() {
-    let base = config::get().poll_us.max(1);
-    let mut idle = 0u32;
+    // Short waits as asked: the default timer slack (50 µs) would make
+    // each 20 µs poll period a 70 µs one.
+    // SAFETY: prctl(PR_SET_TIMERSLACK) takes an integer; it changes only
+    // this thread's timer slack.
+    unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1000 as libc::c_ulong, 0, 0, 0) };
+    let base = Duration::from_micros(config::get().poll_us.max(1));
+    let mut last_work = std::time::Instant::now();
     loop {
         let (n, open) = {
             let mut dev = lock();
             (step_locked(&mut dev), !dev.contexts.is_empty())
         };
-        if !open {
+        // Answers that found their requester's queue full, tried again
+        // with the device lock released.
+        let waiting = crate::fabric::joined().map_or(0, outbox::flush);
+        if !open && waiting == 0 {
             // No context is open: nothing can be posted until one is.
             std::thread::sleep(Duration::from_millis(20));
             continue;
         }
         if n > 0 {
-            idle = 0;
+            last_work = std::time::Instant::now();
             std::thread::yield_now();
             continue;
         }
-        idle = idle.saturating_add(1);
-        // Back off from the configured period up to 50x while idle; a
-        // packet from another host ends the wait at once.
-        let us = base * u64::from(idle.min(50));
+        let wait = idle_wait(base, last_work.elapsed(), waiting > 0);
         match crate::fabric::joined() {
             Some(h) => {
                 let mut p = libc::pollfd {
@@ -69,24 +104,27 @@ fn run_thread() {
                     revents: 0,
                 };
                 let ts = libc::timespec {
-                    tv_sec: (us / 1_000_000) as libc::time_t,
-                    tv_nsec: ((us % 1_000_000) * 1000) as libc::c_long,
+                    tv_sec: wait.as_secs() as libc::time_t,
+                    tv_nsec: libc::c_long::from(wait.subsec_nanos() as i32),
                 };
                 // SAFETY: one valid pollfd and a valid timeout, both read
                 // during the call; no signal mask.
                 if unsafe { libc::ppoll(&mut p, 1, &ts, std::ptr::null()) } > 0 {
-                    idle = 0;
+                    last_work = std::time::Instant::now();
                 }
             }
-            None => std::thread::sleep(Duration::from_micros(us)),
+            None => std::thread::sleep(wait),
         }
     }
 }
 
 /// Runs everything posted so far; returns how many WQEs and flushes ran.
 pub fn step() -> usize {
-    let mut dev = lock();
-    step_locked(&mut dev)
+    let n = step_locked(&mut lock());
+    if let Some(h) = crate::fabric::joined() {
+        outbox::flush(h);
+    }
+    n
 }
 
 /// Runs one step of the device on a locked device (tests of the model).

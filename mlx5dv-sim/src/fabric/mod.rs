@@ -15,6 +15,7 @@
 //! `device::requester::remote` (a requester's packets) and
 //! `device::responder` (a request at its QP).
 
+pub mod outbox;
 pub mod wire;
 
 use crate::config::{self, debug};
@@ -43,6 +44,26 @@ pub struct Host {
     fabric: String,
     sock: OwnedFd,
     pid: u32,
+}
+
+/// What [`Host::recv`] took off the socket.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Received {
+    /// A datagram of `len` bytes, now at the start of the buffer.
+    Datagram {
+        /// Its length.
+        len: usize,
+        /// The host that sent it, from the socket's address (`None`: no
+        /// host of this fabric).
+        from: Option<u16>,
+    },
+    /// A datagram longer than any packet (`len` bytes): dropped whole.
+    TooLong {
+        /// Its length.
+        len: usize,
+        /// The host that sent it (`None`: no host of this fabric).
+        from: Option<u16>,
+    },
 }
 
 /// A GID table entry of the port.
@@ -152,6 +173,16 @@ impl Host {
         ipv4_of(self.id)
     }
 
+    /// The port's active MTU in bytes: 4096 on InfiniBand, 1024 on RoCE
+    /// (what QUERY_PORT reports; the largest UD datagram either way).
+    pub fn mtu(&self) -> usize {
+        if self.roce {
+            1024
+        } else {
+            4096
+        }
+    }
+
     /// The port's GID table (8 entries; unused ones are zero).
     pub fn gids(&self) -> [GidEntry; 8] {
         gids_of(self.id, self.roce)
@@ -182,43 +213,55 @@ impl Host {
         }
     }
 
-    /// Sends one datagram to host `to`, waiting up to `patience` while its
-    /// queue is full (the host's device thread drains it): for answers,
-    /// which a requester waits for and a lossless fabric delivers, where a
-    /// requester may retry a request but nothing sends an answer again once
-    /// the responder's process is gone. `Ok(false)`: still full after
-    /// `patience`, the datagram is not sent.
-    pub fn send_patiently(
-        &self,
-        to: u16,
-        bytes: &[u8],
-        patience: std::time::Duration,
-    ) -> std::io::Result<bool> {
-        let deadline = std::time::Instant::now() + patience;
-        loop {
-            if self.send(to, bytes)? {
-                return Ok(true);
-            }
-            if std::time::Instant::now() >= deadline {
-                return Ok(false);
-            }
-            std::thread::sleep(std::time::Duration::from_micros(50));
-        }
-    }
-
-    /// Receives one datagram if one is waiting.
-    pub fn recv(&self, buf: &mut Vec<u8>) -> Option<usize> {
+    /// Receives one datagram if one is waiting: its length in `buf`, and
+    /// the host that sent it, as the kernel says (the socket's bound name,
+    /// `None` for a sender that is no host of this fabric). A datagram
+    /// longer than [`wire::MAX_DATAGRAM`] is taken off the socket and
+    /// reported as [`Received::TooLong`]: no prefix of it is served.
+    pub fn recv(&self, buf: &mut Vec<u8>) -> Option<Received> {
         buf.resize(wire::MAX_DATAGRAM, 0);
-        // SAFETY: `buf` is writable for its length.
+        // SAFETY: sockaddr_un is plain data; all zeroes is a valid value.
+        let mut a: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+        let mut alen = std::mem::size_of::<libc::sockaddr_un>() as libc::socklen_t;
+        // SAFETY: `buf` is writable for its length, `a` for `alen` bytes;
+        // with MSG_TRUNC the result is the datagram's real length.
         let n = unsafe {
-            libc::recv(
+            libc::recvfrom(
                 self.sock.as_raw_fd(),
                 buf.as_mut_ptr().cast(),
                 buf.len(),
-                libc::MSG_DONTWAIT,
+                libc::MSG_DONTWAIT | libc::MSG_TRUNC,
+                (&mut a as *mut libc::sockaddr_un).cast(),
+                &mut alen,
             )
         };
-        usize::try_from(n).ok()
+        let len = usize::try_from(n).ok()?;
+        let from = self.host_of_addr(&a, alen);
+        Some(if len > buf.len() {
+            Received::TooLong { len, from }
+        } else {
+            Received::Datagram { len, from }
+        })
+    }
+
+    /// The host whose socket has the name `a` (`alen` bytes): one of this
+    /// fabric's, `@mlx5dv-sim/<fabric>/<id>`, exactly as
+    /// [`abstract_addr`] makes it.
+    fn host_of_addr(&self, a: &libc::sockaddr_un, alen: libc::socklen_t) -> Option<u16> {
+        let path_len = (alen as usize).checked_sub(std::mem::size_of::<libc::sa_family_t>())?;
+        let path = a.sun_path.get(..path_len)?;
+        let (&first, name) = path.split_first()?;
+        if first != 0 {
+            return None;
+        }
+        let name: Vec<u8> = name.iter().map(|&c| c as u8).collect();
+        let prefix = format!("mlx5dv-sim/{}/", self.fabric);
+        let id = std::str::from_utf8(name.strip_prefix(prefix.as_bytes())?).ok()?;
+        if id.is_empty() || id.starts_with(['0', '+']) {
+            return None;
+        }
+        let id: u16 = id.parse().ok()?;
+        (1..=MAX_HOST).contains(&id).then_some(id)
     }
 
     /// The socket, for the device thread's poll.
@@ -420,8 +463,60 @@ mod tests {
     }
 
     #[test]
-    fn an_answer_to_a_full_queue_waits_for_room_and_gives_up_after_its_patience() {
-        let fabric = format!("patience-{}", std::process::id());
+    fn the_sender_is_the_socket_that_sent() {
+        let fabric = format!("sender-{}", std::process::id());
+        let (a, b) = (test_host(&fabric, 1), test_host(&fabric, 2));
+        let mut buf = Vec::new();
+        a.send(2, b"from a").unwrap();
+        assert_eq!(
+            b.recv(&mut buf),
+            Some(Received::Datagram {
+                len: 6,
+                from: Some(1)
+            })
+        );
+        // A socket with no name, and one named in another fabric: no host.
+        let (to, len) = abstract_addr(&fabric, 2);
+        let other = test_host(&format!("{fabric}-other"), 1);
+        // SAFETY: plain socket(2) call; the result is checked.
+        let anon = unsafe { libc::socket(libc::AF_UNIX, libc::SOCK_DGRAM, 0) };
+        assert!(anon >= 0);
+        // SAFETY: a fresh descriptor this test owns.
+        let anon = unsafe { OwnedFd::from_raw_fd(anon) };
+        for fd in [anon.as_raw_fd(), other.fd()] {
+            // SAFETY: a valid buffer and address of `len` bytes.
+            let n = unsafe {
+                libc::sendto(
+                    fd,
+                    b"x".as_ptr().cast(),
+                    1,
+                    0,
+                    (&to as *const libc::sockaddr_un).cast(),
+                    len,
+                )
+            };
+            assert_eq!(n, 1);
+            assert_eq!(
+                b.recv(&mut buf),
+                Some(Received::Datagram { len: 1, from: None })
+            );
+        }
+        // Longer than any packet: reported whole, as too long.
+        let long = vec![7u8; wire::MAX_DATAGRAM + 10];
+        assert!(a.send(2, &long).unwrap());
+        assert_eq!(
+            b.recv(&mut buf),
+            Some(Received::TooLong {
+                len: wire::MAX_DATAGRAM + 10,
+                from: Some(1)
+            })
+        );
+        assert_eq!(b.recv(&mut buf), None);
+    }
+
+    #[test]
+    fn an_answer_to_a_full_queue_waits_in_the_outbox_not_in_the_sender() {
+        let fabric = format!("outbox-{}", std::process::id());
         let (a, b) = (test_host(&fabric, 1), test_host(&fabric, 2));
         // Fill B's queue (net.unix.max_dgram_qlen datagrams).
         let mut queued = 0;
@@ -429,27 +524,32 @@ mod tests {
             queued += 1;
             assert!(queued < 100_000, "the queue never fills");
         }
-        let short = std::time::Duration::from_millis(5);
-        assert!(
-            !a.send_patiently(2, b"answer", short).unwrap(),
-            "no room, no send"
-        );
-        // B drains one datagram a little later: the answer goes in then.
-        std::thread::scope(|s| {
-            s.spawn(|| {
-                std::thread::sleep(std::time::Duration::from_millis(20));
-                let mut buf = Vec::new();
-                assert!(b.recv(&mut buf).is_some());
-            });
-            let long = std::time::Duration::from_secs(5);
-            assert!(a.send_patiently(2, b"answer", long).unwrap());
-        });
-        let mut buf = Vec::new();
-        let mut last = Vec::new();
-        while let Some(n) = b.recv(&mut buf) {
-            last = buf[..n].to_vec();
+        // Answers to B return at once, and wait, up to the per-host bound.
+        let t0 = std::time::Instant::now();
+        for i in 0..outbox::MAX_PER_HOST + 8 {
+            outbox::send_or_keep(&a, 2, format!("answer {i}").into_bytes());
         }
-        assert_eq!(last, b"answer");
+        assert!(
+            t0.elapsed() < std::time::Duration::from_millis(50),
+            "{:?}",
+            t0.elapsed()
+        );
+        assert_eq!(outbox::waiting(), outbox::MAX_PER_HOST);
+        // B reads two: the two oldest answers go in, in order.
+        let mut buf = Vec::new();
+        for _ in 0..2 {
+            assert!(b.recv(&mut buf).is_some());
+        }
+        assert_eq!(outbox::flush(&a), outbox::MAX_PER_HOST - 2);
+        let mut got = Vec::new();
+        while let Some(Received::Datagram { len, .. }) = b.recv(&mut buf) {
+            got.push(String::from_utf8_lossy(&buf[..len]).into_owned());
+        }
+        assert_eq!(got[got.len() - 2..], ["answer 0", "answer 1"]);
+        // After its patience, an answer still waiting is dropped, not sent.
+        std::thread::sleep(outbox::PATIENCE + std::time::Duration::from_millis(20));
+        assert_eq!(outbox::flush(&a), 0);
+        assert_eq!(b.recv(&mut buf), None);
     }
 
     #[test]

@@ -11,7 +11,7 @@
 pub const CHUNK: usize = 64 * 1024;
 /// The largest datagram (payload and headers).
 pub const MAX_DATAGRAM: usize = CHUNK + 512;
-const VERSION: u8 = 1;
+const VERSION: u8 = 2;
 
 /// The PSN after `psn` (24 bits, wrapping).
 pub fn next_psn(psn: u32) -> u32 {
@@ -42,6 +42,8 @@ pub enum Transport {
 pub enum Op {
     /// Part of an RDMA write (with immediate on its last packet).
     Write {
+        /// First packet of the message.
+        first: bool,
         /// R_Key.
         rkey: u32,
         /// Remote address of this packet's bytes.
@@ -254,13 +256,19 @@ impl Packet {
                 w.u64(r.dc_key).u32(r.qkey).u8(u8::from(r.solicited));
                 match &r.op {
                     Op::Write {
+                        first,
                         rkey,
                         raddr,
                         imm,
                         total,
                         data,
                     } => {
-                        w.u8(0).u32(*rkey).u64(*raddr).opt4(*imm).u32(*total);
+                        w.u8(0)
+                            .u8(u8::from(*first))
+                            .u32(*rkey)
+                            .u64(*raddr)
+                            .opt4(*imm)
+                            .u32(*total);
                         w.bytes(data);
                     }
                     Op::Read { rkey, raddr, len } => {
@@ -339,6 +347,7 @@ impl Packet {
                 let solicited = r.flag()?;
                 let op = match r.u8()? {
                     0 => Op::Write {
+                        first: r.flag()?,
                         rkey: r.u32()?,
                         raddr: r.u64()?,
                         imm: r.opt4()?,
@@ -421,6 +430,7 @@ mod tests {
     fn every_packet_decodes_to_itself() {
         let packets = [
             req(Op::Write {
+                first: true,
                 rkey: 1,
                 raddr: 2,
                 imm: Some([1, 2, 3, 4]),

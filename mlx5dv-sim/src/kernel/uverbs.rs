@@ -74,7 +74,15 @@ pub fn close_cmd_fd(fd: i32) {
     });
     let live: Vec<u32> = dev.mkeys.keys().copied().collect();
     dev.mr_handles.retain(|_, idx| live.contains(idx));
+    drop(dev);
     debug!("close uverbs fd {fd}");
+    // A program that closes its device (often just before it exits) waits
+    // for its answers still waiting for room at their requesters (each at
+    // most the outbox's patience), with the device lock released: its
+    // last message's ACK must not die with the process.
+    if let Some(h) = crate::fabric::joined() {
+        crate::fabric::outbox::drain(h);
+    }
 }
 
 /// A `write()` on a command fd: one uverbs command.

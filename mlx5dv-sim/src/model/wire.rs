@@ -5,7 +5,6 @@
 //! commands create and reset it.
 
 use crate::fabric::wire::{Op, Reply, Request, Response};
-use std::collections::HashMap;
 use std::time::Instant;
 
 /// Who sent a request: host and QP (DCI), for the responder's
@@ -27,14 +26,106 @@ pub struct QpWire {
     pub epsn: u32,
     /// Responder (RC): the last answer, sent again for a duplicate.
     pub last: Option<(u32, Reply)>,
-    /// Responder (DCT): the last answer to each DCI.
-    pub dc_last: HashMap<Source, (u32, Reply)>,
-    /// Responder: the packets of a send received so far, by sender.
-    pub partial: HashMap<Source, Vec<u8>>,
+    /// Responder (DCT): the last answer to each DCI (at most
+    /// [`MAX_SOURCES`], the oldest forgotten first).
+    pub dc_last: BySource<(u32, Reply)>,
+    /// Responder: the messages under way, by sender: a send's packets so
+    /// far, a write's byte count (at most [`MAX_SOURCES`], the oldest
+    /// forgotten first).
+    pub open: BySource<Open>,
     /// Requester: the work request in flight.
     pub inflight: Option<Box<Inflight>>,
     /// Requester: answers received, not yet matched.
     pub replies: Vec<Response>,
+}
+
+/// The most senders a responder keeps state for at once (a DCT's answers
+/// for duplicates, messages under way). A connected QP has one sender; a
+/// DCT serves any number of DCIs, and one that sends to it from more than
+/// this many at once finds the oldest forgotten: its duplicate is served
+/// as new, its message's next packet refused as one without its first.
+pub const MAX_SOURCES: usize = 64;
+
+/// A table keyed by sender, bounded: at most [`MAX_SOURCES`] entries;
+/// inserting a new sender into a full table forgets the one inserted
+/// first.
+#[derive(Debug)]
+pub struct BySource<T> {
+    entries: std::collections::VecDeque<(Source, T)>,
+}
+
+impl<T> Default for BySource<T> {
+    fn default() -> Self {
+        Self {
+            entries: std::collections::VecDeque::new(),
+        }
+    }
+}
+
+impl<T> BySource<T> {
+    /// The entry of `src`.
+    pub fn get(&self, src: &Source) -> Option<&T> {
+        self.entries.iter().find(|(s, _)| s == src).map(|(_, t)| t)
+    }
+
+    /// The entry of `src`, to change.
+    pub fn get_mut(&mut self, src: &Source) -> Option<&mut T> {
+        self.entries
+            .iter_mut()
+            .find(|(s, _)| s == src)
+            .map(|(_, t)| t)
+    }
+
+    /// Sets `src`'s entry (a new sender in a full table forgets the
+    /// oldest).
+    pub fn insert(&mut self, src: Source, t: T) {
+        if let Some(e) = self.get_mut(&src) {
+            *e = t;
+            return;
+        }
+        if self.entries.len() >= MAX_SOURCES {
+            self.entries.pop_front();
+        }
+        self.entries.push_back((src, t));
+    }
+
+    /// Takes `src`'s entry out.
+    pub fn remove(&mut self, src: &Source) -> Option<T> {
+        let i = self.entries.iter().position(|(s, _)| s == src)?;
+        self.entries.remove(i).map(|(_, t)| t)
+    }
+
+    /// How many senders have an entry.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether no sender has one.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+}
+
+/// A message under way at a responder, between its first and last packet.
+#[derive(Debug)]
+pub enum Open {
+    /// A send: its bytes so far, kept up to `room + 1` (the receive it
+    /// lands in holds `room`; one byte more is enough to refuse it whole),
+    /// and the whole length so far.
+    Send {
+        /// The bytes kept.
+        kept: Vec<u8>,
+        /// The room of the receive it will take, when its first packet came.
+        room: usize,
+        /// The message's length so far.
+        len: u64,
+    },
+    /// An RDMA write: the bytes written so far (the length a write with
+    /// immediate's receive completion reports).
+    Write {
+        /// Bytes written so far.
+        len: u64,
+    },
 }
 
 impl QpWire {

@@ -195,12 +195,14 @@ fn ud_send(
     imm: Option<[u8; 4]>,
     data: &[u8],
 ) -> Result<u32, Outcome> {
-    const MTU: usize = 4096;
+    // The port's active MTU (the sim's host, once joined; InfiniBand's
+    // before).
+    let mtu = crate::fabric::joined().map_or(4096, |h| h.mtu());
     let len = data.len();
-    if len > MTU {
+    if len > mtu {
         return Err(Outcome::Error(
             syn::LOCAL_LENGTH,
-            format!("UD send of {len} bytes > MTU {MTU}"),
+            format!("UD send of {len} bytes > MTU {mtu}"),
         ));
     }
     let av = wqe

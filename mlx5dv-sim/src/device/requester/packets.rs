@@ -46,6 +46,7 @@ pub fn packets(dev: &Device, rq: &Requester, wqe: &Wqe, chunk: bool) -> Result<P
                 .enumerate()
                 .map(|(i, d)| {
                     let op = Op::Write {
+                        first: i == 0,
                         rkey: r.rkey,
                         raddr: r.raddr.wrapping_add(off),
                         imm: (with_imm && i + 1 == n).then_some(imm),

@@ -202,6 +202,22 @@ pub fn progress(dev: &mut Device, h: u32) -> Outcome {
         }
         match r.reply {
             Reply::Ack(data) => {
+                let want = match &f.ops[f.next] {
+                    Op::Read { len, .. } => *len as usize,
+                    Op::Atomic { .. } => 8,
+                    Op::Write { .. } | Op::Send { .. } => 0,
+                };
+                if data.len() != want {
+                    // Not an answer to this packet: a read response of
+                    // another length, data on a write's ACK. Dropped, as
+                    // a malformed packet is; the timer sends again.
+                    debug!(
+                        "host {}: an ACK of {} bytes for a packet that takes {want}: dropped",
+                        f.to,
+                        data.len()
+                    );
+                    continue;
+                }
                 f.got.extend_from_slice(&data);
                 f.next += 1;
                 q.wire.next_psn = wire::next_psn(q.wire.next_psn);
@@ -211,7 +227,16 @@ pub fn progress(dev: &mut Device, h: u32) -> Outcome {
                 }
             }
             Reply::Nak(s, why) => {
+                if !syn::is_remote(s) {
+                    // A NAK carries one of the three remote errors a
+                    // responder reports (IBA 9.7.5.2.8: invalid request,
+                    // remote access, remote operational); any other code
+                    // is a malformed packet, dropped.
+                    debug!("host {}: a NAK with syndrome {s:#x}: dropped", f.to);
+                    continue;
+                }
                 q.wire.next_psn = wire::next_psn(q.wire.next_psn);
+                let why: String = why.chars().take(MAX_WHY).collect();
                 return Outcome::Error(s, format!("host {}: {why}", f.to));
             }
             Reply::Rnr(timer) => {
@@ -259,6 +284,9 @@ pub fn progress(dev: &mut Device, h: u32) -> Outcome {
     q.wire.inflight = Some(f);
     Outcome::Pending
 }
+
+/// The most characters of a NAK's reason a requester keeps (for its log).
+const MAX_WHY: usize = 200;
 
 fn finish(f: Inflight) -> Outcome {
     if let Finish::Scatter(dst) = &f.finish {

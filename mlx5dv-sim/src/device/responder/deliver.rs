@@ -188,6 +188,15 @@ pub fn ready(dev: &Device, peer: u32) -> Result<(), Outcome> {
     }
 }
 
+/// The room (bytes) of the receive a message to `peer` would take now;
+/// receiver not ready if none is posted.
+pub fn room(dev: &Device, peer: u32) -> Result<u64, Outcome> {
+    match find_slot(dev, peer) {
+        Some(slot) => Ok(slot.sges.iter().map(|s| u64::from(s.2)).sum()),
+        None => Err(not_ready(dev, peer)),
+    }
+}
+
 /// Receiver not ready: the requester retries after `peer`'s RNR timer.
 fn not_ready(dev: &Device, peer: u32) -> Outcome {
     Outcome::Stall(dev.qps[&peer].attrs.min_rnr_timer)

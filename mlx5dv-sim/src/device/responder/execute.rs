@@ -6,15 +6,15 @@
 //! WQE ([`super::deliver`]).
 
 use super::access::remote_ranges;
-use super::deliver::{deliver, ready, Msg};
+use super::deliver::{deliver, ready, room, Msg};
 use crate::config::debug;
 use crate::device::cq::syndrome as syn;
 use crate::device::mem::{self, Access};
 use crate::device::outcome::Outcome;
-use crate::fabric::wire::Op;
+use crate::fabric::wire::{Op, CHUNK};
 use crate::model::events::{async_event, enter_err};
 use crate::model::state::{Device, QpKind, QpState};
-use crate::model::wire::Source;
+use crate::model::wire::{Open, Source};
 
 /// `IBV_EVENT_QP_REQ_ERR`: the responder saw an invalid request.
 const QP_REQ_ERR: u32 = 2;
@@ -73,10 +73,11 @@ fn run(
 ) -> Result<Vec<u8>, Outcome> {
     match op {
         Op::Write {
+            first,
             rkey,
             raddr,
             imm,
-            total,
+            total: _,
             data,
         } => {
             let dst = remote_ranges(
@@ -95,16 +96,36 @@ fn run(
                 ready(dev, peer)?;
             }
             mem::scatter(&dst, data);
-            if let Some(imm) = imm {
-                let msg = Msg::WriteImm {
-                    len: *total,
-                    imm: *imm,
-                };
-                deliver(dev, peer, src.qpn, msg, solicited, None)?;
-            }
+            // The length a write with immediate's receive reports is what
+            // this message wrote, counted packet by packet: never the
+            // length a packet claims.
+            let w = &mut dev.qps.get_mut(&peer).expect("live responder").wire;
+            let before = match w.open.remove(&src) {
+                Some(Open::Write { len }) if !*first => len,
+                _ => 0,
+            };
+            let len = before + data.len() as u64;
+            let Some(imm) = imm else {
+                w.open.insert(src, Open::Write { len });
+                return Ok(Vec::new());
+            };
+            let msg = Msg::WriteImm {
+                len: u32::try_from(len).unwrap_or(u32::MAX),
+                imm: *imm,
+            };
+            deliver(dev, peer, src.qpn, msg, solicited, None)?;
             Ok(Vec::new())
         }
         Op::Read { rkey, raddr, len } => {
+            if *len as usize > CHUNK {
+                // One read packet asks for one answer packet's worth (its
+                // requester cuts a longer read): the answer, and the copy
+                // kept for a duplicate, never hold more.
+                return Err(Outcome::Error(
+                    syn::REMOTE_INVAL_REQ,
+                    format!("a read of {len} bytes in one packet (at most {CHUNK})"),
+                ));
+            }
             let from = remote_ranges(
                 dev,
                 peer,
@@ -161,6 +182,11 @@ fn run(
 }
 
 /// A send's packet: kept until its last packet, which consumes a receive.
+/// The first packet needs a receive posted (receiver not ready otherwise,
+/// as a ConnectX answers a send's first packet), and the message is kept
+/// only up to one byte more than that receive holds: enough for the last
+/// packet's delivery to refuse it whole, and no more memory than the
+/// responder's own buffer, however many packets a sender sends.
 #[allow(clippy::too_many_arguments)]
 fn send(
     dev: &mut Device,
@@ -172,28 +198,35 @@ fn send(
     data: &[u8],
     solicited: bool,
 ) -> Result<Vec<u8>, Outcome> {
-    let w = &mut dev.qps.get_mut(&peer).expect("live responder").wire;
-    if first {
-        w.partial.insert(src, data.to_vec());
+    let room = if first {
+        Some(usize::try_from(room(dev, peer)?).unwrap_or(usize::MAX))
     } else {
-        match w.partial.get_mut(&src) {
-            Some(p) => p.extend_from_slice(data),
-            None => {
-                return Err(Outcome::Error(
-                    syn::REMOTE_INVAL_REQ,
-                    "a send's middle packet without its first".into(),
-                ))
-            }
+        None
+    };
+    let w = &mut dev.qps.get_mut(&peer).expect("live responder").wire;
+    let (mut kept, room, mut len) = match (room, w.open.remove(&src)) {
+        (Some(room), _) => (Vec::new(), room, 0u64),
+        (None, Some(Open::Send { kept, room, len })) => (kept, room, len),
+        (None, _) => {
+            return Err(Outcome::Error(
+                syn::REMOTE_INVAL_REQ,
+                "a send's middle packet without its first".into(),
+            ))
         }
-    }
+    };
+    let take = data
+        .len()
+        .min(room.saturating_add(1).saturating_sub(kept.len()));
+    kept.extend_from_slice(&data[..take]);
+    len += data.len() as u64;
     if !last {
+        w.open.insert(src, Open::Send { kept, room, len });
         return Ok(Vec::new());
     }
-    let whole = w.partial.remove(&src).unwrap_or_default();
     let msg = match (imm, inv) {
-        (_, Some(rkey)) => Msg::SendInv(&whole, rkey.to_be_bytes()),
-        (Some(imm), None) => Msg::SendImm(&whole, imm),
-        (None, None) => Msg::Send(&whole),
+        (_, Some(rkey)) => Msg::SendInv(&kept, rkey.to_be_bytes()),
+        (Some(imm), None) => Msg::SendImm(&kept, imm),
+        (None, None) => Msg::Send(&kept),
     };
     match deliver(dev, peer, src.qpn, msg, solicited, None) {
         Ok(()) => Ok(Vec::new()),
@@ -201,10 +234,10 @@ fn send(
             if matches!(o, Outcome::Stall(_)) {
                 // Receiver not ready: the requester sends the last packet
                 // again after the RNR timer; keep what came before it.
-                let mut before = whole;
-                before.truncate(before.len() - data.len());
+                kept.truncate(kept.len() - take);
+                let len = len - data.len() as u64;
                 let w = &mut dev.qps.get_mut(&peer).expect("live responder").wire;
-                w.partial.insert(src, before);
+                w.open.insert(src, Open::Send { kept, room, len });
             }
             Err(o)
         }

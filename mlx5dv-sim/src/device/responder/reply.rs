@@ -2,14 +2,12 @@
 //! with its bytes, an RNR NAK, a NAK with the requester's syndrome), kept
 //! for a duplicate of the packet, and sent back to the requester's host.
 
-use crate::config::debug;
 use crate::device::cq::syndrome as syn;
 use crate::device::outcome::Outcome;
 use crate::fabric::wire::{next_psn, Packet, Reply, Request, Response};
-use crate::fabric::Host;
+use crate::fabric::{outbox, Host};
 use crate::model::state::Device;
 use crate::model::wire::Source;
-use std::time::Duration;
 
 /// The answer a responder's outcome makes: an ACK with its bytes, an RNR
 /// NAK, or a NAK with the requester's syndrome.
@@ -17,7 +15,10 @@ pub fn reply_of(r: Result<Vec<u8>, Outcome>) -> Reply {
     match r {
         Ok(bytes) => Reply::Ack(bytes),
         Err(Outcome::Stall(t)) => Reply::Rnr(t),
-        Err(Outcome::Error(s, why)) => Reply::Nak(s, why),
+        // A NAK names one of the remote errors; anything else the
+        // responder ran into is an operational error to the requester.
+        Err(Outcome::Error(s, why)) if syn::is_remote(s) => Reply::Nak(s, why),
+        Err(Outcome::Error(_, why)) => Reply::Nak(syn::REMOTE_OP, why),
         Err(o) => Reply::Nak(syn::REMOTE_OP, format!("{o:?}")),
     }
 }
@@ -50,20 +51,10 @@ pub fn record_dc(dev: &mut Device, h: u32, src: Source, psn: u32, reply: &Reply)
     }
 }
 
-/// How long a responder waits for room in a requester's full queue.
-const ANSWER_PATIENCE: Duration = Duration::from_millis(200);
-
-/// Sends an answer. A full queue at the requester (its device thread is
-/// behind) is waited for, up to `ANSWER_PATIENCE` (200 ms), rather than the answer
-/// dropped: a requester resends an unanswered request, but once this
-/// process has ended (a pingpong's last message received, its QPs
-/// destroyed) nothing answers it, and the requester's work request would
-/// fail with retry exceeded for a message that arrived, which an RDMA
-/// fabric, lossless, does not do.
+/// Sends an answer to host `to`: at once, or, when its queue is full,
+/// left waiting in the fabric's outbox (tried again after each step,
+/// with the device lock released; see [`crate::fabric::outbox`]). Never
+/// waits itself: the device step that calls it holds the device lock.
 pub fn send(host: &Host, to: u16, resp: Response) {
-    match host.send_patiently(to, &Packet::Response(resp).encode(), ANSWER_PATIENCE) {
-        Ok(true) => {}
-        Ok(false) => debug!("answer to host {to}: its queue stayed full; lost"),
-        Err(e) => debug!("answer to host {to} lost: {e}"),
-    }
+    outbox::send_or_keep(host, to, Packet::Response(resp).encode());
 }
