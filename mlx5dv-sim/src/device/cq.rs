@@ -144,17 +144,17 @@ pub fn push(cq: &mut Cq, cqe: &Cqe) -> Result<(), Overrun> {
     if cq.overrun {
         return Err(Overrun);
     }
-    // SAFETY: `db` is the CQ's doorbell record from CREATE_CQ; word 0 is
-    // the consumer index libmlx5 updates.
-    let ci = unsafe { load_be32_acquire(cq.db) } & 0xff_ffff;
-    let used = (cq.pi & 0xff_ffff).wrapping_sub(ci) & 0xff_ffff;
+    let used = cq.used();
     let nth = CQES.fetch_add(1, Ordering::Relaxed) + 1;
     let injected = crate::config::get().fail_cq_overrun == Some(nth);
     // The CQ holds the `cqe` entries CREATE_CQ reported (ncqe - 1): the
     // stricter reading, so that a program relying on the spare slot of the
     // power-of-two ring is caught.
     if used >= cq.ncqe - 1 || injected {
-        debug!("CQ {:#x} overrun (pi {} ci {ci})", cq.cqn, cq.pi);
+        debug!(
+            "CQ {:#x} overrun (pi {}, {used} not consumed)",
+            cq.cqn, cq.pi
+        );
         cq.overrun = true;
         return Err(Overrun);
     }

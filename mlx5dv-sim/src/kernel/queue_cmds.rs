@@ -142,6 +142,7 @@ fn create_cq(cmd: &mut Cmd, ex: bool) -> Res<()> {
             comp_events: 0,
             overrun: false,
             overrun_reported: false,
+            resize_unreported: (0, 0),
             last_solicited: None,
         },
     );

@@ -14,7 +14,6 @@ use super::cmd::{Cmd, MAX_CQE};
 use super::errno::{refuse, Res};
 use crate::config::debug;
 use crate::model::lock;
-use crate::sys::raw::load_be32_acquire;
 use std::sync::atomic::{fence, AtomicU8, Ordering};
 
 /// `MLX5_CQE_RESIZE_CQ`: the opcode of the CQE that ends the old buffer.
@@ -62,9 +61,9 @@ pub fn resize_cq(cmd: &mut Cmd) -> Res<()> {
             format_args!("RESIZE_CQ: buffer {buf:#x}"),
         ));
     }
-    // SAFETY: word 0 of the doorbell record is the consumer index.
-    let ci = unsafe { load_be32_acquire(cq.db) } & 0xff_ffff;
-    let unpolled = (cq.pi & 0xff_ffff).wrapping_sub(ci) & 0xff_ffff;
+    // Not counting earlier RESIZE CQEs the program stepped over and has
+    // not yet told the device of (its doorbell record, at its next poll).
+    let unpolled = cq.used();
     // The RESIZE CQE takes an index too: libmlx5 steps over it but tells
     // the device (the doorbell record) only at its next poll.
     if unpolled + 1 > ncqe - 1 {
@@ -93,9 +92,10 @@ pub fn resize_cq(cmd: &mut Cmd) -> Res<()> {
             .store(OPCODE_RESIZE_CQ << 4 | owner, Ordering::Release);
     }
     debug!(
-        "RESIZE_CQ cqn {:#x}: {} -> {ncqe} entries at {buf:#x} (pi {} ci {ci})",
+        "RESIZE_CQ cqn {:#x}: {} -> {ncqe} entries at {buf:#x} (pi {}, {unpolled} not polled)",
         cq.cqn, cq.ncqe, cq.pi
     );
+    cq.resize_written();
     cq.pi = cq.pi.wrapping_add(1);
     cq.buf = buf;
     cq.ncqe = ncqe;

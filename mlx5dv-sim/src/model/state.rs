@@ -182,6 +182,37 @@ pub struct Cq {
     pub overrun_reported: bool,
     /// Index of the last solicited or error CQE (for solicited-only arms).
     pub last_solicited: Option<u32>,
+    /// RESIZE CQEs the program has stepped over but not yet counted in its
+    /// doorbell record (libmlx5 counts them at its next poll), and the
+    /// consumer index the record showed when the first of them was
+    /// written: once it shows another, it counts them.
+    pub resize_unreported: (u32, u32),
+}
+
+impl Cq {
+    /// The CQEs written and not yet consumed, as the doorbell record and
+    /// the RESIZE CQEs stepped over since it was last written say.
+    pub fn used(&mut self) -> u32 {
+        // SAFETY: `db` is the CQ's doorbell record from CREATE_CQ; word 0
+        // is the consumer index libmlx5 updates.
+        let ci = unsafe { crate::sys::raw::load_be32_acquire(self.db) } & 0xff_ffff;
+        if self.resize_unreported.0 > 0 && ci != self.resize_unreported.1 {
+            self.resize_unreported = (0, 0);
+        }
+        ((self.pi & 0xff_ffff).wrapping_sub(ci) & 0xff_ffff)
+            .saturating_sub(self.resize_unreported.0)
+    }
+
+    /// A RESIZE CQE was written at the producer index: the program steps
+    /// over it at once and counts it in its doorbell record later.
+    pub fn resize_written(&mut self) {
+        // SAFETY: as in `used`.
+        let ci = unsafe { crate::sys::raw::load_be32_acquire(self.db) } & 0xff_ffff;
+        if self.resize_unreported.0 == 0 || ci != self.resize_unreported.1 {
+            self.resize_unreported = (0, ci);
+        }
+        self.resize_unreported.0 += 1;
+    }
 }
 
 /// A send queue's geometry and progress.
