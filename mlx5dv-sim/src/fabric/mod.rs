@@ -16,6 +16,8 @@
 //! `device::responder` (a request at its QP).
 
 pub mod wire;
+#[cfg(test)]
+mod wire_props;
 
 use crate::config::{self, debug};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
