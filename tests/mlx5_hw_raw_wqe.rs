@@ -2,7 +2,9 @@
 //! requests on one RC QP.
 //!
 //! Ported from rdma-core's `tests/test_mlx5_raw_wqe.py` (`RawWqeTest`); the
-//! test names the original it ports and keeps its assertions. Data is
+//! test names the original it ports and keeps its assertions. One more
+//! test, not a port, posts a gather list that mixes an inline segment with
+//! pointer segments, as UCX does. Data is
 //! checked byte for byte, and every completion's status, `wr_id` and opcode
 //! (`IBV_WC_DRIVER2` for a raw WQE, whatever its opcode, as
 //! mlx5dv_wr_post(3) says).
@@ -108,4 +110,72 @@ fn mixed_raw_wqe_traffic() {
             fill_byte as char
         );
     }
+}
+
+/// Not a port: a send whose data segments are an inline header segment
+/// then two pointer segments, as UCX's `am_zcopy` writes them on
+/// `rc_mlx5` (libmlx5 itself never mixes the two; the PRM allows any
+/// sequence). The message is the header followed by each pointer
+/// segment's bytes in WQE order: the second segment names bytes that come
+/// before the first's in the client's region, so an order that followed
+/// the addresses would show. The server receives exactly that, byte for
+/// byte, and nothing past it.
+#[test]
+#[ignore = "needs an mlx5 device: set MLX5DV_TEST_MLX5_DEVICE"]
+fn inline_header_then_two_pointer_segments() {
+    let ctx = open();
+    let caps = QpCaps {
+        max_send_wr: 4,
+        max_recv_wr: 4,
+        max_send_sge: 2,
+        max_recv_sge: 1,
+        max_inline_data: 64,
+    };
+    let Some(mut p) = RcPair::new(&ctx, caps, SendOps::SEND, Mlx5SendOps::RAW_WQE, MSG) else {
+        return;
+    };
+    let (client, server) = (&mut p.a, &mut p.b);
+
+    let payload: Vec<u8> = (0..MSG).map(|i| (i * 7 + 3) as u8).collect();
+    client.mr.write_at(0, &payload).unwrap();
+    let header = b"am-hdr:0123456789";
+    let (first, second) = (600..900, 100..300);
+    let (lkey, addr) = (client.mr.lkey(), client.mr.addr());
+    let seg = |r: &std::ops::Range<usize>| (r.len() as u32, lkey, addr + r.start as u64);
+    let ((l1, k1, a1), (l2, k2, a2)) = (seg(&first), seg(&second));
+    let wqe = WqeBuilder::new(Opcode::Send, client.qp.qp_num())
+        .signaled()
+        .inline_data_seg(header)
+        .data_seg(l1, k1, a1)
+        .data_seg(l2, k2, a2)
+        .build()
+        .unwrap();
+    // Control, the header (4 + 17 bytes: two units), two pointers.
+    assert_eq!(wqe.ds(), 1 + 2 + 2, "{wqe:?}");
+
+    server.mr.fill(.., 0).unwrap();
+    unsafe { server.qp.post_recv(7, &[server.mr.sge(0..MSG).unwrap()]) }.unwrap();
+    let wcs = client
+        .qp
+        .post_and_wait(&mut client.send_cq, WAIT, |b| {
+            // The WQE names the client's region, which is borrowed and
+            // unchanged until post_and_wait has its completion.
+            unsafe { b.wr(1).raw_wqe(&wqe) }
+        })
+        .unwrap();
+    assert_eq!(wcs.len(), 1, "{wcs:?}");
+    assert_wc(&wcs[0], 1, WcOpcode::RAW_WQE);
+
+    let mut want = header.to_vec();
+    want.extend_from_slice(&payload[first]);
+    want.extend_from_slice(&payload[second]);
+    let rx = server.recv_cq.wait(1, WAIT).unwrap();
+    assert_wc(&rx[0], 7, WcOpcode::RECV);
+    assert_eq!(rx[0].byte_len as usize, want.len(), "{:?}", rx[0]);
+    let got = server.mr.to_vec(..).unwrap();
+    assert_eq!(&got[..want.len()], &want[..], "the message");
+    assert!(
+        got[want.len()..].iter().all(|&b| b == 0),
+        "bytes past the message were written"
+    );
 }

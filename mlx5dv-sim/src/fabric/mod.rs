@@ -17,6 +17,8 @@
 
 pub mod outbox;
 pub mod wire;
+#[cfg(test)]
+mod wire_props;
 
 use crate::config::{self, debug};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};

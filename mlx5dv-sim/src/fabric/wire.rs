@@ -214,7 +214,8 @@ impl R<'_> {
     fn opt4(&mut self) -> Option<Option<[u8; 4]>> {
         let some = self.flag()?;
         let b = self.take::<4>()?;
-        Some(some.then_some(b))
+        // Absent: the 4 bytes are zero, as written (one encoding a packet).
+        (some || b == [0; 4]).then_some(some.then_some(b))
     }
     fn bytes(&mut self) -> Option<Vec<u8>> {
         let n = self.u32()? as usize;
@@ -392,7 +393,7 @@ impl Packet {
                 let psn = r.u32()?;
                 let reply = match r.u8()? {
                     0 => Reply::Ack(r.bytes()?),
-                    1 => Reply::Nak(r.u8()?, String::from_utf8_lossy(&r.bytes()?).into_owned()),
+                    1 => Reply::Nak(r.u8()?, String::from_utf8(r.bytes()?).ok()?),
                     2 => Reply::Rnr(r.u8()?),
                     _ => return None,
                 };

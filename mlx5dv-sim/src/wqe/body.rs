@@ -4,24 +4,58 @@ pub use crate::mkey::Sge;
 
 use super::umr::Umr;
 
-/// The local data of a send, RDMA write or RDMA read: a gather (or, for
-/// reads, scatter) list, or inline bytes.
+/// The local data of a send, RDMA write or RDMA read: a list of pointer
+/// data segments, or a gather list that holds inline data.
+///
+/// In the PRM a send WQE's data segments may be any sequence of inline and
+/// memory pointer segments (each inline one `byte_count | MLX5_INLINE_SEG`
+/// then its data, padded to 16 bytes); the message is their bytes in WQE
+/// order. Libmlx5 writes either pointer segments or one inline
+/// segment; UCX's `am_zcopy` on `rc_mlx5`/`dc_mlx5` writes an inline header
+/// segment followed by pointer segments, and a ConnectX runs those too.
+/// The form is canonical: [`Data::Gather`] exactly when there is an inline
+/// segment.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Data {
-    /// Pointer data segments, in order (lengths decoded: 0 on the wire is
-    /// 2 GiB). Libmlx5 never writes zero-length entries.
+    /// Pointer data segments only, in order (lengths decoded: 0 on the wire
+    /// is 2 GiB): a gather list, or the scatter list of a read. Libmlx5
+    /// never writes zero-length entries.
     Sges(Vec<Sge>),
-    /// The bytes of one inline data segment (`byte_count | MLX5_INLINE_SEG`
-    /// followed by the data, padded to 16 bytes).
+    /// A gather list with at least one inline segment: the inline and
+    /// pointer segments in WQE order (sends and writes only).
+    Gather(Vec<Part>),
+}
+
+/// One data segment of a [`Data::Gather`] list.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Part {
+    /// The bytes of an inline data segment.
     Inline(Vec<u8>),
+    /// A memory pointer segment (`struct mlx5_wqe_data_seg`).
+    Pointer(Sge),
+}
+
+impl Part {
+    /// The bytes this segment adds to the message.
+    pub fn len(&self) -> u64 {
+        match self {
+            Part::Inline(bytes) => bytes.len() as u64,
+            Part::Pointer(s) => u64::from(s.len),
+        }
+    }
+
+    /// Whether the segment adds no byte (an empty inline segment).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
 }
 
 impl Data {
-    /// The message length: the sum of the entries, or the inline length.
+    /// The message length: the sum of the segments' lengths.
     pub fn len(&self) -> u64 {
         match self {
             Data::Sges(sges) => sges.iter().map(|s| u64::from(s.len)).sum(),
-            Data::Inline(bytes) => bytes.len() as u64,
+            Data::Gather(parts) => parts.iter().map(Part::len).sum(),
         }
     }
 
@@ -86,7 +120,8 @@ pub struct Rdma {
     pub raddr: u64,
     /// Remote key.
     pub rkey: u32,
-    /// Local gather list (write) or scatter list (read; never inline).
+    /// Local gather list (write; pointer and inline segments) or scatter
+    /// list (read; pointers only).
     pub data: Data,
 }
 
@@ -95,7 +130,7 @@ pub struct Rdma {
 pub struct Message {
     /// The address vector (DCI, UD), `None` on RC.
     pub av: Option<Av>,
-    /// Local gather list or inline bytes.
+    /// Local gather list (pointer and inline segments).
     pub data: Data,
 }
 

@@ -116,7 +116,8 @@ pub enum WqeError {
         /// The QP's limit.
         max: u32,
     },
-    /// Inline data longer than the QP's `max_inline_data`.
+    /// Inline data (one segment's, or all of a WQE's together) longer than
+    /// the QP's `max_inline_data`.
     InlineTooLong {
         /// Inline bytes.
         len: u32,
@@ -124,7 +125,7 @@ pub enum WqeError {
         max: u32,
     },
     /// An inline data segment where the opcode needs pointer segments
-    /// (RDMA read, atomics, memcpy), or pointer and inline segments mixed.
+    /// (RDMA read, atomics, memcpy).
     Inline {
         /// What is wrong.
         what: &'static str,

@@ -15,7 +15,9 @@
 //!   signaled, solicited, [`Fence`], imm); [`Body`]: `Nop`, `RdmaWrite`,
 //!   `RdmaWriteImm`, `RdmaRead` ([`Rdma`]), `Send`, `SendImm`, `SendInv`
 //!   ([`Message`]), `AtomicCs`, `AtomicFa` ([`Atomic`]), `Umr` ([`Umr`]),
-//!   `Mmo` ([`Mmo`]); [`Data`] `Sges(Vec<Sge>)` or `Inline(Vec<u8>)`;
+//!   `Mmo` ([`Mmo`]); [`Data`] `Sges(Vec<Sge>)` (pointers only) or
+//!   `Gather(Vec<Part>)` (a gather list with inline data: [`Part`]
+//!   `Inline(Vec<u8>)` or `Pointer(Sge)`, in WQE order);
 //!   [`Sge`] `{ lkey, addr, len }` (len decoded: 0 on the wire is 2 GiB);
 //!   [`Av`] (DCI/UD address vector).
 //! - [`WqeError`] (what and where) and [`WqeError::syndrome`], the
@@ -49,9 +51,11 @@
 //! A DCT has no send queue. Masked atomics, TSO, SET_PSV and the other
 //! opcodes are refused. Segments must fill the DS exactly: AV (48 bytes,
 //! extended form), raddr (reserved 0), atomic segment + exactly one 8-byte
-//! pointer segment, pointer segments (at most `max_send_sge`) or one inline
-//! segment (at most `max_inline`, padded to 16, never on reads, atomics or
-//! memcpy, never mixed with pointer segments). UMR rules are in [`umr`].
+//! pointer segment, then data segments: pointer segments (at most
+//! `max_send_sge`) and inline segments (each padded to 16; their bytes
+//! together at most `max_inline`; never on reads, atomics or memcpy) in
+//! any order, as the PRM allows for sends and writes. UMR rules are in
+//! [`umr`].
 //! A NOP's segments are ignored.
 
 pub mod body;
@@ -65,7 +69,7 @@ pub mod umr;
 #[cfg(test)]
 mod tests;
 
-pub use body::{Atomic, Av, Body, Data, Message, Mmo, Rdma, Sge};
+pub use body::{Atomic, Av, Body, Data, Message, Mmo, Part, Rdma, Sge};
 pub use ctrl::{ctrl_ds, ctrl_opcode, wqebbs, Ctrl, Fence};
 pub use error::WqeError;
 pub use qp::{QpKind, QpView};

@@ -1,6 +1,6 @@
 //! The address vector, remote address, atomic and data segments.
 
-use super::body::{Av, Data, Sge};
+use super::body::{Av, Data, Part, Sge};
 use super::error::{need, WqeError};
 use super::layout::{atomic as at_seg, av, be16, be32, be64, data, is_zero, raddr, OCTOWORD};
 use super::qp::{QpKind, QpView};
@@ -120,21 +120,26 @@ pub(super) fn parse_pointer(w: &[u8], at: usize) -> Result<Option<Sge>, WqeError
     }))
 }
 
-/// Parses the data segments from `at` to the end of the WQE: pointer
-/// segments (at most `max_send_sge`), or one inline segment (if
-/// `allow_inline`; its length at most `max_inline`, padded to 16 bytes,
-/// the padding's content ignored as libmlx5 leaves it stale).
+/// Parses the data segments from `at` to the end of the WQE: any sequence
+/// of pointer segments (at most `max_send_sge` of them) and, if
+/// `allow_inline`, inline segments (their bytes together at most
+/// `max_inline`; each padded to 16 bytes, the padding's content ignored
+/// as libmlx5 leaves it stale). The PRM allows inline and pointer
+/// segments in any order in a send WQE; libmlx5 writes one or the other,
+/// UCX an inline header then pointers.
 pub(super) fn parse_data(
     w: &[u8],
     at: usize,
     qp: &QpView,
     allow_inline: bool,
 ) -> Result<Data, WqeError> {
-    let mut sges = Vec::new();
+    let mut parts = Vec::new();
+    let (mut pointers, mut inline_len) = (0usize, 0u64);
     let mut off = at;
     while off < w.len() {
         if let Some(sge) = parse_pointer(w, off)? {
-            sges.push(sge);
+            parts.push(Part::Pointer(sge));
+            pointers += 1;
             off += data::SIZE;
             continue;
         }
@@ -144,25 +149,40 @@ pub(super) fn parse_data(
                 at: off,
             });
         }
-        if !sges.is_empty() {
-            return Err(WqeError::Inline {
-                what: "inline data segment after pointer segments (mixed gather lists are not modelled)",
-                at: off,
-            });
-        }
-        return parse_inline(w, off, qp).map(Data::Inline);
+        let (bytes, end) = parse_inline(w, off, qp)?;
+        inline_len += bytes.len() as u64;
+        parts.push(Part::Inline(bytes));
+        off = end;
     }
-    if sges.len() > qp.max_send_sge as usize {
+    if pointers > qp.max_send_sge as usize {
         return Err(WqeError::TooManySges {
-            count: sges.len(),
+            count: pointers,
             max: qp.max_send_sge,
         });
     }
+    if inline_len > u64::from(qp.max_inline) {
+        return Err(WqeError::InlineTooLong {
+            // At most a WQE's 1008 bytes: parse_inline checked each.
+            len: inline_len as u32,
+            max: qp.max_inline,
+        });
+    }
+    if pointers < parts.len() {
+        return Ok(Data::Gather(parts));
+    }
+    let sges = parts
+        .into_iter()
+        .filter_map(|p| match p {
+            Part::Pointer(s) => Some(s),
+            Part::Inline(_) => None,
+        })
+        .collect();
     Ok(Data::Sges(sges))
 }
 
-/// Parses the inline data segment at `at`, which must end the WQE.
-fn parse_inline(w: &[u8], at: usize, qp: &QpView) -> Result<Vec<u8>, WqeError> {
+/// Parses the inline data segment at `at`: its bytes and the offset after
+/// its padding.
+fn parse_inline(w: &[u8], at: usize, qp: &QpView) -> Result<(Vec<u8>, usize), WqeError> {
     let len = be32(w, at + data::BYTE_COUNT) & !data::INLINE_SEG;
     if len > qp.max_inline {
         return Err(WqeError::InlineTooLong {
@@ -179,11 +199,5 @@ fn parse_inline(w: &[u8], at: usize, qp: &QpView) -> Result<Vec<u8>, WqeError> {
             size: w.len(),
         });
     }
-    if seg_end < w.len() {
-        return Err(WqeError::Inline {
-            what: "segments after the inline data segment (split or mixed gather lists are not modelled)",
-            at: seg_end,
-        });
-    }
-    Ok(w[start..start + len as usize].to_vec())
+    Ok((w[start..start + len as usize].to_vec(), seg_end))
 }

@@ -6,7 +6,7 @@ use crate::device::cq::syndrome as syn;
 use crate::device::mem::{self, Access, Fault};
 use crate::device::outcome::{Outcome, Requester};
 use crate::model::state::Device;
-use crate::wqe::{Data, Sge};
+use crate::wqe::{Data, Part, Sge};
 
 /// A local protection error for a refused access to the requester's
 /// own memory.
@@ -14,27 +14,41 @@ pub fn local(f: Fault) -> Outcome {
     Outcome::Error(syn::LOCAL_PROT, f.0)
 }
 
-/// The bytes of the local data (gather list or inline), checked.
+/// The bytes of the local data: the gather list's segments in WQE order,
+/// inline bytes as they are, each pointer segment checked (key, PD, bounds,
+/// local read) as it is reached.
 pub fn gather(dev: &Device, rq: &Requester, data: &Data) -> Result<Vec<u8>, Outcome> {
+    let mut out = Vec::new();
     match data {
-        Data::Inline(b) => Ok(b.clone()),
         Data::Sges(sges) => {
-            let mut out = Vec::new();
             for s in sges {
-                let r = mem::resolve(
-                    dev,
-                    s.lkey,
-                    s.addr,
-                    u64::from(s.len),
-                    rq.pdn,
-                    Access::LocalRead,
-                )
-                .map_err(local)?;
-                out.extend(mem::gather(&r));
+                out.extend(pointer(dev, rq, s)?);
             }
-            Ok(out)
+        }
+        Data::Gather(parts) => {
+            for p in parts {
+                match p {
+                    Part::Inline(b) => out.extend_from_slice(b),
+                    Part::Pointer(s) => out.extend(pointer(dev, rq, s)?),
+                }
+            }
         }
     }
+    Ok(out)
+}
+
+/// The bytes a pointer segment names, checked for local read.
+fn pointer(dev: &Device, rq: &Requester, s: &Sge) -> Result<Vec<u8>, Outcome> {
+    let r = mem::resolve(
+        dev,
+        s.lkey,
+        s.addr,
+        u64::from(s.len),
+        rq.pdn,
+        Access::LocalRead,
+    )
+    .map_err(local)?;
+    Ok(mem::gather(&r))
 }
 
 /// Host ranges of a scatter list, checked for local write (a local

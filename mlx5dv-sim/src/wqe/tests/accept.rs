@@ -3,10 +3,15 @@
 use super::sq::{Sq, FENCE, INLINE, SIGNALED, SOLICITED, STALE};
 use super::{one, parse_at};
 use crate::wqe::layout::opcode as op;
-use crate::wqe::{parse, Body, Data, Fence, QpKind, Sge};
+use crate::wqe::{parse, Body, Data, Fence, Part, QpKind, Sge};
 
 fn sge(lkey: u32, addr: u64, len: u32) -> Sge {
     Sge { lkey, addr, len }
+}
+
+/// The data of one inline segment alone.
+fn inline(bytes: &[u8]) -> Data {
+    Data::Gather(vec![Part::Inline(bytes.to_vec())])
 }
 
 #[test]
@@ -50,7 +55,7 @@ fn rc_rdma_write_imm_inline_list() {
     let Body::RdmaWriteImm(r) = w.body else {
         panic!()
     };
-    assert_eq!(r.data, Data::Inline(b"hello world!!".to_vec()));
+    assert_eq!(r.data, inline(b"hello world!!"));
 }
 
 #[test]
@@ -108,7 +113,7 @@ fn rc_sends() {
     })
     .unwrap();
     assert_eq!((w.ctrl.ds, w.ctrl.imm), (2, 0x0102_0304));
-    assert!(matches!(&w.body, Body::SendImm(m) if m.data == Data::Inline(vec![0xee; 12])));
+    assert!(matches!(&w.body, Body::SendImm(m) if m.data == inline(&[0xee; 12])));
     let w = one(QpKind::Rc, |sq| {
         sq.send(op::SEND_INVAL, 0, Some(0x0000_4d02));
         sq.set_sge(7, 0x1000, 64);
@@ -269,7 +274,7 @@ fn dci_send_inline_wraps() {
     sq.set_inline_list(&[&(0..100u8).collect::<Vec<_>>()]);
     sq.set_dc_addr(0x11, 0x99, 7, None, None);
     let w = parse_at(&sq, 3).unwrap();
-    assert_eq!(w.body.data(), Some(&Data::Inline((0..100).collect())));
+    assert_eq!(w.body.data(), Some(&inline(&(0..100).collect::<Vec<u8>>())));
 }
 
 #[test]

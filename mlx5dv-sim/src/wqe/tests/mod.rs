@@ -1,11 +1,13 @@
 //! Tests of the WQE parser: fixtures written by a model of libmlx5 44's
-//! builders ([`sq`], [`sq_dv`]), a few hand-written byte images, every
-//! refusal, and the segment offsets against the installed C header.
+//! builders ([`sq`], [`sq_dv`]), a few hand-written byte images, gather
+//! lists mixing inline and pointer segments ([`gather`]), every refusal,
+//! and the segment offsets against the installed C header.
 
 mod accept;
 mod accept_dv;
 mod c_helpers;
 mod c_layout;
+mod gather;
 mod refuse;
 mod refuse_umr;
 mod robust;
