@@ -43,13 +43,15 @@ fn op() -> impl Strategy<Value = Op> {
     let imm = any::<Option<[u8; 4]>>();
     prop_oneof![
         (
+            any::<bool>(),
             any::<u32>(),
             any::<u64>(),
             imm.clone(),
             any::<u32>(),
             payload()
         )
-            .prop_map(|(rkey, raddr, imm, total, data)| Op::Write {
+            .prop_map(|(first, rkey, raddr, imm, total, data)| Op::Write {
+                first,
                 rkey,
                 raddr,
                 imm,
