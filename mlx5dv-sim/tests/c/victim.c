@@ -11,7 +11,9 @@
  * posts 4 receives of 8 KiB each into the second half of the buffer,
  * and says on stdout:
  *
- *   ready fabric=F lid=L qpn=Q rkey=K addr=A
+ *   ready fabric=F lid=L qpn=Q rkey=K addr=A canary=C canary_rkey=R
+ *
+ * (the canary: 4 KiB of 0xc5, registered for local access only)
  *
  * With `post` (RC) it then posts one signalled RDMA write of 8 bytes to
  * the peer (rkey 0x1234, address 0x1000). For MS milliseconds it calls
@@ -22,7 +24,7 @@
  *
  * and at the end:
  *
- *   end qp_state=S max_cmd_us=U rss_start_kb=A rss_end_kb=B
+ *   end qp_state=S max_cmd_us=U rss_start_kb=A rss_end_kb=B canary_ok=0|1
  *   mem HEX (the first 256 bytes of the buffer)
  */
 #include <endian.h>
@@ -95,6 +97,13 @@ int main(int argc, char **argv)
 					       IBV_ACCESS_REMOTE_READ |
 					       IBV_ACCESS_REMOTE_ATOMIC);
 	CHECK(mr, "ibv_reg_mr");
+	/* A canary no remote access reaches: registered for local use only. */
+	uint8_t *canary = aligned_alloc(4096, 4096);
+	CHECK(canary, "aligned_alloc");
+	memset(canary, 0xc5, 4096);
+	struct ibv_mr *canary_mr = ibv_reg_mr(pd, canary, 4096,
+					      IBV_ACCESS_LOCAL_WRITE);
+	CHECK(canary_mr, "ibv_reg_mr (canary)");
 	struct ibv_cq *cq = ibv_create_cq(ctx, 256, NULL, NULL, 0);
 	CHECK(cq, "ibv_create_cq");
 	struct ibv_qp_init_attr ia = {
@@ -173,9 +182,11 @@ int main(int argc, char **argv)
 	struct ibv_port_attr pa;
 	CHECK(!ibv_query_port(ctx, 1, &pa), "ibv_query_port");
 	const char *fabric = getenv("MLX5DV_SIM_FABRIC");
-	printf("ready fabric=%s lid=%u qpn=%u rkey=%u addr=%llu\n",
+	printf("ready fabric=%s lid=%u qpn=%u rkey=%u addr=%llu canary=%llu "
+	       "canary_rkey=%u\n",
 	       fabric ? fabric : "", pa.lid, qp->qp_num, mr->rkey,
-	       (unsigned long long)(uintptr_t)buf);
+	       (unsigned long long)(uintptr_t)buf,
+	       (unsigned long long)(uintptr_t)canary, canary_mr->rkey);
 	fflush(stdout);
 	long rss_start = rss_kb();
 
@@ -217,8 +228,12 @@ int main(int argc, char **argv)
 		usleep(500);
 	}
 	CHECK(!ibv_query_qp(qp, &qa, IBV_QP_STATE, &qia), "ibv_query_qp");
-	printf("end qp_state=%d max_cmd_us=%.0f rss_start_kb=%ld rss_end_kb=%ld\n",
-	       qa.qp_state, max_cmd, rss_start, rss_kb());
+	int canary_ok = 1;
+	for (int i = 0; i < 4096; i++)
+		canary_ok &= canary[i] == 0xc5;
+	printf("end qp_state=%d max_cmd_us=%.0f rss_start_kb=%ld rss_end_kb=%ld "
+	       "canary_ok=%d\n",
+	       qa.qp_state, max_cmd, rss_start, rss_kb(), canary_ok);
 	printf("mem ");
 	for (int i = 0; i < 256; i++)
 		printf("%02x", buf[i]);
