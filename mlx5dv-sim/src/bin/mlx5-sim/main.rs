@@ -14,7 +14,8 @@
 //! Writes a sysfs tree for one ConnectX-6 into a fresh directory under
 //! `$TMPDIR`, starts CMD with `LD_PRELOAD` naming the interposer library
 //! (`MLX5DV_SIM_LIB`, or the copy built into this runner: see `library`),
-//! `SYSFS_PATH` naming the tree and `MLX5DV_SIM=1`, waits for it, removes
+//! `SYSFS_PATH` naming the tree, `MLX5DV_SIM=1` and `PATH` beginning with
+//! the runner's tools (`rdma link show`: see `tools`), waits for it, removes
 //! the tree and exits with CMD's status (128 + N when a signal N ended it).
 //! This runner itself does not load the interposer. SIGINT, SIGTERM,
 //! SIGHUP and SIGQUIT sent to it are passed on to CMD.
@@ -24,11 +25,13 @@
 //! Lowest first; each module uses only those of its own line or of an
 //! earlier one, a lower layer (`cargo run -p module-stack` checks it).
 //!
-//! 1. `library`, `sysfs`: the interposer library it names, the sysfs tree
-//!    it writes (neither uses the other).
+//! 1. `library`, `sysfs`, `tools`: the interposer library it names, the
+//!    sysfs tree it writes, the tools it puts first in CMD's `PATH` (none
+//!    uses another).
 
 mod library;
 mod sysfs;
+mod tools;
 
 use std::os::unix::process::ExitStatusExt;
 use std::process::{Command, ExitCode};
@@ -130,8 +133,23 @@ fn main() -> ExitCode {
         Ok(p) if !p.is_empty() => format!("{}:{p}", lib.path().display()),
         _ => lib.path().display().to_string(),
     };
+    let path = match tools::write(tree.path()) {
+        Ok(bin) => match std::env::var_os("PATH") {
+            Some(p) => {
+                let mut dirs = vec![bin];
+                dirs.extend(std::env::split_paths(&p));
+                std::env::join_paths(dirs).unwrap_or(p)
+            }
+            None => bin.into_os_string(),
+        },
+        Err(e) => {
+            eprintln!("mlx5-sim: cannot write its tools: {e}");
+            return ExitCode::from(125);
+        }
+    };
     let mut cmd = Command::new(&args[0]);
     cmd.args(&args[1..])
+        .env("PATH", path)
         .env("LD_PRELOAD", preload)
         .env("SYSFS_PATH", tree.path())
         .env("MLX5DV_SIM", "1")
