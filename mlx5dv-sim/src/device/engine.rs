@@ -45,7 +45,7 @@ pub fn ensure_running() {
 pub const HOT: Duration = Duration::from_millis(10);
 /// The longest the idle device waits before it looks at the doorbells
 /// again (a packet from another host ends the wait at once).
-pub const MAX_IDLE_WAIT: Duration = Duration::from_millis(4);
+pub const MAX_IDLE_WAIT: Duration = Duration::from_millis(10);
 /// The longest wait while answers wait for room at their requesters.
 pub const OUTBOX_WAIT: Duration = Duration::from_micros(50);
 
@@ -54,7 +54,7 @@ pub const OUTBOX_WAIT: Duration = Duration::from_micros(50);
 /// (a doorbell rung in a round trip is seen within one period), then a
 /// sixteenth of the time since the last work, up to [`MAX_IDLE_WAIT`] (so
 /// the first doorbell after a quiet spell waits at most a sixteenth of
-/// it, and an idle device wakes 250 times a second); at most
+/// it, and an idle device wakes 100 times a second); at most
 /// [`OUTBOX_WAIT`] while answers wait for room.
 pub fn idle_wait(base: Duration, quiet: Duration, answers_waiting: bool) -> Duration {
     let wait = if quiet < HOT {

@@ -221,7 +221,9 @@ impl Host {
     /// longer than [`wire::MAX_DATAGRAM`] is taken off the socket and
     /// reported as [`Received::TooLong`]: no prefix of it is served.
     pub fn recv(&self, buf: &mut Vec<u8>) -> Option<Received> {
-        buf.resize(wire::MAX_DATAGRAM, 0);
+        if buf.len() != wire::MAX_DATAGRAM {
+            buf.resize(wire::MAX_DATAGRAM, 0);
+        }
         // SAFETY: sockaddr_un is plain data; all zeroes is a valid value.
         let mut a: libc::sockaddr_un = unsafe { std::mem::zeroed() };
         let mut alen = std::mem::size_of::<libc::sockaddr_un>() as libc::socklen_t;

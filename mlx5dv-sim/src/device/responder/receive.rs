@@ -27,10 +27,19 @@ pub fn receive(dev: &mut Device, budget: usize) -> usize {
     let Some(host) = fabric::joined() else {
         return 0;
     };
-    let mut buf = Vec::new();
+    // One buffer of the largest datagram for the device thread's life:
+    // each step reads into it (zeroing 64 KiB a step costs an idle debug
+    // build more than the rest of its step).
+    thread_local! {
+        static BUF: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+    }
+    BUF.with_borrow_mut(|buf| receive_into(dev, host, buf, budget))
+}
+
+fn receive_into(dev: &mut Device, host: &fabric::Host, buf: &mut Vec<u8>, budget: usize) -> usize {
     let mut n = 0;
     while n < budget {
-        let Some(got) = host.recv(&mut buf) else {
+        let Some(got) = host.recv(buf) else {
             break;
         };
         n += 1;
