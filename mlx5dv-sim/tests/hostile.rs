@@ -649,3 +649,84 @@ fn random_packets(kind: &str, seed: u8, cases: usize) {
         r.text
     );
 }
+
+/// A peer that answers the victim's write with receiver-not-ready 300
+/// times (its `rnr_retry` is 7: retry for ever), then acknowledges it: the
+/// write completes (the device once counted the NAKs in a byte and its
+/// thread died at the 256th).
+#[test]
+fn three_hundred_rnr_naks_then_an_ack_complete_the_write() {
+    let v = Victim::start("rc", 20000, true);
+    let peer = v.host(PEER);
+    let mut naks = 0;
+    let t0 = Instant::now();
+    while naks <= 300 {
+        assert!(
+            t0.elapsed() < Duration::from_secs(15),
+            "after {naks} RNR NAKs"
+        );
+        let Some(Packet::Request(req)) = peer.recv(Duration::from_secs(5)) else {
+            panic!("the victim sends its write again after RNR NAK {naks}");
+        };
+        // RNR timer code 1: 10 µs.
+        let reply = if naks < 300 {
+            Reply::Rnr(1)
+        } else {
+            Reply::Ack(Vec::new())
+        };
+        peer.send(
+            v.lid,
+            &Packet::Response(Response {
+                dst_qpn: v.qpn,
+                psn: req.psn,
+                reply,
+            }),
+        );
+        naks += 1;
+    }
+    let r = v.report();
+    // IBV_WC_SUCCESS, IBV_WC_RDMA_WRITE = 1.
+    assert_eq!(
+        r.wcs.first().map(|w| (w[0], w[1], w[2])),
+        Some((7, 0, 1)),
+        "{}",
+        r.text
+    );
+    assert_eq!(r.qp_state, RTS, "{}", r.text);
+}
+
+/// UC: a send's last packet, and a write's, whose first packet never came
+/// (lost: UC packets are not resent) are dropped, the memory as it was and
+/// the QP in RTS; the whole send after them lands.
+#[test]
+fn uc_drops_a_message_whose_first_packet_was_lost() {
+    let v = Victim::start("uc", 1500, false);
+    let peer = v.host(PEER);
+    let tail = Op::Send {
+        first: false,
+        last: true,
+        imm: None,
+        inv: None,
+        data: b"tail".to_vec(),
+    };
+    let mut write_tail = write(&v, 32, b"tail", Some([0, 0, 0, 9]));
+    if let Op::Write { first, .. } = &mut write_tail {
+        *first = false;
+    }
+    peer.send(v.lid, &request(&v, PEER, 0, Transport::Uc, tail));
+    peer.send(v.lid, &request(&v, PEER, 1, Transport::Uc, write_tail));
+    std::thread::sleep(Duration::from_millis(200));
+    let whole = Op::Send {
+        first: true,
+        last: true,
+        imm: None,
+        inv: None,
+        data: b"whole".to_vec(),
+    };
+    peer.send(v.lid, &request(&v, PEER, 2, Transport::Uc, whole));
+    let r = v.report();
+    assert_eq!(&r.mem[32..36], [0; 4], "{}", r.text);
+    // IBV_WC_RECV = 128: only the whole send, into the first receive.
+    assert_eq!(r.wcs, vec![[100, 0, 128, 5, 0]], "{}", r.text);
+    assert_eq!(r.qp_state, RTS, "{}", r.text);
+}

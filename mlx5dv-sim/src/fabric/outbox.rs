@@ -110,11 +110,12 @@ pub fn waiting() -> usize {
     outbox().len()
 }
 
-/// Tries the waiting answers until none waits (each waits at most
-/// [`PATIENCE`]): for a process that closes its device or exits. Sleeps
-/// between tries with no lock held.
+/// Tries the waiting answers until none waits, for at most [`PATIENCE`]
+/// (answers that keep coming while it waits do not keep it waiting): for a
+/// process that closes its device. Sleeps between tries with no lock held.
 pub fn drain(host: &Host) {
-    while flush(host) > 0 {
+    let deadline = Instant::now() + PATIENCE;
+    while flush(host) > 0 && Instant::now() < deadline {
         std::thread::sleep(Duration::from_micros(50));
     }
 }

@@ -240,7 +240,8 @@ pub fn progress(dev: &mut Device, h: u32) -> Outcome {
                 return Outcome::Error(s, format!("host {}: {why}", f.to));
             }
             Reply::Rnr(timer) => {
-                f.rnr += 1;
+                // rnr_retry 7 retries for ever: the count saturates.
+                f.rnr = f.rnr.saturating_add(1);
                 if a.rnr_retry < 7 && f.rnr > a.rnr_retry {
                     return Outcome::Error(
                         RNR_RETRY_EXC,
@@ -257,7 +258,7 @@ pub fn progress(dev: &mut Device, h: u32) -> Outcome {
     }
     if let (Some(t0), Some(limit)) = (f.sent, ack_timeout(a.timeout)) {
         if now.duration_since(t0) >= limit {
-            f.attempts += 1;
+            f.attempts = f.attempts.saturating_add(1);
             if f.attempts > a.retry_cnt {
                 return Outcome::Error(
                     syn::RETRY_EXC,

@@ -269,8 +269,11 @@ pub fn deliver(
         c.syndrome = s;
         consume(dev, peer, &slot);
         complete(dev, peer, &slot, c);
-        let dct = QpKind::Dct;
-        if dev.qps.get(&peer).is_some_and(|q| q.kind != dct) {
+        // A connected reliable responder goes to ERR (class C); a DCT
+        // serves on, and UC and UD, which have no NAK, drop the message
+        // and go on, as rxe does: the receive completes in error.
+        let stays = [QpKind::Dct, QpKind::Uc, QpKind::Ud];
+        if dev.qps.get(&peer).is_some_and(|q| !stays.contains(&q.kind)) {
             enter_err(dev, peer);
         }
         Err(Outcome::Error(req, why))

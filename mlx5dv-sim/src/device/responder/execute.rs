@@ -29,9 +29,10 @@ const QP_ACCESS_ERR: u32 = 3;
 /// access error goes to the error state, as the IB spec's class C errors
 /// do (its posted receives are flushed), and its context gets the
 /// affiliated async event (`IBV_EVENT_QP_REQ_ERR`, `IBV_EVENT_QP_ACCESS_ERR`);
-/// a DCT serves on. A UC responder drops a request with a remote access
-/// error silently and stays as it was (class E without an SRQ: UC has no
-/// NAK to send, and the message is lost, as soft-RoCE drops it).
+/// a DCT serves on. A UC responder drops a request it refuses (a remote
+/// access error, an invalid request such as a packet whose message's first
+/// packet was lost) silently and stays as it was (UC has no NAK to send,
+/// and the message is lost, as soft-RoCE drops it).
 pub fn serve(
     dev: &mut Device,
     peer: u32,
@@ -47,7 +48,8 @@ pub fn serve(
             _ => None,
         };
         if let (Some(event), Some(q)) = (event, dev.qps.get_mut(&peer)) {
-            let dropped = q.kind == QpKind::Uc && *s == syn::REMOTE_ACCESS;
+            // UC has no NAK: whatever it refuses is dropped.
+            let dropped = q.kind == QpKind::Uc;
             if matches!(q.kind, QpKind::Rc | QpKind::Uc) && !dropped && q.state != QpState::Err {
                 debug!("QP {:#x} -> ERR (responder of a NAK: {why})", q.qpn);
                 let (ctx, handle) = (q.ctx, q.user_handle);
@@ -95,15 +97,24 @@ fn run(
             if imm.is_some() {
                 ready(dev, peer)?;
             }
-            mem::scatter(&dst, data);
             // The length a write with immediate's receive reports is what
             // this message wrote, counted packet by packet: never the
-            // length a packet claims.
+            // length a packet claims. A packet after the first of a write
+            // whose first never came (lost on UC) is refused before it
+            // writes anything.
             let w = &mut dev.qps.get_mut(&peer).expect("live responder").wire;
-            let before = match w.open.remove(&src) {
-                Some(Open::Write { len }) if !*first => len,
-                _ => 0,
+            let before = match (w.open.remove(&src), *first) {
+                (_, true) => 0,
+                (Some(Open::Write { len }), false) => len,
+                (_, false) => {
+                    return Err(Outcome::Error(
+                        syn::REMOTE_INVAL_REQ,
+                        "a write's middle packet without its first".into(),
+                    ))
+                }
             };
+            mem::scatter(&dst, data);
+            let w = &mut dev.qps.get_mut(&peer).expect("live responder").wire;
             let len = before + data.len() as u64;
             let Some(imm) = imm else {
                 w.open.insert(src, Open::Write { len });

@@ -166,13 +166,16 @@ pub fn respond(dev: &mut Device, r: Request) -> Option<Response> {
                 host: r.src_host,
                 qpn: r.src_qpn,
             };
+            // The key first: a sender without it is answered, and leaves
+            // nothing behind (no duplicate's answer it could evict others'
+            // with).
+            if let Err(o) = sender::check_dc_key(dev, h, r.dc_key) {
+                return Some(reply::answer(&r, reply::reply_of(Err(o))));
+            }
             if let Some(reply) = sender::dc_duplicate(dev, h, &src, r.psn) {
                 return Some(reply::answer(&r, reply));
             }
-            let reply = match sender::check_dc_key(dev, h, r.dc_key) {
-                Ok(()) => serve_packet(dev, h, &r),
-                Err(o) => reply::reply_of(Err(o)),
-            };
+            let reply = serve_packet(dev, h, &r);
             reply::record_dc(dev, h, src, r.psn, &reply);
             Some(reply::answer(&r, reply))
         }
