@@ -5,9 +5,13 @@
 //! next definition (libc). With it set:
 //! - `socket(AF_NETLINK, *, NETLINK_RDMA)` fails with EPROTONOSUPPORT, so
 //!   libibverbs discovers devices from the sysfs tree named by `SYSFS_PATH`;
-//! - `stat`/`open` of `/dev/infiniband/uverbs0` give a character device and
-//!   a fresh command fd; `fstat`, `write`, `ioctl`, `mmap` and `close` of a
-//!   command fd go to the fake kernel ([`crate::kernel`]).
+//! - `stat`/`access`/`open` of `/dev/infiniband/uverbs0` give a character
+//!   device, read-write for everyone, and a fresh command fd; `fstat`,
+//!   `write`, `ioctl`, `mmap` and `close` of a command fd go to the fake
+//!   kernel ([`crate::kernel`]);
+//! - reading the device's files of the sysfs tree gives this host's node
+//!   GUID, LID and GIDs, and the device's files under the real `/sys` are
+//!   the tree's.
 //!
 //! Other fds and paths pass through. The check on the hot path is one
 //! atomic load (fd bitmap) or a short prefix compare (paths); no lock is
@@ -53,23 +57,25 @@ unsafe fn is_uverbs(path: *const c_char) -> bool {
     p.to_bytes() == kernel::UVERBS_PATH.as_bytes()
 }
 
-/// A per-host file of the sysfs tree (node GUID, LID, GIDs: they differ
-/// between the hosts of the fabric, while the tree is shared): opened as a
-/// memory file holding this host's value. `None`: not such a file.
-///
-/// # Safety
-/// `path` is null or a NUL-terminated string.
-unsafe fn per_host_file(path: *const c_char, flags: c_int) -> Option<c_int> {
-    if path.is_null() || !enabled() || flags & libc::O_ACCMODE != libc::O_RDONLY {
-        return None;
-    }
-    let root = config::get().sysfs.as_deref()?;
-    // SAFETY: non-null and NUL-terminated (caller contract).
-    let p = unsafe { CStr::from_ptr(path) }.to_bytes();
-    let rel = p
-        .strip_prefix(root.trim_end_matches('/').as_bytes())?
-        .strip_prefix(b"/class/infiniband/mlx5_0/")?;
-    let text = crate::fabric::sysfs_file(std::str::from_utf8(rel).ok()?)?;
+/// A file of the device's sysfs directory, as a path relative to that
+/// directory (`ports/1/lid`), given a path relative to the tree's root: the
+/// device's class link (`class/infiniband/mlx5_0/...`) or the PCI
+/// function's directory it leads to (`devices/.../infiniband/mlx5_0/...`).
+fn device_relative(rel: &[u8]) -> Option<&str> {
+    let in_dev = match rel.strip_prefix(b"class/infiniband/mlx5_0/") {
+        Some(r) => r,
+        None => {
+            let r = rel.strip_prefix(b"devices/")?;
+            const DIR: &[u8] = b"/infiniband/mlx5_0/";
+            let at = r.windows(DIR.len()).position(|w| w == DIR)?;
+            &r[at + DIR.len()..]
+        }
+    };
+    std::str::from_utf8(in_dev).ok()
+}
+
+/// A memory file holding `text`, read from its start.
+fn memory_file(text: &str) -> Option<c_int> {
     // SAFETY: a NUL-terminated name; flags valid for memfd_create.
     let fd = unsafe { libc::memfd_create(c"mlx5dv-sim-sysfs".as_ptr(), libc::MFD_CLOEXEC) };
     if fd < 0 {
@@ -84,6 +90,60 @@ unsafe fn per_host_file(path: *const c_char, flags: c_int) -> Option<c_int> {
         return None;
     }
     Some(fd)
+}
+
+/// A file of the device's sysfs tree opened read-only: `None` when `path`
+/// is not one the device answers (the caller passes it through).
+///
+/// - A per-host file (node GUID, LID, GIDs: they differ between the hosts
+///   of the fabric, while the tree is shared), by any of its paths in the
+///   tree: a memory file holding this host's value.
+/// - The device's files under the real `/sys` (`/sys/class/infiniband/
+///   mlx5_0/...`, `/sys/class/infiniband_verbs/...`), which programs read
+///   without `SYSFS_PATH` (rdma-core's tests read P_Keys there, UCX the
+///   device's NUMA node and local CPUs): the tree's file, as if the tree
+///   were mounted there.
+///
+/// # Safety
+/// `path` is null or a NUL-terminated string.
+unsafe fn sysfs_file(path: *const c_char, flags: c_int) -> Option<c_int> {
+    if path.is_null() || !enabled() || flags & libc::O_ACCMODE != libc::O_RDONLY {
+        return None;
+    }
+    let root = config::get().sysfs.as_deref()?.trim_end_matches('/');
+    // SAFETY: non-null and NUL-terminated (caller contract).
+    let p = unsafe { CStr::from_ptr(path) }.to_bytes();
+    if let Some(rel) = p
+        .strip_prefix(root.as_bytes())
+        .and_then(|r| r.strip_prefix(b"/"))
+    {
+        return memory_file(&crate::fabric::sysfs_file(device_relative(rel)?)?);
+    }
+    let rel = p.strip_prefix(b"/sys/").filter(|_| root != "/sys")?;
+    if !rel.starts_with(b"class/infiniband/mlx5_0/") && !rel.starts_with(b"class/infiniband_verbs/")
+    {
+        return None;
+    }
+    if let Some(text) = device_relative(rel).and_then(crate::fabric::sysfs_file) {
+        return memory_file(&text);
+    }
+    let mut in_tree = Vec::with_capacity(root.len() + rel.len() + 2);
+    in_tree.extend_from_slice(root.as_bytes());
+    in_tree.push(b'/');
+    in_tree.extend_from_slice(rel);
+    let in_tree = std::ffi::CString::new(in_tree).ok()?;
+    // SAFETY: a NUL-terminated path; the caller's flags, read-only.
+    Some(unsafe { (real::open())(in_tree.as_ptr(), flags, 0) })
+}
+
+/// `access`-family answer for the fake node: a character device of mode
+/// 0666, so read and write are allowed, execute is not.
+fn uverbs_access(mode: c_int) -> c_int {
+    if mode & libc::X_OK != 0 {
+        kernel::set_errno(libc::EACCES);
+        return -1;
+    }
+    0
 }
 
 fn fill_chr_stat(buf: *mut libc::stat) {
@@ -110,7 +170,7 @@ pub unsafe extern "C" fn mlx5dv_sim_open(path: *const c_char, flags: c_int, mode
         return kernel::open_cmd_fd(flags);
     }
     // SAFETY: `path` is the caller's C string.
-    if let Some(fd) = unsafe { per_host_file(path, flags) } {
+    if let Some(fd) = unsafe { sysfs_file(path, flags) } {
         return fd;
     }
     // SAFETY: forwarding the caller's arguments to libc.
@@ -136,7 +196,7 @@ pub unsafe extern "C" fn mlx5dv_sim_openat(
     // alone unless it is relative to the working directory.
     if dirfd == libc::AT_FDCWD || unsafe { path.as_ref() }.is_some_and(|c| *c == b'/' as c_char) {
         // SAFETY: as above.
-        if let Some(fd) = unsafe { per_host_file(path, flags) } {
+        if let Some(fd) = unsafe { sysfs_file(path, flags) } {
             return fd;
         }
     }
@@ -170,6 +230,71 @@ pub unsafe extern "C" fn socket(domain: c_int, ty: c_int, protocol: c_int) -> c_
     }
     // SAFETY: forwarding the caller's arguments to libc.
     unsafe { (real::socket())(domain, ty, protocol) }
+}
+
+/// `access`: the fake node is readable and writable (UCX checks it before
+/// it opens the device).
+///
+/// # Safety
+/// As libc `access`.
+#[no_mangle]
+pub unsafe extern "C" fn access(path: *const c_char, mode: c_int) -> c_int {
+    // SAFETY: `path` is the caller's C string.
+    if unsafe { is_uverbs(path) } {
+        return uverbs_access(mode);
+    }
+    // SAFETY: forwarding the caller's arguments to libc.
+    unsafe { (real::access())(path, mode) }
+}
+
+/// `euidaccess`: as `access`, with the effective ids.
+///
+/// # Safety
+/// As glibc `euidaccess`.
+#[no_mangle]
+pub unsafe extern "C" fn euidaccess(path: *const c_char, mode: c_int) -> c_int {
+    // SAFETY: `path` is the caller's C string.
+    if unsafe { is_uverbs(path) } {
+        return uverbs_access(mode);
+    }
+    // SAFETY: forwarding the caller's arguments to libc.
+    unsafe { (real::euidaccess())(path, mode) }
+}
+
+/// `eaccess` (glibc's other name for `euidaccess`).
+///
+/// # Safety
+/// As glibc `eaccess`.
+#[no_mangle]
+pub unsafe extern "C" fn eaccess(path: *const c_char, mode: c_int) -> c_int {
+    // SAFETY: `path` is the caller's C string.
+    if unsafe { is_uverbs(path) } {
+        return uverbs_access(mode);
+    }
+    // SAFETY: forwarding the caller's arguments to libc.
+    unsafe { (real::eaccess())(path, mode) }
+}
+
+/// `faccessat`: the fake node's path is absolute, so `dirfd` does not
+/// matter; the flags (`AT_EACCESS`, `AT_SYMLINK_NOFOLLOW`) change nothing
+/// for it. (glibc exports no `faccessat2`: its `faccessat` makes that
+/// system call.)
+///
+/// # Safety
+/// As libc `faccessat`.
+#[no_mangle]
+pub unsafe extern "C" fn faccessat(
+    dirfd: c_int,
+    path: *const c_char,
+    mode: c_int,
+    flags: c_int,
+) -> c_int {
+    // SAFETY: `path` is the caller's C string.
+    if unsafe { is_uverbs(path) } {
+        return uverbs_access(mode);
+    }
+    // SAFETY: forwarding the caller's arguments to libc.
+    unsafe { (real::faccessat())(dirfd, path, mode, flags) }
 }
 
 /// `stat`.

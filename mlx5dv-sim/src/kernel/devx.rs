@@ -6,6 +6,7 @@
 //! start of each command's input or output.
 
 use super::bytes::{prm, In, Out};
+use super::cmd::MAX_QP_RD_ATOM;
 use super::errno::{injected, refuse, Res};
 use super::ioctl_call::Call;
 use crate::config::{self, debug};
@@ -39,6 +40,42 @@ fn prm_fail(
     Err(refuse(libc::EREMOTEIO, why))
 }
 
+/// The general capabilities (`cmd_hca_cap`, at bit 0x80 of the output)
+/// that say what the device is, with ConnectX-6 values agreeing with what
+/// QUERY_DEVICE reports: UCX's DEVX memory domain reads them
+/// (`uct_ib_mlx5_devx_md_open`: `log_max_msg` must be 30, DC from `dct`,
+/// the atomic caps are queried only with `atomic`, CQE version 1 from
+/// `cqe_version`, the DC read/atomic depth). Capabilities the device does
+/// not model stay 0 (ODP's `pg`, RMPs, compact address vectors, CQE
+/// compression, LAG, tag matching).
+fn general_caps(b: &mut [u8], roce: bool) {
+    const CAP: usize = 0x80;
+    let log_rd_atom = MAX_QP_RD_ATOM.trailing_zeros();
+    for (bit, width, value) in [
+        (0x80, 8, 15),               // log_max_srq_sz: 32768 receives (max_srq_wr + 1)
+        (0x88, 8, 15),               // log_max_qp_sz: max_qp_wr 32768
+        (0x9b, 5, 18),               // log_max_qp: max_qp 2^18
+        (0xab, 5, 23),               // log_max_srq: max_srq 2^23
+        (0xc8, 8, 22),               // log_max_cq_sz: MAX_CQE + 1
+        (0xdb, 5, 24),               // log_max_cq: max_cq 2^24
+        (0xea, 6, 24),               // log_max_mkey: max_mr 2^24
+        (0x12a, 6, log_rd_atom),     // log_max_ra_req_dc
+        (0x13a, 6, log_rd_atom),     // log_max_ra_res_dc
+        (0x14a, 6, log_rd_atom),     // log_max_ra_req_qp
+        (0x15a, 6, log_rd_atom),     // log_max_ra_res_qp
+        (0x1b6, 2, u32::from(roce)), // port_type: 0 InfiniBand, 1 Ethernet
+        (0x1b8, 8, 1),               // num_ports
+        (0x1c3, 5, 30),              // log_max_msg: max_msg_sz 2^30
+        (0x1fc, 4, 1),               // cqe_version
+        (0x21a, 1, 1),               // dct
+        (0x21d, 1, u32::from(roce)), // roce
+        (0x21e, 1, 1),               // atomic
+        (0x32b, 5, 24),              // log_max_pd: max_pd 2^24
+    ] {
+        prm::set(b, CAP + bit, width, value);
+    }
+}
+
 /// MLX5_IB_METHOD_DEVX_OTHER: general commands (QUERY_HCA_CAP).
 pub fn general(call: &Call) -> Res<()> {
     let cin = call.ptr_in(NS)?;
@@ -60,6 +97,7 @@ pub fn general(call: &Call) -> Res<()> {
     match cap_type {
         0 => {
             let b = &mut o.0;
+            general_caps(b, cfg.roce);
             prm::set(b, 0x1a2, 1, u32::from(cfg.qpc_extension));
             if cfg.dma_mmo {
                 prm::set(b, 0x1d3, 1, 1); // dma_mmo_sq

@@ -109,6 +109,7 @@ fn uar_alloc(call: &Call) -> Res<()> {
     let mut dev = lock();
     let h = dev.handle();
     let off = dev.uar_offset();
+    super::uar::cover(call.fd, off)?;
     let page_id = (off >> 12) as u32;
     dev.uars.insert(
         h,

@@ -20,6 +20,7 @@ mod rereg_mr;
 mod resize_cq;
 #[cfg(test)]
 mod tests;
+mod uar;
 pub mod uverbs;
 mod write_cmds;
 mod xrc_cmds;

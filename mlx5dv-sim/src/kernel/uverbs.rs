@@ -4,7 +4,7 @@
 //! (`write_cmds.rs`), each `ioctl` one method (`ioctl.rs`).
 
 use super::errno::Errno;
-use super::{fds, write_cmds};
+use super::{fds, uar, write_cmds};
 use crate::config::debug;
 use crate::model::lock;
 use crate::model::state::{self, Context};
@@ -19,11 +19,12 @@ pub const UVERBS_MINOR: u32 = 192;
 pub const UVERBS_PATH: &str = "/dev/infiniband/uverbs0";
 
 /// Opens a new command fd (`open("/dev/infiniband/uverbs0")`).
+///
+/// The fd is a memory file (`kernel/uar.rs`) whose pages at the UAR
+/// offsets are the UARs, so that an `mmap` of it works whether it reaches
+/// the interposer ([`mmap`]) or the kernel directly.
 pub fn open_cmd_fd(flags: i32) -> i32 {
-    let cloexec = flags & libc::O_CLOEXEC;
-    let path = c"/dev/null";
-    // SAFETY: calling libc's open with a valid NUL-terminated path.
-    let fd = unsafe { (real::open())(path.as_ptr(), libc::O_RDWR | cloexec, 0) };
+    let fd = uar::command_file(flags & libc::O_CLOEXEC != 0);
     if fd < 0 {
         return fd;
     }
@@ -118,9 +119,10 @@ pub unsafe fn ioctl(fd: i32, req: libc::c_ulong, arg: *mut u8) -> i32 {
     }
 }
 
-/// An `mmap()` of a command fd: UAR pages become anonymous shared pages
-/// (doorbells and BlueFlame writes land there and are ignored; the device
-/// polls the doorbell records instead).
+/// An `mmap()` of a command fd: UAR pages become shared pages of the fd's
+/// memory file (doorbells and BlueFlame writes land there and are ignored;
+/// the device polls the doorbell records instead). An `mmap` system call
+/// made without the interposer maps the same pages (see [`open_cmd_fd`]).
 ///
 /// # Safety
 /// As `mmap(2)`: `addr` is a placement hint the caller may rely on only as
@@ -141,15 +143,16 @@ pub unsafe fn mmap(
         set_errno(libc::EINVAL);
         return libc::MAP_FAILED;
     }
-    // SAFETY: an anonymous mapping has no preconditions; `addr` is a hint.
+    // SAFETY: a shared mapping of our own memory file, within its size
+    // (uar::cover grew it when the UAR was allocated); `addr` is a hint.
     unsafe {
         (real::mmap())(
             addr,
             len,
             prot | libc::PROT_READ,
-            libc::MAP_SHARED | libc::MAP_ANONYMOUS,
-            -1,
-            0,
+            libc::MAP_SHARED,
+            fd,
+            offset,
         )
     }
 }

@@ -71,6 +71,9 @@ type FstatFn = unsafe extern "C" fn(libc::c_int, *mut libc::stat) -> libc::c_int
 type CloseFn = unsafe extern "C" fn(libc::c_int) -> libc::c_int;
 type WriteFn =
     unsafe extern "C" fn(libc::c_int, *const libc::c_void, libc::size_t) -> libc::ssize_t;
+type AccessFn = unsafe extern "C" fn(*const libc::c_char, libc::c_int) -> libc::c_int;
+type FaccessatFn =
+    unsafe extern "C" fn(libc::c_int, *const libc::c_char, libc::c_int, libc::c_int) -> libc::c_int;
 type SocketFn = unsafe extern "C" fn(libc::c_int, libc::c_int, libc::c_int) -> libc::c_int;
 type MmapFn = unsafe extern "C" fn(
     *mut libc::c_void,
@@ -93,3 +96,7 @@ next_fn!(pub write, c"write", WriteFn);
 next_fn!(pub socket, c"socket", SocketFn);
 next_fn!(pub mmap, c"mmap", MmapFn);
 next_fn!(pub mmap64, c"mmap64", MmapFn);
+next_fn!(pub access, c"access", AccessFn);
+next_fn!(pub euidaccess, c"euidaccess", AccessFn);
+next_fn!(pub eaccess, c"eaccess", AccessFn);
+next_fn!(pub faccessat, c"faccessat", FaccessatFn);

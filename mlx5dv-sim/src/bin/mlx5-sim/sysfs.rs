@@ -5,9 +5,18 @@
 //! hosts of the fabric (node GUID, LID, GIDs) are answered by each
 //! process's device when it opens them, and hold a host-less placeholder
 //! here.
+//!
+//! Laid out as the kernel lays it out: the device's directories live in its
+//! PCI function's directory (`devices/pci0000:00/0000:00:02.0/0000:03:00.0/`,
+//! which holds the function's `vendor`, `device`, `modalias`, ...), and
+//! `class/infiniband/mlx5_0` and `class/infiniband_verbs/uverbs0` are
+//! symbolic links to them, each with a `device` link back to the function.
+//! UCX finds the function by resolving the class link (`realpath`) and
+//! reads the PCI ids there, by which it knows the device for a ConnectX-6.
 
 use std::fs;
 use std::io;
+use std::os::unix::fs::symlink;
 use std::path::{Path, PathBuf};
 
 /// The netdev every RoCE GID names (it exists on every Linux host).
@@ -15,6 +24,9 @@ const ROCE_NETDEV: &str = "lo";
 
 /// The placeholder of the per-host node GUID.
 const NODE_GUID: &str = "0c42:a103:00b1:0000";
+
+/// The PCI function's directory, relative to the tree's root.
+const PCI_FUNCTION: &str = "devices/pci0000:00/0000:00:02.0/0000:03:00.0";
 
 /// A sysfs tree in a temporary directory, removed on drop.
 pub struct Tree {
@@ -54,12 +66,30 @@ impl Tree {
 
     fn fill(&self, roce: bool) -> io::Result<()> {
         let r = &self.root;
+        let f = PCI_FUNCTION;
+        put(r, &format!("{f}/vendor"), "0x15b3")?;
+        put(r, &format!("{f}/device"), "0x101b")?;
+        put(r, &format!("{f}/subsystem_vendor"), "0x15b3")?;
+        put(r, &format!("{f}/subsystem_device"), "0x0008")?;
+        put(r, &format!("{f}/class"), "0x020700")?;
+        put(
+            r,
+            &format!("{f}/modalias"),
+            "pci:v000015B3d0000101Bsv000015B3sd00000008bc02sc07i00",
+        )?;
+        put(r, &format!("{f}/local_cpus"), "ffffffff")?;
+        put(r, &format!("{f}/numa_node"), "-1")?;
+        put(r, &format!("{f}/current_link_width"), "16")?;
+        put(r, &format!("{f}/current_link_speed"), "16.0 GT/s PCIe")?;
         let v = "class/infiniband_verbs";
         put(r, &format!("{v}/abi_version"), "6")?;
-        put(r, &format!("{v}/uverbs0/ibdev"), "mlx5_0")?;
-        put(r, &format!("{v}/uverbs0/dev"), "231:192")?;
-        put(r, &format!("{v}/uverbs0/abi_version"), "1")?;
-        let d = "class/infiniband/mlx5_0";
+        let u = format!("{f}/infiniband_verbs/uverbs0");
+        put(r, &format!("{u}/ibdev"), "mlx5_0")?;
+        put(r, &format!("{u}/dev"), "231:192")?;
+        put(r, &format!("{u}/abi_version"), "1")?;
+        link(r, &u, &format!("{v}/uverbs0"))?;
+        link(r, f, &format!("{u}/device"))?;
+        let d = format!("{f}/infiniband/mlx5_0");
         put(r, &format!("{d}/node_type"), "1: CA")?;
         put(r, &format!("{d}/node_guid"), NODE_GUID)?;
         put(r, &format!("{d}/sys_image_guid"), NODE_GUID)?;
@@ -68,14 +98,8 @@ impl Tree {
         put(r, &format!("{d}/hw_rev"), "0x0")?;
         put(r, &format!("{d}/board_id"), "MT_0000000222")?;
         put(r, &format!("{d}/node_desc"), "mlx5dv-sim mlx5_0")?;
-        put(
-            r,
-            &format!("{d}/device/modalias"),
-            "pci:v000015B3d0000101Bsv000015B3sd00000008bc02sc07i00",
-        )?;
-        put(r, &format!("{d}/device/local_cpus"), "ffffffff")?;
-        put(r, &format!("{d}/device/vendor"), "0x15b3")?;
-        put(r, &format!("{d}/device/device"), "0x101b")?;
+        link(r, &d, "class/infiniband/mlx5_0")?;
+        link(r, f, &format!("{d}/device"))?;
         let p = format!("{d}/ports/1");
         put(r, &format!("{p}/state"), "4: ACTIVE")?;
         put(r, &format!("{p}/phys_state"), "5: LinkUp")?;
@@ -119,6 +143,16 @@ impl Tree {
         }
         Ok(())
     }
+}
+
+/// Makes `link` (relative to `root`) a symbolic link to `target` (relative
+/// to `root` too), written relative to the link's directory as the kernel
+/// writes its links (`../../devices/...`), so the tree can move.
+fn link(root: &Path, target: &str, link: &str) -> io::Result<()> {
+    let dir = Path::new(link).parent().unwrap_or(Path::new(""));
+    fs::create_dir_all(root.join(dir))?;
+    let up = dir.components().count();
+    symlink(format!("{}{target}", "../".repeat(up)), root.join(link))
 }
 
 impl Drop for Tree {

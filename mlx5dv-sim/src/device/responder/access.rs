@@ -38,6 +38,11 @@ pub fn bind_xrc_srq(dev: &mut Device, tgt: u32, srqn: u32) -> Result<(), Outcome
 }
 
 /// Checks the responder QP's access flags and the rkey, returning host ranges.
+///
+/// A zero-length RDMA read or write reaches no memory, and its R_Key and
+/// virtual address are not checked (IBA C9-88; rxe's `check_rkey` skips
+/// them likewise): UCX's flush is a zero-length write with R_Key 0 and
+/// address 0. The QP's access flags still are.
 pub fn remote_ranges(
     dev: &Device,
     peer: u32,
@@ -63,6 +68,9 @@ pub fn remote_ranges(
                 p.qpn, p.access
             ),
         ));
+    }
+    if len == 0 && matches!(acc, Access::RemoteRead | Access::RemoteWrite) {
+        return Ok(Vec::new());
     }
     mem::resolve(dev, rkey, raddr, len, p.pdn, acc)
         .map_err(|f| Outcome::Error(syn::REMOTE_ACCESS, f.0))
