@@ -41,7 +41,36 @@ pub fn serve(
     solicited: bool,
 ) -> Result<Vec<u8>, Outcome> {
     let r = run(dev, peer, src, op, solicited);
-    if let Err(Outcome::Error(s, why)) = &r {
+    class_c(dev, peer, &r);
+    r
+}
+
+/// [`serve`] for a packet from another host: a read packet asks for at
+/// most one answer packet's worth (its requester cuts a longer read), so
+/// that the answer, and the copy kept for a duplicate, never hold more; a
+/// longer one is an invalid request. (The local path runs a whole read in
+/// one step.)
+pub fn serve_from_wire(
+    dev: &mut Device,
+    peer: u32,
+    src: Source,
+    op: &Op,
+    solicited: bool,
+) -> Result<Vec<u8>, Outcome> {
+    let r = match op {
+        Op::Read { len, .. } if *len as usize > CHUNK => Err(Outcome::Error(
+            syn::REMOTE_INVAL_REQ,
+            format!("a read of {len} bytes in one packet (at most {CHUNK})"),
+        )),
+        _ => run(dev, peer, src, op, solicited),
+    };
+    class_c(dev, peer, &r);
+    r
+}
+
+/// A connected responder's class C errors: ERR and the async event.
+fn class_c(dev: &mut Device, peer: u32, r: &Result<Vec<u8>, Outcome>) {
+    if let Err(Outcome::Error(s, why)) = r {
         let event = match *s {
             syn::REMOTE_ACCESS => Some(QP_ACCESS_ERR),
             syn::REMOTE_INVAL_REQ => Some(QP_REQ_ERR),
@@ -63,7 +92,6 @@ pub fn serve(
             }
         }
     }
-    r
 }
 
 fn run(
@@ -128,15 +156,6 @@ fn run(
             Ok(Vec::new())
         }
         Op::Read { rkey, raddr, len } => {
-            if *len as usize > CHUNK {
-                // One read packet asks for one answer packet's worth (its
-                // requester cuts a longer read): the answer, and the copy
-                // kept for a duplicate, never hold more.
-                return Err(Outcome::Error(
-                    syn::REMOTE_INVAL_REQ,
-                    format!("a read of {len} bytes in one packet (at most {CHUNK})"),
-                ));
-            }
             let from = remote_ranges(
                 dev,
                 peer,

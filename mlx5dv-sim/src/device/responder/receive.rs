@@ -195,5 +195,5 @@ fn serve_packet(dev: &mut Device, peer: u32, r: &Request) -> Reply {
             return reply::reply_of(Err(o));
         }
     }
-    reply::reply_of(execute::serve(dev, peer, src, &r.op, r.solicited))
+    reply::reply_of(execute::serve_from_wire(dev, peer, src, &r.op, r.solicited))
 }
