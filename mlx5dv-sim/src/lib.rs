@@ -29,8 +29,10 @@
 //!    queues: the requester, the responder (a pipeline, one step a file,
 //!    in device/responder/), and the loop.
 //! 5. `kernel`: the fake uverbs kernel, whose commands make and change the
-//!    model; it reaches the engine through one function only, the one
-//!    that starts it (device::ensure_running).
+//!    model; it reaches the engine through two functions only, the one
+//!    that starts it (device::ensure_running) and, for RESIZE_CQ, one step
+//!    (device::engine::step_locked: what was posted before the command has
+//!    run, as on a ConnectX).
 //! 6. `interpose`: the `LD_PRELOAD` entry points, which hand the calls on
 //!    the fake device node to the kernel.
 

@@ -37,6 +37,10 @@ pub fn resize_cq(cmd: &mut Cmd) -> Res<()> {
     }
     let ncqe = (cqe + 1).next_power_of_two();
     let mut dev = lock();
+    // A ConnectX has long executed what was posted before the command
+    // reaches it: so does the device here, so that the completions it
+    // counts against the new size are all there.
+    crate::device::engine::step_locked(&mut dev);
     let cq = match dev.cqs.get_mut(&h) {
         Some(cq) if cq.ctx == cmd.fd => cq,
         _ => return Err(refuse(libc::EINVAL, format_args!("RESIZE_CQ: handle {h}"))),
