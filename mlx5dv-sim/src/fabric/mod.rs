@@ -274,6 +274,12 @@ impl Host {
     }
 }
 
+/// The port's active MTU in bytes ([`Host::mtu`]); InfiniBand's, 4096,
+/// before this process has joined the fabric.
+pub fn mtu() -> usize {
+    joined().map_or(4096, Host::mtu)
+}
+
 /// The GID table (8 entries; unused ones are zero) of host `id`'s port,
 /// RoCE or InfiniBand: every host's is made the same way, so a receiver
 /// knows its sender's.

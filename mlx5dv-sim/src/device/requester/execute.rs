@@ -195,9 +195,7 @@ fn ud_send(
     imm: Option<[u8; 4]>,
     data: &[u8],
 ) -> Result<u32, Outcome> {
-    // The port's active MTU (the sim's host, once joined; InfiniBand's
-    // before).
-    let mtu = crate::fabric::joined().map_or(4096, |h| h.mtu());
+    let mtu = crate::fabric::mtu();
     let len = data.len();
     if len > mtu {
         return Err(Outcome::Error(

@@ -62,7 +62,7 @@ pub fn serve_from_wire(
             syn::REMOTE_INVAL_REQ,
             format!("a read of {len} bytes in one packet (at most {CHUNK})"),
         )),
-        _ => run(dev, peer, src, op, solicited),
+        _ => return serve(dev, peer, src, op, solicited),
     };
     class_c(dev, peer, &r);
     r

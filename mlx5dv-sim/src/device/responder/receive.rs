@@ -113,7 +113,7 @@ pub fn respond(dev: &mut Device, r: Request) -> Option<Response> {
                 debug!("a UD packet that is not a send: dropped");
                 return None;
             };
-            let mtu = fabric::joined().map_or(4096, |h| h.mtu());
+            let mtu = fabric::mtu();
             if data.len() > mtu {
                 // No wire carries a datagram over the MTU; a sender's
                 // device fails such a send itself (local length error).
